@@ -1,0 +1,489 @@
+//! Configuration: the TOML file as written (`Raw*`, serde, unknown keys refused),
+//! then one validated [`Config`] built once, with errors that name the key and line.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+use url::Url;
+
+/// The most mirrors one remote may list: attempt orders are built on the stack
+/// up to this many (see `select::AttemptOrder`).
+pub const MAX_MIRRORS: usize = 16;
+
+/// A configuration that has passed every check; nothing downstream re-validates it.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub storage: StorageConfig,
+    pub metadata: MetadataConfig,
+    pub remotes: Vec<RemoteConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Base for URLs the proxy writes; `None` = derived from the request's Host.
+    pub public_url: Option<Url>,
+    pub admin_token: Option<String>,
+    /// How long shutdown waits for in-flight requests before it cuts them.
+    pub shutdown_timeout: Duration,
+    /// A client must finish sending its request head within this (slow-loris bound).
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+}
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    pub path: PathBuf,
+    pub max_size: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetadataConfig {
+    pub url: String,
+    /// Entries held by the in-memory metadata cache in front of the database.
+    pub cache_entries: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteKind {
+    Generic,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    Single,
+    RoundRobin,
+    LeastConn,
+}
+
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    pub name: String,
+    pub kind: RemoteKind,
+    /// Mirror base URLs, without a trailing slash.
+    pub mirrors: Vec<Url>,
+    pub strategy: Strategy,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// Upstream attempts per miss, across mirrors (at least 1).
+    pub max_attempts: usize,
+    pub immutable: Vec<String>,
+    pub revalidate_after: Duration,
+}
+
+/// A configuration error: where (file, line) and which key, then what is wrong.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub origin: String,
+    pub line: Option<usize>,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: ", self.origin, line)?,
+            None => write!(f, "{}: ", self.origin)?,
+        }
+        if self.key.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "`{}`: {}", self.key, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            origin: origin.clone(),
+            line: None,
+            key: String::new(),
+            message: format!("cannot read the file: {e}"),
+        })?;
+        Config::parse(&text, &origin)
+    }
+
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(text, s.start));
+            ConfigError {
+                origin: origin.to_string(),
+                line,
+                key: String::new(),
+                message: e.message().to_string(),
+            }
+        })?;
+        Validator { text, origin }.config(raw)
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}
+
+// ---- the file as written ----------------------------------------------------
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawConfig {
+    #[serde(default)]
+    server: RawServer,
+    #[serde(default)]
+    storage: RawStorage,
+    #[serde(default)]
+    metadata: RawMetadata,
+    #[serde(default, rename = "remote")]
+    remotes: Vec<Spanned<RawRemote>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawServer {
+    listen: Spanned<String>,
+    public_url: Option<Spanned<String>>,
+    admin_token: Option<String>,
+    shutdown_timeout: HumanDuration,
+    header_read_timeout: HumanDuration,
+    max_connections: usize,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: Spanned::new(0..0, "127.0.0.1:8080".to_string()),
+            public_url: None,
+            admin_token: None,
+            shutdown_timeout: HumanDuration(Duration::from_secs(10)),
+            header_read_timeout: HumanDuration(Duration::from_secs(10)),
+            max_connections: 4096,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawStorage {
+    path: PathBuf,
+    max_size: HumanSize,
+}
+
+impl Default for RawStorage {
+    fn default() -> Self {
+        RawStorage {
+            path: PathBuf::from("data/store"),
+            max_size: HumanSize(20 * 1024 * 1024 * 1024),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawMetadata {
+    url: Spanned<String>,
+    cache_entries: u64,
+}
+
+impl Default for RawMetadata {
+    fn default() -> Self {
+        RawMetadata {
+            url: Spanned::new(0..0, "sqlite://data/meta.db".to_string()),
+            cache_entries: 100_000,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRemote {
+    name: Spanned<String>,
+    #[serde(default = "default_kind")]
+    kind: Spanned<String>,
+    mirrors: Spanned<Vec<Spanned<String>>>,
+    #[serde(default = "default_strategy")]
+    strategy: Strategy,
+    #[serde(default = "default_connect_timeout")]
+    connect_timeout: HumanDuration,
+    #[serde(default = "default_first_byte_timeout")]
+    first_byte_timeout: HumanDuration,
+    #[serde(default = "default_idle_timeout")]
+    idle_timeout: HumanDuration,
+    max_attempts: Option<Spanned<usize>>,
+    #[serde(default)]
+    immutable: Vec<Spanned<String>>,
+    #[serde(default = "default_revalidate_after")]
+    revalidate_after: HumanDuration,
+}
+
+fn default_kind() -> Spanned<String> {
+    Spanned::new(0..0, "generic".to_string())
+}
+fn default_strategy() -> Strategy {
+    Strategy::Single
+}
+fn default_connect_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(5))
+}
+fn default_first_byte_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_idle_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_revalidate_after() -> HumanDuration {
+    HumanDuration(Duration::from_secs(600))
+}
+
+/// A duration written for people ("5m", "30s"), parsed by `humantime`.
+#[derive(Clone, Copy)]
+struct HumanDuration(Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text)
+            .map(HumanDuration)
+            .map_err(|e| serde::de::Error::custom(format!("invalid duration {text:?}: {e}")))
+    }
+}
+
+/// A size written for people ("20GiB", "512MB"), parsed by `bytesize`.
+#[derive(Clone, Copy)]
+struct HumanSize(u64);
+
+impl<'de> Deserialize<'de> for HumanSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse::<bytesize::ByteSize>()
+            .map(|s| HumanSize(s.as_u64()))
+            .map_err(|e| serde::de::Error::custom(format!("invalid size {text:?}: {e}")))
+    }
+}
+
+// ---- validation ---------------------------------------------------------------
+
+struct Validator<'a> {
+    text: &'a str,
+    origin: &'a str,
+}
+
+impl Validator<'_> {
+    fn error<T>(
+        &self,
+        key: impl Into<String>,
+        span: std::ops::Range<usize>,
+        message: impl Into<String>,
+    ) -> Result<T, ConfigError> {
+        Err(ConfigError {
+            origin: self.origin.to_string(),
+            line: (span.end > 0).then(|| line_of(self.text, span.start)),
+            key: key.into(),
+            message: message.into(),
+        })
+    }
+
+    fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let server = self.server(raw.server)?;
+        let metadata_url = raw.metadata.url.get_ref().trim().to_string();
+        if !(metadata_url.starts_with("sqlite:")
+            || metadata_url.starts_with("postgres://")
+            || metadata_url.starts_with("postgresql://"))
+        {
+            return self.error(
+                "metadata.url",
+                raw.metadata.url.span(),
+                "must start with sqlite:// or postgres://",
+            );
+        }
+        if raw.remotes.is_empty() {
+            return self.error(
+                "remote",
+                0..0,
+                "no [[remote]] is configured; add at least one",
+            );
+        }
+        let mut remotes: Vec<RemoteConfig> = Vec::with_capacity(raw.remotes.len());
+        for (i, remote) in raw.remotes.into_iter().enumerate() {
+            let remote = self.remote(i, remote.into_inner())?;
+            remotes.push(remote);
+        }
+        for (i, r) in remotes.iter().enumerate() {
+            if remotes[..i].iter().any(|o| o.name == r.name) {
+                return self.error(
+                    format!("remote[{i}].name"),
+                    0..0,
+                    format!("duplicate remote name {:?}", r.name),
+                );
+            }
+        }
+        Ok(Config {
+            server,
+            storage: StorageConfig {
+                path: raw.storage.path,
+                max_size: raw.storage.max_size.0,
+            },
+            metadata: MetadataConfig {
+                url: metadata_url,
+                cache_entries: raw.metadata.cache_entries.max(1),
+            },
+            remotes,
+        })
+    }
+
+    fn server(&self, raw: RawServer) -> Result<ServerConfig, ConfigError> {
+        let listen = match raw.listen.get_ref().parse::<SocketAddr>() {
+            Ok(addr) => addr,
+            Err(e) => {
+                return self.error(
+                    "server.listen",
+                    raw.listen.span(),
+                    format!("{e}; expected host:port such as \"127.0.0.1:8080\""),
+                )
+            }
+        };
+        let public_url = match raw.public_url {
+            None => None,
+            Some(s) => match Url::parse(s.get_ref()) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => Some(u),
+                Ok(_) => {
+                    return self.error(
+                        "server.public_url",
+                        s.span(),
+                        "must be an http:// or https:// URL",
+                    )
+                }
+                Err(e) => {
+                    return self.error("server.public_url", s.span(), format!("not a URL: {e}"))
+                }
+            },
+        };
+        Ok(ServerConfig {
+            listen,
+            public_url,
+            admin_token: raw.admin_token.filter(|t| !t.is_empty()),
+            shutdown_timeout: raw.shutdown_timeout.0,
+            header_read_timeout: raw.header_read_timeout.0,
+            max_connections: raw.max_connections.max(1),
+        })
+    }
+
+    fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
+        let name = raw.name.get_ref().clone();
+        let name_ok = !name.is_empty()
+            && name != "-"
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !name_ok {
+            return self.error(
+                format!("remote[{i}].name"),
+                raw.name.span(),
+                format!("{name:?} is not a valid remote name (letters, digits, '-', '_', '.'; not \"-\")"),
+            );
+        }
+        let kind = match raw.kind.get_ref().as_str() {
+            "generic" => RemoteKind::Generic,
+            other => {
+                return self.error(
+                    format!("remote[{i}].kind"),
+                    raw.kind.span(),
+                    format!("unknown kind {other:?}; expected \"generic\""),
+                );
+            }
+        };
+        let mirrors_span = raw.mirrors.span();
+        let raw_mirrors = raw.mirrors.into_inner();
+        if raw_mirrors.is_empty() {
+            return self.error(
+                format!("remote[{i}].mirrors"),
+                mirrors_span,
+                "lists no mirror; give at least one URL",
+            );
+        }
+        if raw_mirrors.len() > MAX_MIRRORS {
+            return self.error(
+                format!("remote[{i}].mirrors"),
+                mirrors_span,
+                format!(
+                    "lists {} mirrors; at most {MAX_MIRRORS} are supported",
+                    raw_mirrors.len()
+                ),
+            );
+        }
+        let mut mirrors = Vec::with_capacity(raw_mirrors.len());
+        for (j, m) in raw_mirrors.iter().enumerate() {
+            let key = format!("remote[{i}].mirrors[{j}]");
+            let url = match Url::parse(m.get_ref().trim_end_matches('/')) {
+                Ok(u) => u,
+                Err(e) => {
+                    return self.error(
+                        key,
+                        m.span(),
+                        format!("{:?} is not a URL: {e}", m.get_ref()),
+                    )
+                }
+            };
+            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                return self.error(
+                    key,
+                    m.span(),
+                    "must be an http:// or https:// URL with a host",
+                );
+            }
+            if url.query().is_some() || url.fragment().is_some() {
+                return self.error(key, m.span(), "must not have a query or fragment");
+            }
+            if mirrors.contains(&url) {
+                return self.error(key, m.span(), "is listed twice");
+            }
+            mirrors.push(url);
+        }
+        let max_attempts = match raw.max_attempts {
+            None => mirrors.len(),
+            Some(n) if *n.get_ref() >= 1 => *n.get_ref(),
+            Some(n) => {
+                return self.error(
+                    format!("remote[{i}].max_attempts"),
+                    n.span(),
+                    "must be at least 1",
+                )
+            }
+        };
+        let mut immutable = Vec::with_capacity(raw.immutable.len());
+        for (j, p) in raw.immutable.iter().enumerate() {
+            if let Err(e) = globset::Glob::new(p.get_ref()) {
+                return self.error(
+                    format!("remote[{i}].immutable[{j}]"),
+                    p.span(),
+                    format!("bad pattern: {e}"),
+                );
+            }
+            immutable.push(p.get_ref().clone());
+        }
+        Ok(RemoteConfig {
+            name,
+            kind,
+            mirrors,
+            strategy: raw.strategy,
+            connect_timeout: raw.connect_timeout.0,
+            first_byte_timeout: raw.first_byte_timeout.0,
+            idle_timeout: raw.idle_timeout.0,
+            max_attempts,
+            immutable,
+            revalidate_after: raw.revalidate_after.0,
+        })
+    }
+}

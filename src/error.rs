@@ -1,0 +1,131 @@
+//! Errors the proxy can answer with, and the one place they become HTTP statuses.
+//!
+//! Every error says which side it came from (the client, an upstream mirror, or
+//! our own disk and database) and whether retrying on another mirror can help:
+//! failover in `upstream` reads [`AttemptError::retryable`], and
+//! [`ProxyError::status`] is the only mapping from causes to status codes.
+
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+
+/// Which side of the proxy an error belongs to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Side {
+    Downstream,
+    Upstream,
+    Internal,
+}
+
+/// Why one upstream attempt (one mirror) failed.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum AttemptError {
+    #[error("connect failed: {0}")]
+    Connect(String),
+    #[error("no response headers within {0:?}")]
+    FirstByteTimeout(std::time::Duration),
+    #[error("upstream answered {0}")]
+    Status(u16),
+    #[error("request failed: {0}")]
+    Request(String),
+}
+
+impl AttemptError {
+    /// Whether another mirror may do better. Every attempt error is, today:
+    /// a 404 from one mirror does not prove the others lack the file.
+    pub fn retryable(&self) -> bool {
+        true
+    }
+
+    pub fn is_timeout(&self) -> bool {
+        matches!(self, AttemptError::FirstByteTimeout(_))
+    }
+}
+
+/// An error that ends a request (before or while its response is sent).
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum ProxyError {
+    #[error("bad request path: {0}")]
+    BadPath(&'static str),
+    #[error("no remote named {0:?}")]
+    UnknownRemote(String),
+    #[error("method not allowed")]
+    MethodNotAllowed,
+    #[error("not found on any mirror")]
+    NotFound { status: u16 },
+    #[error("every mirror failed ({attempts} attempts); last: {last}")]
+    MirrorsFailed { attempts: usize, last: AttemptError },
+    #[error("upstream body broke off: {0}")]
+    UpstreamBody(String),
+    #[error("store: {0}")]
+    Store(String),
+    #[error("metadata: {0}")]
+    Metadata(String),
+}
+
+impl ProxyError {
+    pub fn side(&self) -> Side {
+        match self {
+            ProxyError::BadPath(_)
+            | ProxyError::UnknownRemote(_)
+            | ProxyError::MethodNotAllowed => Side::Downstream,
+            ProxyError::NotFound { .. }
+            | ProxyError::MirrorsFailed { .. }
+            | ProxyError::UpstreamBody(_) => Side::Upstream,
+            ProxyError::Store(_) | ProxyError::Metadata(_) => Side::Internal,
+        }
+    }
+
+    /// Whether the client may usefully retry the same request later.
+    pub fn retryable(&self) -> bool {
+        matches!(self.side(), Side::Upstream | Side::Internal)
+            && !matches!(self, ProxyError::NotFound { .. })
+    }
+
+    /// The one mapping from error causes to HTTP statuses.
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ProxyError::BadPath(_) => StatusCode::BAD_REQUEST,
+            ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
+            ProxyError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ProxyError::NotFound { status } => {
+                StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND)
+            }
+            ProxyError::MirrorsFailed { last, .. } if last.is_timeout() => {
+                StatusCode::GATEWAY_TIMEOUT
+            }
+            ProxyError::MirrorsFailed { .. } | ProxyError::UpstreamBody(_) => {
+                StatusCode::BAD_GATEWAY
+            }
+            ProxyError::Store(_) | ProxyError::Metadata(_) => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// What the client is told: short, and never the internal cause.
+    fn client_message(&self) -> String {
+        match self {
+            ProxyError::Store(_) | ProxyError::Metadata(_) => "internal error".to_string(),
+            ProxyError::MirrorsFailed { attempts, .. } => {
+                format!("every mirror failed ({attempts} attempts)")
+            }
+            other => other.to_string(),
+        }
+    }
+}
+
+impl IntoResponse for ProxyError {
+    fn into_response(self) -> Response {
+        let status = self.status();
+        if self.side() == Side::Downstream {
+            tracing::debug!(error = %self, "refused request");
+        } else {
+            tracing::warn!(error = %self, side = ?self.side(), retryable = self.retryable(), "request failed");
+        }
+        let mut response = (status, format!("{}\n", self.client_message())).into_response();
+        if status == StatusCode::METHOD_NOT_ALLOWED {
+            response
+                .headers_mut()
+                .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        response
+    }
+}

@@ -1,0 +1,346 @@
+//! The fill: one upstream fetch per cold `remote/path`, however many clients
+//! ask, streamed to all of them as it arrives, and committed to the store only
+//! when complete.
+//!
+//! The first request for a key spawns the fill as its own task (so a client
+//! that disconnects never cancels it) and becomes one more reader. The fill
+//! writes the body into a temp file in the store, hashing as it goes, and
+//! publishes its progress on a `watch` channel. Readers stream from the temp
+//! file with positional reads up to the published length and wait on the
+//! channel for more; memory per reader is one read buffer. On success the fill
+//! fsyncs, renames the file into its content-addressed place, records the
+//! metadata row and only then leaves the map of fills in progress; on any
+//! failure the readers' bodies end in an error (the client sees a broken
+//! transfer, never a short "complete" one) and the temp file is deleted.
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use futures_util::Stream;
+use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
+
+use crate::error::ProxyError;
+use crate::meta::{now_ms, Entry};
+use crate::path::ArtifactPath;
+use crate::proxy::Proxy;
+use crate::remote::Remote;
+use crate::store::Digest;
+use crate::upstream::{self, Fetched, Validators};
+
+/// Bytes one reader reads from the temp file at a time.
+const READ_CHUNK: usize = 256 * 1024;
+
+/// What readers need before the body: the upstream response's head.
+#[derive(Debug)]
+pub struct Head {
+    pub content_type: Option<String>,
+    pub content_length: Option<u64>,
+    /// Base URL of the mirror that answered (for the request log).
+    pub mirror: String,
+}
+
+/// A fill's progress, as published to its readers.
+#[derive(Clone)]
+pub enum FillState {
+    /// Choosing a mirror and waiting for its response head.
+    Connecting,
+    /// The body is arriving: `written` bytes of it are in `file` so far.
+    Streaming {
+        head: Arc<Head>,
+        file: Arc<File>,
+        written: u64,
+    },
+    /// The body is complete and hashed: `entry.size` bytes in `file`. The
+    /// entry is what the metadata row will say once committed.
+    Complete {
+        head: Arc<Head>,
+        entry: Arc<Entry>,
+        file: Arc<File>,
+    },
+    /// Revalidation answered 304: serve this (refreshed) cached entry.
+    Revalidated(Arc<Entry>),
+    /// The fill failed; before the head this is the client's error response,
+    /// after it the readers' bodies end in an error.
+    Failed(ProxyError),
+}
+
+/// The fills in progress, keyed by `remote/path`.
+#[derive(Default)]
+pub struct FillRegistry {
+    // A std mutex, not a Tokio one: it is held only to look up or insert,
+    // never across an await.
+    fills: Mutex<HashMap<String, watch::Receiver<FillState>>>,
+    /// Woken when the last fill in progress finishes.
+    idle: tokio::sync::Notify,
+}
+
+impl FillRegistry {
+    /// Joins the fill of `path` if one is running, else starts one (`started`
+    /// is then true). `stale` is the cached entry to revalidate, if any.
+    pub fn join_or_start(
+        &self,
+        proxy: &Arc<Proxy>,
+        remote: &Arc<Remote>,
+        path: &ArtifactPath,
+        stale: Option<Arc<Entry>>,
+    ) -> (watch::Receiver<FillState>, bool) {
+        let mut fills = self.fills.lock().expect("fill registry poisoned");
+        if let Some(rx) = fills.get(path.key()) {
+            return (rx.clone(), false);
+        }
+        let (tx, rx) = watch::channel(FillState::Connecting);
+        fills.insert(path.key().to_string(), rx.clone());
+        drop(fills);
+        tokio::spawn(run(proxy.clone(), remote.clone(), path.clone(), stale, tx));
+        (rx, true)
+    }
+
+    /// Fills in progress now.
+    pub fn len(&self) -> usize {
+        self.fills.lock().expect("fill registry poisoned").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Returns once no fill is in progress.
+    pub async fn wait_idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    fn finish(&self, key: &str) {
+        let mut fills = self.fills.lock().expect("fill registry poisoned");
+        fills.remove(key);
+        if fills.is_empty() {
+            self.idle.notify_waiters();
+        }
+    }
+}
+
+async fn run(
+    proxy: Arc<Proxy>,
+    remote: Arc<Remote>,
+    path: ArtifactPath,
+    stale: Option<Arc<Entry>>,
+    tx: watch::Sender<FillState>,
+) {
+    if let Err(error) = fill(&proxy, &remote, &path, stale.as_deref(), &tx).await {
+        tracing::debug!(key = path.key(), %error, "fill failed");
+        tx.send_replace(FillState::Failed(error));
+    }
+    proxy.fills.finish(path.key());
+}
+
+async fn fill(
+    proxy: &Proxy,
+    remote: &Remote,
+    path: &ArtifactPath,
+    stale: Option<&Entry>,
+    tx: &watch::Sender<FillState>,
+) -> Result<(), ProxyError> {
+    let validators = stale
+        .map(|e| Validators {
+            etag: e.upstream_etag.as_deref(),
+            last_modified: e.upstream_last_modified.as_deref(),
+        })
+        .unwrap_or_default();
+    let (mut response, mirror, guard) =
+        match upstream::fetch(remote, path.path(), validators).await? {
+            Fetched::NotModified { mirror } => {
+                let entry = stale.expect("a 304 is only accepted when validators were sent");
+                let fresh = proxy.meta.mark_revalidated(path, entry, now_ms()).await?;
+                tracing::debug!(key = path.key(), mirror = mirror.base(), "revalidated");
+                tx.send_replace(FillState::Revalidated(fresh));
+                return Ok(());
+            }
+            Fetched::Body {
+                response,
+                mirror,
+                guard,
+            } => (response, mirror, guard),
+        };
+
+    let header = |name: axum::http::HeaderName| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let upstream_etag = header(axum::http::header::ETAG);
+    let upstream_last_modified = header(axum::http::header::LAST_MODIFIED);
+    let head = Arc::new(Head {
+        content_type: header(axum::http::header::CONTENT_TYPE),
+        content_length: response.content_length(),
+        mirror: mirror.base().to_string(),
+    });
+
+    let temp = proxy.store_blocking(|store| store.create_temp()).await?;
+    let temp = Arc::new(temp);
+    let file = temp.reader();
+    tx.send_replace(FillState::Streaming {
+        head: head.clone(),
+        file: file.clone(),
+        written: 0,
+    });
+
+    let mut hasher = Sha256::new();
+    let mut written: u64 = 0;
+    loop {
+        let chunk = match tokio::time::timeout(remote.idle_timeout, response.chunk()).await {
+            Err(_) => {
+                return Err(ProxyError::UpstreamBody(format!(
+                    "no data for {:?}",
+                    remote.idle_timeout
+                )))
+            }
+            Ok(Err(e)) => return Err(ProxyError::UpstreamBody(e.without_url().to_string())),
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(chunk))) => chunk,
+        };
+        let n = chunk.len() as u64;
+        let writer = temp.clone();
+        // Hash and write off the async threads: both are CPU or disk work.
+        hasher = tokio::task::spawn_blocking(move || -> io::Result<Sha256> {
+            writer.write_at(&chunk, written)?;
+            hasher.update(&chunk);
+            Ok(hasher)
+        })
+        .await
+        .map_err(|e| ProxyError::Store(e.to_string()))?
+        .map_err(|e| ProxyError::Store(e.to_string()))?;
+        written += n;
+        if head.content_length == Some(written) {
+            // All announced bytes are here: no need to wait for the end marker.
+            break;
+        }
+        tx.send_modify(|state| {
+            if let FillState::Streaming { written: w, .. } = state {
+                *w = written;
+            }
+        });
+    }
+    // The upstream request is over: give the mirror's in-flight count back
+    // before the readers see the end, not after the commit.
+    drop(guard);
+    drop(response);
+    if let Some(expected) = head.content_length {
+        if expected != written {
+            return Err(ProxyError::UpstreamBody(format!(
+                "body is {written} bytes, Content-Length said {expected}"
+            )));
+        }
+    }
+    let digest = Digest(hasher.finalize().into());
+    let entry = Entry::new(
+        digest,
+        written,
+        head.content_type.clone(),
+        upstream_etag,
+        upstream_last_modified,
+        now_ms(),
+    );
+    tx.send_replace(FillState::Complete {
+        head: head.clone(),
+        entry: Arc::new(entry.clone()),
+        file,
+    });
+
+    // The readers have every byte; now make it a cache entry.
+    let temp = Arc::into_inner(temp).expect("no writer outlives the loop");
+    proxy
+        .store_blocking(move |store| store.commit(temp, &digest))
+        .await?;
+    proxy.meta.record(path, entry).await?;
+    tracing::debug!(key = path.key(), ?digest, bytes = written, "filled");
+    Ok(())
+}
+
+/// A reader's view of a fill: the body bytes from `file`, as far as the fill
+/// has published them, ending in an error if the fill fails.
+pub fn body(
+    rx: watch::Receiver<FillState>,
+    file: Arc<File>,
+) -> impl Stream<Item = io::Result<Bytes>> + Send {
+    struct Reader {
+        rx: watch::Receiver<FillState>,
+        file: Arc<File>,
+        pos: u64,
+        done: bool,
+    }
+    enum Step {
+        Read(u64),
+        Wait,
+        Done,
+        Fail(String),
+    }
+    let reader = Reader {
+        rx,
+        file,
+        pos: 0,
+        done: false,
+    };
+    futures_util::stream::unfold(reader, |mut reader| async move {
+        if reader.done {
+            return None;
+        }
+        loop {
+            let pos = reader.pos;
+            // Decide with the borrow held, act after it is dropped: a watch
+            // borrow must not live across an await.
+            let step = match &*reader.rx.borrow_and_update() {
+                FillState::Failed(e) => Step::Fail(e.to_string()),
+                FillState::Streaming { written, .. } if *written > pos => Step::Read(*written),
+                FillState::Streaming { .. } => Step::Wait,
+                FillState::Complete { entry, .. } if entry.size > pos => Step::Read(entry.size),
+                FillState::Complete { .. } => Step::Done,
+                FillState::Connecting | FillState::Revalidated(_) => {
+                    Step::Fail("fill has no body".into())
+                }
+            };
+            match step {
+                Step::Read(available) => {
+                    let n = (available - pos).min(READ_CHUNK as u64) as usize;
+                    let file = reader.file.clone();
+                    let read = tokio::task::spawn_blocking(move || {
+                        let mut buf = vec![0u8; n];
+                        file.read_exact_at(&mut buf, pos).map(|()| Bytes::from(buf))
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e)));
+                    match &read {
+                        Ok(_) => reader.pos += n as u64,
+                        Err(_) => reader.done = true,
+                    }
+                    return Some((read, reader));
+                }
+                Step::Wait => {
+                    if reader.rx.changed().await.is_err() {
+                        reader.done = true;
+                        return Some((
+                            Err(io::Error::other("fill ended without completing")),
+                            reader,
+                        ));
+                    }
+                }
+                Step::Done => return None,
+                Step::Fail(reason) => {
+                    reader.done = true;
+                    return Some((Err(io::Error::other(reason)), reader));
+                }
+            }
+        }
+    })
+}

@@ -1,0 +1,217 @@
+//! Building artifact responses: from a complete blob (hits and revalidated
+//! copies, with conditional requests and single byte ranges) and from a fill
+//! in progress (misses, streamed as the body arrives).
+
+use std::fs::File;
+use std::os::unix::fs::FileExt;
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::response::Response;
+use bytes::Bytes;
+use tokio::sync::watch;
+
+use crate::fill::{self, FillState, Head};
+use crate::meta::Entry;
+
+/// Buffer size for streaming a blob from disk.
+const FILE_CHUNK: usize = 128 * 1024;
+
+pub const X_CACHE_STATUS: &str = "x-cache-status";
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CacheStatus {
+    Hit,
+    Miss,
+    Revalidated,
+    Stale,
+}
+
+impl CacheStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CacheStatus::Hit => "HIT",
+            CacheStatus::Miss => "MISS",
+            CacheStatus::Revalidated => "REVALIDATED",
+            CacheStatus::Stale => "STALE",
+        }
+    }
+
+    fn header(self) -> HeaderValue {
+        HeaderValue::from_static(self.as_str())
+    }
+}
+
+/// Serves a complete blob (committed, or a finished fill's file): conditional
+/// requests, single byte ranges, HEAD.
+pub fn from_entry(
+    entry: &Entry,
+    file: Arc<File>,
+    cache: CacheStatus,
+    method: &Method,
+    request: &HeaderMap,
+) -> Response {
+    let mut response = Response::new(Body::empty());
+    let headers = response.headers_mut();
+    headers.insert(X_CACHE_STATUS, cache.header());
+    headers.insert(header::ETAG, entry.etag.clone());
+    headers.insert(header::LAST_MODIFIED, entry.last_modified.clone());
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+
+    if not_modified(request, entry) {
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        return response;
+    }
+    headers.insert(
+        header::CONTENT_TYPE,
+        content_type(entry.content_type.as_deref()),
+    );
+
+    let (start, len) = match requested_range(request, entry) {
+        RangeAnswer::Full => (0, entry.size),
+        RangeAnswer::Partial(start, end) => {
+            *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+            let value = format!("bytes {start}-{end}/{}", entry.size);
+            response.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&value).expect("digits are valid"),
+            );
+            (start, end - start + 1)
+        }
+        RangeAnswer::Unsatisfiable => {
+            *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+            let value = format!("bytes */{}", entry.size);
+            response.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&value).expect("digits are valid"),
+            );
+            response
+                .headers_mut()
+                .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+            return response;
+        }
+    };
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if method != Method::HEAD {
+        *response.body_mut() = Body::from_stream(file_body(file, start, len));
+    }
+    response
+}
+
+/// `len` bytes of `file` from `start`, read positionally in chunks off the
+/// async threads: memory per response is one chunk, whatever the file size.
+fn file_body(
+    file: Arc<File>,
+    start: u64,
+    len: u64,
+) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send {
+    let end = start + len;
+    futures_util::stream::try_unfold(start, move |pos| {
+        let file = file.clone();
+        async move {
+            if pos >= end {
+                return Ok(None);
+            }
+            let n = (end - pos).min(FILE_CHUNK as u64) as usize;
+            let bytes = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; n];
+                file.read_exact_at(&mut buf, pos).map(|()| Bytes::from(buf))
+            })
+            .await
+            .map_err(std::io::Error::other)??;
+            Ok(Some((bytes, pos + n as u64)))
+        }
+    })
+}
+
+/// Serves a fill in progress: headers now, body bytes as they arrive. Range
+/// and conditional headers are ignored on a miss (allowed: a 200 is always a
+/// valid answer to them).
+pub fn from_fill(
+    head: &Head,
+    rx: watch::Receiver<FillState>,
+    file: Arc<File>,
+    method: &Method,
+) -> Response {
+    let mut response = Response::new(Body::empty());
+    let headers = response.headers_mut();
+    headers.insert(X_CACHE_STATUS, CacheStatus::Miss.header());
+    headers.insert(
+        header::CONTENT_TYPE,
+        content_type(head.content_type.as_deref()),
+    );
+    if let Some(len) = head.content_length {
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    }
+    if method != Method::HEAD {
+        *response.body_mut() = Body::from_stream(fill::body(rx, file));
+    }
+    response
+}
+
+fn content_type(value: Option<&str>) -> HeaderValue {
+    value
+        .and_then(|v| HeaderValue::from_str(v).ok())
+        .unwrap_or_else(|| HeaderValue::from_static("application/octet-stream"))
+}
+
+/// RFC 9110 §13.2.2: `If-None-Match` decides when present; otherwise
+/// `If-Modified-Since`.
+fn not_modified(request: &HeaderMap, entry: &Entry) -> bool {
+    if let Some(inm) = request.get(header::IF_NONE_MATCH) {
+        let Ok(inm) = inm.to_str() else { return false };
+        let ours = entry.etag.to_str().unwrap_or_default();
+        return inm
+            .split(',')
+            .map(str::trim)
+            .any(|tag| tag == "*" || tag.trim_start_matches("W/") == ours);
+    }
+    if let Some(ims) = request.get(header::IF_MODIFIED_SINCE) {
+        if let Some(since) = ims
+            .to_str()
+            .ok()
+            .and_then(|s| httpdate::parse_http_date(s).ok())
+        {
+            // Compare at whole-second precision, as HTTP dates are.
+            let modified =
+                httpdate::parse_http_date(entry.last_modified.to_str().unwrap_or_default())
+                    .unwrap_or(entry.last_modified_time);
+            return modified <= since;
+        }
+    }
+    false
+}
+
+enum RangeAnswer {
+    Full,
+    /// Inclusive byte offsets.
+    Partial(u64, u64),
+    Unsatisfiable,
+}
+
+/// One byte range is served as a 206; several ranges, a range that `If-Range`
+/// rules out, or an unparsable header get the whole body (RFC 9110 allows
+/// ignoring Range). A well-formed range outside the body is a 416.
+fn requested_range(request: &HeaderMap, entry: &Entry) -> RangeAnswer {
+    let Some(range) = request.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
+        return RangeAnswer::Full;
+    };
+    if let Some(if_range) = request.get(header::IF_RANGE) {
+        if if_range != entry.etag && if_range != entry.last_modified {
+            return RangeAnswer::Full;
+        }
+    }
+    let Ok(parsed) = http_range_header::parse_range_header(range) else {
+        return RangeAnswer::Full;
+    };
+    match parsed.validate(entry.size) {
+        Ok(ranges) if ranges.len() == 1 => {
+            RangeAnswer::Partial(*ranges[0].start(), *ranges[0].end())
+        }
+        Ok(_) => RangeAnswer::Full,
+        Err(_) => RangeAnswer::Unsatisfiable,
+    }
+}

@@ -1,0 +1,28 @@
+//! mirrorcache: a multi-mirror artifact caching reverse proxy.
+//!
+//! The modules follow a request's path:
+//! - [`server`] accepts connections and hands requests to [`http`], the axum
+//!   router, whose artifact handler checks the path ([`path`]) and finds the
+//!   remote.
+//! - On a hit, [`meta`] (an in-memory cache over SQLite/Postgres) names the
+//!   blob, [`policy`] says it is fresh, and [`store`] streams it from disk.
+//! - On a miss, [`fill`] runs one upstream fetch per key: [`select`] orders the
+//!   remote's mirrors, [`upstream`] fetches with failover, and the body is
+//!   written to the store and streamed to every waiting client at once.
+//! - [`config`] reads and validates the TOML file; [`proxy`] holds the shared
+//!   state built from it; [`remote`] is one remote's runtime; [`error`] holds
+//!   the error types and the one mapping to HTTP statuses.
+
+pub mod config;
+pub mod error;
+pub mod fill;
+pub mod http;
+pub mod meta;
+pub mod path;
+pub mod policy;
+pub mod proxy;
+pub mod remote;
+pub mod select;
+pub mod server;
+pub mod store;
+pub mod upstream;

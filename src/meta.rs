@@ -1,0 +1,291 @@
+//! Metadata: which `remote/path` maps to which blob, with the headers and times
+//! needed to serve and revalidate it. SQLite or Postgres through sqlx, with a
+//! bounded in-memory cache (moka) in front so a hot hit costs no query.
+//!
+//! Queries are plain `sqlx::query` on the `Any` driver rather than the
+//! compile-time-checked macros: the macros need a live database (or committed
+//! offline data) at build time, and one SQL text that both backends accept is
+//! tested against both instead. Migrations are embedded with `include_str!`
+//! and applied at start-up by sqlx's migrator.
+
+use std::borrow::Cow;
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use axum::http::HeaderValue;
+use sqlx::any::AnyPoolOptions;
+use sqlx::migrate::{Migration, MigrationType, Migrator};
+use sqlx::AnyPool;
+
+use crate::error::ProxyError;
+use crate::path::ArtifactPath;
+use crate::store::Digest;
+
+/// One cached artifact as the hit path needs it, header values prepared once.
+#[derive(Debug, Clone)]
+pub struct Entry {
+    pub digest: Digest,
+    pub size: u64,
+    pub content_type: Option<String>,
+    /// The mirror's validators, sent back when revalidating.
+    pub upstream_etag: Option<String>,
+    pub upstream_last_modified: Option<String>,
+    /// When the body was fetched or last revalidated (unix ms).
+    pub fetched_at_ms: i64,
+    /// `"<sha256>"`: a strong validator for our clients.
+    pub etag: HeaderValue,
+    pub last_modified: HeaderValue,
+    pub last_modified_time: SystemTime,
+}
+
+impl Entry {
+    pub fn new(
+        digest: Digest,
+        size: u64,
+        content_type: Option<String>,
+        upstream_etag: Option<String>,
+        upstream_last_modified: Option<String>,
+        fetched_at_ms: i64,
+    ) -> Entry {
+        let etag = HeaderValue::from_str(&format!("\"{}\"", digest.to_hex()))
+            .expect("hex is a valid header");
+        let last_modified_time = upstream_last_modified
+            .as_deref()
+            .and_then(|s| httpdate::parse_http_date(s).ok())
+            .unwrap_or_else(|| UNIX_EPOCH + Duration::from_millis(fetched_at_ms.max(0) as u64));
+        let last_modified = HeaderValue::from_str(&httpdate::fmt_http_date(last_modified_time))
+            .expect("http dates are valid headers");
+        Entry {
+            digest,
+            size,
+            content_type,
+            upstream_etag,
+            upstream_last_modified,
+            fetched_at_ms,
+            etag,
+            last_modified,
+            last_modified_time,
+        }
+    }
+
+    /// Age since the last fetch or revalidation.
+    pub fn age(&self, now_ms: i64) -> Duration {
+        Duration::from_millis((now_ms - self.fetched_at_ms).max(0) as u64)
+    }
+}
+
+pub fn now_ms() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_millis() as i64)
+        .unwrap_or(0)
+}
+
+fn migrator() -> Migrator {
+    let migrations = vec![Migration::new(
+        1,
+        Cow::Borrowed("entries"),
+        MigrationType::Simple,
+        Cow::Borrowed(include_str!("../migrations/0001_entries.sql")),
+        false,
+    )];
+    Migrator {
+        migrations: Cow::Owned(migrations),
+        ..Migrator::DEFAULT
+    }
+}
+
+pub struct MetadataStore {
+    pool: AnyPool,
+    /// Keyed by `remote/path`. Holds only positive entries: a miss goes to the
+    /// fill, which costs far more than the query it would save.
+    cache: moka::sync::Cache<String, Arc<Entry>>,
+}
+
+type EntryRow = (
+    String,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+);
+
+impl MetadataStore {
+    /// Connects (creating a SQLite file and its directory if needed) and applies
+    /// the embedded migrations.
+    pub async fn connect(url: &str, cache_entries: u64) -> Result<MetadataStore, sqlx::Error> {
+        sqlx::any::install_default_drivers();
+        let is_sqlite = url.starts_with("sqlite:");
+        let url = if is_sqlite {
+            sqlite_url(url)?
+        } else {
+            url.to_string()
+        };
+        let pool = AnyPoolOptions::new()
+            .max_connections(if is_sqlite { 4 } else { 10 })
+            .acquire_timeout(Duration::from_secs(5))
+            .after_connect(|conn, _meta| {
+                Box::pin(async move {
+                    if conn.backend_name().eq_ignore_ascii_case("sqlite") {
+                        // WAL lets readers run beside the one writer; NORMAL is
+                        // durable across process crashes, which is what we need:
+                        // blobs are fsynced before their row is written.
+                        sqlx::query("PRAGMA journal_mode = WAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA synchronous = NORMAL")
+                            .execute(&mut *conn)
+                            .await?;
+                        sqlx::query("PRAGMA busy_timeout = 5000")
+                            .execute(&mut *conn)
+                            .await?;
+                    }
+                    Ok(())
+                })
+            })
+            .connect(&url)
+            .await?;
+        migrator().run(&pool).await?;
+        Ok(MetadataStore {
+            pool,
+            cache: moka::sync::Cache::new(cache_entries),
+        })
+    }
+
+    /// The entry for `path`, from memory when it is hot.
+    pub async fn lookup(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
+        if let Some(entry) = self.cache.get(path.key()) {
+            return Ok(Some(entry));
+        }
+        let row: Option<EntryRow> = sqlx::query_as(
+            "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at \
+             FROM entries WHERE remote = $1 AND path = $2",
+        )
+        .bind(path.remote())
+        .bind(path.path())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(db_error)?;
+        let Some((digest, size, content_type, etag, last_modified, fetched_at)) = row else {
+            return Ok(None);
+        };
+        let Some(digest) = Digest::from_hex(&digest) else {
+            tracing::warn!(
+                key = path.key(),
+                "metadata row has a malformed digest; treating as a miss"
+            );
+            return Ok(None);
+        };
+        let entry = Arc::new(Entry::new(
+            digest,
+            size as u64,
+            content_type,
+            etag,
+            last_modified,
+            fetched_at,
+        ));
+        self.cache.insert(path.key().to_string(), entry.clone());
+        Ok(Some(entry))
+    }
+
+    /// Records (or replaces) the entry for `path`.
+    pub async fn record(
+        &self,
+        path: &ArtifactPath,
+        entry: Entry,
+    ) -> Result<Arc<Entry>, ProxyError> {
+        sqlx::query(
+            "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+             ON CONFLICT (remote, path) DO UPDATE SET digest = excluded.digest, size = excluded.size, \
+             content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
+             upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
+             last_access = excluded.last_access",
+        )
+        .bind(path.remote())
+        .bind(path.path())
+        .bind(entry.digest.to_hex())
+        .bind(entry.size as i64)
+        .bind(entry.content_type.clone())
+        .bind(entry.upstream_etag.clone())
+        .bind(entry.upstream_last_modified.clone())
+        .bind(entry.fetched_at_ms)
+        .bind(entry.fetched_at_ms)
+        .execute(&self.pool)
+        .await
+        .map_err(db_error)?;
+        let entry = Arc::new(entry);
+        self.cache.insert(path.key().to_string(), entry.clone());
+        Ok(entry)
+    }
+
+    /// Marks the entry for `path` as revalidated now; returns the refreshed entry.
+    pub async fn mark_revalidated(
+        &self,
+        path: &ArtifactPath,
+        entry: &Entry,
+        now_ms: i64,
+    ) -> Result<Arc<Entry>, ProxyError> {
+        sqlx::query("UPDATE entries SET fetched_at = $1 WHERE remote = $2 AND path = $3")
+            .bind(now_ms)
+            .bind(path.remote())
+            .bind(path.path())
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        let mut fresh = entry.clone();
+        fresh.fetched_at_ms = now_ms;
+        let fresh = Arc::new(fresh);
+        self.cache.insert(path.key().to_string(), fresh.clone());
+        Ok(fresh)
+    }
+
+    /// Drops the entry for `path` (its blob is gone, or it was purged).
+    pub async fn forget(&self, path: &ArtifactPath) -> Result<(), ProxyError> {
+        self.cache.invalidate(path.key());
+        sqlx::query("DELETE FROM entries WHERE remote = $1 AND path = $2")
+            .bind(path.remote())
+            .bind(path.path())
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Whether the database answers (for readiness).
+    pub async fn ping(&self) -> bool {
+        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn db_error(e: sqlx::Error) -> ProxyError {
+    ProxyError::Metadata(e.to_string())
+}
+
+/// `sqlite://data/meta.db` → the same URL with `mode=rwc`, and its directory created.
+fn sqlite_url(url: &str) -> Result<String, sqlx::Error> {
+    let rest = url
+        .trim_start_matches("sqlite://")
+        .trim_start_matches("sqlite:");
+    let (file, query) = rest.split_once('?').unwrap_or((rest, ""));
+    if file != ":memory:" && !file.is_empty() {
+        if let Some(dir) = std::path::Path::new(file)
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+        {
+            std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
+        }
+    }
+    Ok(if query.contains("mode=") {
+        url.to_string()
+    } else if query.is_empty() {
+        format!("sqlite://{file}?mode=rwc")
+    } else {
+        format!("sqlite://{file}?{query}&mode=rwc")
+    })
+}

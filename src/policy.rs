@@ -1,0 +1,42 @@
+//! Cache policy: which paths of a remote are immutable (cached forever) and how
+//! long the rest stay fresh before they are revalidated upstream.
+
+use std::time::Duration;
+
+use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
+
+use crate::config::RemoteConfig;
+use crate::meta::Entry;
+
+#[derive(Debug)]
+pub struct CachePolicy {
+    immutable: GlobSet,
+    revalidate_after: Duration,
+}
+
+impl CachePolicy {
+    /// Patterns were checked when the config was validated; `*` crosses `/`,
+    /// so `*.deb` matches a `.deb` at any depth, and `pool/**` a whole tree.
+    pub fn new(config: &RemoteConfig) -> CachePolicy {
+        let mut set = GlobSetBuilder::new();
+        for pattern in &config.immutable {
+            let glob = GlobBuilder::new(pattern)
+                .build()
+                .expect("patterns are validated with the config");
+            set.add(glob);
+        }
+        CachePolicy {
+            immutable: set.build().expect("validated patterns build"),
+            revalidate_after: config.revalidate_after,
+        }
+    }
+
+    pub fn is_immutable(&self, path: &str) -> bool {
+        self.immutable.is_match(path)
+    }
+
+    /// Whether `entry` (cached at `path`) may be served without asking upstream.
+    pub fn is_fresh(&self, path: &str, entry: &Entry, now_ms: i64) -> bool {
+        entry.age(now_ms) < self.revalidate_after || self.is_immutable(path)
+    }
+}

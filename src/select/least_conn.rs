@@ -1,0 +1,41 @@
+//! `least_conn`: the mirror with the fewest requests in flight first.
+//!
+//! Each gauge is read once into a stack snapshot, then the order is sorted by
+//! it (insertion sort: at most 16 entries). The sort is stable over an order
+//! that starts at a rotating cursor, so equally loaded mirrors take turns
+//! instead of the first one in the list taking every tie.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use super::{AttemptOrder, Mirror, Selection, MAX_MIRRORS};
+
+#[derive(Debug, Default)]
+pub struct LeastConn {
+    cursor: AtomicUsize,
+}
+
+impl Selection for LeastConn {
+    #[inline]
+    fn order(&self, mirrors: &[Arc<Mirror>]) -> AttemptOrder {
+        let n = mirrors.len();
+        if n <= 1 {
+            return AttemptOrder::rotated(n, 0);
+        }
+        let mut loads = [0usize; MAX_MIRRORS];
+        for (load, mirror) in loads.iter_mut().zip(mirrors) {
+            *load = mirror.in_flight();
+        }
+        let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n;
+        let mut order = AttemptOrder::rotated(n, start);
+        let idx = order.as_mut_slice();
+        for i in 1..idx.len() {
+            let mut j = i;
+            while j > 0 && loads[idx[j - 1] as usize] > loads[idx[j] as usize] {
+                idx.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+        order
+    }
+}

@@ -1,0 +1,253 @@
+//! Hits, restarts, revalidation, conditional and range requests.
+
+use crate::support::proxy::get;
+use crate::support::{sha256_hex, test_bytes, MirrorServer, TestProxy};
+
+fn remote(name: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
+    let urls: Vec<String> = mirrors
+        .iter()
+        .map(|m| format!("\"{}\"", m.url("/repo")))
+        .collect();
+    format!(
+        "[[remote]]\nname = \"{name}\"\nmirrors = [{}]\n{extra}\n",
+        urls.join(", ")
+    )
+}
+
+#[tokio::test]
+async fn second_fetch_is_a_hit_with_every_mirror_stopped() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(300_000, 1);
+    mirror.put("/repo/pool/a.deb", body.clone());
+    let proxy = TestProxy::start(&remote("deb", &[&mirror], "")).await;
+    let client = reqwest::Client::new();
+
+    let (status, cache, bytes) = get(&client, &proxy.url("/deb/pool/a.deb")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+
+    mirror.stop();
+    let response = client
+        .get(proxy.url("/deb/pool/a.deb"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let headers = response.headers().clone();
+    assert_eq!(headers["x-cache-status"], "HIT");
+    assert_eq!(headers["content-length"], "300000");
+    assert_eq!(headers["content-type"], "application/x-test");
+    assert_eq!(headers["accept-ranges"], "bytes");
+    assert_eq!(
+        headers["etag"],
+        format!("\"{}\"", sha256_hex(&body)).as_str()
+    );
+    assert_eq!(headers["last-modified"], "Wed, 21 Oct 2015 07:28:00 GMT");
+    assert_eq!(
+        sha256_hex(&response.bytes().await.unwrap()),
+        sha256_hex(&body)
+    );
+    assert_eq!(mirror.hits("/repo/pool/a.deb"), 1);
+
+    // HEAD of a hit: the headers, no body.
+    let head = client
+        .head(proxy.url("/deb/pool/a.deb"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(head.status(), 200);
+    assert_eq!(head.headers()["content-length"], "300000");
+    assert!(head.bytes().await.unwrap().is_empty());
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn restart_keeps_the_cache() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(50_000, 2);
+    mirror.put("/repo/x.bin", body.clone());
+    let remotes = remote("r", &[&mirror], "immutable = [\"**\"]");
+    let dir = tempfile::tempdir().unwrap();
+    let client = reqwest::Client::new();
+
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let (_, cache, _) = get(&client, &proxy.url("/r/x.bin")).await;
+    assert_eq!(cache, "MISS");
+    proxy.stop().await;
+    mirror.stop();
+
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let (status, cache, bytes) = get(&client, &proxy.url("/r/x.bin")).await;
+    assert_eq!((status, cache.as_str()), (200, "HIT"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_row_whose_blob_is_gone_is_a_miss() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(10_000, 3);
+    mirror.put("/repo/gone.bin", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = remote("r", &[&mirror], "");
+    let client = reqwest::Client::new();
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    get(&client, &proxy.url("/r/gone.bin")).await.2.unwrap();
+    proxy.stop().await;
+
+    // Remove every blob behind the proxy's back, as a crash or an operator might.
+    std::fs::remove_dir_all(dir.path().join("store/blobs")).unwrap();
+    std::fs::create_dir_all(dir.path().join("store/blobs")).unwrap();
+
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let (status, cache, bytes) = get(&client, &proxy.url("/r/gone.bin")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+    assert_eq!(mirror.hits("/repo/gone.bin"), 2);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn temp_files_left_by_a_crash_are_removed_at_start() {
+    let mirror = MirrorServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir_all(dir.path().join("store/tmp")).unwrap();
+    std::fs::write(dir.path().join("store/tmp/999-0"), b"half a download").unwrap();
+    let proxy = TestProxy::start_in(dir.path(), &remote("r", &[&mirror], "")).await;
+    assert_eq!(proxy.temp_files(), 0);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn range_and_conditional_requests_on_a_hit() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(100_000, 4);
+    mirror.put("/repo/r.bin", body.clone());
+    let proxy = TestProxy::start(&remote("r", &[&mirror], "immutable = [\"*.bin\"]")).await;
+    let client = reqwest::Client::new();
+    let url = proxy.url("/r/r.bin");
+    get(&client, &url).await.2.unwrap();
+    proxy.settle().await;
+
+    let response = client
+        .get(&url)
+        .header("range", "bytes=10-19")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 206);
+    assert_eq!(response.headers()["content-range"], "bytes 10-19/100000");
+    assert_eq!(response.headers()["x-cache-status"], "HIT");
+    assert_eq!(&response.bytes().await.unwrap()[..], &body[10..20]);
+
+    let response = client
+        .get(&url)
+        .header("range", "bytes=-5")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 206);
+    assert_eq!(
+        &response.bytes().await.unwrap()[..],
+        &body[body.len() - 5..]
+    );
+
+    let response = client
+        .get(&url)
+        .header("range", "bytes=200000-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 416);
+    assert_eq!(response.headers()["content-range"], "bytes */100000");
+
+    let etag = format!("\"{}\"", sha256_hex(&body));
+    let response = client
+        .get(&url)
+        .header("if-none-match", &etag)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 304);
+    assert_eq!(response.headers()["etag"], etag.as_str());
+
+    let response = client
+        .get(&url)
+        .header("if-none-match", "\"other\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    let response = client
+        .get(&url)
+        .header("if-modified-since", "Wed, 21 Oct 2015 07:28:00 GMT")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 304);
+    let response = client
+        .get(&url)
+        .header("if-modified-since", "Tue, 20 Oct 2015 07:28:00 GMT")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+
+    // If-Range with a stale validator: the whole body, not a range.
+    let response = client
+        .get(&url)
+        .header("range", "bytes=0-9")
+        .header("if-range", "\"old\"")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(mirror.hits("/repo/r.bin"), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn stale_entries_are_revalidated_and_replaced_when_changed() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/repo/index.json", b"version 1".to_vec());
+    // Fresh for zero seconds: every hit is a revalidation.
+    let proxy = TestProxy::start(&remote("r", &[&mirror], "revalidate_after = \"0s\"")).await;
+    let client = reqwest::Client::new();
+    let url = proxy.url("/r/index.json");
+
+    let (_, cache, bytes) = get(&client, &url).await;
+    assert_eq!(
+        (cache.as_str(), &bytes.unwrap()[..]),
+        ("MISS", &b"version 1"[..])
+    );
+    proxy.settle().await;
+    let (status, cache, bytes) = get(&client, &url).await;
+    assert_eq!(
+        (status, cache.as_str(), &bytes.unwrap()[..]),
+        (200, "REVALIDATED", &b"version 1"[..])
+    );
+    assert_eq!(mirror.hits("/repo/index.json"), 2);
+    proxy.settle().await;
+
+    mirror.put("/repo/index.json", b"version 2".to_vec());
+    let (_, cache, bytes) = get(&client, &url).await;
+    assert_eq!(
+        (cache.as_str(), &bytes.unwrap()[..]),
+        ("MISS", &b"version 2"[..])
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn fresh_entries_are_not_revalidated() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/repo/index.json", b"v".to_vec());
+    let proxy = TestProxy::start(&remote("r", &[&mirror], "revalidate_after = \"1h\"")).await;
+    let client = reqwest::Client::new();
+    for _ in 0..5 {
+        get(&client, &proxy.url("/r/index.json")).await.2.unwrap();
+    }
+    assert_eq!(mirror.hits("/repo/index.json"), 1);
+    proxy.stop().await;
+}

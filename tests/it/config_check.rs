@@ -1,0 +1,78 @@
+//! `mirrorcache check`: exit 0 for a good config; exit 2 naming the key and line.
+
+use std::process::Command;
+
+fn check(text: &str) -> (i32, String) {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, text).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap();
+    (
+        out.status.code().unwrap(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const GOOD: &str = "[server]\nlisten = \"127.0.0.1:8080\"\n\n[[remote]]\nname = \"r\"\nmirrors = [\"http://127.0.0.1:1/x\"]\n";
+
+#[test]
+fn the_shipped_config_and_a_minimal_one_pass() {
+    assert_eq!(check(GOOD).0, 0);
+    let shipped = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/config/mirrorcache.toml"
+    ))
+    .unwrap();
+    assert_eq!(check(&shipped), (0, String::new()));
+}
+
+#[test]
+fn bad_configs_name_the_key_and_line() {
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "[server]\nlisten = \"127.0.0.1:8080\"\nlisten_backlog = 5\n",
+            &[":3:", "unknown field `listen_backlog`"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\nstrategy = \"fastest_ever\"\n",
+            &[":4:", "unknown variant `fastest_ever`"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\nrevalidate_after = \"ten minutes\"\n",
+            &[":4:", "invalid duration"],
+        ),
+        ("[storage]\nmax_size = \"lots\"\n", &[":2:", "invalid size"]),
+        ("[[remote]]\nname = \"r\"\nmirrors = []\n", &[":3:", "remote[0].mirrors", "no mirror"]),
+        (
+            "[[remote]]\nname = \"r\"\nmirrors = [\n  \"http://a/x\",\n  \"ftp://b/x\",\n]\n",
+            &[":5:", "remote[0].mirrors[1]", "http"],
+        ),
+        ("[[remote]]\nname = \"a b\"\nmirrors = [\"http://a/x\"]\n", &[":2:", "remote[0].name"]),
+        ("[server]\nlisten = \"nowhere\"\n[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\n", &[":2:", "server.listen"]),
+        ("[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\nimmutable = [\"a[\"]\n", &[":4:", "remote[0].immutable[0]"]),
+    ];
+    for (text, needles) in cases {
+        let (code, stderr) = check(text);
+        assert_eq!(code, 2, "{text}");
+        for needle in *needles {
+            assert!(
+                stderr.contains(needle),
+                "{needle:?} missing from {stderr:?} for\n{text}"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_missing_file_is_a_clear_error() {
+    let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(["check", "--config", "/nonexistent/mirrorcache.toml"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot read"));
+}

@@ -1,0 +1,10 @@
+//! The fast integration tests, built as one binary: real HTTP mirrors on
+//! 127.0.0.1 with fault switches, the real proxy, real SQLite.
+
+mod support;
+
+mod cache;
+mod config_check;
+mod failover;
+mod fanout;
+mod path_safety;

@@ -1,0 +1,233 @@
+//! A small real HTTP server playing an upstream mirror, with fault switches:
+//! down, an error status, a slow first byte, a slow body, a truncated body and
+//! a lying Content-Length. It counts every request it gets, per path.
+
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use hyper_util::rt::TokioIo;
+use hyper_util::service::TowerToHyperService;
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Fault {
+    None,
+    /// Answer every request with this status.
+    Status(u16),
+    /// Wait this long before sending the response head.
+    SlowFirstByte(Duration),
+    /// Send the body in 64 KiB pieces with this pause between them.
+    SlowBody(Duration),
+    /// Announce the full Content-Length, send this many bytes, drop the connection.
+    Truncate(usize),
+    /// Announce this many extra bytes in Content-Length, then send the real body.
+    LongerContentLength(u64),
+}
+
+struct File {
+    bytes: Bytes,
+    etag: String,
+}
+
+pub struct MirrorState {
+    files: Mutex<HashMap<String, File>>,
+    fault: Mutex<Fault>,
+    hits: Mutex<HashMap<String, usize>>,
+    total: AtomicUsize,
+}
+
+pub struct MirrorServer {
+    pub addr: SocketAddr,
+    state: Arc<MirrorState>,
+    tasks: Mutex<Option<JoinSet<()>>>,
+}
+
+impl MirrorServer {
+    pub async fn start() -> MirrorServer {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = listener.local_addr().unwrap();
+        let state = Arc::new(MirrorState {
+            files: Mutex::default(),
+            fault: Mutex::new(Fault::None),
+            hits: Mutex::default(),
+            total: AtomicUsize::new(0),
+        });
+        let router = axum::Router::new()
+            .fallback(handle)
+            .with_state(state.clone());
+        let mut tasks = JoinSet::new();
+        // Accepts inside the JoinSet too, so `stop` ends the listener and
+        // every open connection at once: the mirror is really down.
+        let conns: Arc<Mutex<JoinSet<()>>> = Arc::new(Mutex::new(JoinSet::new()));
+        tasks.spawn(async move {
+            let _conns_guard = ConnsGuard(conns.clone());
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let service = TowerToHyperService::new(router.clone());
+                conns.lock().unwrap().spawn(async move {
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        MirrorServer {
+            addr,
+            state,
+            tasks: Mutex::new(Some(tasks)),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT{prefix}`.
+    pub fn url(&self, prefix: &str) -> String {
+        format!("http://{}{}", self.addr, prefix)
+    }
+
+    /// Serves `bytes` at `path` (which starts with `/`).
+    pub fn put(&self, path: &str, bytes: impl Into<Bytes>) {
+        let bytes = bytes.into();
+        let etag = format!("\"{}\"", &super::sha256_hex(&bytes)[..16]);
+        self.state
+            .files
+            .lock()
+            .unwrap()
+            .insert(path.to_string(), File { bytes, etag });
+    }
+
+    pub fn set_fault(&self, fault: Fault) {
+        *self.state.fault.lock().unwrap() = fault;
+    }
+
+    /// Requests received for `path`.
+    pub fn hits(&self, path: &str) -> usize {
+        self.state
+            .hits
+            .lock()
+            .unwrap()
+            .get(path)
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Requests received in all.
+    pub fn total(&self) -> usize {
+        self.state.total.load(Ordering::SeqCst)
+    }
+
+    /// Closes the listener and every connection: connects are refused from now on.
+    pub fn stop(&self) {
+        if let Some(mut tasks) = self.tasks.lock().unwrap().take() {
+            tasks.abort_all();
+        }
+    }
+}
+
+impl Drop for MirrorServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+struct ConnsGuard(Arc<Mutex<JoinSet<()>>>);
+
+impl Drop for ConnsGuard {
+    fn drop(&mut self) {
+        self.0.lock().unwrap().abort_all();
+    }
+}
+
+async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: HeaderMap) -> Response {
+    let path = uri.path().to_string();
+    state.total.fetch_add(1, Ordering::SeqCst);
+    *state.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+    let fault = *state.fault.lock().unwrap();
+    if let Fault::Status(code) = fault {
+        return StatusCode::from_u16(code).unwrap().into_response();
+    }
+    if let Fault::SlowFirstByte(delay) = fault {
+        tokio::time::sleep(delay).await;
+    }
+    let (bytes, etag) = {
+        let files = state.files.lock().unwrap();
+        match files.get(&path) {
+            Some(f) => (f.bytes.clone(), f.etag.clone()),
+            None => return StatusCode::NOT_FOUND.into_response(),
+        }
+    };
+    if headers
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+        == Some(etag.as_str())
+    {
+        return Response::builder()
+            .status(304)
+            .header(header::ETAG, etag)
+            .body(Body::empty())
+            .unwrap();
+    }
+    let len = bytes.len() as u64;
+    let builder = Response::builder()
+        .header(header::ETAG, &etag)
+        .header(header::CONTENT_TYPE, "application/x-test")
+        .header(header::LAST_MODIFIED, "Wed, 21 Oct 2015 07:28:00 GMT");
+    match fault {
+        Fault::Truncate(n) => {
+            let part = bytes.slice(..n.min(bytes.len()));
+            // The pause makes sure the head and the first part are on the wire
+            // before the cut, so the cut is mid-body, not a failed connect.
+            let stream = futures_util::stream::iter(vec![Ok::<Bytes, std::io::Error>(part)]).chain(
+                futures_util::stream::once(async {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                    Err(std::io::Error::other("mirror cut the body"))
+                }),
+            );
+            builder
+                .header(header::CONTENT_LENGTH, len)
+                .body(Body::from_stream(stream))
+                .unwrap()
+        }
+        Fault::LongerContentLength(extra) => builder
+            .header(header::CONTENT_LENGTH, len + extra)
+            .body(Body::from_stream(
+                futures_util::stream::iter(vec![Ok::<Bytes, std::io::Error>(bytes)]).chain(
+                    futures_util::stream::once(async {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        Ok(Bytes::new())
+                    }),
+                ),
+            ))
+            .unwrap(),
+        Fault::SlowBody(pause) => {
+            let pieces: Vec<Bytes> = bytes
+                .chunks(64 * 1024)
+                .map(|c| bytes.slice_ref(c))
+                .collect();
+            let stream =
+                futures_util::stream::unfold(pieces.into_iter(), move |mut it| async move {
+                    let next = it.next()?;
+                    tokio::time::sleep(pause).await;
+                    Some((Ok::<Bytes, std::io::Error>(next), it))
+                });
+            builder
+                .header(header::CONTENT_LENGTH, len)
+                .body(Body::from_stream(stream))
+                .unwrap()
+        }
+        _ => builder
+            .header(header::CONTENT_LENGTH, len)
+            .body(Body::from(bytes))
+            .unwrap(),
+    }
+}

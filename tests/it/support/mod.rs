@@ -1,0 +1,26 @@
+//! Test fixtures: upstream mirrors with fault switches, and a proxy on a temp dir.
+
+pub mod mirror;
+pub mod proxy;
+
+pub use mirror::{Fault, MirrorServer};
+pub use proxy::TestProxy;
+
+use sha2::{Digest, Sha256};
+
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    hex::encode(Sha256::digest(bytes))
+}
+
+/// Deterministic pseudo-random bytes (so a truncated copy cannot look right).
+pub fn test_bytes(len: usize, seed: u64) -> Vec<u8> {
+    let mut x = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    (0..len)
+        .map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x as u8
+        })
+        .collect()
+}

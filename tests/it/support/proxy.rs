@@ -1,0 +1,80 @@
+//! The proxy under test, in-process, on an ephemeral port and a temp dir.
+
+use std::path::{Path, PathBuf};
+
+use mirrorcache::config::Config;
+use mirrorcache::server::Running;
+
+pub struct TestProxy {
+    pub running: Running,
+    pub base: String,
+    pub dir: PathBuf,
+    _tempdir: Option<tempfile::TempDir>,
+}
+
+/// The config text of a proxy on `127.0.0.1:0` keeping its state in `dir`.
+pub fn config_text(dir: &Path, remotes: &str) -> String {
+    format!(
+        "[server]\nlisten = \"127.0.0.1:0\"\n\n[storage]\npath = \"{dir}/store\"\n\n[metadata]\nurl = \"sqlite://{dir}/meta.db\"\n\n{remotes}\n",
+        dir = dir.display()
+    )
+}
+
+impl TestProxy {
+    /// Starts a proxy with these `[[remote]]` tables, in a fresh temp dir.
+    pub async fn start(remotes: &str) -> TestProxy {
+        let tempdir = tempfile::tempdir().unwrap();
+        let mut proxy = TestProxy::start_in(tempdir.path(), remotes).await;
+        proxy._tempdir = Some(tempdir);
+        proxy
+    }
+
+    /// Starts a proxy keeping its state in `dir` (to test restarts).
+    pub async fn start_in(dir: &Path, remotes: &str) -> TestProxy {
+        let config = Config::parse(&config_text(dir, remotes), "test.toml").unwrap();
+        let running = Running::start(&config).await.unwrap();
+        let base = format!("http://{}", running.local_addr);
+        TestProxy {
+            running,
+            base,
+            dir: dir.to_path_buf(),
+            _tempdir: None,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    /// Waits until no fill is in progress (the last miss is committed).
+    pub async fn settle(&self) {
+        self.running.proxy.fills.wait_idle().await;
+    }
+
+    /// Files in the store's temp dir (fills in progress or left behind).
+    pub fn temp_files(&self) -> usize {
+        std::fs::read_dir(self.dir.join("store/tmp"))
+            .map(|d| d.count())
+            .unwrap_or(0)
+    }
+
+    pub async fn stop(self) -> Option<tempfile::TempDir> {
+        self.running.shutdown().await;
+        self._tempdir
+    }
+}
+
+/// Fetches `url`, returning status, X-Cache-Status and the body (or the body error).
+pub async fn get(
+    client: &reqwest::Client,
+    url: &str,
+) -> (u16, String, Result<bytes::Bytes, reqwest::Error>) {
+    let response = client.get(url).send().await.unwrap();
+    let status = response.status().as_u16();
+    let cache = response
+        .headers()
+        .get("x-cache-status")
+        .map(|v| v.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    (status, cache, response.bytes().await)
+}
