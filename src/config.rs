@@ -60,6 +60,7 @@ pub enum Strategy {
     Single,
     RoundRobin,
     LeastConn,
+    Fastest,
 }
 
 #[derive(Debug, Clone)]
@@ -69,6 +70,8 @@ pub struct RemoteConfig {
     /// Mirror base URLs, without a trailing slash.
     pub mirrors: Vec<Url>,
     pub strategy: Strategy,
+    /// `fastest`: how quickly old first-byte latency observations fade.
+    pub latency_decay: Duration,
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
@@ -215,6 +218,8 @@ struct RawRemote {
     mirrors: Spanned<Vec<Spanned<String>>>,
     #[serde(default = "default_strategy")]
     strategy: Strategy,
+    #[serde(default = "default_latency_decay")]
+    latency_decay: HumanDuration,
     #[serde(default = "default_connect_timeout")]
     connect_timeout: HumanDuration,
     #[serde(default = "default_first_byte_timeout")]
@@ -233,6 +238,9 @@ fn default_kind() -> Spanned<String> {
 }
 fn default_strategy() -> Strategy {
     Strategy::Single
+}
+fn default_latency_decay() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
 }
 fn default_connect_timeout() -> HumanDuration {
     HumanDuration(Duration::from_secs(5))
@@ -478,6 +486,7 @@ impl Validator<'_> {
             kind,
             mirrors,
             strategy: raw.strategy,
+            latency_decay: raw.latency_decay.0,
             connect_timeout: raw.connect_timeout.0,
             first_byte_timeout: raw.first_byte_timeout.0,
             idle_timeout: raw.idle_timeout.0,

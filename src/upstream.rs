@@ -10,7 +10,7 @@ use reqwest::redirect;
 use crate::config::RemoteConfig;
 use crate::error::{AttemptError, ProxyError};
 use crate::remote::Remote;
-use crate::select::{InflightGuard, Mirror, Selection};
+use crate::select::{InflightGuard, Mirror};
 
 /// Hops a redirect chain may take (each to one of the remote's own hosts).
 const MAX_REDIRECTS: usize = 5;
@@ -85,7 +85,7 @@ pub async fn fetch<'r>(
     path: &str,
     validators: Validators<'_>,
 ) -> Result<Fetched<'r>, ProxyError> {
-    let order = remote.selector.order(&remote.mirrors);
+    let order = remote.selector.order_accepting(&remote.mirrors, |_| true);
     let mut attempts = 0;
     let mut not_found: Option<u16> = None;
     let mut n_not_found = 0;

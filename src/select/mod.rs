@@ -166,6 +166,27 @@ pub trait Selection {
     fn order(&self, mirrors: &[Arc<Mirror>]) -> AttemptOrder;
 }
 
+impl AttemptOrder {
+    /// Keeps only the mirrors `accept` takes, in order, unless it takes none:
+    /// then every mirror stays (a remote whose mirrors are all ejected still
+    /// tries them rather than failing without a request).
+    pub fn retain_or_keep_all(&mut self, accept: impl Fn(usize) -> bool) {
+        let mut kept = [0u8; MAX_MIRRORS];
+        let mut n = 0;
+        for &i in self.as_slice() {
+            if accept(i as usize) {
+                kept[n] = i;
+                n += 1;
+            }
+        }
+        if n > 0 {
+            self.idx = kept;
+            self.len = n as u8;
+            self.pos = 0;
+        }
+    }
+}
+
 /// The configured strategy of one remote.
 #[derive(Debug)]
 pub enum Selector {
@@ -180,7 +201,18 @@ impl Selector {
             Strategy::Single => Selector::Single(Single),
             Strategy::RoundRobin => Selector::RoundRobin(RoundRobin::default()),
             Strategy::LeastConn => Selector::LeastConn(LeastConn::default()),
+            // TODO(fastest): its own strategy file; least_conn until then.
+            Strategy::Fastest => Selector::LeastConn(LeastConn::default()),
         }
+    }
+
+    /// The attempt order, skipping mirrors `accept` refuses (ejected ones)
+    /// unless it refuses them all.
+    #[inline]
+    pub fn order_accepting(&self, mirrors: &[Arc<Mirror>], accept: impl Fn(usize) -> bool) -> AttemptOrder {
+        let mut order = self.order(mirrors);
+        order.retain_or_keep_all(accept);
+        order
     }
 }
 
