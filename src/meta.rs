@@ -95,11 +95,19 @@ fn migrator() -> Migrator {
     }
 }
 
+/// The in-memory cache of entries in front of the database, keyed by
+/// `remote/path`. Holds only positive entries: a miss goes to the fill, which
+/// costs far more than the query it would save.
+pub type EntryCache = moka::sync::Cache<String, Arc<Entry>>;
+
+/// The entry cache as the hit path builds it (also used by `benches/cache_ops.rs`).
+pub fn entry_cache(max_entries: u64) -> EntryCache {
+    moka::sync::Cache::new(max_entries)
+}
+
 pub struct MetadataStore {
     pool: AnyPool,
-    /// Keyed by `remote/path`. Holds only positive entries: a miss goes to the
-    /// fill, which costs far more than the query it would save.
-    cache: moka::sync::Cache<String, Arc<Entry>>,
+    cache: EntryCache,
 }
 
 type EntryRow = (
@@ -149,7 +157,7 @@ impl MetadataStore {
         migrator().run(&pool).await?;
         Ok(MetadataStore {
             pool,
-            cache: moka::sync::Cache::new(cache_entries),
+            cache: entry_cache(cache_entries),
         })
     }
 
