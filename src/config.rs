@@ -18,6 +18,7 @@ pub const MAX_MIRRORS: usize = 16;
 #[derive(Debug, Clone)]
 pub struct Config {
     pub server: ServerConfig,
+    pub log: LogConfig,
     pub storage: StorageConfig,
     pub metadata: MetadataConfig,
     pub remotes: Vec<RemoteConfig>,
@@ -34,6 +35,20 @@ pub struct ServerConfig {
     /// A client must finish sending its request head within this (slow-loris bound).
     pub header_read_timeout: Duration,
     pub max_connections: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter (`info`, `mirrorcache=debug,warn`); `RUST_LOG` overrides it.
+    pub level: String,
 }
 
 #[derive(Debug, Clone)]
@@ -79,6 +94,53 @@ pub struct RemoteConfig {
     pub max_attempts: usize,
     pub immutable: Vec<String>,
     pub revalidate_after: Duration,
+    /// When every mirror fails, a cached copy up to this old is served (`STALE`).
+    pub max_stale: Duration,
+    /// How long a 404 from every mirror is answered from memory.
+    pub negative_ttl: Duration,
+    /// Upstream bodies larger than this are refused (502) and never cached.
+    pub max_body_size: u64,
+    /// Requests one mirror may have in flight from this proxy; `None` = no limit.
+    pub mirror_max_in_flight: Option<usize>,
+    pub health: HealthConfig,
+    pub auth: UpstreamAuth,
+}
+
+/// Passive (and optional active) health checking of a remote's mirrors.
+#[derive(Debug, Clone)]
+pub struct HealthConfig {
+    /// Consecutive failures that eject a mirror.
+    pub eject_after: u32,
+    /// First ejection's length; each repeat doubles it, up to `cooldown_max`.
+    pub cooldown: Duration,
+    pub cooldown_max: Duration,
+    /// Active probe: `GET {mirror}/{probe_path}` every `probe_interval`.
+    pub probe_path: Option<String>,
+    pub probe_interval: Duration,
+}
+
+/// A value that must never be printed: `Debug` shows `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Credentials sent to a remote's mirrors (and to no other host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamAuth {
+    None,
+    Basic { username: String, password: Secret },
+    Bearer(Secret),
 }
 
 /// A configuration error: where (file, line) and which key, then what is wrong.
@@ -149,6 +211,8 @@ struct RawConfig {
     storage: RawStorage,
     #[serde(default)]
     metadata: RawMetadata,
+    #[serde(default)]
+    log: RawLog,
     #[serde(default, rename = "remote")]
     remotes: Vec<Spanned<RawRemote>>,
 }
@@ -173,6 +237,22 @@ impl Default for RawServer {
             shutdown_timeout: HumanDuration(Duration::from_secs(10)),
             header_read_timeout: HumanDuration(Duration::from_secs(10)),
             max_connections: 4096,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+struct RawLog {
+    format: LogFormat,
+    level: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            format: LogFormat::Text,
+            level: "info".to_string(),
         }
     }
 }
@@ -231,6 +311,50 @@ struct RawRemote {
     immutable: Vec<Spanned<String>>,
     #[serde(default = "default_revalidate_after")]
     revalidate_after: HumanDuration,
+    #[serde(default = "default_max_stale")]
+    max_stale: HumanDuration,
+    #[serde(default = "default_negative_ttl")]
+    negative_ttl: HumanDuration,
+    #[serde(default = "default_max_body_size")]
+    max_body_size: HumanSize,
+    #[serde(default)]
+    mirror_max_in_flight: usize,
+    #[serde(default = "default_eject_after")]
+    eject_after: u32,
+    #[serde(default = "default_eject_cooldown")]
+    eject_cooldown: HumanDuration,
+    #[serde(default = "default_eject_cooldown_max")]
+    eject_cooldown_max: HumanDuration,
+    probe_path: Option<String>,
+    #[serde(default = "default_probe_interval")]
+    probe_interval: HumanDuration,
+    username: Option<String>,
+    password: Option<Spanned<String>>,
+    password_env: Option<Spanned<String>>,
+    bearer_token: Option<Spanned<String>>,
+    bearer_token_env: Option<Spanned<String>>,
+}
+
+fn default_max_stale() -> HumanDuration {
+    HumanDuration(Duration::from_secs(7 * 24 * 3600))
+}
+fn default_negative_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+fn default_max_body_size() -> HumanSize {
+    HumanSize(8 * 1024 * 1024 * 1024)
+}
+fn default_eject_after() -> u32 {
+    3
+}
+fn default_eject_cooldown() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+fn default_eject_cooldown_max() -> HumanDuration {
+    HumanDuration(Duration::from_secs(300))
+}
+fn default_probe_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
 }
 
 fn default_kind() -> Spanned<String> {
@@ -339,6 +463,10 @@ impl Validator<'_> {
         }
         Ok(Config {
             server,
+            log: LogConfig {
+                format: raw.log.format,
+                level: raw.log.level,
+            },
             storage: StorageConfig {
                 path: raw.storage.path,
                 max_size: raw.storage.max_size.0,
@@ -389,6 +517,7 @@ impl Validator<'_> {
     }
 
     fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
+        let auth = self.auth(i, &raw)?;
         let name = raw.name.get_ref().clone();
         let name_ok = !name.is_empty()
             && name != "-"
@@ -493,6 +622,71 @@ impl Validator<'_> {
             max_attempts,
             immutable,
             revalidate_after: raw.revalidate_after.0,
+            max_stale: raw.max_stale.0,
+            negative_ttl: raw.negative_ttl.0,
+            max_body_size: raw.max_body_size.0,
+            mirror_max_in_flight: (raw.mirror_max_in_flight > 0)
+                .then_some(raw.mirror_max_in_flight),
+            health: HealthConfig {
+                eject_after: raw.eject_after.max(1),
+                cooldown: raw.eject_cooldown.0,
+                cooldown_max: raw.eject_cooldown_max.0.max(raw.eject_cooldown.0),
+                probe_path: raw
+                    .probe_path
+                    .map(|p| p.trim_start_matches('/').to_string()),
+                probe_interval: raw.probe_interval.0,
+            },
+            auth,
         })
+    }
+
+    /// A secret given inline (`key`) or by environment variable (`key_env`), not both.
+    fn secret(
+        &self,
+        i: usize,
+        key: &str,
+        inline: &Option<Spanned<String>>,
+        env: &Option<Spanned<String>>,
+    ) -> Result<Option<Secret>, ConfigError> {
+        match (inline, env) {
+            (Some(_), Some(e)) => self.error(
+                format!("remote[{i}].{key}_env"),
+                e.span(),
+                format!("give `{key}` or `{key}_env`, not both"),
+            ),
+            (Some(v), None) => Ok(Some(Secret(v.get_ref().clone()))),
+            (None, Some(e)) => match std::env::var(e.get_ref()) {
+                Ok(v) => Ok(Some(Secret(v))),
+                Err(_) => self.error(
+                    format!("remote[{i}].{key}_env"),
+                    e.span(),
+                    format!("environment variable {} is not set", e.get_ref()),
+                ),
+            },
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn auth(&self, i: usize, raw: &RawRemote) -> Result<UpstreamAuth, ConfigError> {
+        let password = self.secret(i, "password", &raw.password, &raw.password_env)?;
+        let token = self.secret(i, "bearer_token", &raw.bearer_token, &raw.bearer_token_env)?;
+        match (&raw.username, password, token) {
+            (Some(_), _, Some(_)) => self.error(
+                format!("remote[{i}].bearer_token"),
+                0..0,
+                "give basic credentials (username) or a bearer token, not both",
+            ),
+            (Some(username), password, None) => Ok(UpstreamAuth::Basic {
+                username: username.clone(),
+                password: password.unwrap_or(Secret(String::new())),
+            }),
+            (None, Some(_), _) => self.error(
+                format!("remote[{i}].username"),
+                0..0,
+                "a password needs a username",
+            ),
+            (None, None, Some(token)) => Ok(UpstreamAuth::Bearer(token)),
+            (None, None, None) => Ok(UpstreamAuth::None),
+        }
     }
 }

@@ -54,6 +54,10 @@ pub enum ProxyError {
     NotFound { status: u16 },
     #[error("every mirror failed ({attempts} attempts); last: {last}")]
     MirrorsFailed { attempts: usize, last: AttemptError },
+    #[error("every mirror is at its in-flight limit or on probation")]
+    MirrorsBusy,
+    #[error("upstream body of {size} bytes exceeds the limit of {limit}")]
+    TooLarge { size: u64, limit: u64 },
     #[error("upstream body broke off: {0}")]
     UpstreamBody(String),
     #[error("store: {0}")]
@@ -70,6 +74,8 @@ impl ProxyError {
             | ProxyError::MethodNotAllowed => Side::Downstream,
             ProxyError::NotFound { .. }
             | ProxyError::MirrorsFailed { .. }
+            | ProxyError::MirrorsBusy
+            | ProxyError::TooLarge { .. }
             | ProxyError::UpstreamBody(_) => Side::Upstream,
             ProxyError::Store(_) | ProxyError::Metadata(_) => Side::Internal,
         }
@@ -78,7 +84,10 @@ impl ProxyError {
     /// Whether the client may usefully retry the same request later.
     pub fn retryable(&self) -> bool {
         matches!(self.side(), Side::Upstream | Side::Internal)
-            && !matches!(self, ProxyError::NotFound { .. })
+            && !matches!(
+                self,
+                ProxyError::NotFound { .. } | ProxyError::TooLarge { .. }
+            )
     }
 
     /// The one mapping from error causes to HTTP statuses.
@@ -93,9 +102,10 @@ impl ProxyError {
             ProxyError::MirrorsFailed { last, .. } if last.is_timeout() => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            ProxyError::MirrorsFailed { .. } | ProxyError::UpstreamBody(_) => {
-                StatusCode::BAD_GATEWAY
-            }
+            ProxyError::MirrorsBusy => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::MirrorsFailed { .. }
+            | ProxyError::TooLarge { .. }
+            | ProxyError::UpstreamBody(_) => StatusCode::BAD_GATEWAY,
             ProxyError::Store(_) | ProxyError::Metadata(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -125,6 +135,11 @@ impl IntoResponse for ProxyError {
             response
                 .headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        if status == StatusCode::SERVICE_UNAVAILABLE {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }

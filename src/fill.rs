@@ -18,6 +18,7 @@ use std::fs::File;
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::Stream;
@@ -64,6 +65,13 @@ pub enum FillState {
     },
     /// Revalidation answered 304: serve this (refreshed) cached entry.
     Revalidated(Arc<Entry>),
+    /// The body cannot be cached (larger than the store, or the disk is
+    /// full): it is streamed through. The first reader takes the upstream
+    /// response from `response`; any other reader fetches its own.
+    Bypass {
+        head: Arc<Head>,
+        response: Arc<Mutex<Option<reqwest::Response>>>,
+    },
     /// The fill failed; before the head this is the client's error response,
     /// after it the readers' bodies end in an error.
     Failed(ProxyError),
@@ -91,10 +99,12 @@ impl FillRegistry {
     ) -> (watch::Receiver<FillState>, bool) {
         let mut fills = self.fills.lock().expect("fill registry poisoned");
         if let Some(rx) = fills.get(path.key()) {
+            proxy.metrics.coalesced_waiters.inc();
             return (rx.clone(), false);
         }
         let (tx, rx) = watch::channel(FillState::Connecting);
         fills.insert(path.key().to_string(), rx.clone());
+        proxy.metrics.fills_in_progress.set(fills.len() as i64);
         drop(fills);
         tokio::spawn(run(proxy.clone(), remote.clone(), path.clone(), stale, tx));
         (rx, true)
@@ -120,12 +130,13 @@ impl FillRegistry {
         }
     }
 
-    fn finish(&self, key: &str) {
+    fn finish(&self, key: &str) -> usize {
         let mut fills = self.fills.lock().expect("fill registry poisoned");
         fills.remove(key);
         if fills.is_empty() {
             self.idle.notify_waiters();
         }
+        fills.len()
     }
 }
 
@@ -138,9 +149,13 @@ async fn run(
 ) {
     if let Err(error) = fill(&proxy, &remote, &path, stale.as_deref(), &tx).await {
         tracing::debug!(key = path.key(), %error, "fill failed");
+        if let ProxyError::NotFound { status } = error {
+            proxy.meta.remember_absent(&path, status, now_ms());
+        }
         tx.send_replace(FillState::Failed(error));
     }
-    proxy.fills.finish(path.key());
+    let left = proxy.fills.finish(path.key());
+    proxy.metrics.fills_in_progress.set(left as i64);
 }
 
 async fn fill(
@@ -156,7 +171,7 @@ async fn fill(
             last_modified: e.upstream_last_modified.as_deref(),
         })
         .unwrap_or_default();
-    let (mut response, mirror, guard) =
+    let (mut response, mirror_idx, mirror, guard) =
         match upstream::fetch(remote, path.path(), validators).await? {
             Fetched::NotModified { mirror } => {
                 let entry = stale.expect("a 304 is only accepted when validators were sent");
@@ -167,10 +182,12 @@ async fn fill(
             }
             Fetched::Body {
                 response,
+                mirror_idx,
                 mirror,
                 guard,
-            } => (response, mirror, guard),
+            } => (response, mirror_idx, mirror, guard),
         };
+    proxy.meta.forget_absent(path);
 
     let header = |name: axum::http::HeaderName| {
         response
@@ -186,9 +203,41 @@ async fn fill(
         content_length: response.content_length(),
         mirror: mirror.base().to_string(),
     });
+    let max_body = remote.config.max_body_size;
+    if let Some(len) = head.content_length.filter(|&len| len > max_body) {
+        return Err(ProxyError::TooLarge {
+            size: len,
+            limit: max_body,
+        });
+    }
 
-    let temp = proxy.store_blocking(|store| store.create_temp()).await?;
-    let temp = Arc::new(temp);
+    // A body that cannot fit the store, or a disk that cannot hold it, is
+    // streamed through uncached: the client still gets its bytes.
+    let announced = head.content_length.unwrap_or(0);
+    let temp = if announced > proxy.max_store_size() {
+        Err(format!("{announced} bytes is more than storage.max_size"))
+    } else {
+        proxy
+            .store_blocking(move |store| {
+                let temp = store.create_temp()?;
+                temp.reserve(announced)?;
+                Ok(temp)
+            })
+            .await
+            .map_err(|e| e.to_string())
+    };
+    let temp = match temp {
+        Ok(temp) => Arc::new(temp),
+        Err(reason) => {
+            tracing::warn!(key = path.key(), %reason, "not caching; streaming through");
+            drop(guard);
+            tx.send_replace(FillState::Bypass {
+                head,
+                response: Arc::new(Mutex::new(Some(response))),
+            });
+            return Ok(());
+        }
+    };
     let file = temp.reader();
     tx.send_replace(FillState::Streaming {
         head: head.clone(),
@@ -199,18 +248,27 @@ async fn fill(
     let mut hasher = Sha256::new();
     let mut written: u64 = 0;
     loop {
-        let chunk = match tokio::time::timeout(remote.idle_timeout, response.chunk()).await {
+        let chunk = match tokio::time::timeout(remote.config.idle_timeout, response.chunk()).await {
             Err(_) => {
-                return Err(ProxyError::UpstreamBody(format!(
-                    "no data for {:?}",
-                    remote.idle_timeout
-                )))
+                let error = format!("no data for {:?}", remote.config.idle_timeout);
+                upstream::record_failure(remote, mirror_idx, &error);
+                return Err(ProxyError::UpstreamBody(error));
             }
-            Ok(Err(e)) => return Err(ProxyError::UpstreamBody(e.without_url().to_string())),
+            Ok(Err(e)) => {
+                let error = e.without_url().to_string();
+                upstream::record_failure(remote, mirror_idx, &error);
+                return Err(ProxyError::UpstreamBody(error));
+            }
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => chunk,
         };
         let n = chunk.len() as u64;
+        if written + n > max_body {
+            return Err(ProxyError::TooLarge {
+                size: written + n,
+                limit: max_body,
+            });
+        }
         let writer = temp.clone();
         // Hash and write off the async threads: both are CPU or disk work.
         hasher = tokio::task::spawn_blocking(move || -> io::Result<Sha256> {
@@ -265,7 +323,28 @@ async fn fill(
         .await?;
     proxy.meta.record(path, entry).await?;
     tracing::debug!(key = path.key(), ?digest, bytes = written, "filled");
+    if let Some(old) = stale.filter(|old| old.digest != digest) {
+        // The entry was replaced: its old blob may now be unreferenced.
+        proxy.release_blob(&old.digest).await;
+    }
+    proxy.evictor.wake_if_over(proxy.store.size());
     Ok(())
+}
+
+/// Streams an uncached upstream body to one client, with the idle timeout.
+pub fn passthrough(
+    response: reqwest::Response,
+    idle: Duration,
+) -> impl Stream<Item = io::Result<Bytes>> + Send {
+    futures_util::stream::unfold(Some(response), move |response| async move {
+        let mut response = response?;
+        match tokio::time::timeout(idle, response.chunk()).await {
+            Ok(Ok(Some(chunk))) => Some((Ok(chunk), Some(response))),
+            Ok(Ok(None)) => None,
+            Ok(Err(e)) => Some((Err(io::Error::other(e.without_url())), None)),
+            Err(_) => Some((Err(io::Error::other("upstream stalled")), None)),
+        }
+    })
 }
 
 /// A reader's view of a fill: the body bytes from `file`, as far as the fill
@@ -306,7 +385,7 @@ pub fn body(
                 FillState::Streaming { .. } => Step::Wait,
                 FillState::Complete { entry, .. } if entry.size > pos => Step::Read(entry.size),
                 FillState::Complete { .. } => Step::Done,
-                FillState::Connecting | FillState::Revalidated(_) => {
+                FillState::Connecting | FillState::Revalidated(_) | FillState::Bypass { .. } => {
                     Step::Fail("fill has no body".into())
                 }
             };

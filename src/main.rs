@@ -1,10 +1,10 @@
-//! The `mirrorcache` command: `serve` and `check`.
+//! The `mirrorcache` command: `serve`, `check`, `verify`.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use mirrorcache::config::Config;
+use mirrorcache::config::{Config, LogConfig, LogFormat};
 use mirrorcache::server::Running;
 
 #[derive(Parser)]
@@ -20,7 +20,7 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the proxy.
+    /// Run the proxy. SIGHUP reloads the config; SIGINT/SIGTERM stop it gracefully.
     Serve {
         /// The config file.
         #[arg(
@@ -39,35 +39,52 @@ enum Command {
         )]
         config: PathBuf,
     },
+    /// Re-hash every cached blob; report corrupt, missing and unreferenced ones.
+    /// Exit 0 when clean (or cleaned with --remove), 1 when problems remain.
+    Verify {
+        #[arg(
+            long,
+            env = "MIRRORCACHE_CONFIG",
+            default_value = "config/mirrorcache.toml"
+        )]
+        config: PathBuf,
+        /// Delete what is found: corrupt and unreferenced blobs, and the rows
+        /// of corrupt or missing ones.
+        #[arg(long)]
+        remove: bool,
+    },
+}
+
+fn load(path: &Path) -> Result<Config, ExitCode> {
+    Config::load(path).map_err(|e| {
+        eprintln!("error: {e}");
+        ExitCode::from(2)
+    })
+}
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .expect("tokio runtime")
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
-    match cli.command {
-        Command::Check { config } => match Config::load(&config) {
+    match Cli::parse().command {
+        Command::Check { config: path } => match load(&path) {
             Ok(c) => {
-                println!("{}: ok ({} remotes)", config.display(), c.remotes.len());
+                println!("{}: ok ({} remotes)", path.display(), c.remotes.len());
                 ExitCode::SUCCESS
             }
-            Err(e) => {
-                eprintln!("error: {e}");
-                ExitCode::from(2)
-            }
+            Err(code) => code,
         },
-        Command::Serve { config } => {
-            let config = match Config::load(&config) {
+        Command::Serve { config: path } => {
+            let config = match load(&path) {
                 Ok(c) => c,
-                Err(e) => {
-                    eprintln!("error: {e}");
-                    return ExitCode::from(2);
-                }
+                Err(code) => return code,
             };
-            init_logging();
-            let runtime = tokio::runtime::Builder::new_multi_thread()
-                .enable_all()
-                .build()
-                .expect("tokio runtime");
-            match runtime.block_on(serve(config)) {
+            init_logging(&config.log);
+            match runtime().block_on(serve(config, &path)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");
@@ -75,31 +92,65 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Command::Verify {
+            config: path,
+            remove,
+        } => {
+            let config = match load(&path) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            match runtime().block_on(mirrorcache::verify::run(&config, remove)) {
+                Ok(report) => {
+                    println!("{report}");
+                    if report.is_clean() || report.removed {
+                        ExitCode::SUCCESS
+                    } else {
+                        ExitCode::FAILURE
+                    }
+                }
+                Err(e) => {
+                    eprintln!("error: {e:#}");
+                    ExitCode::from(2)
+                }
+            }
+        }
     }
 }
 
-async fn serve(config: Config) -> anyhow::Result<()> {
+async fn serve(config: Config, path: &Path) -> anyhow::Result<()> {
+    use tokio::signal::unix::{signal, SignalKind};
     let running = Running::start(&config).await?;
-    shutdown_signal().await;
+    let mut term = signal(SignalKind::terminate())?;
+    let mut hup = signal(SignalKind::hangup())?;
+    loop {
+        tokio::select! {
+            _ = tokio::signal::ctrl_c() => break,
+            _ = term.recv() => break,
+            _ = hup.recv() => match Config::load(path) {
+                Ok(new) => {
+                    if let Err(error) = running.proxy.reload(&new) {
+                        tracing::error!(error = format!("{error:#}"), "reload failed; keeping the running config");
+                    }
+                }
+                Err(error) => tracing::error!(%error, "new config refused; keeping the running config"),
+            },
+        }
+    }
     tracing::info!("shutting down");
     running.shutdown().await;
     Ok(())
 }
 
-fn init_logging() {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    tracing_subscriber::fmt()
+fn init_logging(config: &LogConfig) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.level));
+    let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .init();
-}
-
-async fn shutdown_signal() {
-    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-        .expect("SIGTERM handler");
-    tokio::select! {
-        _ = tokio::signal::ctrl_c() => {}
-        _ = term.recv() => {}
+        .with_writer(std::io::stderr);
+    match config.format {
+        LogFormat::Text => builder.init(),
+        LogFormat::Json => builder.json().init(),
     }
 }

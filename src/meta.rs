@@ -9,6 +9,7 @@
 //! and applied at start-up by sqlx's migrator.
 
 use std::borrow::Cow;
+use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -22,7 +23,7 @@ use crate::path::ArtifactPath;
 use crate::store::Digest;
 
 /// One cached artifact as the hit path needs it, header values prepared once.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub struct Entry {
     pub digest: Digest,
     pub size: u64,
@@ -36,6 +37,29 @@ pub struct Entry {
     pub etag: HeaderValue,
     pub last_modified: HeaderValue,
     pub last_modified_time: SystemTime,
+    /// Last hit (unix ms), kept in memory and written to the database in
+    /// batches by the evictor: a hit never writes to the database.
+    last_access_ms: AtomicI64,
+    /// The `last_access_ms` the database has.
+    flushed_access_ms: AtomicI64,
+}
+
+impl Clone for Entry {
+    fn clone(&self) -> Entry {
+        Entry {
+            digest: self.digest,
+            size: self.size,
+            content_type: self.content_type.clone(),
+            upstream_etag: self.upstream_etag.clone(),
+            upstream_last_modified: self.upstream_last_modified.clone(),
+            fetched_at_ms: self.fetched_at_ms,
+            etag: self.etag.clone(),
+            last_modified: self.last_modified.clone(),
+            last_modified_time: self.last_modified_time,
+            last_access_ms: AtomicI64::new(self.last_access_ms.load(Ordering::Relaxed)),
+            flushed_access_ms: AtomicI64::new(self.flushed_access_ms.load(Ordering::Relaxed)),
+        }
+    }
 }
 
 impl Entry {
@@ -65,6 +89,16 @@ impl Entry {
             etag,
             last_modified,
             last_modified_time,
+            last_access_ms: AtomicI64::new(fetched_at_ms),
+            flushed_access_ms: AtomicI64::new(fetched_at_ms),
+        }
+    }
+
+    /// Notes a hit. At most one store per second per entry, so hot entries
+    /// do not bounce a cache line between cores.
+    pub fn touch(&self, now_ms: i64) {
+        if now_ms - self.last_access_ms.load(Ordering::Relaxed) >= 1000 {
+            self.last_access_ms.store(now_ms, Ordering::Relaxed);
         }
     }
 
@@ -105,9 +139,22 @@ pub fn entry_cache(max_entries: u64) -> EntryCache {
     moka::sync::Cache::new(max_entries)
 }
 
+/// What every mirror answered last time a path was not found: (status, unix ms).
+pub type NegativeCache = moka::sync::Cache<String, (u16, i64)>;
+
 pub struct MetadataStore {
     pool: AnyPool,
     cache: EntryCache,
+    negative: NegativeCache,
+}
+
+/// One row, as maintenance (eviction, verify, purge) sees it.
+#[derive(Debug, Clone)]
+pub struct Row {
+    pub remote: String,
+    pub path: String,
+    pub digest: String,
+    pub size: u64,
 }
 
 type EntryRow = (
@@ -158,6 +205,12 @@ impl MetadataStore {
         Ok(MetadataStore {
             pool,
             cache: entry_cache(cache_entries),
+            // Kept a day at most: long enough to answer a known 404 while every
+            // mirror is down, short enough not to matter for memory.
+            negative: moka::sync::Cache::builder()
+                .max_capacity(cache_entries)
+                .time_to_live(Duration::from_secs(24 * 3600))
+                .build(),
         })
     }
 
@@ -259,6 +312,137 @@ impl MetadataStore {
             .await
             .map_err(db_error)?;
         Ok(())
+    }
+
+    /// Remembers that every mirror answered `status` (404/410) for `path` now.
+    pub fn remember_absent(&self, path: &ArtifactPath, status: u16, now_ms: i64) {
+        self.negative
+            .insert(path.key().to_string(), (status, now_ms));
+    }
+
+    /// The last "not found" answer for `path`, if one is remembered: (status, unix ms).
+    pub fn absent(&self, path: &ArtifactPath) -> Option<(u16, i64)> {
+        self.negative.get(path.key())
+    }
+
+    pub fn forget_absent(&self, path: &ArtifactPath) {
+        self.negative.invalidate(path.key());
+    }
+
+    /// Writes the access times of hot entries touched since the last flush,
+    /// in one transaction. Returns how many rows it updated.
+    pub async fn flush_access_times(&self) -> Result<usize, ProxyError> {
+        let mut touched = Vec::new();
+        for (key, entry) in self.cache.iter() {
+            let last = entry.last_access_ms.load(Ordering::Relaxed);
+            if last > entry.flushed_access_ms.load(Ordering::Relaxed) {
+                touched.push((key, entry, last));
+            }
+        }
+        if touched.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.pool.begin().await.map_err(db_error)?;
+        for (key, _, last) in &touched {
+            let (remote, path) = key.split_once('/').unwrap_or((key.as_str(), ""));
+            sqlx::query("UPDATE entries SET last_access = $1 WHERE remote = $2 AND path = $3")
+                .bind(*last)
+                .bind(remote)
+                .bind(path)
+                .execute(&mut *tx)
+                .await
+                .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        for (_, entry, last) in &touched {
+            entry.flushed_access_ms.store(*last, Ordering::Relaxed);
+        }
+        Ok(touched.len())
+    }
+
+    /// The least recently used rows, oldest first.
+    pub async fn least_recently_used(&self, limit: i64) -> Result<Vec<Row>, ProxyError> {
+        self.rows(
+            "SELECT remote, path, digest, size FROM entries ORDER BY last_access ASC LIMIT $1",
+            Some(limit),
+        )
+        .await
+    }
+
+    /// Every row (for `verify`).
+    pub async fn all_rows(&self) -> Result<Vec<Row>, ProxyError> {
+        self.rows("SELECT remote, path, digest, size FROM entries", None)
+            .await
+    }
+
+    async fn rows(&self, sql: &str, limit: Option<i64>) -> Result<Vec<Row>, ProxyError> {
+        let mut query = sqlx::query_as::<_, (String, String, String, i64)>(sql);
+        if let Some(limit) = limit {
+            query = query.bind(limit);
+        }
+        let rows = query.fetch_all(&self.pool).await.map_err(db_error)?;
+        Ok(rows
+            .into_iter()
+            .map(|(remote, path, digest, size)| Row {
+                remote,
+                path,
+                digest,
+                size: size as u64,
+            })
+            .collect())
+    }
+
+    /// Deletes one row by its parts (maintenance paths hold rows, not requests).
+    pub async fn forget_row(&self, remote: &str, path: &str) -> Result<(), ProxyError> {
+        self.cache.invalidate(&format!("{remote}/{path}"));
+        sqlx::query("DELETE FROM entries WHERE remote = $1 AND path = $2")
+            .bind(remote)
+            .bind(path)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(())
+    }
+
+    /// Deletes every row of `remote`; returns the digests they referenced.
+    pub async fn forget_remote(&self, remote: &str) -> Result<Vec<String>, ProxyError> {
+        let digests: Vec<(String,)> =
+            sqlx::query_as("SELECT DISTINCT digest FROM entries WHERE remote = $1")
+                .bind(remote)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?;
+        sqlx::query("DELETE FROM entries WHERE remote = $1")
+            .bind(remote)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        let prefix = format!("{remote}/");
+        self.cache.invalidate_all();
+        self.negative.invalidate_all();
+        tracing::debug!(remote, prefix, "purged");
+        Ok(digests.into_iter().map(|(d,)| d).collect())
+    }
+
+    /// Whether any row still references the blob `digest` (hex).
+    pub async fn digest_referenced(&self, digest: &str) -> Result<bool, ProxyError> {
+        let row: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM entries WHERE digest = $1 LIMIT 1")
+            .bind(digest)
+            .fetch_optional(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(row.is_some())
+    }
+
+    /// Deletes every row that references `digest` (hex); returns how many.
+    pub async fn forget_digest(&self, digest: &str) -> Result<u64, ProxyError> {
+        let done = sqlx::query("DELETE FROM entries WHERE digest = $1")
+            .bind(digest)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        self.cache.invalidate_all();
+        Ok(done.rows_affected())
     }
 
     /// Whether the database answers (for readiness).

@@ -1,38 +1,55 @@
-//! The proxy's shared state: remotes, content store, metadata and the fills
-//! in progress. Built once from a validated [`Config`]; knows nothing of HTTP.
+//! The proxy's shared state: remotes, content store, metadata, fills in
+//! progress, health, metrics. Built once from a validated [`Config`] and
+//! reloaded in place; knows nothing of HTTP.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::Context;
+use arc_swap::ArcSwap;
 
 use crate::config::{Config, ServerConfig};
 use crate::error::ProxyError;
+use crate::evict::Evictor;
 use crate::fill::FillRegistry;
+use crate::health::HealthRegistry;
 use crate::meta::MetadataStore;
+use crate::metrics::Metrics;
 use crate::remote::Remote;
 use crate::select::GaugeRegistry;
-use crate::store::ContentStore;
+use crate::store::{ContentStore, Digest};
+
+pub type Remotes = HashMap<String, Arc<Remote>>;
 
 pub struct Proxy {
     pub server: ServerConfig,
-    pub remotes: HashMap<String, Arc<Remote>>,
+    /// Swapped whole on reload; a request keeps the `Arc<Remote>` it started with.
+    remotes: ArcSwap<Remotes>,
+    /// The config the proxy runs with, for reload comparisons.
+    config: ArcSwap<Config>,
     pub gauges: GaugeRegistry,
+    pub health: HealthRegistry,
+    pub metrics: Metrics,
     pub store: Arc<ContentStore>,
     pub meta: MetadataStore,
     pub fills: FillRegistry,
+    pub evictor: Arc<Evictor>,
 }
 
 impl Proxy {
     /// Opens the store (cleaning temp files), connects and migrates the
-    /// metadata database, and builds every remote.
+    /// metadata database, builds every remote, and starts the background
+    /// tasks (eviction, active probes).
     pub async fn build(config: &Config) -> anyhow::Result<Arc<Proxy>> {
-        let store = ContentStore::open(&config.storage.path).with_context(|| {
-            format!(
-                "opening the content store at {}",
-                config.storage.path.display()
-            )
-        })?;
+        let store_path = config.storage.path.clone();
+        let store = tokio::task::spawn_blocking(move || ContentStore::open(&store_path))
+            .await?
+            .with_context(|| {
+                format!(
+                    "opening the content store at {}",
+                    config.storage.path.display()
+                )
+            })?;
         let meta = MetadataStore::connect(&config.metadata.url, config.metadata.cache_entries)
             .await
             .with_context(|| {
@@ -42,36 +59,95 @@ impl Proxy {
                 )
             })?;
         let gauges = GaugeRegistry::default();
-        let mut remotes = HashMap::new();
-        for rc in &config.remotes {
-            let remote = Remote::new(rc, &gauges)
-                .with_context(|| format!("building remote {:?}", rc.name))?;
-            remotes.insert(rc.name.clone(), Arc::new(remote));
-        }
-        Ok(Arc::new(Proxy {
+        let health = HealthRegistry::default();
+        let metrics = Metrics::new();
+        let remotes = build_remotes(config, &gauges, &health, &metrics)?;
+        metrics.store_max_bytes.set(config.storage.max_size as i64);
+        let proxy = Arc::new(Proxy {
             server: config.server.clone(),
-            remotes,
+            remotes: ArcSwap::from_pointee(remotes),
+            config: ArcSwap::from_pointee(config.clone()),
             gauges,
+            health,
+            metrics,
             store: Arc::new(store),
             meta,
             fills: FillRegistry::default(),
-        }))
+            evictor: Arc::new(Evictor::new(config.storage.max_size)),
+        });
+        tokio::spawn(Evictor::run(Arc::downgrade(&proxy)));
+        proxy.start_probes();
+        proxy.evictor.wake_if_over(proxy.store.size());
+        Ok(proxy)
     }
 
-    pub fn remote(&self, name: &str) -> Option<&Arc<Remote>> {
-        self.remotes.get(name)
+    /// Applies a new config's remotes without dropping connections: mirrors
+    /// that stay keep their in-flight gauges and health (both are keyed by
+    /// URL). Settings that need a restart (listen address, storage, metadata)
+    /// are logged and left as they are.
+    pub fn reload(&self, config: &Config) -> anyhow::Result<()> {
+        let remotes = build_remotes(config, &self.gauges, &self.health, &self.metrics)?;
+        let old = self.config.load();
+        if old.server.listen != config.server.listen
+            || old.storage.path != config.storage.path
+            || old.metadata.url != config.metadata.url
+        {
+            tracing::warn!(
+                "server.listen, storage.path and metadata.url take effect only after a restart"
+            );
+        }
+        self.remotes.store(Arc::new(remotes));
+        self.config.store(Arc::new(config.clone()));
+        self.start_probes();
+        tracing::info!(remotes = config.remotes.len(), "config reloaded");
+        Ok(())
+    }
+
+    fn start_probes(&self) {
+        for remote in self.remotes.load().values() {
+            if remote.config.health.probe_path.is_some() {
+                tokio::spawn(crate::upstream::probe_loop(Arc::downgrade(remote)));
+            }
+        }
+    }
+
+    pub fn remote(&self, name: &str) -> Option<Arc<Remote>> {
+        self.remotes.load().get(name).cloned()
+    }
+
+    pub fn remotes(&self) -> Arc<Remotes> {
+        self.remotes.load_full()
+    }
+
+    pub fn max_store_size(&self) -> u64 {
+        self.config.load().storage.max_size
     }
 
     /// Opens a committed blob off the async threads; `NotFound` if it is gone.
-    pub async fn open_blob(
-        &self,
-        digest: &crate::store::Digest,
-    ) -> std::io::Result<Arc<std::fs::File>> {
+    pub async fn open_blob(&self, digest: &Digest) -> std::io::Result<Arc<std::fs::File>> {
         let store = self.store.clone();
         let digest = *digest;
         tokio::task::spawn_blocking(move || store.open_blob(&digest).map(Arc::new))
             .await
             .map_err(std::io::Error::other)?
+    }
+
+    /// Deletes the blob if no metadata row references it any more; returns
+    /// the bytes freed.
+    pub async fn release_blob(&self, digest: &Digest) -> u64 {
+        match self.meta.digest_referenced(&digest.to_hex()).await {
+            Ok(false) => {
+                let digest = *digest;
+                self.store_blocking(move |store| store.remove_blob(&digest))
+                    .await
+                    .unwrap_or(0)
+            }
+            Ok(true) => 0,
+            Err(error) => {
+                tracing::warn!(%error, "cannot tell whether a blob is still referenced; keeping it");
+                0
+            }
+        }
     }
 
     /// Runs blocking store work off the async threads.
@@ -85,6 +161,21 @@ impl Proxy {
             .map_err(|e| ProxyError::Store(e.to_string()))?
             .map_err(|e| ProxyError::Store(e.to_string()))
     }
+}
+
+fn build_remotes(
+    config: &Config,
+    gauges: &GaugeRegistry,
+    health: &HealthRegistry,
+    metrics: &Metrics,
+) -> anyhow::Result<Remotes> {
+    let mut remotes = HashMap::new();
+    for rc in &config.remotes {
+        let remote = Remote::new(rc, gauges, health, metrics)
+            .with_context(|| format!("building remote {:?}", rc.name))?;
+        remotes.insert(rc.name.clone(), Arc::new(remote));
+    }
+    Ok(remotes)
 }
 
 /// A database URL with any password replaced, for logs and errors.

@@ -40,7 +40,7 @@ impl Running {
         let task = tokio::spawn(serve(listener, proxy.clone(), async {
             let _ = stopped.await;
         }));
-        tracing::info!(%local_addr, remotes = proxy.remotes.len(), "serving");
+        tracing::info!(%local_addr, remotes = proxy.remotes().len(), "serving");
         Ok(Running {
             local_addr,
             proxy,

@@ -45,18 +45,31 @@ pub struct ContentStore {
     blobs: PathBuf,
     tmp: PathBuf,
     next_temp: AtomicU64,
+    /// Bytes of committed blobs on disk: counted at open, then kept by
+    /// `commit` and `remove_blob`.
+    bytes: AtomicU64,
 }
 
 impl ContentStore {
     /// Opens (creating if needed) the store at `root`, and removes temp files
     /// left by a previous process: they are fills that never committed.
     pub fn open(root: &Path) -> io::Result<ContentStore> {
+        ContentStore::open_with(root, true)
+    }
+
+    /// Opens the store without touching `tmp/`: for tools that run beside a
+    /// live server (`verify`), whose fills own those files.
+    pub fn open_existing(root: &Path) -> io::Result<ContentStore> {
+        ContentStore::open_with(root, false)
+    }
+
+    fn open_with(root: &Path, clean_temp: bool) -> io::Result<ContentStore> {
         let blobs = root.join("blobs");
         let tmp = root.join("tmp");
         fs::create_dir_all(&blobs)?;
         fs::create_dir_all(&tmp)?;
         let mut removed = 0;
-        for entry in fs::read_dir(&tmp)? {
+        for entry in fs::read_dir(&tmp)?.filter(|_| clean_temp) {
             let entry = entry?;
             fs::remove_file(entry.path())?;
             removed += 1;
@@ -64,11 +77,44 @@ impl ContentStore {
         if removed > 0 {
             tracing::info!(removed, "removed temp files left by an earlier run");
         }
-        Ok(ContentStore {
+        let store = ContentStore {
             blobs,
             tmp,
             next_temp: AtomicU64::new(0),
-        })
+            bytes: AtomicU64::new(0),
+        };
+        let mut bytes = 0;
+        store.for_each_blob(|_, len| bytes += len)?;
+        store.bytes.store(bytes, Ordering::Relaxed);
+        Ok(store)
+    }
+
+    /// Bytes of committed blobs.
+    pub fn size(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+
+    /// Calls `visit(digest, len)` for every committed blob. Blocking.
+    pub fn for_each_blob(&self, mut visit: impl FnMut(Digest, u64)) -> io::Result<()> {
+        for a in fs::read_dir(&self.blobs)? {
+            for b in fs::read_dir(a?.path())? {
+                for blob in fs::read_dir(b?.path())? {
+                    let blob = blob?;
+                    if let Some(digest) = blob.file_name().to_str().and_then(Digest::from_hex) {
+                        visit(digest, blob.metadata()?.len());
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Re-reads a blob and returns the sha256 of what is on disk. Blocking.
+    pub fn rehash(&self, digest: &Digest) -> io::Result<Digest> {
+        let mut file = File::open(self.blob_path(digest))?;
+        let mut hasher = Sha256::new();
+        io::copy(&mut file, &mut hasher)?;
+        Ok(Digest(hasher.finalize().into()))
     }
 
     fn blob_path(&self, digest: &Digest) -> PathBuf {
@@ -96,12 +142,17 @@ impl ContentStore {
     /// data, rename it into place, fsync the directory. Blocking.
     pub fn commit(&self, mut temp: TempBlob, digest: &Digest) -> io::Result<()> {
         temp.file.sync_all()?;
+        let len = temp.file.metadata()?.len();
         let dest = self.blob_path(digest);
         let dir = dest.parent().expect("blob paths have a parent");
         fs::create_dir_all(dir)?;
+        let existed = dest.exists();
         fs::rename(&temp.path, &dest)?;
         temp.committed = true;
         File::open(dir)?.sync_all()?;
+        if !existed {
+            self.bytes.fetch_add(len, Ordering::Relaxed);
+        }
         Ok(())
     }
 
@@ -116,11 +167,23 @@ impl ContentStore {
         self.blob_path(digest).is_file()
     }
 
-    /// Deletes a blob; a reader that already has it open keeps its handle.
-    pub fn remove_blob(&self, digest: &Digest) -> io::Result<()> {
-        match fs::remove_file(self.blob_path(digest)) {
-            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
-            other => other,
+    /// Deletes a blob; returns the bytes freed. A reader that already has it
+    /// open keeps its handle and reads on: Unix frees the data on last close.
+    pub fn remove_blob(&self, digest: &Digest) -> io::Result<u64> {
+        let path = self.blob_path(digest);
+        let len = match fs::metadata(&path) {
+            Ok(m) => m.len(),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(0),
+            Err(e) => return Err(e),
+        };
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                self.bytes
+                    .fetch_sub(len.min(self.size()), Ordering::Relaxed);
+                Ok(len)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
+            Err(e) => Err(e),
         }
     }
 }
@@ -138,6 +201,16 @@ impl TempBlob {
     /// a cursor, and the handle outlives the rename at commit.
     pub fn reader(&self) -> Arc<File> {
         self.file.clone()
+    }
+
+    /// Reserves `len` bytes on disk up front, so a full disk is found before
+    /// the first byte is streamed rather than in the middle. Blocking.
+    pub fn reserve(&self, len: u64) -> io::Result<()> {
+        if len == 0 {
+            return Ok(());
+        }
+        rustix::fs::fallocate(&*self.file, rustix::fs::FallocateFlags::empty(), 0, len)
+            .map_err(io::Error::from)
     }
 
     /// Writes `bytes` at `offset`. Blocking.

@@ -2,13 +2,15 @@
 //! failing over to the next mirror on connect errors, timeouts and error
 //! statuses until the remote's attempt budget is spent.
 
-use std::time::Duration;
+use std::sync::Weak;
+use std::time::{Duration, Instant};
 
 use axum::http::{header, StatusCode};
 use reqwest::redirect;
 
-use crate::config::RemoteConfig;
+use crate::config::{RemoteConfig, UpstreamAuth};
 use crate::error::{AttemptError, ProxyError};
+use crate::meta::now_ms;
 use crate::remote::Remote;
 use crate::select::{InflightGuard, Mirror};
 
@@ -72,6 +74,7 @@ pub enum Fetched<'r> {
     /// in-flight count up until the body is done.
     Body {
         response: reqwest::Response,
+        mirror_idx: usize,
         mirror: &'r Mirror,
         guard: InflightGuard<'r>,
     },
@@ -79,59 +82,159 @@ pub enum Fetched<'r> {
     NotModified { mirror: &'r Mirror },
 }
 
+/// Adds the remote's credentials. Only ever called for requests to the
+/// remote's own mirrors (redirects elsewhere are refused, and reqwest drops
+/// `Authorization` on any cross-host redirect).
+fn authorize(request: reqwest::RequestBuilder, auth: &UpstreamAuth) -> reqwest::RequestBuilder {
+    match auth {
+        UpstreamAuth::None => request,
+        UpstreamAuth::Basic { username, password } => {
+            request.basic_auth(username, Some(password.expose()))
+        }
+        UpstreamAuth::Bearer(token) => request.bearer_auth(token.expose()),
+    }
+}
+
 /// Fetches `path` from the remote's mirrors, failing over as needed.
+///
+/// Ejected mirrors are skipped (unless every mirror is ejected), a mirror on
+/// probation takes one request at a time, and a mirror at its in-flight
+/// limit is passed over. Every attempt's outcome feeds the mirror's health.
 pub async fn fetch<'r>(
     remote: &'r Remote,
     path: &str,
     validators: Validators<'_>,
 ) -> Result<Fetched<'r>, ProxyError> {
-    let order = remote.selector.order_accepting(&remote.mirrors, |_| true);
+    let now = now_ms();
+    let any_selectable = remote.health.iter().any(|h| h.selectable(now));
+    let order = remote
+        .selector
+        .order_accepting(&remote.mirrors, |i| remote.health[i].selectable(now));
     let mut attempts = 0;
     let mut not_found: Option<u16> = None;
     let mut n_not_found = 0;
     let mut last_error: Option<AttemptError> = None;
-    for mirror_idx in order.cycle().take(remote.max_attempts) {
+    for mirror_idx in order.cycle().take(remote.config.max_attempts) {
         let mirror: &Mirror = &remote.mirrors[mirror_idx];
+        let health = &remote.health[mirror_idx];
+        if remote
+            .config
+            .mirror_max_in_flight
+            .is_some_and(|limit| mirror.in_flight() >= limit)
+        {
+            continue;
+        }
+        if any_selectable && !health.try_begin(now) {
+            continue;
+        }
         attempts += 1;
         let guard = mirror.begin_attempt();
-        let mut request = remote.client.get(mirror.url_for(path));
+        let mut request = authorize(remote.client.get(mirror.url_for(path)), &remote.config.auth);
         if let Some(etag) = validators.etag {
             request = request.header(header::IF_NONE_MATCH, etag);
         }
         if let Some(date) = validators.last_modified {
             request = request.header(header::IF_MODIFIED_SINCE, date);
         }
-        let error = match tokio::time::timeout(remote.first_byte_timeout, request.send()).await {
-            Err(_) => AttemptError::FirstByteTimeout(remote.first_byte_timeout),
+        let started = Instant::now();
+        let outcome = tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await;
+        let error = match outcome {
+            Err(_) => AttemptError::FirstByteTimeout(remote.config.first_byte_timeout),
             Ok(Err(e)) if e.is_connect() => AttemptError::Connect(e.without_url().to_string()),
             Ok(Err(e)) => AttemptError::Request(e.without_url().to_string()),
-            Ok(Ok(response)) => match response.status() {
-                StatusCode::OK => {
-                    return Ok(Fetched::Body {
-                        response,
-                        mirror,
-                        guard,
-                    })
+            Ok(Ok(response)) => {
+                remote.mirror_metrics[mirror_idx]
+                    .first_byte
+                    .observe(started.elapsed().as_secs_f64());
+                let status = response.status();
+                if !status.is_server_error() {
+                    // The mirror answered: it is up, whatever it said.
+                    health.record_success();
                 }
-                StatusCode::NOT_MODIFIED if validators.any() => {
-                    return Ok(Fetched::NotModified { mirror })
+                match status {
+                    StatusCode::OK => {
+                        return Ok(Fetched::Body {
+                            response,
+                            mirror_idx,
+                            mirror,
+                            guard,
+                        })
+                    }
+                    StatusCode::NOT_MODIFIED if validators.any() => {
+                        return Ok(Fetched::NotModified { mirror })
+                    }
+                    StatusCode::NOT_FOUND | StatusCode::GONE => {
+                        not_found.get_or_insert(status.as_u16());
+                        n_not_found += 1;
+                        AttemptError::Status(status.as_u16())
+                    }
+                    status => AttemptError::Status(status.as_u16()),
                 }
-                status @ (StatusCode::NOT_FOUND | StatusCode::GONE) => {
-                    not_found.get_or_insert(status.as_u16());
-                    n_not_found += 1;
-                    AttemptError::Status(status.as_u16())
-                }
-                status => AttemptError::Status(status.as_u16()),
-            },
+            }
         };
+        if !matches!(error, AttemptError::Status(s) if s < 500) {
+            record_failure(remote, mirror_idx, &error);
+        }
         tracing::debug!(remote = %remote.name, mirror = mirror.base(), path, %error, "attempt failed");
         last_error = Some(error);
     }
-    let last = last_error.expect("max_attempts >= 1, so at least one attempt ran");
+    let Some(last) = last_error else {
+        return Err(ProxyError::MirrorsBusy);
+    };
     // Only when every attempt ended in "not found" is the answer a 404 (or 410):
     // a mirror that was down might have had the file.
     match not_found {
         Some(status) if n_not_found == attempts => Err(ProxyError::NotFound { status }),
         _ => Err(ProxyError::MirrorsFailed { attempts, last }),
+    }
+}
+
+/// Counts a failed attempt (or broken body) against a mirror's health.
+pub fn record_failure(remote: &Remote, mirror_idx: usize, error: &dyn std::fmt::Display) {
+    remote.mirror_metrics[mirror_idx].failures.inc();
+    if let Some(cooldown) =
+        remote.health[mirror_idx].record_failure(&remote.config.health, now_ms())
+    {
+        tracing::warn!(remote = %remote.name, mirror = remote.mirrors[mirror_idx].base(), ?cooldown, %error, "mirror ejected");
+    }
+}
+
+/// Active health probes: `GET {mirror}/{probe_path}` for every mirror of the
+/// remote every `probe_interval`, until the remote is dropped (by a reload).
+pub async fn probe_loop(remote: Weak<Remote>) {
+    loop {
+        let interval = match remote.upgrade() {
+            Some(r) => r.config.health.probe_interval,
+            None => return,
+        };
+        tokio::time::sleep(interval).await;
+        let Some(remote) = remote.upgrade() else {
+            return;
+        };
+        let Some(probe_path) = remote.config.health.probe_path.clone() else {
+            return;
+        };
+        for (idx, mirror) in remote.mirrors.iter().enumerate() {
+            let request = authorize(
+                remote.client.get(mirror.url_for(&probe_path)),
+                &remote.config.auth,
+            );
+            match tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await {
+                Ok(Ok(response)) if !response.status().is_server_error() => {
+                    remote.health[idx].record_success()
+                }
+                Ok(Ok(response)) => record_failure(
+                    &remote,
+                    idx,
+                    &format_args!("probe answered {}", response.status()),
+                ),
+                Ok(Err(e)) => record_failure(
+                    &remote,
+                    idx,
+                    &format_args!("probe failed: {}", e.without_url()),
+                ),
+                Err(_) => record_failure(&remote, idx, &"probe timed out"),
+            }
+        }
     }
 }

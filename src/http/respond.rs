@@ -8,11 +8,10 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
-use axum::response::Response;
+use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
-use tokio::sync::watch;
 
-use crate::fill::{self, FillState, Head};
+use crate::fill::Head;
 use crate::meta::Entry;
 
 /// Buffer size for streaming a blob from disk.
@@ -127,13 +126,12 @@ fn file_body(
     })
 }
 
-/// Serves a fill in progress: headers now, body bytes as they arrive. Range
-/// and conditional headers are ignored on a miss (allowed: a 200 is always a
-/// valid answer to them).
+/// Serves a body that is still arriving (a fill in progress, or an uncached
+/// stream-through): headers now, bytes as they come. Range and conditional
+/// headers are ignored on a miss (allowed: a 200 is always a valid answer).
 pub fn from_fill(
     head: &Head,
-    rx: watch::Receiver<FillState>,
-    file: Arc<File>,
+    body: impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
     method: &Method,
 ) -> Response {
     let mut response = Response::new(Body::empty());
@@ -147,8 +145,18 @@ pub fn from_fill(
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     }
     if method != Method::HEAD {
-        *response.body_mut() = Body::from_stream(fill::body(rx, file));
+        *response.body_mut() = Body::from_stream(body);
     }
+    response
+}
+
+/// A remembered "not found" (404/410) from every mirror.
+pub fn absent(status: u16, cache: CacheStatus) -> Response {
+    let status = StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND);
+    let mut response = (status, "not found on any mirror\n").into_response();
+    response
+        .headers_mut()
+        .insert(X_CACHE_STATUS, cache.header());
     response
 }
 

@@ -209,7 +209,11 @@ impl Selector {
     /// The attempt order, skipping mirrors `accept` refuses (ejected ones)
     /// unless it refuses them all.
     #[inline]
-    pub fn order_accepting(&self, mirrors: &[Arc<Mirror>], accept: impl Fn(usize) -> bool) -> AttemptOrder {
+    pub fn order_accepting(
+        &self,
+        mirrors: &[Arc<Mirror>],
+        accept: impl Fn(usize) -> bool,
+    ) -> AttemptOrder {
         let mut order = self.order(mirrors);
         order.retain_or_keep_all(accept);
         order

@@ -1,0 +1,244 @@
+//! Prometheus metrics (`GET /-/metrics`), with `prometheus-client`.
+//!
+//! Per-remote and per-mirror handles are resolved once when a remote is built
+//! (a `Counter` clone shares its value), so counting on the request path is an
+//! atomic add with no label lookup or allocation. Gauges that mirror state
+//! held elsewhere (in-flight, health, store size) are set at scrape time.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+
+use crate::http::CacheStatus;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub remote: String,
+    pub cache: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RemoteLabels {
+    pub remote: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct MirrorLabels {
+    pub remote: String,
+    pub mirror: String,
+}
+
+fn latency_histogram() -> Histogram {
+    // 1 ms to ~33 s.
+    Histogram::new(exponential_buckets(0.001, 2.0, 16))
+}
+
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    bytes_served: Family<RemoteLabels, Counter>,
+    upstream_first_byte: Family<MirrorLabels, Histogram, fn() -> Histogram>,
+    upstream_failures: Family<MirrorLabels, Counter>,
+    pub mirror_in_flight: Family<MirrorLabels, Gauge>,
+    pub mirror_healthy: Family<MirrorLabels, Gauge>,
+    pub store_bytes: Gauge,
+    pub store_max_bytes: Gauge,
+    pub evictions: Counter,
+    pub evicted_bytes: Counter,
+    pub coalesced_waiters: Counter,
+    pub fills_in_progress: Gauge,
+    pub metadata_errors: Counter,
+}
+
+/// The counters of one remote, resolved once.
+#[derive(Clone, Debug)]
+pub struct RemoteCounters {
+    hit: Counter,
+    miss: Counter,
+    revalidated: Counter,
+    stale: Counter,
+    error: Counter,
+    bytes: Counter,
+}
+
+impl RemoteCounters {
+    pub fn count(&self, cache: Option<CacheStatus>, bytes: u64) {
+        match cache {
+            Some(CacheStatus::Hit) => &self.hit,
+            Some(CacheStatus::Miss) => &self.miss,
+            Some(CacheStatus::Revalidated) => &self.revalidated,
+            Some(CacheStatus::Stale) => &self.stale,
+            None => &self.error,
+        }
+        .inc();
+        self.bytes.inc_by(bytes);
+    }
+
+    /// (hits, all answered requests) for the hit ratio.
+    pub fn hits_and_total(&self) -> (u64, u64) {
+        let hits = self.hit.get() + self.revalidated.get() + self.stale.get();
+        (hits, hits + self.miss.get())
+    }
+}
+
+/// The metrics of one mirror of one remote, resolved once.
+#[derive(Clone, Debug)]
+pub struct MirrorMetrics {
+    pub first_byte: Histogram,
+    pub failures: Counter,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Metrics::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Metrics {
+        let mut registry = Registry::with_prefix("mirrorcache");
+        let requests = Family::<RequestLabels, Counter>::default();
+        registry.register(
+            "requests",
+            "Artifact requests answered, by remote and cache status (error = no artifact)",
+            requests.clone(),
+        );
+        let bytes_served = Family::<RemoteLabels, Counter>::default();
+        registry.register(
+            "served_bytes",
+            "Body bytes announced to clients",
+            bytes_served.clone(),
+        );
+        let upstream_first_byte =
+            Family::<MirrorLabels, Histogram, fn() -> Histogram>::new_with_constructor(
+                latency_histogram as fn() -> Histogram,
+            );
+        registry.register(
+            "upstream_first_byte_seconds",
+            "Time from sending an upstream request to its response head",
+            upstream_first_byte.clone(),
+        );
+        let upstream_failures = Family::<MirrorLabels, Counter>::default();
+        registry.register(
+            "upstream_failures",
+            "Failed upstream attempts (connect, timeout, 5xx, broken body)",
+            upstream_failures.clone(),
+        );
+        let mirror_in_flight = Family::<MirrorLabels, Gauge>::default();
+        registry.register(
+            "mirror_in_flight",
+            "Upstream requests in flight per mirror",
+            mirror_in_flight.clone(),
+        );
+        let mirror_healthy = Family::<MirrorLabels, Gauge>::default();
+        registry.register(
+            "mirror_healthy",
+            "1 when the mirror is selectable, 0 while ejected",
+            mirror_healthy.clone(),
+        );
+        let store_bytes = Gauge::default();
+        registry.register(
+            "store_bytes",
+            "Bytes of blobs in the content store",
+            store_bytes.clone(),
+        );
+        let store_max_bytes = Gauge::default();
+        registry.register(
+            "store_max_bytes",
+            "The configured storage.max_size",
+            store_max_bytes.clone(),
+        );
+        let evictions = Counter::default();
+        registry.register(
+            "evictions",
+            "Cache entries evicted to stay under storage.max_size",
+            evictions.clone(),
+        );
+        let evicted_bytes = Counter::default();
+        registry.register(
+            "evicted_bytes",
+            "Blob bytes deleted by eviction",
+            evicted_bytes.clone(),
+        );
+        let coalesced_waiters = Counter::default();
+        registry.register(
+            "coalesced_waiters",
+            "Requests that joined a fill already in progress",
+            coalesced_waiters.clone(),
+        );
+        let fills_in_progress = Gauge::default();
+        registry.register(
+            "fills_in_progress",
+            "Upstream fills in progress",
+            fills_in_progress.clone(),
+        );
+        let metadata_errors = Counter::default();
+        registry.register(
+            "metadata_errors",
+            "Metadata database operations that failed",
+            metadata_errors.clone(),
+        );
+        Metrics {
+            registry,
+            requests,
+            bytes_served,
+            upstream_first_byte,
+            upstream_failures,
+            mirror_in_flight,
+            mirror_healthy,
+            store_bytes,
+            store_max_bytes,
+            evictions,
+            evicted_bytes,
+            coalesced_waiters,
+            fills_in_progress,
+            metadata_errors,
+        }
+    }
+
+    pub fn remote_counters(&self, remote: &str) -> RemoteCounters {
+        let counter = |cache: &'static str| {
+            self.requests
+                .get_or_create(&RequestLabels {
+                    remote: remote.to_string(),
+                    cache,
+                })
+                .clone()
+        };
+        RemoteCounters {
+            hit: counter("HIT"),
+            miss: counter("MISS"),
+            revalidated: counter("REVALIDATED"),
+            stale: counter("STALE"),
+            error: counter("error"),
+            bytes: self
+                .bytes_served
+                .get_or_create(&RemoteLabels {
+                    remote: remote.to_string(),
+                })
+                .clone(),
+        }
+    }
+
+    pub fn mirror_metrics(&self, remote: &str, mirror: &str) -> MirrorMetrics {
+        let labels = MirrorLabels {
+            remote: remote.to_string(),
+            mirror: mirror.to_string(),
+        };
+        MirrorMetrics {
+            first_byte: self.upstream_first_byte.get_or_create(&labels).clone(),
+            failures: self.upstream_failures.get_or_create(&labels).clone(),
+        }
+    }
+
+    /// The Prometheus text exposition of every metric.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)
+            .expect("writing to a String cannot fail");
+        out
+    }
+}
