@@ -1,13 +1,12 @@
 //! Single-flight: many concurrent cold requests, one upstream fetch.
 
-use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use futures_util::StreamExt;
 use sha2::{Digest, Sha256};
 
 use crate::support::proxy::config_text;
-use crate::support::{sha256_hex, test_bytes, Fault, MirrorServer, TestProxy};
+use crate::support::{sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer, TestProxy};
 
 /// Streams a body through sha256, returning (digest, time to first byte).
 async fn fetch_hashed(
@@ -112,15 +111,6 @@ async fn a_client_that_disconnects_does_not_cancel_the_fill() {
     proxy.stop().await;
 }
 
-struct ChildGuard(Child);
-
-impl Drop for ChildGuard {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
@@ -138,38 +128,16 @@ async fn fan_out_of_64_mib_to_100_clients_in_the_real_binary() {
     mirror.put("/m/64m.bin", body);
 
     let dir = tempfile::tempdir().unwrap();
-    let port = {
-        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-        l.local_addr().unwrap().port()
-    };
-    let text = config_text(
-        dir.path(),
-        &format!(
-            "[[remote]]\nname = \"r\"\nmirrors = [\"{}\"]\n",
-            mirror.url("/m")
-        ),
-    )
-    .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
-    let config_path = dir.path().join("mirrorcache.toml");
-    std::fs::write(&config_path, text).unwrap();
-    let child = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
-        .args(["serve", "--config"])
-        .arg(&config_path)
-        .env("RUST_LOG", "warn")
-        .stdout(Stdio::null())
-        .spawn()
-        .unwrap();
-    let child = ChildGuard(child);
-    let base = format!("http://127.0.0.1:{port}");
+    let remote = format!(
+        "[[remote]]\nname = \"r\"\nmirrors = [\"{}\"]\n",
+        mirror.url("/m")
+    );
+    let proxy = BinaryProxy::start(dir.path(), &config_text(dir.path(), &remote)).await;
+    let base = proxy.base.clone();
     let client = reqwest::Client::builder()
         .pool_max_idle_per_host(200)
         .build()
         .unwrap();
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while client.get(format!("{base}/-/health")).send().await.is_err() {
-        assert!(Instant::now() < deadline, "proxy did not start");
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
 
     let started = Instant::now();
     let tasks: Vec<_> = (0..100)
@@ -184,7 +152,7 @@ async fn fan_out_of_64_mib_to_100_clients_in_the_real_binary() {
         assert_eq!(digest.unwrap(), expected);
     }
     let elapsed = started.elapsed();
-    let rss_mib = peak_rss_kib(child.0.id()) / 1024;
+    let rss_mib = peak_rss_kib(proxy.pid()) / 1024;
     println!("fan-out 100 x 64 MiB: upstream requests {}, wall {elapsed:?}, proxy peak RSS {rss_mib} MiB", mirror.hits("/m/64m.bin"));
     assert_eq!(mirror.hits("/m/64m.bin"), 1);
     assert!(rss_mib < 200, "proxy peak RSS {rss_mib} MiB");

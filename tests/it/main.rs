@@ -8,3 +8,4 @@ mod config_check;
 mod failover;
 mod fanout;
 mod path_safety;
+mod reliability;

@@ -1,8 +1,10 @@
 //! Test fixtures: upstream mirrors with fault switches, and a proxy on a temp dir.
 
+pub mod binary;
 pub mod mirror;
 pub mod proxy;
 
+pub use binary::BinaryProxy;
 pub use mirror::{Fault, MirrorServer};
 pub use proxy::TestProxy;
 
@@ -23,4 +25,18 @@ pub fn test_bytes(len: usize, seed: u64) -> Vec<u8> {
             x as u8
         })
         .collect()
+}
+
+/// For tests that need a service or tool a fresh laptop may lack: prints a
+/// loud SKIPPED line and returns false, or fails the test when
+/// `MIRRORCACHE_REQUIRE_SERVICES=1` (as `.ci/run` sets).
+pub fn available(what: &str, ok: bool) -> bool {
+    if ok {
+        return true;
+    }
+    if std::env::var("MIRRORCACHE_REQUIRE_SERVICES").as_deref() == Ok("1") {
+        panic!("{what} is required (MIRRORCACHE_REQUIRE_SERVICES=1) but not available");
+    }
+    eprintln!("SKIPPED: {what} is not available; set it up or see README (tests)");
+    false
 }

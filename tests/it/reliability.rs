@@ -1,0 +1,444 @@
+//! Fault injection: mirrors that fail, a disk that fills, a process that dies.
+//! Each test says what was sent, what was served, and that nothing was lost.
+
+use std::time::{Duration, Instant};
+
+use crate::support::proxy::{config_text, get};
+use crate::support::{
+    available, sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer, TestProxy,
+};
+
+fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
+    let urls: Vec<String> = mirrors
+        .iter()
+        .map(|m| format!("\"{}\"", m.url("/m")))
+        .collect();
+    format!(
+        "[[remote]]\nname = \"r\"\nmirrors = [{}]\n{extra}\n",
+        urls.join(", ")
+    )
+}
+
+async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn a_failing_mirror_is_ejected_then_probed_back_after_its_cooldown() {
+    let (a, b) = (MirrorServer::start().await, MirrorServer::start().await);
+    for i in 0..20 {
+        a.put(&format!("/m/f{i}"), vec![i as u8; 10]);
+        b.put(&format!("/m/f{i}"), vec![i as u8; 10]);
+    }
+    a.set_fault(Fault::Status(503));
+    let proxy = TestProxy::start(&remote(
+        &[&a, &b],
+        "strategy = \"single\"\neject_cooldown = \"300ms\"",
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    for i in 0..8 {
+        assert_eq!(get(&client, &proxy.url(&format!("/r/f{i}"))).await.0, 200);
+    }
+    // Three failures eject it; the other five requests never touch it.
+    assert_eq!((a.total(), b.total()), (3, 8));
+
+    // It recovers; after the cooldown one request probes it and it is back.
+    a.set_fault(Fault::None);
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    for i in 8..12 {
+        assert_eq!(get(&client, &proxy.url(&format!("/r/f{i}"))).await.0, 200);
+    }
+    assert_eq!((a.total(), b.total()), (7, 8));
+    let status = client
+        .get(proxy.url("/-/status"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["remotes"][0]["mirrors"][0]["health"], "healthy");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn every_mirror_down_serves_stale_copies_and_known_404s() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/index.json", b"index v1".to_vec());
+    let proxy = TestProxy::start(&remote(
+        &[&mirror],
+        "revalidate_after = \"0s\"\nnegative_ttl = \"0s\"",
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &proxy.url("/r/index.json")).await.1, "MISS");
+    assert_eq!(get(&client, &proxy.url("/r/missing.json")).await.0, 404);
+    proxy.settle().await;
+
+    mirror.stop();
+    let (status, cache, bytes) = get(&client, &proxy.url("/r/index.json")).await;
+    assert_eq!(
+        (status, cache.as_str(), &bytes.unwrap()[..]),
+        (200, "STALE", &b"index v1"[..])
+    );
+    let (status, cache, _) = get(&client, &proxy.url("/r/missing.json")).await;
+    assert_eq!((status, cache.as_str()), (404, "STALE"));
+    // Nothing known: a plain 502.
+    assert_eq!(get(&client, &proxy.url("/r/never-seen.json")).await.0, 502);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn staleness_is_bounded_by_max_stale() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/index.json", b"old".to_vec());
+    let proxy = TestProxy::start(&remote(
+        &[&mirror],
+        "revalidate_after = \"0s\"\nmax_stale = \"0s\"",
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    get(&client, &proxy.url("/r/index.json")).await.2.unwrap();
+    proxy.settle().await;
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    mirror.stop();
+    assert_eq!(get(&client, &proxy.url("/r/index.json")).await.0, 502);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_404_from_every_mirror_is_remembered_for_negative_ttl() {
+    let mirror = MirrorServer::start().await;
+    let proxy = TestProxy::start(&remote(&[&mirror], "negative_ttl = \"1h\"")).await;
+    let client = reqwest::Client::new();
+    for _ in 0..5 {
+        let (status, _, _) = get(&client, &proxy.url("/r/nope.tar.gz")).await;
+        assert_eq!(status, 404);
+    }
+    assert_eq!(mirror.hits("/m/nope.tar.gz"), 1);
+    // Purging the path (admin API) forgets the 404 too; tested in `admin`.
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn eviction_keeps_the_store_under_max_size_least_recently_used_first() {
+    let mirror = MirrorServer::start().await;
+    for i in 0..5 {
+        mirror.put(&format!("/m/f{i}"), test_bytes(300_000, i));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), &remote(&[&mirror], "immutable = [\"**\"]"))
+        .replace("[storage]\n", "[storage]\nmax_size = \"1MiB\"\n");
+    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
+    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let url = |p: &str| format!("http://{}{}", running.local_addr, p);
+    let client = reqwest::Client::new();
+    for i in 0..3 {
+        get(&client, &url(&format!("/r/f{i}"))).await.2.unwrap();
+        running.proxy.fills.wait_idle().await;
+    }
+    // Access times have one-second resolution: make f0 the most recent.
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert_eq!(get(&client, &url("/r/f0")).await.1, "HIT");
+    for i in 3..5 {
+        get(&client, &url(&format!("/r/f{i}"))).await.2.unwrap();
+        running.proxy.fills.wait_idle().await;
+        let store = running.proxy.store.clone();
+        wait_until("eviction", || store.size() <= 1024 * 1024).await;
+    }
+    assert!(running.proxy.store.size() <= 1024 * 1024);
+    mirror.stop();
+    // f0 (recently used), f3 and f4 stayed; f1 and f2 were evicted.
+    for (i, expect) in [(0, 200), (1, 502), (2, 502), (3, 200), (4, 200)] {
+        let (status, _, bytes) = get(&client, &url(&format!("/r/f{i}"))).await;
+        assert_eq!(status, expect, "f{i}");
+        if status == 200 {
+            assert_eq!(
+                sha256_hex(&bytes.unwrap()),
+                sha256_hex(&test_bytes(300_000, i))
+            );
+        }
+    }
+    let metrics = client
+        .get(url("/-/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics.contains("mirrorcache_evictions_total 2"),
+        "{metrics}"
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_blob_being_read_survives_its_deletion() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(8 * 1024 * 1024, 5);
+    mirror.put("/m/big", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), &remote(&[&mirror], "immutable = [\"**\"]"))
+        .replace("[server]\n", "[server]\nadmin_token = \"t\"\n");
+    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
+    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let url = |p: &str| format!("http://{}{}", running.local_addr, p);
+    let client = reqwest::Client::new();
+    get(&client, &url("/r/big")).await.2.unwrap();
+    running.proxy.fills.wait_idle().await;
+
+    let mut response = client.get(url("/r/big")).send().await.unwrap();
+    assert_eq!(response.headers()["x-cache-status"], "HIT");
+    let mut received = response.chunk().await.unwrap().unwrap().to_vec();
+    // Delete it from the cache (row and blob) while the response is half read.
+    let purge = client
+        .post(url("/-/cache/r/purge"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(purge.status(), 200);
+    assert_eq!(running.proxy.store.size(), 0);
+    while let Some(chunk) = response.chunk().await.unwrap() {
+        received.extend_from_slice(&chunk);
+    }
+    assert_eq!(sha256_hex(&received), sha256_hex(&body));
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn too_big_for_the_store_is_streamed_through_and_not_cached() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(2 * 1024 * 1024, 6);
+    mirror.put("/m/huge", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), &remote(&[&mirror], ""))
+        .replace("[storage]\n", "[storage]\nmax_size = \"1MiB\"\n");
+    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
+    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let url = format!("http://{}/r/huge", running.local_addr);
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        let (status, cache, bytes) = get(&client, &url).await;
+        assert_eq!((status, cache.as_str()), (200, "MISS"));
+        assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+        running.proxy.fills.wait_idle().await;
+    }
+    assert_eq!(mirror.hits("/m/huge"), 2);
+    assert_eq!(running.proxy.store.size(), 0);
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("store/tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn bodies_over_max_body_size_are_502_and_not_cached() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/big", test_bytes(100_000, 1));
+    let proxy = TestProxy::start(&remote(&[&mirror], "max_body_size = \"50KB\"")).await;
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &proxy.url("/r/big")).await.0, 502);
+    proxy.settle().await;
+    assert_eq!(get(&client, &proxy.url("/r/big")).await.0, 502);
+    assert_eq!(mirror.hits("/m/big"), 2);
+    proxy.stop().await;
+}
+
+/// A store on a 1 MiB tmpfs: the disk is full for a 2 MiB artifact. The
+/// client still gets every byte; nothing partial is kept.
+#[tokio::test]
+async fn a_full_disk_streams_through_and_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    std::fs::create_dir_all(&store).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
+        .arg(&store)
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !available("mounting a tmpfs (needs root)", mounted) {
+        return;
+    }
+    struct Unmount(std::path::PathBuf);
+    impl Drop for Unmount {
+        fn drop(&mut self) {
+            let _ = std::process::Command::new("umount").arg(&self.0).status();
+        }
+    }
+    let _unmount = Unmount(store.clone());
+
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(2 * 1024 * 1024, 7);
+    mirror.put("/m/f", body.clone());
+    mirror.put("/m/small", test_bytes(1000, 8));
+    let config = mirrorcache::config::Config::parse(
+        &config_text(dir.path(), &remote(&[&mirror], "")),
+        "test",
+    )
+    .unwrap();
+    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let client = reqwest::Client::new();
+    let (status, cache, bytes) = get(&client, &format!("http://{}/r/f", running.local_addr)).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+    running.proxy.fills.wait_idle().await;
+    assert_eq!(std::fs::read_dir(store.join("tmp")).unwrap().count(), 0);
+    assert_eq!(running.proxy.store.size(), 0);
+    // What fits is still cached.
+    get(&client, &format!("http://{}/r/small", running.local_addr))
+        .await
+        .2
+        .unwrap();
+    running.proxy.fills.wait_idle().await;
+    assert_eq!(
+        get(&client, &format!("http://{}/r/small", running.local_addr))
+            .await
+            .1,
+        "HIT"
+    );
+    running.shutdown().await;
+}
+
+/// kill -9 while 10 fills are half done; the restarted proxy cleans up and
+/// never serves a partial or corrupt artifact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_during_ten_fills_loses_nothing_and_serves_nothing_partial() {
+    let mirror = MirrorServer::start().await;
+    for i in 0..10 {
+        mirror.put(&format!("/m/f{i}"), test_bytes(2 * 1024 * 1024, 100 + i));
+    }
+    mirror.put("/m/done", test_bytes(5000, 99));
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), &remote(&[&mirror], "immutable = [\"**\"]"));
+    let mut proxy = BinaryProxy::start(dir.path(), &text).await;
+    let client = reqwest::Client::new();
+    get(&client, &proxy.url("/r/done")).await.2.unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    mirror.set_fault(Fault::SlowBody(Duration::from_millis(30)));
+    let fetches: Vec<_> = (0..10)
+        .map(|i| {
+            let (client, url) = (client.clone(), proxy.url(&format!("/r/f{i}")));
+            tokio::spawn(async move { client.get(url).send().await.ok()?.bytes().await.ok() })
+        })
+        .collect();
+    wait_until("10 fills to start", || mirror.total() >= 11).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    assert!(
+        std::fs::read_dir(dir.path().join("store/tmp"))
+            .unwrap()
+            .count()
+            > 0
+    );
+    proxy.kill_hard();
+    for f in fetches {
+        // Every client saw a broken transfer, none a short "complete" one.
+        assert!(f.await.unwrap().is_none());
+    }
+
+    mirror.set_fault(Fault::None);
+    let proxy = BinaryProxy::start(dir.path(), &text).await;
+    assert_eq!(
+        std::fs::read_dir(dir.path().join("store/tmp"))
+            .unwrap()
+            .count(),
+        0
+    );
+    let (status, cache, _) = get(&client, &proxy.url("/r/done")).await;
+    assert_eq!((status, cache.as_str()), (200, "HIT"));
+    for i in 0..10 {
+        let (status, cache, bytes) = get(&client, &proxy.url(&format!("/r/f{i}"))).await;
+        assert_eq!((status, cache.as_str()), (200, "MISS"));
+        assert_eq!(
+            sha256_hex(&bytes.unwrap()),
+            sha256_hex(&test_bytes(2 * 1024 * 1024, 100 + i))
+        );
+    }
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(["verify", "--config"])
+        .arg(&proxy.config_path)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+}
+
+#[tokio::test]
+async fn verify_finds_and_removes_corrupt_blobs() {
+    let mirror = MirrorServer::start().await;
+    for i in 0..3 {
+        mirror.put(&format!("/m/f{i}"), test_bytes(10_000, i));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = remote(&[&mirror], "immutable = [\"**\"]");
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let client = reqwest::Client::new();
+    for i in 0..3 {
+        get(&client, &proxy.url(&format!("/r/f{i}")))
+            .await
+            .2
+            .unwrap();
+    }
+    proxy.stop().await;
+
+    // Flip one byte of f1's blob on disk.
+    let hex = sha256_hex(&test_bytes(10_000, 1));
+    let blob = dir
+        .path()
+        .join("store/blobs")
+        .join(&hex[0..2])
+        .join(&hex[2..4])
+        .join(&hex);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    bytes[5000] ^= 0xff;
+    std::fs::write(&blob, bytes).unwrap();
+
+    let config_path = dir.path().join("c.toml");
+    std::fs::write(&config_path, config_text(dir.path(), &remotes)).unwrap();
+    let verify = |remove: bool| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorcache"));
+        cmd.args(["verify", "--config"]).arg(&config_path);
+        if remove {
+            cmd.arg("--remove");
+        }
+        let out = cmd.output().unwrap();
+        (
+            out.status.code().unwrap(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    };
+    let (code, report) = verify(false);
+    assert_eq!(code, 1, "{report}");
+    assert!(
+        report.contains(&format!("corrupt: {hex}")) && report.contains("checked 3 blobs"),
+        "{report}"
+    );
+    let (code, report) = verify(true);
+    assert_eq!(code, 0, "{report}");
+    let (code, report) = verify(false);
+    assert_eq!(code, 0, "{report}");
+    assert!(report.contains("checked 2 blobs"), "{report}");
+
+    // The corrupt copy is never served: the next request fetches it again.
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let (status, cache, bytes) = get(&client, &proxy.url("/r/f1")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), hex);
+    proxy.stop().await;
+}

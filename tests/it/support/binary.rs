@@ -1,0 +1,87 @@
+//! The real `mirrorcache` binary as a child process, for what only a process
+//! shows: peak RSS, kill -9, signals, its log output.
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct BinaryProxy {
+    pub child: Child,
+    pub base: String,
+    pub config_path: PathBuf,
+    pub log_path: PathBuf,
+}
+
+impl BinaryProxy {
+    /// Writes `config_text` (with `127.0.0.1:0` replaced by a free port) into
+    /// `dir`, starts `mirrorcache serve` on it and waits for `/-/health`.
+    pub async fn start(dir: &Path, config_text: &str) -> BinaryProxy {
+        let port = {
+            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+            l.local_addr().unwrap().port()
+        };
+        let text = config_text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+        let config_path = dir.join("mirrorcache.toml");
+        std::fs::write(&config_path, text).unwrap();
+        let log_path = dir.join(format!("proxy-{port}.log"));
+        let child = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+            .args(["serve", "--config"])
+            .arg(&config_path)
+            .env("RUST_LOG", "debug")
+            .stdout(Stdio::null())
+            .stderr(std::fs::File::create(&log_path).unwrap())
+            .spawn()
+            .unwrap();
+        let proxy = BinaryProxy {
+            child,
+            base: format!("http://127.0.0.1:{port}"),
+            config_path,
+            log_path,
+        };
+        let client = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while client.get(proxy.url("/-/health")).send().await.is_err() {
+            assert!(
+                Instant::now() < deadline,
+                "proxy did not start: {}",
+                proxy.log()
+            );
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+        proxy
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(&self.log_path).unwrap_or_default()
+    }
+
+    /// Sends `signal` (e.g. "HUP", "KILL") to the process.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .arg(format!("-{signal}"))
+            .arg(self.pid().to_string())
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+
+    pub fn kill_hard(&mut self) {
+        self.signal("KILL");
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for BinaryProxy {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
