@@ -80,7 +80,7 @@ async fn serve(listener: TcpListener, proxy: Arc<Proxy>, stop: impl Future<Outpu
     let mut http = hyper::server::conn::http1::Builder::new();
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
-        .max_buf_size(MAX_REQUEST_HEAD);
+        .max_header_size(MAX_REQUEST_HEAD);
     tokio::pin!(stop);
     loop {
         let permit = tokio::select! {

@@ -7,5 +7,7 @@ mod cache;
 mod config_check;
 mod failover;
 mod fanout;
+mod operations;
 mod path_safety;
 mod reliability;
+mod security;

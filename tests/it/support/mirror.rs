@@ -41,6 +41,8 @@ struct File {
 
 pub struct MirrorState {
     files: Mutex<HashMap<String, File>>,
+    /// `Authorization` header value every request must carry, if set.
+    required_auth: Mutex<Option<String>>,
     fault: Mutex<Fault>,
     hits: Mutex<HashMap<String, usize>>,
     total: AtomicUsize,
@@ -58,6 +60,7 @@ impl MirrorServer {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(MirrorState {
             files: Mutex::default(),
+            required_auth: Mutex::default(),
             fault: Mutex::new(Fault::None),
             hits: Mutex::default(),
             total: AtomicUsize::new(0),
@@ -106,6 +109,13 @@ impl MirrorServer {
             .insert(path.to_string(), File { bytes, etag });
     }
 
+    /// From now on, answers 401 unless the request has these basic credentials.
+    pub fn require_basic_auth(&self, user: &str, password: &str) {
+        use base64_encode as b64;
+        *self.state.required_auth.lock().unwrap() =
+            Some(format!("Basic {}", b64(&format!("{user}:{password}"))));
+    }
+
     pub fn set_fault(&self, fault: Fault) {
         *self.state.fault.lock().unwrap() = fault;
     }
@@ -152,6 +162,16 @@ async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: Header
     let path = uri.path().to_string();
     state.total.fetch_add(1, Ordering::SeqCst);
     *state.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
+    let required = state.required_auth.lock().unwrap().clone();
+    if let Some(required) = required {
+        if headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            != Some(required.as_str())
+        {
+            return StatusCode::UNAUTHORIZED.into_response();
+        }
+    }
     let fault = *state.fault.lock().unwrap();
     if let Fault::Status(code) = fault {
         return StatusCode::from_u16(code).unwrap().into_response();
@@ -230,4 +250,27 @@ async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: Header
             .body(Body::from(bytes))
             .unwrap(),
     }
+}
+
+/// Standard base64 (the test's own, to check what the proxy sends).
+fn base64_encode(text: &str) -> String {
+    const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let bytes = text.as_bytes();
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ALPHABET[(n >> (18 - 6 * i) & 63) as usize] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }

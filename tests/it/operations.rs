@@ -1,0 +1,172 @@
+//! Operations: metrics, readiness, status, reload on SIGHUP, JSON logs.
+
+use std::time::Duration;
+
+use crate::support::proxy::{config_text, get};
+use crate::support::{BinaryProxy, Fault, MirrorServer, TestProxy};
+
+fn remote(name: &str, mirror: &MirrorServer, extra: &str) -> String {
+    format!(
+        "[[remote]]\nname = \"{name}\"\nmirrors = [\"{}\"]\n{extra}\n",
+        mirror.url("/m")
+    )
+}
+
+#[tokio::test]
+async fn metrics_ready_and_status_report_what_happened() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/a", vec![1u8; 1000]);
+    let proxy = TestProxy::start(&remote("r", &mirror, "immutable = [\"**\"]")).await;
+    let client = reqwest::Client::new();
+    get(&client, &proxy.url("/r/a")).await.2.unwrap();
+    proxy.settle().await;
+    get(&client, &proxy.url("/r/a")).await.2.unwrap();
+    get(&client, &proxy.url("/r/missing")).await.2.unwrap();
+
+    let response = client.get(proxy.url("/-/metrics")).send().await.unwrap();
+    assert!(response.headers()["content-type"]
+        .to_str()
+        .unwrap()
+        .contains("openmetrics-text"));
+    let metrics = response.text().await.unwrap();
+    for line in [
+        "mirrorcache_requests_total{remote=\"r\",cache=\"HIT\"} 1",
+        "mirrorcache_requests_total{remote=\"r\",cache=\"MISS\"} 1",
+        "mirrorcache_requests_total{remote=\"r\",cache=\"error\"} 1",
+        "mirrorcache_served_bytes_total{remote=\"r\"} 2000",
+        "mirrorcache_store_bytes 1000",
+        "mirrorcache_fills_in_progress 0",
+        "mirrorcache_coalesced_waiters_total 0",
+        "mirrorcache_upstream_first_byte_seconds_count{remote=\"r\",mirror=",
+        "mirrorcache_mirror_in_flight{remote=\"r\",mirror=",
+        "mirrorcache_mirror_healthy{remote=\"r\",mirror=",
+        "mirrorcache_evictions_total 0",
+    ] {
+        assert!(metrics.contains(line), "{line} missing from:\n{metrics}");
+    }
+
+    assert_eq!(
+        client
+            .get(proxy.url("/-/ready"))
+            .send()
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let status = client
+        .get(proxy.url("/-/status"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["remotes"][0]["name"], "r");
+    assert_eq!(status["remotes"][0]["mirrors"][0]["url"], mirror.url("/m"));
+    assert_eq!(status["remotes"][0]["mirrors"][0]["in_flight"], 0);
+    assert_eq!(status["remotes"][0]["mirrors"][0]["health"], "healthy");
+    assert_eq!(status["hit_ratio"], 0.5);
+    assert_eq!(status["store_bytes"], 1000);
+    proxy.stop().await;
+}
+
+/// SIGHUP: a new remote appears without a restart or a dropped connection;
+/// in-flight gauges of unchanged mirrors carry over; a bad config is refused
+/// with a logged reason and the old one stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reloads_the_config_and_refuses_a_bad_one() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/x", b"x".to_vec());
+    mirror.put("/m/slow", b"slow".to_vec());
+    let dir = tempfile::tempdir().unwrap();
+    let first = config_text(dir.path(), &remote("a", &mirror, ""));
+    let proxy = BinaryProxy::start(dir.path(), &first).await;
+    let port = proxy.base.rsplit(':').next().unwrap().to_string();
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(1)
+        .build()
+        .unwrap();
+    assert_eq!(get(&client, &proxy.url("/a/x")).await.0, 200);
+    assert_eq!(get(&client, &proxy.url("/b/x")).await.0, 404);
+
+    // A slow request holds the mirror's in-flight gauge across the reload.
+    mirror.set_fault(Fault::SlowFirstByte(Duration::from_millis(1500)));
+    let slow = tokio::spawn({
+        let (client, url) = (client.clone(), proxy.url("/a/slow"));
+        async move { get(&client, &url).await.0 }
+    });
+    while mirror.hits("/m/slow") == 0 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+
+    let second = config_text(
+        dir.path(),
+        &format!("{}{}", remote("a", &mirror, ""), remote("b", &mirror, "")),
+    )
+    .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    std::fs::write(&proxy.config_path, second).unwrap();
+    proxy.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let status = client
+        .get(proxy.url("/-/status"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    assert_eq!(status["remotes"][0]["name"], "a");
+    assert_eq!(
+        status["remotes"][0]["mirrors"][0]["in_flight"], 1,
+        "the gauge survived the reload"
+    );
+    assert_eq!(status["remotes"][1]["name"], "b");
+    assert_eq!(
+        slow.await.unwrap(),
+        200,
+        "the request in flight during the reload completed"
+    );
+    mirror.set_fault(Fault::None);
+    assert_eq!(get(&client, &proxy.url("/b/x")).await.0, 200);
+
+    std::fs::write(&proxy.config_path, "[server]\nlisten = 7\n").unwrap();
+    proxy.signal("HUP");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(get(&client, &proxy.url("/b/x")).await.0, 200);
+    assert!(
+        proxy.log().contains("new config refused"),
+        "{}",
+        proxy.log()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_can_be_json_with_one_line_per_request() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/x", b"x".to_vec());
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{}\n[log]\nformat = \"json\"\n",
+        config_text(dir.path(), &remote("r", &mirror, ""))
+    );
+    let proxy = BinaryProxy::start(dir.path(), &text).await;
+    let client = reqwest::Client::new();
+    get(&client, &proxy.url("/r/x")).await.2.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let log = proxy.log();
+    let request_line = log
+        .lines()
+        .map(|l| {
+            serde_json::from_str::<serde_json::Value>(l)
+                .unwrap_or_else(|e| panic!("not JSON: {l}: {e}"))
+        })
+        .find(|v| v["fields"]["message"] == "request" && v["fields"]["path"] == "/r/x")
+        .expect("a request line");
+    assert_eq!(request_line["fields"]["status"], 200);
+    assert_eq!(request_line["fields"]["cache"], "MISS");
+    assert_eq!(request_line["fields"]["mirror"], mirror.url("/m"));
+    assert_eq!(request_line["fields"]["bytes"], 1);
+}
