@@ -67,6 +67,45 @@ pub struct MetadataConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum RemoteKind {
     Generic,
+    Pypi,
+    Npm,
+    Cargo,
+    Apt,
+    Go,
+}
+
+impl RemoteKind {
+    pub fn parse(name: &str) -> Option<RemoteKind> {
+        Some(match name {
+            "generic" => RemoteKind::Generic,
+            "pypi" => RemoteKind::Pypi,
+            "npm" => RemoteKind::Npm,
+            "cargo" => RemoteKind::Cargo,
+            "apt" => RemoteKind::Apt,
+            "go" => RemoteKind::Go,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemoteKind::Generic => "generic",
+            RemoteKind::Pypi => "pypi",
+            RemoteKind::Npm => "npm",
+            RemoteKind::Cargo => "cargo",
+            RemoteKind::Apt => "apt",
+            RemoteKind::Go => "go",
+        }
+    }
+
+    /// The separate download host of the public registry, when it has one.
+    pub fn default_files(self) -> &'static [&'static str] {
+        match self {
+            RemoteKind::Pypi => &["https://files.pythonhosted.org"],
+            RemoteKind::Cargo => &["https://static.crates.io/crates"],
+            _ => &[],
+        }
+    }
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -84,6 +123,11 @@ pub struct RemoteConfig {
     pub kind: RemoteKind,
     /// Mirror base URLs, without a trailing slash.
     pub mirrors: Vec<Url>,
+    /// Mirrors of the separate download host (pypi's files host, cargo's
+    /// `dl`); served under `/{name}/~files/…`. Empty when there is none.
+    pub files: Vec<Url>,
+    /// Index documents rewritten in memory are refused (502) beyond this size.
+    pub max_document_size: u64,
     pub strategy: Strategy,
     /// `fastest`: how quickly old first-byte latency observations fade.
     pub latency_decay: Duration,
@@ -296,6 +340,9 @@ struct RawRemote {
     #[serde(default = "default_kind")]
     kind: Spanned<String>,
     mirrors: Spanned<Vec<Spanned<String>>>,
+    files: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default = "default_max_document_size")]
+    max_document_size: HumanSize,
     #[serde(default = "default_strategy")]
     strategy: Strategy,
     #[serde(default = "default_latency_decay")]
@@ -335,6 +382,9 @@ struct RawRemote {
     bearer_token_env: Option<Spanned<String>>,
 }
 
+fn default_max_document_size() -> HumanSize {
+    HumanSize(64 * 1024 * 1024)
+}
 fn default_max_stale() -> HumanDuration {
     HumanDuration(Duration::from_secs(7 * 24 * 3600))
 }
@@ -531,63 +581,29 @@ impl Validator<'_> {
                 format!("{name:?} is not a valid remote name (letters, digits, '-', '_', '.'; not \"-\")"),
             );
         }
-        let kind = match raw.kind.get_ref().as_str() {
-            "generic" => RemoteKind::Generic,
-            other => {
+        let kind = match RemoteKind::parse(raw.kind.get_ref()) {
+            Some(kind) => kind,
+            None => {
                 return self.error(
                     format!("remote[{i}].kind"),
                     raw.kind.span(),
-                    format!("unknown kind {other:?}; expected \"generic\""),
+                    format!(
+                        "unknown kind {:?}; expected one of generic, pypi, npm, cargo, apt, go",
+                        raw.kind.get_ref()
+                    ),
                 );
             }
         };
-        let mirrors_span = raw.mirrors.span();
-        let raw_mirrors = raw.mirrors.into_inner();
-        if raw_mirrors.is_empty() {
-            return self.error(
-                format!("remote[{i}].mirrors"),
-                mirrors_span,
-                "lists no mirror; give at least one URL",
-            );
-        }
-        if raw_mirrors.len() > MAX_MIRRORS {
-            return self.error(
-                format!("remote[{i}].mirrors"),
-                mirrors_span,
-                format!(
-                    "lists {} mirrors; at most {MAX_MIRRORS} are supported",
-                    raw_mirrors.len()
-                ),
-            );
-        }
-        let mut mirrors = Vec::with_capacity(raw_mirrors.len());
-        for (j, m) in raw_mirrors.iter().enumerate() {
-            let key = format!("remote[{i}].mirrors[{j}]");
-            let url = match Url::parse(m.get_ref().trim_end_matches('/')) {
-                Ok(u) => u,
-                Err(e) => {
-                    return self.error(
-                        key,
-                        m.span(),
-                        format!("{:?} is not a URL: {e}", m.get_ref()),
-                    )
-                }
-            };
-            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-                return self.error(
-                    key,
-                    m.span(),
-                    "must be an http:// or https:// URL with a host",
-                );
-            }
-            if url.query().is_some() || url.fragment().is_some() {
-                return self.error(key, m.span(), "must not have a query or fragment");
-            }
-            if mirrors.contains(&url) {
-                return self.error(key, m.span(), "is listed twice");
-            }
-            mirrors.push(url);
-        }
+        let mirrors = self.mirror_list(&format!("remote[{i}].mirrors"), &raw.mirrors)?;
+        let files = match &raw.files {
+            Some(files) => self.mirror_list(&format!("remote[{i}].files"), files)?,
+            None => kind
+                .default_files()
+                .iter()
+                .map(|u| Url::parse(u).expect("default URLs parse"))
+                .collect(),
+        };
+        let max_document_size = raw.max_document_size.0;
         let max_attempts = match raw.max_attempts {
             None => mirrors.len(),
             Some(n) if *n.get_ref() >= 1 => *n.get_ref(),
@@ -614,6 +630,8 @@ impl Validator<'_> {
             name,
             kind,
             mirrors,
+            files,
+            max_document_size,
             strategy: raw.strategy,
             latency_decay: raw.latency_decay.0,
             connect_timeout: raw.connect_timeout.0,
@@ -638,6 +656,57 @@ impl Validator<'_> {
             },
             auth,
         })
+    }
+
+    /// A list of 1..=MAX_MIRRORS distinct http(s) base URLs.
+    fn mirror_list(
+        &self,
+        key: &str,
+        list: &Spanned<Vec<Spanned<String>>>,
+    ) -> Result<Vec<Url>, ConfigError> {
+        let raw = list.get_ref();
+        if raw.is_empty() {
+            return self.error(key, list.span(), "lists no mirror; give at least one URL");
+        }
+        if raw.len() > MAX_MIRRORS {
+            return self.error(
+                key,
+                list.span(),
+                format!(
+                    "lists {} mirrors; at most {MAX_MIRRORS} are supported",
+                    raw.len()
+                ),
+            );
+        }
+        let mut urls: Vec<Url> = Vec::with_capacity(raw.len());
+        for (j, m) in raw.iter().enumerate() {
+            let key = format!("{key}[{j}]");
+            let url = match Url::parse(m.get_ref().trim_end_matches('/')) {
+                Ok(u) => u,
+                Err(e) => {
+                    return self.error(
+                        key,
+                        m.span(),
+                        format!("{:?} is not a URL: {e}", m.get_ref()),
+                    )
+                }
+            };
+            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                return self.error(
+                    key,
+                    m.span(),
+                    "must be an http:// or https:// URL with a host",
+                );
+            }
+            if url.query().is_some() || url.fragment().is_some() {
+                return self.error(key, m.span(), "must not have a query or fragment");
+            }
+            if urls.contains(&url) {
+                return self.error(key, m.span(), "is listed twice");
+            }
+            urls.push(url);
+        }
+        Ok(urls)
     }
 
     /// A secret given inline (`key`) or by environment variable (`key_env`), not both.

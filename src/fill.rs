@@ -89,12 +89,14 @@ pub struct FillRegistry {
 
 impl FillRegistry {
     /// Joins the fill of `path` if one is running, else starts one (`started`
-    /// is then true). `stale` is the cached entry to revalidate, if any.
+    /// is then true). `stale` is the cached entry to revalidate, if any;
+    /// `accept` the `Accept` header of a content-negotiated variant.
     pub fn join_or_start(
         &self,
         proxy: &Arc<Proxy>,
         remote: &Arc<Remote>,
         path: &ArtifactPath,
+        accept: Option<&'static str>,
         stale: Option<Arc<Entry>>,
     ) -> (watch::Receiver<FillState>, bool) {
         let mut fills = self.fills.lock().expect("fill registry poisoned");
@@ -106,7 +108,14 @@ impl FillRegistry {
         fills.insert(path.key().to_string(), rx.clone());
         proxy.metrics.fills_in_progress.set(fills.len() as i64);
         drop(fills);
-        tokio::spawn(run(proxy.clone(), remote.clone(), path.clone(), stale, tx));
+        tokio::spawn(run(
+            proxy.clone(),
+            remote.clone(),
+            path.clone(),
+            accept,
+            stale,
+            tx,
+        ));
         (rx, true)
     }
 
@@ -144,10 +153,11 @@ async fn run(
     proxy: Arc<Proxy>,
     remote: Arc<Remote>,
     path: ArtifactPath,
+    accept: Option<&'static str>,
     stale: Option<Arc<Entry>>,
     tx: watch::Sender<FillState>,
 ) {
-    if let Err(error) = fill(&proxy, &remote, &path, stale.as_deref(), &tx).await {
+    if let Err(error) = fill(&proxy, &remote, &path, accept, stale.as_deref(), &tx).await {
         tracing::debug!(key = path.key(), %error, "fill failed");
         if let ProxyError::NotFound { status } = error {
             proxy.meta.remember_absent(&path, status, now_ms());
@@ -162,6 +172,7 @@ async fn fill(
     proxy: &Proxy,
     remote: &Remote,
     path: &ArtifactPath,
+    accept: Option<&'static str>,
     stale: Option<&Entry>,
     tx: &watch::Sender<FillState>,
 ) -> Result<(), ProxyError> {
@@ -171,8 +182,8 @@ async fn fill(
             last_modified: e.upstream_last_modified.as_deref(),
         })
         .unwrap_or_default();
-    let (mut response, mirror_idx, mirror, guard) =
-        match upstream::fetch(remote, path.path(), validators).await? {
+    let (mut response, mirror_idx, set, mirror, guard) =
+        match upstream::fetch(remote, path.path(), validators, accept).await? {
             Fetched::NotModified { mirror } => {
                 let entry = stale.expect("a 304 is only accepted when validators were sent");
                 let fresh = proxy.meta.mark_revalidated(path, entry, now_ms()).await?;
@@ -183,9 +194,10 @@ async fn fill(
             Fetched::Body {
                 response,
                 mirror_idx,
+                set,
                 mirror,
                 guard,
-            } => (response, mirror_idx, mirror, guard),
+            } => (response, mirror_idx, set, mirror, guard),
         };
     proxy.meta.forget_absent(path);
 
@@ -251,12 +263,12 @@ async fn fill(
         let chunk = match tokio::time::timeout(remote.config.idle_timeout, response.chunk()).await {
             Err(_) => {
                 let error = format!("no data for {:?}", remote.config.idle_timeout);
-                upstream::record_failure(remote, mirror_idx, &error);
+                upstream::record_failure(remote, set, mirror_idx, &error);
                 return Err(ProxyError::UpstreamBody(error));
             }
             Ok(Err(e)) => {
                 let error = e.without_url().to_string();
-                upstream::record_failure(remote, mirror_idx, &error);
+                upstream::record_failure(remote, set, mirror_idx, &error);
                 return Err(ProxyError::UpstreamBody(error));
             }
             Ok(Ok(None)) => break,

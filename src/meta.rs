@@ -224,7 +224,7 @@ impl MetadataStore {
              FROM entries WHERE remote = $1 AND path = $2",
         )
         .bind(path.remote())
-        .bind(path.path())
+        .bind(path.stored_path())
         .fetch_optional(&self.pool)
         .await
         .map_err(db_error)?;
@@ -265,7 +265,7 @@ impl MetadataStore {
              last_access = excluded.last_access",
         )
         .bind(path.remote())
-        .bind(path.path())
+        .bind(path.stored_path())
         .bind(entry.digest.to_hex())
         .bind(entry.size as i64)
         .bind(entry.content_type.clone())
@@ -291,7 +291,7 @@ impl MetadataStore {
         sqlx::query("UPDATE entries SET fetched_at = $1 WHERE remote = $2 AND path = $3")
             .bind(now_ms)
             .bind(path.remote())
-            .bind(path.path())
+            .bind(path.stored_path())
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
@@ -307,7 +307,7 @@ impl MetadataStore {
         self.cache.invalidate(path.key());
         sqlx::query("DELETE FROM entries WHERE remote = $1 AND path = $2")
             .bind(path.remote())
-            .bind(path.path())
+            .bind(path.stored_path())
             .execute(&self.pool)
             .await
             .map_err(db_error)?;

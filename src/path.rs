@@ -19,10 +19,13 @@ const DECODE_LEVELS: usize = 3;
 /// A checked request for an artifact.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArtifactPath {
-    /// `remote/path`, normalised: the cache key and the request's identity.
+    /// `remote/path`, normalised, then `?variant` for a content-negotiated
+    /// document: the cache key and the request's identity.
     key: String,
     /// Length of the remote name at the start of `key`.
     remote_len: usize,
+    /// Where the upstream path ends in `key` (before `?variant`).
+    path_end: usize,
 }
 
 impl ArtifactPath {
@@ -55,15 +58,41 @@ impl ArtifactPath {
         if trailing_slash {
             key.push('/');
         }
-        Ok(ArtifactPath { key, remote_len })
+        let path_end = key.len();
+        Ok(ArtifactPath {
+            key,
+            remote_len,
+            path_end,
+        })
+    }
+
+    /// The same path as one variant of a content-negotiated document (pypi's
+    /// HTML or JSON page, npm's full or abbreviated packument), cached apart.
+    /// Request paths never hold `?` (the query is not part of them), so the
+    /// suffix cannot collide with a real path.
+    pub fn with_variant(&self, variant: &str) -> ArtifactPath {
+        let mut key = String::with_capacity(self.path_end + 1 + variant.len());
+        key.push_str(&self.key[..self.path_end]);
+        key.push('?');
+        key.push_str(variant);
+        ArtifactPath {
+            key,
+            remote_len: self.remote_len,
+            path_end: self.path_end,
+        }
     }
 
     pub fn remote(&self) -> &str {
         &self.key[..self.remote_len]
     }
 
-    /// The path below the remote, without a leading slash.
+    /// The path below the remote, without a leading slash: what the mirror is asked for.
     pub fn path(&self) -> &str {
+        &self.key[self.remote_len + 1..self.path_end]
+    }
+
+    /// The path as the metadata row stores it: `path()` plus any `?variant`.
+    pub fn stored_path(&self) -> &str {
         &self.key[self.remote_len + 1..]
     }
 

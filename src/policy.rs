@@ -1,15 +1,17 @@
-//! Cache policy: which paths of a remote are immutable (cached forever) and how
-//! long the rest stay fresh before they are revalidated upstream.
+//! Cache policy: which paths of a remote are immutable (cached forever: the
+//! kind's rules in `kind`, plus the operator's patterns) and how long the rest
+//! stay fresh before they are revalidated upstream.
 
 use std::time::Duration;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::config::RemoteConfig;
+use crate::config::{RemoteConfig, RemoteKind};
 use crate::meta::Entry;
 
 #[derive(Debug)]
 pub struct CachePolicy {
+    kind: RemoteKind,
     immutable: GlobSet,
     revalidate_after: Duration,
 }
@@ -26,13 +28,15 @@ impl CachePolicy {
             set.add(glob);
         }
         CachePolicy {
+            kind: config.kind,
             immutable: set.build().expect("validated patterns build"),
             revalidate_after: config.revalidate_after,
         }
     }
 
+    /// The kind's own rules, then the operator's extra patterns.
     pub fn is_immutable(&self, path: &str) -> bool {
-        self.immutable.is_match(path)
+        self.kind.is_immutable(path) || self.immutable.is_match(path)
     }
 
     /// Whether `entry` (cached at `path`) may be served without asking upstream.

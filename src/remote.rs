@@ -1,27 +1,63 @@
-//! A remote as the request path uses it: its mirrors with their gauges, health
-//! and metrics, its selector, its cache policy and its HTTP client, built once
-//! from the config (and again on reload, keeping gauges and health by URL).
+//! A remote as the request path uses it: its mirror sets (the index mirrors,
+//! and the mirrors of a separate files host) with their gauges, health and
+//! metrics, its cache policy and its HTTP client, built once from the config
+//! (and again on reload, keeping gauges and health by URL).
 
 use std::sync::Arc;
 
+use url::Url;
+
 use crate::config::RemoteConfig;
 use crate::health::{HealthRegistry, MirrorHealth};
+use crate::kind::FILES_PREFIX;
 use crate::metrics::{Metrics, MirrorMetrics, RemoteCounters};
 use crate::policy::CachePolicy;
 use crate::select::{GaugeRegistry, Mirror, Selector};
 use crate::upstream;
 
+/// One list of interchangeable mirrors, selected among as a unit.
 #[derive(Debug)]
-pub struct Remote {
-    pub name: String,
-    pub config: RemoteConfig,
+pub struct MirrorSet {
     pub mirrors: Vec<Arc<Mirror>>,
     /// Parallel to `mirrors`.
     pub health: Vec<Arc<MirrorHealth>>,
     /// Parallel to `mirrors`.
-    pub mirror_metrics: Vec<MirrorMetrics>,
-    pub counters: RemoteCounters,
+    pub metrics: Vec<MirrorMetrics>,
     pub selector: Selector,
+}
+
+impl MirrorSet {
+    fn new(
+        remote: &RemoteConfig,
+        urls: &[Url],
+        gauges: &GaugeRegistry,
+        health: &HealthRegistry,
+        metrics: &Metrics,
+    ) -> MirrorSet {
+        let mirrors: Vec<Arc<Mirror>> = urls
+            .iter()
+            .map(|u| Arc::new(Mirror::new(u.clone(), gauges)))
+            .collect();
+        MirrorSet {
+            health: mirrors.iter().map(|m| health.get(m.base())).collect(),
+            metrics: mirrors
+                .iter()
+                .map(|m| metrics.mirror_metrics(&remote.name, m.base()))
+                .collect(),
+            selector: Selector::new(remote.strategy),
+            mirrors,
+        }
+    }
+}
+
+#[derive(Debug)]
+pub struct Remote {
+    pub name: String,
+    pub config: RemoteConfig,
+    pub index: MirrorSet,
+    /// The files host's mirrors, serving `/{name}/~files/…`.
+    pub files: Option<MirrorSet>,
+    pub counters: RemoteCounters,
     pub policy: CachePolicy,
     pub client: reqwest::Client,
 }
@@ -33,24 +69,27 @@ impl Remote {
         health: &HealthRegistry,
         metrics: &Metrics,
     ) -> Result<Remote, reqwest::Error> {
-        let mirrors: Vec<Arc<Mirror>> = config
-            .mirrors
-            .iter()
-            .map(|u| Arc::new(Mirror::new(u.clone(), gauges)))
-            .collect();
         Ok(Remote {
             name: config.name.clone(),
-            health: mirrors.iter().map(|m| health.get(m.base())).collect(),
-            mirror_metrics: mirrors
-                .iter()
-                .map(|m| metrics.mirror_metrics(&config.name, m.base()))
-                .collect(),
+            index: MirrorSet::new(config, &config.mirrors, gauges, health, metrics),
+            files: (!config.files.is_empty())
+                .then(|| MirrorSet::new(config, &config.files, gauges, health, metrics)),
             counters: metrics.remote_counters(&config.name),
-            selector: Selector::new(config.strategy),
             policy: CachePolicy::new(config),
             client: upstream::client_for(config)?,
-            mirrors,
             config: config.clone(),
         })
+    }
+
+    /// The mirror set that serves `path`, and the path to ask it for.
+    pub fn route<'p>(&self, path: &'p str) -> (&MirrorSet, &'p str) {
+        match (path.strip_prefix(FILES_PREFIX), &self.files) {
+            (Some(rest), Some(files)) => (files, rest),
+            _ => (&self.index, path),
+        }
+    }
+
+    pub fn mirror_sets(&self) -> impl Iterator<Item = &MirrorSet> {
+        std::iter::once(&self.index).chain(self.files.as_ref())
     }
 }

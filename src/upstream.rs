@@ -11,7 +11,7 @@ use reqwest::redirect;
 use crate::config::{RemoteConfig, UpstreamAuth};
 use crate::error::{AttemptError, ProxyError};
 use crate::meta::now_ms;
-use crate::remote::Remote;
+use crate::remote::{MirrorSet, Remote};
 use crate::select::{InflightGuard, Mirror};
 
 /// Hops a redirect chain may take (each to one of the remote's own hosts).
@@ -24,6 +24,7 @@ pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Err
     let allowed: Vec<(String, Option<u16>)> = config
         .mirrors
         .iter()
+        .chain(&config.files)
         .map(|u| {
             (
                 u.host_str().unwrap_or_default().to_ascii_lowercase(),
@@ -75,6 +76,7 @@ pub enum Fetched<'r> {
     Body {
         response: reqwest::Response,
         mirror_idx: usize,
+        set: &'r MirrorSet,
         mirror: &'r Mirror,
         guard: InflightGuard<'r>,
     },
@@ -104,19 +106,21 @@ pub async fn fetch<'r>(
     remote: &'r Remote,
     path: &str,
     validators: Validators<'_>,
+    accept: Option<&str>,
 ) -> Result<Fetched<'r>, ProxyError> {
+    let (set, path) = remote.route(path);
     let now = now_ms();
-    let any_selectable = remote.health.iter().any(|h| h.selectable(now));
-    let order = remote
+    let any_selectable = set.health.iter().any(|h| h.selectable(now));
+    let order = set
         .selector
-        .order_accepting(&remote.mirrors, |i| remote.health[i].selectable(now));
+        .order_accepting(&set.mirrors, |i| set.health[i].selectable(now));
     let mut attempts = 0;
     let mut not_found: Option<u16> = None;
     let mut n_not_found = 0;
     let mut last_error: Option<AttemptError> = None;
     for mirror_idx in order.cycle().take(remote.config.max_attempts) {
-        let mirror: &Mirror = &remote.mirrors[mirror_idx];
-        let health = &remote.health[mirror_idx];
+        let mirror: &Mirror = &set.mirrors[mirror_idx];
+        let health = &set.health[mirror_idx];
         if remote
             .config
             .mirror_max_in_flight
@@ -130,6 +134,9 @@ pub async fn fetch<'r>(
         attempts += 1;
         let guard = mirror.begin_attempt();
         let mut request = authorize(remote.client.get(mirror.url_for(path)), &remote.config.auth);
+        if let Some(accept) = accept {
+            request = request.header(header::ACCEPT, accept);
+        }
         if let Some(etag) = validators.etag {
             request = request.header(header::IF_NONE_MATCH, etag);
         }
@@ -143,7 +150,7 @@ pub async fn fetch<'r>(
             Ok(Err(e)) if e.is_connect() => AttemptError::Connect(e.without_url().to_string()),
             Ok(Err(e)) => AttemptError::Request(e.without_url().to_string()),
             Ok(Ok(response)) => {
-                remote.mirror_metrics[mirror_idx]
+                set.metrics[mirror_idx]
                     .first_byte
                     .observe(started.elapsed().as_secs_f64());
                 let status = response.status();
@@ -156,6 +163,7 @@ pub async fn fetch<'r>(
                         return Ok(Fetched::Body {
                             response,
                             mirror_idx,
+                            set,
                             mirror,
                             guard,
                         })
@@ -173,7 +181,7 @@ pub async fn fetch<'r>(
             }
         };
         if !matches!(error, AttemptError::Status(s) if s < 500) {
-            record_failure(remote, mirror_idx, &error);
+            record_failure(remote, set, mirror_idx, &error);
         }
         tracing::debug!(remote = %remote.name, mirror = mirror.base(), path, %error, "attempt failed");
         last_error = Some(error);
@@ -190,17 +198,20 @@ pub async fn fetch<'r>(
 }
 
 /// Counts a failed attempt (or broken body) against a mirror's health.
-pub fn record_failure(remote: &Remote, mirror_idx: usize, error: &dyn std::fmt::Display) {
-    remote.mirror_metrics[mirror_idx].failures.inc();
-    if let Some(cooldown) =
-        remote.health[mirror_idx].record_failure(&remote.config.health, now_ms())
-    {
-        tracing::warn!(remote = %remote.name, mirror = remote.mirrors[mirror_idx].base(), ?cooldown, %error, "mirror ejected");
+pub fn record_failure(
+    remote: &Remote,
+    set: &MirrorSet,
+    mirror_idx: usize,
+    error: &dyn std::fmt::Display,
+) {
+    set.metrics[mirror_idx].failures.inc();
+    if let Some(cooldown) = set.health[mirror_idx].record_failure(&remote.config.health, now_ms()) {
+        tracing::warn!(remote = %remote.name, mirror = set.mirrors[mirror_idx].base(), ?cooldown, %error, "mirror ejected");
     }
 }
 
 /// Active health probes: `GET {mirror}/{probe_path}` for every mirror of the
-/// remote every `probe_interval`, until the remote is dropped (by a reload).
+/// remote's index set every `probe_interval`, until the remote is dropped (by a reload).
 pub async fn probe_loop(remote: Weak<Remote>) {
     loop {
         let interval = match remote.upgrade() {
@@ -214,26 +225,29 @@ pub async fn probe_loop(remote: Weak<Remote>) {
         let Some(probe_path) = remote.config.health.probe_path.clone() else {
             return;
         };
-        for (idx, mirror) in remote.mirrors.iter().enumerate() {
+        let set = &remote.index;
+        for (idx, mirror) in set.mirrors.iter().enumerate() {
             let request = authorize(
                 remote.client.get(mirror.url_for(&probe_path)),
                 &remote.config.auth,
             );
             match tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await {
                 Ok(Ok(response)) if !response.status().is_server_error() => {
-                    remote.health[idx].record_success()
+                    set.health[idx].record_success()
                 }
                 Ok(Ok(response)) => record_failure(
                     &remote,
+                    set,
                     idx,
                     &format_args!("probe answered {}", response.status()),
                 ),
                 Ok(Err(e)) => record_failure(
                     &remote,
+                    set,
                     idx,
                     &format_args!("probe failed: {}", e.without_url()),
                 ),
-                Err(_) => record_failure(&remote, idx, &"probe timed out"),
+                Err(_) => record_failure(&remote, set, idx, &"probe timed out"),
             }
         }
     }

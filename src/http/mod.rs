@@ -16,12 +16,14 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 
+use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
-use crate::meta::now_ms;
+use crate::meta::{now_ms, Entry};
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::remote::Remote;
+use crate::rewrite::Rewrite;
 use crate::upstream::{self, Fetched, Validators};
 pub use respond::CacheStatus;
 
@@ -120,6 +122,20 @@ fn resolve(
     Ok((remote, path))
 }
 
+/// One artifact request, resolved to its remote and cache key.
+struct ArtifactRequest<'a> {
+    proxy: &'a Arc<Proxy>,
+    remote: &'a Arc<Remote>,
+    /// With the negotiated variant, if the document has variants.
+    path: ArtifactPath,
+    /// The `Accept` header to send upstream for that variant.
+    accept: Option<&'static str>,
+    /// An index document: its URLs are rewritten on the way out.
+    document: bool,
+    method: &'a Method,
+    headers: &'a HeaderMap,
+}
+
 async fn serve(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
@@ -127,151 +143,254 @@ async fn serve(
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
-    let now = now_ms();
+    let kind = remote.config.kind;
+    let variant = kind.variant(path.path(), headers);
+    let request = ArtifactRequest {
+        proxy,
+        remote,
+        path: variant.map_or_else(|| path.clone(), |v| path.with_variant(v.suffix)),
+        accept: variant.map(|v| v.accept),
+        document: kind.is_document(path.path()),
+        method,
+        headers,
+    };
+    request.serve().await
+}
 
-    // Hit path: the metadata cache, the policy, the store. No selection, no upstream.
-    let mut stale = None;
-    match proxy.meta.lookup(path).await {
-        Ok(Some(entry)) => {
-            let fresh = remote.policy.is_fresh(path.path(), &entry, now);
-            match proxy.open_blob(&entry.digest).await {
-                Ok(file) if fresh => {
-                    entry.touch(now);
-                    let response =
-                        respond::from_entry(&entry, file, CacheStatus::Hit, method, headers);
-                    return Ok(Served::hit(response, CacheStatus::Hit));
-                }
-                Ok(_) => stale = Some(entry),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                    tracing::warn!(key = path.key(), "cached blob is missing; fetching again");
-                    proxy.meta.forget(path).await?;
-                }
-                Err(e) => return Err(ProxyError::Store(e.to_string())),
-            }
-        }
-        Ok(None) => {
-            if let Some((status, at)) = proxy.meta.absent(path) {
-                if now - at < remote.config.negative_ttl.as_millis() as i64 {
-                    return Ok(Served::hit(
-                        respond::absent(status, CacheStatus::Hit),
-                        CacheStatus::Hit,
-                    ));
+impl ArtifactRequest<'_> {
+    async fn serve(&self) -> Result<Served, ProxyError> {
+        let (proxy, remote, path) = (self.proxy, self.remote, &self.path);
+        let now = now_ms();
+
+        // Hit path: the metadata cache, the policy, the store. No selection, no upstream.
+        let mut stale = None;
+        match proxy.meta.lookup(path).await {
+            Ok(Some(entry)) => {
+                let fresh = remote.policy.is_fresh(path.path(), &entry, now);
+                match proxy.open_blob(&entry.digest).await {
+                    Ok(file) if fresh => {
+                        entry.touch(now);
+                        let response = self.complete(&entry, file, CacheStatus::Hit).await?;
+                        return Ok(Served::hit(response, CacheStatus::Hit));
+                    }
+                    Ok(_) => stale = Some(entry),
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                        tracing::warn!(key = path.key(), "cached blob is missing; fetching again");
+                        proxy.meta.forget(path).await?;
+                    }
+                    Err(e) => return Err(ProxyError::Store(e.to_string())),
                 }
             }
+            Ok(None) => {
+                if let Some((status, at)) = proxy.meta.absent(path) {
+                    if now - at < remote.config.negative_ttl.as_millis() as i64 {
+                        let response = respond::absent(status, CacheStatus::Hit);
+                        return Ok(Served::hit(response, CacheStatus::Hit));
+                    }
+                }
+            }
+            // The database is down: serve the request as an uncached miss.
+            Err(error) => {
+                proxy.metrics.metadata_errors.inc();
+                tracing::warn!(%error, "metadata lookup failed; treating as a miss");
+            }
         }
-        // The database is down: serve the request as an uncached miss.
-        Err(error) => {
-            proxy.metrics.metadata_errors.inc();
-            tracing::warn!(%error, "metadata lookup failed; treating as a miss");
+
+        // Miss (or stale): join or start the fill, and answer as soon as its head is known.
+        let (mut rx, started) =
+            proxy
+                .fills
+                .join_or_start(proxy, remote, path, self.accept, stale.clone());
+        // A document is rewritten whole: wait for the complete body.
+        let document = self.document;
+        let state = rx
+            .wait_for(|s| match s {
+                FillState::Connecting => false,
+                FillState::Streaming { .. } => !document,
+                _ => true,
+            })
+            .await
+            .map(|s| s.clone())
+            .unwrap_or_else(|_| {
+                FillState::Failed(ProxyError::Store("fill task ended unexpectedly".into()))
+            });
+        match state {
+            FillState::Failed(error) => self.when_mirrors_fail(stale, error).await,
+            FillState::Revalidated(entry) => {
+                let file = proxy
+                    .open_blob(&entry.digest)
+                    .await
+                    .map_err(|e| ProxyError::Store(e.to_string()))?;
+                let response = self
+                    .complete(&entry, file, CacheStatus::Revalidated)
+                    .await?;
+                Ok(Served::hit(response, CacheStatus::Revalidated))
+            }
+            FillState::Streaming { head, file, .. } => {
+                let mirror = Some(head.mirror.clone());
+                let response = respond::from_fill(&head, fill::body(rx, file), self.method);
+                Ok(Served {
+                    response,
+                    cache: CacheStatus::Miss,
+                    mirror,
+                })
+            }
+            // The body is complete and hashed, perhaps not yet committed, and is
+            // served from the fill's own file: a miss for the request that started
+            // the fill (a small body can finish before its starter looks), a hit
+            // for one that joined after the upstream fetch was over.
+            FillState::Complete { head, entry, file } => {
+                let (cache, mirror) = if started {
+                    (CacheStatus::Miss, Some(head.mirror.clone()))
+                } else {
+                    (CacheStatus::Hit, None)
+                };
+                let response = self.complete(&entry, file, cache).await?;
+                Ok(Served {
+                    response,
+                    cache,
+                    mirror,
+                })
+            }
+            FillState::Bypass { head, response } => {
+                if self.document {
+                    // Too big for the store but a document: the store cap is the
+                    // document cap's business; refuse rather than buffer.
+                    return Err(ProxyError::TooLarge {
+                        size: head.content_length.unwrap_or(0),
+                        limit: proxy.max_store_size(),
+                    });
+                }
+                let taken = response.lock().expect("bypass slot poisoned").take();
+                let upstream_response = match taken {
+                    Some(r) => r,
+                    // Someone else has the fill's response: fetch our own copy.
+                    None => match upstream::fetch(
+                        remote,
+                        path.path(),
+                        Validators::default(),
+                        self.accept,
+                    )
+                    .await?
+                    {
+                        Fetched::Body { response, .. } => response,
+                        Fetched::NotModified { .. } => unreachable!("no validators were sent"),
+                    },
+                };
+                let body = fill::passthrough(upstream_response, remote.config.idle_timeout);
+                let response = respond::from_fill(&head, body, self.method);
+                Ok(Served {
+                    response,
+                    cache: CacheStatus::Miss,
+                    mirror: Some(head.mirror.clone()),
+                })
+            }
+            FillState::Connecting => unreachable!("waited until the fill left Connecting"),
         }
     }
 
-    // Miss (or stale): join or start the fill, and answer as soon as its head is known.
-    let (mut rx, started) = proxy
-        .fills
-        .join_or_start(proxy, remote, path, stale.clone());
-    let state = rx
-        .wait_for(|s| !matches!(s, FillState::Connecting))
-        .await
-        .map(|s| s.clone())
-        .unwrap_or_else(|_| {
-            FillState::Failed(ProxyError::Store("fill task ended unexpectedly".into()))
-        });
-    match state {
-        FillState::Failed(error) => {
-            serve_when_mirrors_fail(proxy, remote, path, stale, error, method, headers).await
-        }
-        FillState::Revalidated(entry) => {
-            let file = proxy
-                .open_blob(&entry.digest)
-                .await
-                .map_err(|e| ProxyError::Store(e.to_string()))?;
-            let response =
-                respond::from_entry(&entry, file, CacheStatus::Revalidated, method, headers);
-            Ok(Served::hit(response, CacheStatus::Revalidated))
-        }
-        FillState::Streaming { head, file, .. } => {
-            let mirror = Some(head.mirror.clone());
-            let response = respond::from_fill(&head, fill::body(rx, file), method);
-            Ok(Served {
-                response,
-                cache: CacheStatus::Miss,
-                mirror,
-            })
-        }
-        // The body is complete and hashed, perhaps not yet committed, and is
-        // served from the fill's own file: a miss for the request that started
-        // the fill (a small body can finish before its starter looks), a hit
-        // for one that joined after the upstream fetch was over.
-        FillState::Complete { head, entry, file } => {
-            let (cache, mirror) = if started {
-                (CacheStatus::Miss, Some(head.mirror.clone()))
-            } else {
-                (CacheStatus::Hit, None)
-            };
-            let response = respond::from_entry(&entry, file, cache, method, headers);
-            Ok(Served {
-                response,
+    /// A complete body (a blob, or a finished fill's file): served as it is,
+    /// or, for an index document, read whole and rewritten.
+    async fn complete(
+        &self,
+        entry: &Entry,
+        file: Arc<std::fs::File>,
+        cache: CacheStatus,
+    ) -> Result<Response, ProxyError> {
+        if !self.document {
+            return Ok(respond::from_entry(
+                entry,
+                file,
                 cache,
-                mirror,
-            })
+                self.method,
+                self.headers,
+            ));
         }
-        FillState::Bypass { head, response } => {
-            let taken = response.lock().expect("bypass slot poisoned").take();
-            let upstream_response = match taken {
-                Some(r) => r,
-                // Someone else has the fill's response: fetch our own copy.
-                None => match upstream::fetch(remote, path.path(), Validators::default()).await? {
-                    Fetched::Body { response, .. } => response,
-                    Fetched::NotModified { .. } => unreachable!("no validators were sent"),
-                },
-            };
-            let body = fill::passthrough(upstream_response, remote.config.idle_timeout);
-            let response = respond::from_fill(&head, body, method);
-            Ok(Served {
-                response,
-                cache: CacheStatus::Miss,
-                mirror: Some(head.mirror.clone()),
-            })
+        let limit = self.remote.config.max_document_size;
+        if entry.size > limit {
+            return Err(ProxyError::TooLarge {
+                size: entry.size,
+                limit,
+            });
         }
-        FillState::Connecting => unreachable!("waited until the fill left Connecting"),
+        let base = public_base(&self.proxy.server, self.headers);
+        let rewrite = Rewrite::new(self.remote, &base);
+        let size = entry.size as usize;
+        let body = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
+            use std::os::unix::fs::FileExt;
+            let mut bytes = vec![0u8; size];
+            file.read_exact_at(&mut bytes, 0)?;
+            Ok(match String::from_utf8(bytes) {
+                Ok(text) => rewrite.apply(&text).into_bytes(),
+                // Not text: nothing to rewrite.
+                Err(e) => e.into_bytes(),
+            })
+        })
+        .await
+        .map_err(|e| ProxyError::Store(e.to_string()))?
+        .map_err(|e| ProxyError::Store(e.to_string()))?;
+        Ok(respond::document(
+            entry,
+            body,
+            &base,
+            cache,
+            self.method,
+            self.headers,
+        ))
+    }
+
+    /// Stale-if-error: when the mirrors fail (not when they say "not found"), a
+    /// cached copy up to `max_stale` old is served as `STALE`, and a path whose
+    /// last known answer was a 404 gets that 404 again rather than a 502.
+    async fn when_mirrors_fail(
+        &self,
+        stale: Option<Arc<Entry>>,
+        error: ProxyError,
+    ) -> Result<Served, ProxyError> {
+        if !matches!(
+            error,
+            ProxyError::MirrorsFailed { .. } | ProxyError::MirrorsBusy
+        ) {
+            return Err(error);
+        }
+        let now = now_ms();
+        let max_stale = self.remote.config.max_stale;
+        if let Some(entry) = stale.filter(|e| e.age(now) <= max_stale) {
+            if let Ok(file) = self.proxy.open_blob(&entry.digest).await {
+                tracing::warn!(key = self.path.key(), %error, "every mirror failed; serving a stale copy");
+                let response = self.complete(&entry, file, CacheStatus::Stale).await?;
+                return Ok(Served::hit(response, CacheStatus::Stale));
+            }
+        }
+        if let Some((status, at)) = self.proxy.meta.absent(&self.path) {
+            if now - at <= max_stale.as_millis() as i64 {
+                return Ok(Served::hit(
+                    respond::absent(status, CacheStatus::Stale),
+                    CacheStatus::Stale,
+                ));
+            }
+        }
+        Err(error)
     }
 }
 
-/// Stale-if-error: when the mirrors fail (not when they say "not found"), a
-/// cached copy up to `max_stale` old is served as `STALE`, and a path whose
-/// last known answer was a 404 gets that 404 again rather than a 502.
-async fn serve_when_mirrors_fail(
-    proxy: &Proxy,
-    remote: &Remote,
-    path: &ArtifactPath,
-    stale: Option<Arc<crate::meta::Entry>>,
-    error: ProxyError,
-    method: &Method,
-    headers: &HeaderMap,
-) -> Result<Served, ProxyError> {
-    if !matches!(
-        error,
-        ProxyError::MirrorsFailed { .. } | ProxyError::MirrorsBusy
-    ) {
-        return Err(error);
+/// The base URL clients reach the proxy at: `server.public_url`, else
+/// `http://{Host}` from the request (checked to be a plain host[:port], so a
+/// forged Host cannot inject markup into rewritten documents).
+fn public_base(server: &ServerConfig, headers: &HeaderMap) -> String {
+    if let Some(url) = &server.public_url {
+        return url.as_str().trim_end_matches('/').to_string();
     }
-    let now = now_ms();
-    let max_stale = remote.config.max_stale;
-    if let Some(entry) = stale.filter(|e| e.age(now) <= max_stale) {
-        if let Ok(file) = proxy.open_blob(&entry.digest).await {
-            tracing::warn!(key = path.key(), %error, "every mirror failed; serving a stale copy");
-            let response = respond::from_entry(&entry, file, CacheStatus::Stale, method, headers);
-            return Ok(Served::hit(response, CacheStatus::Stale));
-        }
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .filter(|h| {
+            !h.is_empty()
+                && h.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
+        });
+    match host {
+        Some(host) => format!("http://{host}"),
+        None => format!("http://{}", server.listen),
     }
-    if let Some((status, at)) = proxy.meta.absent(path) {
-        if now - at <= max_stale.as_millis() as i64 {
-            return Ok(Served::hit(
-                respond::absent(status, CacheStatus::Stale),
-                CacheStatus::Stale,
-            ));
-        }
-    }
-    Err(error)
 }

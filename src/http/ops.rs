@@ -46,9 +46,8 @@ pub async fn status(State(proxy): State<Arc<Proxy>>) -> Json<serde_json::Value> 
             all_hits += hits;
             all_total += total;
             let mirrors: Vec<_> = remote
-                .mirrors
-                .iter()
-                .zip(&remote.health)
+                .mirror_sets()
+                .flat_map(|set| set.mirrors.iter().zip(&set.health))
                 .map(|(mirror, health)| {
                     json!({
                         "url": mirror.base(),
@@ -60,7 +59,7 @@ pub async fn status(State(proxy): State<Arc<Proxy>>) -> Json<serde_json::Value> 
                 .collect();
             json!({
                 "name": name,
-                "kind": format!("{:?}", remote.config.kind).to_lowercase(),
+                "kind": remote.config.kind.as_str(),
                 "strategy": format!("{:?}", remote.config.strategy),
                 "mirrors": mirrors,
                 "requests": total,
@@ -90,7 +89,10 @@ pub async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
     let now = now_ms();
     let metrics = &proxy.metrics;
     for remote in proxy.remotes().values() {
-        for (mirror, health) in remote.mirrors.iter().zip(&remote.health) {
+        for (mirror, health) in remote
+            .mirror_sets()
+            .flat_map(|set| set.mirrors.iter().zip(&set.health))
+        {
             let labels = MirrorLabels {
                 remote: remote.name.clone(),
                 mirror: mirror.base().to_string(),

@@ -13,6 +13,7 @@ use bytes::Bytes;
 
 use crate::fill::Head;
 use crate::meta::Entry;
+use crate::store::Digest;
 
 /// Buffer size for streaming a blob from disk.
 const FILE_CHUNK: usize = 128 * 1024;
@@ -150,6 +151,40 @@ pub fn from_fill(
     response
 }
 
+/// A rewritten index document. Its validator is the blob's digest qualified by
+/// the base it was rewritten for, so a client never gets a 304 for a copy
+/// rewritten for another base. No ranges: the body is built per request.
+pub fn document(
+    entry: &Entry,
+    body: Vec<u8>,
+    base: &str,
+    cache: CacheStatus,
+    method: &Method,
+    request: &HeaderMap,
+) -> Response {
+    let base_tag = &Digest::of(base.as_bytes()).to_hex()[..12];
+    let etag = HeaderValue::from_str(&format!("\"{}-{base_tag}\"", entry.digest.to_hex()))
+        .expect("hex is a valid header");
+    let mut response = Response::new(Body::empty());
+    let headers = response.headers_mut();
+    headers.insert(X_CACHE_STATUS, cache.header());
+    headers.insert(header::ETAG, etag.clone());
+    headers.insert(header::LAST_MODIFIED, entry.last_modified.clone());
+    if matches_etag(request, &etag) {
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        return response;
+    }
+    headers.insert(
+        header::CONTENT_TYPE,
+        content_type(entry.content_type.as_deref()),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
+    if method != Method::HEAD {
+        *response.body_mut() = Body::from(body);
+    }
+    response
+}
+
 /// A remembered "not found" (404/410) from every mirror.
 pub fn absent(status: u16, cache: CacheStatus) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND);
@@ -169,13 +204,8 @@ fn content_type(value: Option<&str>) -> HeaderValue {
 /// RFC 9110 §13.2.2: `If-None-Match` decides when present; otherwise
 /// `If-Modified-Since`.
 fn not_modified(request: &HeaderMap, entry: &Entry) -> bool {
-    if let Some(inm) = request.get(header::IF_NONE_MATCH) {
-        let Ok(inm) = inm.to_str() else { return false };
-        let ours = entry.etag.to_str().unwrap_or_default();
-        return inm
-            .split(',')
-            .map(str::trim)
-            .any(|tag| tag == "*" || tag.trim_start_matches("W/") == ours);
+    if request.contains_key(header::IF_NONE_MATCH) {
+        return matches_etag(request, &entry.etag);
     }
     if let Some(ims) = request.get(header::IF_MODIFIED_SINCE) {
         if let Some(since) = ims
@@ -191,6 +221,20 @@ fn not_modified(request: &HeaderMap, entry: &Entry) -> bool {
         }
     }
     false
+}
+
+/// Whether `If-None-Match` lists `etag` (weak comparison) or `*`.
+fn matches_etag(request: &HeaderMap, etag: &HeaderValue) -> bool {
+    let Some(inm) = request
+        .get(header::IF_NONE_MATCH)
+        .and_then(|v| v.to_str().ok())
+    else {
+        return false;
+    };
+    let ours = etag.to_str().unwrap_or_default();
+    inm.split(',')
+        .map(str::trim)
+        .any(|tag| tag == "*" || tag.trim_start_matches("W/") == ours)
 }
 
 enum RangeAnswer {

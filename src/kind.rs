@@ -1,0 +1,155 @@
+//! Per-kind rules: which paths of a pypi, npm, cargo, apt or go remote are
+//! immutable artifacts (cached forever), which are index documents whose
+//! absolute URLs are rewritten to point through the proxy, and which are
+//! content-negotiated (cached once per variant). Everything a kind knows about
+//! its ecosystem lives here; `policy` adds the operator's patterns on top.
+
+use axum::http::{header, HeaderMap};
+
+use crate::config::RemoteKind;
+
+/// Paths under this prefix are served by the remote's `files` mirrors
+/// (`/{remote}/~files/{path}` → `{files_mirror}/{path}`).
+pub const FILES_PREFIX: &str = "~files/";
+
+/// One variant of a content-negotiated document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Variant {
+    /// Cache-key suffix (`path?suffix`).
+    pub suffix: &'static str,
+    /// The `Accept` header the mirror is asked with.
+    pub accept: &'static str,
+}
+
+const PYPI_HTML: Variant = Variant {
+    suffix: "html",
+    accept: "application/vnd.pypi.simple.v1+html, text/html;q=0.9",
+};
+const PYPI_JSON: Variant = Variant {
+    suffix: "json",
+    accept: "application/vnd.pypi.simple.v1+json",
+};
+const NPM_FULL: Variant = Variant {
+    suffix: "full",
+    accept: "application/json",
+};
+const NPM_ABBREVIATED: Variant = Variant {
+    suffix: "abbreviated",
+    accept: "application/vnd.npm.install-v1+json",
+};
+
+impl RemoteKind {
+    /// Whether `path` names an artifact that never changes once published.
+    pub fn is_immutable(self, path: &str) -> bool {
+        if path.starts_with(FILES_PREFIX) {
+            // The files hosts of pypi and crates.io serve content-addressed
+            // or versioned files only.
+            return true;
+        }
+        match self {
+            RemoteKind::Generic => false,
+            RemoteKind::Pypi => {
+                path.starts_with("packages/")
+                    || [".whl", ".tar.gz", ".zip", ".tar.bz2", ".egg", ".metadata"]
+                        .iter()
+                        .any(|ext| path.ends_with(ext))
+            }
+            RemoteKind::Npm => path.contains("/-/") && path.ends_with(".tgz"),
+            RemoteKind::Cargo => path.ends_with(".crate") || path.ends_with("/download"),
+            RemoteKind::Apt => {
+                path.starts_with("pool/")
+                    || (path.starts_with("dists/") && path.contains("/by-hash/"))
+            }
+            RemoteKind::Go => [".info", ".mod", ".zip"]
+                .iter()
+                .any(|ext| path.ends_with(ext)),
+        }
+    }
+
+    /// Whether `path` is an index document whose absolute URLs are rewritten.
+    pub fn is_document(self, path: &str) -> bool {
+        match self {
+            RemoteKind::Pypi => path == "simple/" || path.starts_with("simple/"),
+            // Packuments: `/{name}`, `/@scope%2f{name}`, `/@scope/{name}`;
+            // not tarballs (`/-/`) nor registry endpoints (`-/…`).
+            RemoteKind::Npm => {
+                !path.starts_with("-/") && !path.contains("/-/") && !path.starts_with(FILES_PREFIX)
+            }
+            RemoteKind::Cargo => path == "config.json",
+            RemoteKind::Generic | RemoteKind::Apt | RemoteKind::Go => false,
+        }
+    }
+
+    /// The variant a request asks for, for content-negotiated documents.
+    pub fn variant(self, path: &str, request: &HeaderMap) -> Option<Variant> {
+        let accept = request
+            .get(header::ACCEPT)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or("");
+        match self {
+            RemoteKind::Pypi if self.is_document(path) => {
+                Some(if accept.contains("application/vnd.pypi.simple.v1+json") {
+                    PYPI_JSON
+                } else {
+                    PYPI_HTML
+                })
+            }
+            RemoteKind::Npm if self.is_document(path) => {
+                Some(if accept.contains("application/vnd.npm.install-v1+json") {
+                    NPM_ABBREVIATED
+                } else {
+                    NPM_FULL
+                })
+            }
+            _ => None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn immutable_and_document_paths_per_kind() {
+        use RemoteKind::*;
+        for (kind, path, immutable, document) in [
+            (Pypi, "simple/six/", false, true),
+            (
+                Pypi,
+                "~files/packages/ab/cd/six-1.16.0-py2.py3-none-any.whl",
+                true,
+                false,
+            ),
+            (Pypi, "~files/packages/ab/six.whl.metadata", true, false),
+            (Npm, "left-pad", false, true),
+            (Npm, "@scope%2fname", false, true),
+            (Npm, "@scope/name", false, true),
+            (Npm, "@scope/name/-/name-1.0.0.tgz", true, false),
+            (Npm, "-/v1/search", false, false),
+            (Cargo, "config.json", false, true),
+            (Cargo, "3/s/syn", false, false),
+            (Cargo, "~files/syn/2.0.0/download", true, false),
+            (Cargo, "api/v1/crates/syn/2.0.0/download", true, false),
+            (Apt, "dists/bookworm/InRelease", false, false),
+            (
+                Apt,
+                "dists/bookworm/main/binary-amd64/by-hash/SHA256/abc",
+                true,
+                false,
+            ),
+            (Apt, "pool/main/h/hello/hello_2.10-3_amd64.deb", true, false),
+            (Go, "golang.org/x/text/@v/list", false, false),
+            (Go, "golang.org/x/text/@latest", false, false),
+            (Go, "golang.org/x/text/@v/v0.3.0.zip", true, false),
+            (Go, "golang.org/x/text/@v/v0.3.0.mod", true, false),
+        ] {
+            assert_eq!(
+                kind.is_immutable(path),
+                immutable,
+                "{kind:?} {path} immutable"
+            );
+            assert_eq!(kind.is_document(path), document, "{kind:?} {path} document");
+        }
+    }
+}
