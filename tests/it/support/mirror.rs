@@ -37,6 +37,7 @@ pub enum Fault {
 struct File {
     bytes: Bytes,
     etag: String,
+    content_type: &'static str,
 }
 
 pub struct MirrorState {
@@ -100,13 +101,31 @@ impl MirrorServer {
 
     /// Serves `bytes` at `path` (which starts with `/`).
     pub fn put(&self, path: &str, bytes: impl Into<Bytes>) {
+        self.put_typed(path, bytes, "application/x-test");
+    }
+
+    /// Serves `bytes` at `path` with this `Content-Type`.
+    pub fn put_typed(&self, path: &str, bytes: impl Into<Bytes>, content_type: &'static str) {
         let bytes = bytes.into();
         let etag = format!("\"{}\"", &super::sha256_hex(&bytes)[..16]);
+        let file = File {
+            bytes,
+            etag,
+            content_type,
+        };
         self.state
             .files
             .lock()
             .unwrap()
-            .insert(path.to_string(), File { bytes, etag });
+            .insert(path.to_string(), file);
+    }
+
+    /// Every path requested so far, with counts, sorted.
+    pub fn requests(&self) -> Vec<(String, usize)> {
+        let hits = self.state.hits.lock().unwrap();
+        let mut all: Vec<(String, usize)> = hits.iter().map(|(p, n)| (p.clone(), *n)).collect();
+        all.sort();
+        all
     }
 
     /// From now on, answers 401 unless the request has these basic credentials.
@@ -179,10 +198,10 @@ async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: Header
     if let Fault::SlowFirstByte(delay) = fault {
         tokio::time::sleep(delay).await;
     }
-    let (bytes, etag) = {
+    let (bytes, etag, content_type) = {
         let files = state.files.lock().unwrap();
         match files.get(&path) {
-            Some(f) => (f.bytes.clone(), f.etag.clone()),
+            Some(f) => (f.bytes.clone(), f.etag.clone(), f.content_type),
             None => return StatusCode::NOT_FOUND.into_response(),
         }
     };
@@ -200,7 +219,7 @@ async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: Header
     let len = bytes.len() as u64;
     let builder = Response::builder()
         .header(header::ETAG, &etag)
-        .header(header::CONTENT_TYPE, "application/x-test")
+        .header(header::CONTENT_TYPE, content_type)
         .header(header::LAST_MODIFIED, "Wed, 21 Oct 2015 07:28:00 GMT");
     match fault {
         Fault::Truncate(n) => {

@@ -1,4 +1,5 @@
 //! Test fixtures: upstream mirrors with fault switches, and a proxy on a temp dir.
+#![allow(dead_code, unused_imports)] // shared by the `it` and `clients` test targets; each uses a part
 
 pub mod binary;
 pub mod mirror;

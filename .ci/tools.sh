@@ -1,0 +1,20 @@
+#!/usr/bin/env bash
+# Installs the package-manager tools the real-client suite (tests/clients)
+# uses, when they are missing: pip's `wheel` (to build fixture wheels with
+# setuptools < 70), dpkg-dev (dpkg-scanpackages), apt and Debian's golang.
+# npm, pip and cargo come with the machine.
+set -uo pipefail
+
+need_apt=()
+command -v dpkg-scanpackages >/dev/null || need_apt+=(dpkg-dev)
+command -v apt-get >/dev/null || need_apt+=(apt)
+command -v go >/dev/null || need_apt+=(golang-go)
+if [ ${#need_apt[@]} -gt 0 ]; then
+    echo "installing: ${need_apt[*]}"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null \
+        || echo "WARNING: could not install ${need_apt[*]}"
+fi
+python3 -c 'import wheel' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check wheel \
+    || echo "WARNING: could not install the wheel package"
+echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"

@@ -1,0 +1,58 @@
+//! The slow suite: real package-manager clients (pip, npm, cargo, apt-get,
+//! go) in throwaway homes, through the proxy, against fixture registries
+//! built on the spot from tiny packages and served on 127.0.0.1. Each client
+//! runs twice: once with the origins up, once with every origin stopped
+//! (served from the cache), and the origins' request logs show the second
+//! round fetched nothing upstream. Run alone with `cargo test --test clients`.
+
+#[path = "../it/support/mod.rs"]
+mod support;
+
+mod apt;
+mod cargo_registry;
+mod go;
+mod npm;
+mod pip;
+
+use std::path::Path;
+use std::process::Command;
+
+/// Runs `cmd`, failing the test with its output if it fails. Returns stdout.
+pub fn run(cmd: &mut Command) -> String {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n--- stdout\n{stdout}\n--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
+}
+
+/// The first line of `tool --version`, or None when the tool is missing.
+pub fn version(tool: &str, arg: &str) -> Option<String> {
+    let out = Command::new(tool).arg(arg).output().ok()?;
+    out.status.success().then(|| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("")
+            .trim()
+            .to_string()
+    })
+}
+
+pub fn write(path: &Path, text: &str) {
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(path, text).unwrap();
+}
+
+/// Prints the figures the closing note quotes: client, version, upstream requests per round.
+pub fn report(client: &str, version: &str, first: usize, second: usize) {
+    println!(
+        "CLIENT-REPORT {client} ({version}): round 1 upstream requests {first}, round 2 {second}"
+    );
+}

@@ -1,0 +1,119 @@
+//! npm install of a package with a plain and a scoped dependency, through an
+//! `npm` remote whose packuments point their tarballs at the registry.
+
+use std::process::Command;
+
+use serde_json::json;
+
+use crate::support::{available, MirrorServer, TestProxy};
+use crate::{report, run, version, write};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
+    let Some(npm) = version("npm", "--version") else {
+        available("npm", false);
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let registry = MirrorServer::start().await;
+    std::fs::create_dir_all(w.join("packs")).unwrap();
+    let packages = [
+        ("mc-a", json!({"mc-b": "^1.0.0", "@mc/c": "^1.0.0"})),
+        ("mc-b", json!({})),
+        ("@mc/c", json!({})),
+    ];
+    for (name, deps) in &packages {
+        let dir = w.join("src").join(name.replace('/', "__"));
+        write(
+            &dir.join("package.json"),
+            &json!({"name": name, "version": "1.0.0", "dependencies": deps, "main": "index.js"})
+                .to_string(),
+        );
+        write(&dir.join("index.js"), "module.exports = 1;\n");
+        let packed = run(Command::new("npm")
+            .args(["pack", "--json", "--pack-destination"])
+            .arg(w.join("packs"))
+            .current_dir(&dir)
+            .env("HOME", w.join("packhome")));
+        let packed: serde_json::Value = serde_json::from_str(&packed).unwrap();
+        let file_name = packed[0]["filename"].as_str().unwrap().to_string();
+        let bare = name.rsplit('/').next().unwrap();
+        let tarball_path = format!("/{name}/-/{bare}-1.0.0.tgz");
+        registry.put_typed(
+            &tarball_path,
+            std::fs::read(w.join("packs").join(&file_name)).unwrap(),
+            "application/octet-stream",
+        );
+        let packument = json!({
+            "name": name,
+            "dist-tags": {"latest": "1.0.0"},
+            "versions": {"1.0.0": {
+                "name": name, "version": "1.0.0", "dependencies": deps,
+                "dist": {
+                    "tarball": registry.url(&tarball_path),
+                    "shasum": packed[0]["shasum"],
+                    "integrity": packed[0]["integrity"],
+                }
+            }}
+        })
+        .to_string();
+        registry.put_typed(
+            &format!("/{}", name.replace('/', "%2f")),
+            packument.clone(),
+            "application/json",
+        );
+        registry.put_typed(&format!("/{name}"), packument, "application/json");
+    }
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n",
+        registry.url("")
+    ))
+    .await;
+    let registry_url = proxy.url("/npm/");
+
+    let round = |n: usize| {
+        let project = w.join(format!("project{n}"));
+        write(
+            &project.join("package.json"),
+            &json!({"name": "consumer", "version": "0.0.0", "private": true}).to_string(),
+        );
+        run(Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--registry",
+                &registry_url,
+                "--cache",
+            ])
+            .arg(w.join(format!("cache{n}")))
+            .arg("mc-a")
+            .current_dir(&project)
+            .env("HOME", w.join(format!("home{n}"))));
+        for installed in ["mc-a", "mc-b", "@mc/c"] {
+            assert!(
+                project
+                    .join("node_modules")
+                    .join(installed)
+                    .join("index.js")
+                    .exists(),
+                "{installed} not installed"
+            );
+        }
+    };
+    tokio::task::block_in_place(|| round(1));
+    let first = registry.total();
+    assert_eq!(
+        registry.hits("/mc-a/-/mc-a-1.0.0.tgz"),
+        1,
+        "{:?}",
+        registry.requests()
+    );
+    registry.stop();
+    tokio::task::block_in_place(|| round(2));
+    let second = registry.total() - first;
+    assert_eq!(second, 0);
+    report("npm", &npm, first, second);
+    proxy.stop().await;
+}
