@@ -596,6 +596,8 @@ impl Validator<'_> {
         };
         let mirrors = self.mirror_list(&format!("remote[{i}].mirrors"), &raw.mirrors)?;
         let files = match &raw.files {
+            // `files = []` says: this registry has no separate files host.
+            Some(files) if files.get_ref().is_empty() => Vec::new(),
             Some(files) => self.mirror_list(&format!("remote[{i}].files"), files)?,
             None => kind
                 .default_files()

@@ -7,6 +7,7 @@ mod cache;
 mod config_check;
 mod failover;
 mod fanout;
+mod kinds;
 mod operations;
 mod path_safety;
 mod reliability;
