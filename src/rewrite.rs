@@ -35,7 +35,7 @@ impl Rewrite {
                 )
             }))
             .collect();
-        pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        pairs.sort_by_key(|pair| std::cmp::Reverse(pair.0.len()));
         Rewrite { pairs }
     }
 
@@ -79,7 +79,7 @@ mod tests {
             .iter()
             .map(|(a, b)| (a.to_string(), b.to_string()))
             .collect();
-        pairs.sort_by(|a, b| b.0.len().cmp(&a.0.len()));
+        pairs.sort_by_key(|pair| std::cmp::Reverse(pair.0.len()));
         Rewrite { pairs }
     }
 
