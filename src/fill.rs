@@ -328,12 +328,23 @@ async fn fill(
         file,
     });
 
-    // The readers have every byte; now make it a cache entry.
+    // The readers have every byte; now make it a cache entry. From here on a
+    // failure costs only the caching: the bytes were right, and readers (even
+    // late joiners, served from `file`) keep the Complete state.
     let temp = Arc::into_inner(temp).expect("no writer outlives the loop");
-    proxy
+    if let Err(error) = proxy
         .store_blocking(move |store| store.commit(temp, &digest))
-        .await?;
-    proxy.meta.record(path, entry).await?;
+        .await
+    {
+        tracing::warn!(key = path.key(), %error, "could not commit the blob; served uncached");
+        return Ok(());
+    }
+    if let Err(error) = proxy.meta.record(path, entry).await {
+        proxy.metrics.metadata_errors.inc();
+        tracing::warn!(key = path.key(), %error, "metadata unavailable; served uncached");
+        proxy.release_blob(&digest).await;
+        return Ok(());
+    }
     tracing::debug!(key = path.key(), ?digest, bytes = written, "filled");
     if let Some(old) = stale.filter(|old| old.digest != digest) {
         // The entry was replaced: its old blob may now be unreferenced.

@@ -146,7 +146,14 @@ pub struct MetadataStore {
     pool: AnyPool,
     cache: EntryCache,
     negative: NegativeCache,
+    /// While the database is failing, the request path skips it until this
+    /// time (unix ms) instead of waiting out a connect timeout per request:
+    /// hits in `cache` are served, misses are proxied uncached.
+    unavailable_until_ms: AtomicI64,
 }
+
+/// How long the request path leaves a failing database alone.
+const BACKOFF_MS: i64 = 5_000;
 
 /// One row, as maintenance (eviction, verify, purge) sees it.
 #[derive(Debug, Clone)]
@@ -179,7 +186,7 @@ impl MetadataStore {
         };
         let pool = AnyPoolOptions::new()
             .max_connections(if is_sqlite { 4 } else { 10 })
-            .acquire_timeout(Duration::from_secs(5))
+            .acquire_timeout(Duration::from_secs(2))
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     if conn.backend_name().eq_ignore_ascii_case("sqlite") {
@@ -211,6 +218,7 @@ impl MetadataStore {
                 .max_capacity(cache_entries)
                 .time_to_live(Duration::from_secs(24 * 3600))
                 .build(),
+            unavailable_until_ms: AtomicI64::new(0),
         })
     }
 
@@ -219,6 +227,7 @@ impl MetadataStore {
         if let Some(entry) = self.cache.get(path.key()) {
             return Ok(Some(entry));
         }
+        self.check_available()?;
         let row: Option<EntryRow> = sqlx::query_as(
             "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at \
              FROM entries WHERE remote = $1 AND path = $2",
@@ -227,7 +236,8 @@ impl MetadataStore {
         .bind(path.stored_path())
         .fetch_optional(&self.pool)
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.failed(e))?;
+        self.recovered();
         let Some((digest, size, content_type, etag, last_modified, fetched_at)) = row else {
             return Ok(None);
         };
@@ -256,6 +266,7 @@ impl MetadataStore {
         path: &ArtifactPath,
         entry: Entry,
     ) -> Result<Arc<Entry>, ProxyError> {
+        self.check_available()?;
         sqlx::query(
             "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
@@ -275,7 +286,7 @@ impl MetadataStore {
         .bind(entry.fetched_at_ms)
         .execute(&self.pool)
         .await
-        .map_err(db_error)?;
+        .map_err(|e| self.failed(e))?;
         let entry = Arc::new(entry);
         self.cache.insert(path.key().to_string(), entry.clone());
         Ok(entry)
@@ -312,6 +323,27 @@ impl MetadataStore {
             .await
             .map_err(db_error)?;
         Ok(())
+    }
+
+    fn check_available(&self) -> Result<(), ProxyError> {
+        if now_ms() < self.unavailable_until_ms.load(Ordering::Relaxed) {
+            return Err(ProxyError::Metadata(
+                "database unavailable; retrying shortly".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Maps a database error on the request path and backs off from the database.
+    fn failed(&self, e: sqlx::Error) -> ProxyError {
+        if self
+            .unavailable_until_ms
+            .swap(now_ms() + BACKOFF_MS, Ordering::Relaxed)
+            == 0
+        {
+            tracing::warn!(error = %e, "metadata database failing; serving from memory and proxying misses uncached");
+        }
+        db_error(e)
     }
 
     /// Remembers that every mirror answered `status` (404/410) for `path` now.
@@ -446,8 +478,19 @@ impl MetadataStore {
     }
 
     /// Whether the database answers (for readiness).
+    /// Whether the database answers; an answer also ends the back-off.
     pub async fn ping(&self) -> bool {
-        sqlx::query("SELECT 1").execute(&self.pool).await.is_ok()
+        let ok = sqlx::query("SELECT 1").execute(&self.pool).await.is_ok();
+        if ok {
+            self.recovered();
+        }
+        ok
+    }
+
+    fn recovered(&self) {
+        if self.unavailable_until_ms.swap(0, Ordering::Relaxed) != 0 {
+            tracing::info!("metadata database answers again");
+        }
     }
 
     pub async fn close(&self) {
