@@ -19,6 +19,8 @@ pub const MAX_MIRRORS: usize = 16;
 pub struct Config {
     pub server: ServerConfig,
     pub log: LogConfig,
+    /// Cross-instance coordination; `None` = this instance works alone.
+    pub redis: Option<RedisConfig>,
     pub storage: StorageConfig,
     pub metadata: MetadataConfig,
     pub remotes: Vec<RemoteConfig>,
@@ -42,6 +44,19 @@ pub struct ServerConfig {
 pub enum LogFormat {
     Text,
     Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Longest wait for any one Redis operation before going on without it.
+    pub timeout: Duration,
+    /// Lease of an artifact lock; renewed every third of it while filling.
+    pub lock_ttl: Duration,
+    /// How long an instance waits for another's fill before fetching itself.
+    pub lock_wait: Duration,
+    /// Lifetime of a shared metadata entry in Redis.
+    pub entry_ttl: Duration,
 }
 
 #[derive(Debug, Clone)]
@@ -257,6 +272,7 @@ struct RawConfig {
     metadata: RawMetadata,
     #[serde(default)]
     log: RawLog,
+    redis: Option<RawRedis>,
     #[serde(default, rename = "remote")]
     remotes: Vec<Spanned<RawRemote>>,
 }
@@ -283,6 +299,33 @@ impl Default for RawServer {
             max_connections: 4096,
         }
     }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRedis {
+    url: Spanned<String>,
+    #[serde(default = "default_redis_timeout")]
+    timeout: HumanDuration,
+    #[serde(default = "default_lock_ttl")]
+    lock_ttl: HumanDuration,
+    #[serde(default = "default_lock_wait")]
+    lock_wait: HumanDuration,
+    #[serde(default = "default_entry_ttl")]
+    entry_ttl: HumanDuration,
+}
+
+fn default_redis_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_millis(250))
+}
+fn default_lock_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+fn default_lock_wait() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_entry_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
 }
 
 #[derive(Deserialize)]
@@ -511,8 +554,29 @@ impl Validator<'_> {
                 );
             }
         }
+        let redis = match raw.redis {
+            None => None,
+            Some(r) => {
+                let url = r.url.get_ref().trim().to_string();
+                if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                    return self.error(
+                        "redis.url",
+                        r.url.span(),
+                        "must start with redis:// or rediss://",
+                    );
+                }
+                Some(RedisConfig {
+                    url,
+                    timeout: r.timeout.0,
+                    lock_ttl: r.lock_ttl.0.max(Duration::from_millis(300)),
+                    lock_wait: r.lock_wait.0,
+                    entry_ttl: r.entry_ttl.0,
+                })
+            }
+        };
         Ok(Config {
             server,
+            redis,
             log: LogConfig {
                 format: raw.log.format,
                 level: raw.log.level,

@@ -25,6 +25,7 @@ use futures_util::Stream;
 use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 
+use crate::cluster::{Cluster, LockOutcome};
 use crate::error::ProxyError;
 use crate::meta::{now_ms, Entry};
 use crate::path::ArtifactPath;
@@ -65,6 +66,9 @@ pub enum FillState {
     },
     /// Revalidation answered 304: serve this (refreshed) cached entry.
     Revalidated(Arc<Entry>),
+    /// Another instance filled it (we waited on its Redis lock): serve the
+    /// shared entry.
+    Shared(Arc<Entry>),
     /// The body cannot be cached (larger than the store, or the disk is
     /// full): it is streamed through. The first reader takes the upstream
     /// response from `response`; any other reader fetches its own.
@@ -157,7 +161,31 @@ async fn run(
     stale: Option<Arc<Entry>>,
     tx: watch::Sender<FillState>,
 ) {
-    if let Err(error) = fill(&proxy, &remote, &path, accept, stale.as_deref(), &tx).await {
+    // Across instances: one fill per cold artifact, through a Redis lock.
+    let mut held = None;
+    if let (Some(cluster), None) = (proxy.cluster.get(), &stale) {
+        match cluster.try_lock(path.key()).await {
+            LockOutcome::Acquired(lock) => {
+                let renewal = cluster.hold(&lock);
+                held = Some((cluster.clone(), lock, renewal));
+            }
+            LockOutcome::Held => {
+                if let Some(entry) = wait_for_peer(&proxy, cluster, &path).await {
+                    tx.send_replace(FillState::Shared(entry));
+                    let left = proxy.fills.finish(path.key());
+                    proxy.metrics.fills_in_progress.set(left as i64);
+                    return;
+                }
+            }
+            LockOutcome::Unavailable => {}
+        }
+    }
+    let result = fill(&proxy, &remote, &path, accept, stale.as_deref(), &tx).await;
+    if let Some((cluster, lock, renewal)) = held {
+        renewal.abort();
+        cluster.release(lock).await;
+    }
+    if let Err(error) = result {
         tracing::debug!(key = path.key(), %error, "fill failed");
         if let ProxyError::NotFound { status } = error {
             proxy.meta.remember_absent(&path, status, now_ms());
@@ -354,6 +382,36 @@ async fn fill(
     Ok(())
 }
 
+/// Waits (up to `lock_wait`) for another instance's fill of `path` to land in
+/// the shared metadata and store. `None` when it does not: the lock expired or
+/// was released without an entry (the peer failed), or waiting took too long.
+async fn wait_for_peer(
+    proxy: &Proxy,
+    cluster: &Cluster,
+    path: &ArtifactPath,
+) -> Option<Arc<Entry>> {
+    let deadline = tokio::time::Instant::now() + cluster.lock_wait();
+    let mut peer_done = false;
+    loop {
+        if let Ok(Some(entry)) = proxy.meta.lookup(path).await {
+            if proxy.open_blob(&entry.digest).await.is_ok() {
+                return Some(entry);
+            }
+        }
+        if peer_done || tokio::time::Instant::now() >= deadline {
+            tracing::debug!(
+                key = path.key(),
+                "no shared entry from the other instance; fetching here"
+            );
+            return None;
+        }
+        // Look once more after the lock is gone: the entry is recorded before
+        // the lock is released.
+        peer_done = !cluster.is_locked(path.key()).await;
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
 /// Streams an uncached upstream body to one client, with the idle timeout.
 pub fn passthrough(
     response: reqwest::Response,
@@ -408,9 +466,10 @@ pub fn body(
                 FillState::Streaming { .. } => Step::Wait,
                 FillState::Complete { entry, .. } if entry.size > pos => Step::Read(entry.size),
                 FillState::Complete { .. } => Step::Done,
-                FillState::Connecting | FillState::Revalidated(_) | FillState::Bypass { .. } => {
-                    Step::Fail("fill has no body".into())
-                }
+                FillState::Connecting
+                | FillState::Revalidated(_)
+                | FillState::Shared(_)
+                | FillState::Bypass { .. } => Step::Fail("fill has no body".into()),
             };
             match step {
                 Step::Read(available) => {

@@ -9,12 +9,15 @@
 //! - On a miss, [`fill`] runs one upstream fetch per key: [`select`] orders the
 //!   remote's mirrors, [`upstream`] fetches with failover, and the body is
 //!   written to the store and streamed to every waiting client at once.
+//! - [`cluster`] coordinates instances through Redis (artifact locks, shared
+//!   entries, invalidations) when configured.
 //! - [`health`] learns which mirrors are failing and ejects them for a while;
 //!   [`evict`] keeps the store under its size limit; [`metrics`] counts.
 //! - [`config`] reads and validates the TOML file; [`proxy`] holds the shared
 //!   state built from it; [`remote`] is one remote's runtime; [`error`] holds
 //!   the error types and the one mapping to HTTP statuses.
 
+pub mod cluster;
 pub mod config;
 pub mod error;
 pub mod evict;

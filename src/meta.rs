@@ -18,6 +18,7 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 
+use crate::cluster::Cluster;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
 use crate::store::Digest;
@@ -150,6 +151,9 @@ pub struct MetadataStore {
     /// time (unix ms) instead of waiting out a connect timeout per request:
     /// hits in `cache` are served, misses are proxied uncached.
     unavailable_until_ms: AtomicI64,
+    /// Redis, when instances share state: a second-level entry cache and the
+    /// channel that keeps every instance's `cache` coherent.
+    cluster: std::sync::OnceLock<Arc<Cluster>>,
 }
 
 /// How long the request path leaves a failing database alone.
@@ -219,13 +223,44 @@ impl MetadataStore {
                 .time_to_live(Duration::from_secs(24 * 3600))
                 .build(),
             unavailable_until_ms: AtomicI64::new(0),
+            cluster: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Shares entries and invalidations with other instances through Redis.
+    pub fn attach_cluster(&self, cluster: Arc<Cluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// Drops this instance's in-memory knowledge of `key` (or of everything,
+    /// for `cluster::ALL`): what another instance changed or purged.
+    pub fn invalidate_local(&self, key: &str) {
+        if key == crate::cluster::ALL {
+            self.cache.invalidate_all();
+            self.negative.invalidate_all();
+        } else {
+            self.cache.invalidate(key);
+            self.negative.invalidate(key);
+        }
+    }
+
+    async fn shared_changed(&self, key: &str, entry: Option<&Entry>) {
+        if let Some(cluster) = self.cluster.get() {
+            cluster.changed(key, entry).await;
+        }
     }
 
     /// The entry for `path`, from memory when it is hot.
     pub async fn lookup(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
         if let Some(entry) = self.cache.get(path.key()) {
             return Ok(Some(entry));
+        }
+        if let Some(cluster) = self.cluster.get() {
+            if let Some(entry) = cluster.get_entry(path.key()).await {
+                let entry = Arc::new(entry);
+                self.cache.insert(path.key().to_string(), entry.clone());
+                return Ok(Some(entry));
+            }
         }
         self.check_available()?;
         let row: Option<EntryRow> = sqlx::query_as(
@@ -257,6 +292,9 @@ impl MetadataStore {
             fetched_at,
         ));
         self.cache.insert(path.key().to_string(), entry.clone());
+        if let Some(cluster) = self.cluster.get() {
+            cluster.put_entry(path.key(), &entry).await;
+        }
         Ok(Some(entry))
     }
 
@@ -289,6 +327,7 @@ impl MetadataStore {
         .map_err(|e| self.failed(e))?;
         let entry = Arc::new(entry);
         self.cache.insert(path.key().to_string(), entry.clone());
+        self.shared_changed(path.key(), Some(&entry)).await;
         Ok(entry)
     }
 
@@ -310,6 +349,7 @@ impl MetadataStore {
         fresh.fetched_at_ms = now_ms;
         let fresh = Arc::new(fresh);
         self.cache.insert(path.key().to_string(), fresh.clone());
+        self.shared_changed(path.key(), Some(&fresh)).await;
         Ok(fresh)
     }
 
@@ -322,6 +362,7 @@ impl MetadataStore {
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
+        self.shared_changed(path.key(), None).await;
         Ok(())
     }
 
@@ -426,13 +467,15 @@ impl MetadataStore {
 
     /// Deletes one row by its parts (maintenance paths hold rows, not requests).
     pub async fn forget_row(&self, remote: &str, path: &str) -> Result<(), ProxyError> {
-        self.cache.invalidate(&format!("{remote}/{path}"));
+        let key = format!("{remote}/{path}");
+        self.cache.invalidate(&key);
         sqlx::query("DELETE FROM entries WHERE remote = $1 AND path = $2")
             .bind(remote)
             .bind(path)
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
+        self.shared_changed(&key, None).await;
         Ok(())
     }
 
@@ -449,10 +492,9 @@ impl MetadataStore {
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
-        let prefix = format!("{remote}/");
-        self.cache.invalidate_all();
-        self.negative.invalidate_all();
-        tracing::debug!(remote, prefix, "purged");
+        self.invalidate_local(crate::cluster::ALL);
+        self.shared_changed(crate::cluster::ALL, None).await;
+        tracing::debug!(remote, "purged");
         Ok(digests.into_iter().map(|(d,)| d).collect())
     }
 
@@ -473,7 +515,8 @@ impl MetadataStore {
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
-        self.cache.invalidate_all();
+        self.invalidate_local(crate::cluster::ALL);
+        self.shared_changed(crate::cluster::ALL, None).await;
         Ok(done.rows_affected())
     }
 

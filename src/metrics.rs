@@ -51,6 +51,7 @@ pub struct Metrics {
     pub coalesced_waiters: Counter,
     pub fills_in_progress: Gauge,
     pub metadata_errors: Counter,
+    pub redis_errors: Counter,
 }
 
 /// The counters of one remote, resolved once.
@@ -176,6 +177,12 @@ impl Metrics {
             fills_in_progress.clone(),
         );
         let metadata_errors = Counter::default();
+        let redis_errors = Counter::default();
+        registry.register(
+            "redis_errors",
+            "Redis operations that failed or timed out (the instance went on alone)",
+            redis_errors.clone(),
+        );
         registry.register(
             "metadata_errors",
             "Metadata database operations that failed",
@@ -196,6 +203,7 @@ impl Metrics {
             coalesced_waiters,
             fills_in_progress,
             metadata_errors,
+            redis_errors,
         }
     }
 

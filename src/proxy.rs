@@ -34,6 +34,8 @@ pub struct Proxy {
     pub meta: MetadataStore,
     pub fills: FillRegistry,
     pub evictor: Arc<Evictor>,
+    /// Redis coordination, when `[redis]` is configured.
+    pub cluster: std::sync::OnceLock<Arc<crate::cluster::Cluster>>,
 }
 
 impl Proxy {
@@ -74,7 +76,23 @@ impl Proxy {
             meta,
             fills: FillRegistry::default(),
             evictor: Arc::new(Evictor::new(config.storage.max_size)),
+            cluster: std::sync::OnceLock::new(),
         });
+        if let Some(redis) = &config.redis {
+            let weak = Arc::downgrade(&proxy);
+            let cluster = crate::cluster::Cluster::start(
+                redis,
+                proxy.metrics.redis_errors.clone(),
+                move |key| {
+                    if let Some(proxy) = weak.upgrade() {
+                        proxy.meta.invalidate_local(key);
+                    }
+                },
+            )
+            .context("configuring redis")?;
+            proxy.meta.attach_cluster(cluster.clone());
+            let _ = proxy.cluster.set(cluster);
+        }
         tokio::spawn(Evictor::run(Arc::downgrade(&proxy)));
         proxy.start_probes();
         proxy.evictor.wake_if_over(proxy.store.size());

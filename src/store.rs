@@ -71,8 +71,21 @@ impl ContentStore {
         let mut removed = 0;
         for entry in fs::read_dir(&tmp)?.filter(|_| clean_temp) {
             let entry = entry?;
-            fs::remove_file(entry.path())?;
-            removed += 1;
+            // Temp files are named `{pid}-{n}`: leave those of a live process
+            // (another instance sharing this store); the rest are fills that
+            // died with their process.
+            let name = entry.file_name();
+            let pid = name
+                .to_str()
+                .and_then(|n| n.split('-').next())
+                .and_then(|p| p.parse::<u32>().ok());
+            let alive = pid.is_some_and(|p| {
+                p != std::process::id() && Path::new(&format!("/proc/{p}")).exists()
+            });
+            if !alive {
+                fs::remove_file(entry.path())?;
+                removed += 1;
+            }
         }
         if removed > 0 {
             tracing::info!(removed, "removed temp files left by an earlier run");

@@ -216,6 +216,14 @@ impl ArtifactRequest<'_> {
             });
         match state {
             FillState::Failed(error) => self.when_mirrors_fail(stale, error).await,
+            FillState::Shared(entry) => {
+                let file = proxy
+                    .open_blob(&entry.digest)
+                    .await
+                    .map_err(|e| ProxyError::Store(e.to_string()))?;
+                let response = self.complete(&entry, file, CacheStatus::Hit).await?;
+                Ok(Served::hit(response, CacheStatus::Hit))
+            }
             FillState::Revalidated(entry) => {
                 let file = proxy
                     .open_blob(&entry.digest)

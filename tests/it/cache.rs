@@ -112,7 +112,11 @@ async fn temp_files_left_by_a_crash_are_removed_at_start() {
     let mirror = MirrorServer::start().await;
     let dir = tempfile::tempdir().unwrap();
     std::fs::create_dir_all(dir.path().join("store/tmp")).unwrap();
-    std::fs::write(dir.path().join("store/tmp/999-0"), b"half a download").unwrap();
+    std::fs::write(
+        dir.path().join("store/tmp/4294967295-0"),
+        b"half a download",
+    )
+    .unwrap();
     let proxy = TestProxy::start_in(dir.path(), &remote("r", &[&mirror], "")).await;
     assert_eq!(proxy.temp_files(), 0);
     proxy.stop().await;

@@ -12,4 +12,5 @@ mod metadata;
 mod operations;
 mod path_safety;
 mod reliability;
+mod scaleout;
 mod security;

@@ -1,0 +1,197 @@
+//! Two instances (separate processes) sharing Postgres, Redis and one blob
+//! store: one upstream fetch for concurrent cold misses on both, purges seen
+//! by both, and no failed request while Redis is away.
+
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use futures_util::future::join_all;
+
+use crate::metadata::PgDatabase;
+use crate::support::proxy::get;
+use crate::support::{available, sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer};
+
+/// A redis-server of the test's own, on a free port, so the test may stop it.
+struct OwnRedis {
+    child: Child,
+}
+
+impl OwnRedis {
+    fn start(port: u16) -> Option<OwnRedis> {
+        let child = Command::new("redis-server")
+            .args([
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
+            .stdout(Stdio::null())
+            .spawn()
+            .ok()?;
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if Instant::now() > deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(OwnRedis { child })
+    }
+
+    fn stop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for OwnRedis {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
+    let redis_port = free_port();
+    let redis = OwnRedis::start(redis_port);
+    if !available(
+        "redis-server (to run one the test may stop)",
+        redis.is_some(),
+    ) {
+        return;
+    }
+    let mut redis = redis.unwrap();
+    let Some(db) = PgDatabase::create().await else {
+        return;
+    };
+
+    let mirror = MirrorServer::start().await;
+    let big = test_bytes(16 * 1024 * 1024, 16);
+    mirror.put("/m/big.bin", big.clone());
+    for i in 0..4 {
+        mirror.put(&format!("/m/f{i}"), test_bytes(200_000, i));
+    }
+    let shared = tempfile::tempdir().unwrap();
+    let config = |dir: &std::path::Path| {
+        format!(
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"t\"\n\n[storage]\npath = \"{store}\"\n\n[metadata]\nurl = \"{db}\"\n\n[redis]\nurl = \"redis://127.0.0.1:{redis_port}\"\n\n[[remote]]\nname = \"r\"\nmirrors = [\"{m}\"]\nimmutable = [\"**\"]\n",
+            store = shared.path().join("store").display(),
+            db = db.url,
+            m = mirror.url("/m"),
+        )
+        .replace("{dir}", &dir.display().to_string())
+    };
+    let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let a = BinaryProxy::start(dir_a.path(), &config(dir_a.path())).await;
+    let b = BinaryProxy::start(dir_b.path(), &config(dir_b.path())).await;
+    let client = reqwest::Client::builder()
+        .pool_max_idle_per_host(100)
+        .build()
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    // 50 concurrent cold requests, spread over both instances: one upstream fetch.
+    mirror.set_fault(Fault::SlowBody(Duration::from_millis(5)));
+    let requests = (0..50).map(|i| {
+        let url = if i % 2 == 0 {
+            a.url("/r/big.bin")
+        } else {
+            b.url("/r/big.bin")
+        };
+        let client = client.clone();
+        async move { get(&client, &url).await }
+    });
+    let expected = sha256_hex(&big);
+    let mut ok = 0;
+    for (status, _, bytes) in join_all(requests).await {
+        assert_eq!(status, 200);
+        assert_eq!(sha256_hex(&bytes.unwrap()), expected);
+        ok += 1;
+    }
+    mirror.set_fault(Fault::None);
+    println!(
+        "two instances, 50 cold requests: {ok} correct bodies, upstream requests {}",
+        mirror.hits("/m/big.bin")
+    );
+    assert_eq!(mirror.hits("/m/big.bin"), 1);
+    assert_eq!(get(&client, &b.url("/r/big.bin")).await.1, "HIT");
+    assert_eq!(get(&client, &a.url("/r/big.bin")).await.1, "HIT");
+
+    // A purge on one instance is seen by the other.
+    let purge = client
+        .post(a.url("/-/cache/r/purge"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(purge.status(), 200);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let (status, cache, _) = get(&client, &b.url("/r/big.bin")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+
+    // Redis goes away: not one failed request.
+    redis.stop();
+    let mut failed = 0;
+    let mut sent = 0;
+    for round in 0..2 {
+        for i in 0..4 {
+            for proxy in [&a, &b] {
+                sent += 1;
+                let (status, _, bytes) = get(&client, &proxy.url(&format!("/r/f{i}"))).await;
+                if status != 200
+                    || sha256_hex(&bytes.unwrap()) != sha256_hex(&test_bytes(200_000, i))
+                {
+                    failed += 1;
+                }
+            }
+        }
+        println!("redis down, round {round}: sent {sent}, failed {failed}");
+    }
+    assert_eq!(failed, 0);
+
+    // Redis is back: locks work again.
+    let _redis = OwnRedis::start(redis_port).expect("redis restarts");
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    mirror.put("/m/after.bin", test_bytes(4 * 1024 * 1024, 77));
+    mirror.set_fault(Fault::SlowBody(Duration::from_millis(5)));
+    let requests = (0..20).map(|i| {
+        let url = if i % 2 == 0 {
+            a.url("/r/after.bin")
+        } else {
+            b.url("/r/after.bin")
+        };
+        let client = client.clone();
+        async move { get(&client, &url).await.0 }
+    });
+    assert!(join_all(requests).await.iter().all(|s| *s == 200));
+    assert_eq!(
+        mirror.hits("/m/after.bin"),
+        1,
+        "the lock works again once redis is back"
+    );
+    let metrics = client
+        .get(a.url("/-/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        !metrics.contains("mirrorcache_redis_errors_total 0"),
+        "the outage was counted"
+    );
+    drop(redis);
+}
