@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# Installs the package-manager tools the real-client suite (tests/clients)
-# uses, when they are missing: pip's `wheel` (to build fixture wheels with
-# setuptools < 70), dpkg-dev (dpkg-scanpackages), apt and Debian's golang.
-# npm, pip and cargo come with the machine.
+# Installs what the tests use beyond the machine's services, when missing:
+# for the real-client suite (tests/clients) pip's `wheel` (fixture wheels with
+# setuptools < 70), dpkg-dev (dpkg-scanpackages), apt and Debian's golang;
+# for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
+# machine; redis-server and PostgreSQL are checked by services.sh.
 set -uo pipefail
 
 need_apt=()
@@ -15,6 +16,8 @@ if [ ${#need_apt[@]} -gt 0 ]; then
     apt-get update -qq && apt-get install -y -qq --no-install-recommends "${need_apt[@]}" >/dev/null \
         || echo "WARNING: could not install ${need_apt[*]}"
 fi
+command -v moto_server >/dev/null || python3 -m pip install -q --disable-pip-version-check 'moto[server]' \
+    || echo "WARNING: could not install moto (the S3 tests need moto_server)"
 python3 -c 'import wheel' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check wheel \
     || echo "WARNING: could not install the wheel package"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"

@@ -68,8 +68,23 @@ pub struct LogConfig {
 
 #[derive(Debug, Clone)]
 pub struct StorageConfig {
+    /// The local store: blobs (unless `s3` is set) and fills in progress.
     pub path: PathBuf,
     pub max_size: u64,
+    /// Committed blobs in S3-compatible storage instead of `path/blobs`.
+    pub s3: Option<S3Config>,
+}
+
+#[derive(Debug, Clone)]
+pub struct S3Config {
+    /// `s3://bucket/prefix`.
+    pub url: String,
+    /// For S3-compatible servers (MinIO, moto, Ceph): their base URL.
+    pub endpoint: Option<String>,
+    pub region: String,
+    /// Unset: taken from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<Secret>,
 }
 
 #[derive(Debug, Clone)]
@@ -349,6 +364,11 @@ impl Default for RawLog {
 struct RawStorage {
     path: PathBuf,
     max_size: HumanSize,
+    url: Option<Spanned<String>>,
+    endpoint: Option<String>,
+    region: String,
+    access_key_id: Option<String>,
+    secret_access_key: Option<String>,
 }
 
 impl Default for RawStorage {
@@ -356,6 +376,11 @@ impl Default for RawStorage {
         RawStorage {
             path: PathBuf::from("data/store"),
             max_size: HumanSize(20 * 1024 * 1024 * 1024),
+            url: None,
+            endpoint: None,
+            region: "us-east-1".to_string(),
+            access_key_id: None,
+            secret_access_key: None,
         }
     }
 }
@@ -582,6 +607,25 @@ impl Validator<'_> {
                 level: raw.log.level,
             },
             storage: StorageConfig {
+                s3: match raw.storage.url {
+                    None => None,
+                    Some(url) if url.get_ref().starts_with("s3://") && url.get_ref().len() > 5 => {
+                        Some(S3Config {
+                            url: url.get_ref().clone(),
+                            endpoint: raw.storage.endpoint,
+                            region: raw.storage.region,
+                            access_key_id: raw.storage.access_key_id,
+                            secret_access_key: raw.storage.secret_access_key.map(Secret),
+                        })
+                    }
+                    Some(url) => {
+                        return self.error(
+                            "storage.url",
+                            url.span(),
+                            "must be s3://bucket[/prefix]",
+                        )
+                    }
+                },
                 path: raw.storage.path,
                 max_size: raw.storage.max_size.0,
             },

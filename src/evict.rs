@@ -64,12 +64,12 @@ impl Evictor {
 pub async fn evict(proxy: &Arc<Proxy>) -> Result<(), crate::error::ProxyError> {
     proxy.meta.flush_access_times().await?;
     let max = proxy.evictor.max_size;
-    if proxy.store.size() <= max {
+    if proxy.blobs.size() <= max {
         return Ok(());
     }
     let target = max / 10 * 9;
     let (mut entries, mut bytes) = (0u64, 0u64);
-    'rounds: while proxy.store.size() > target {
+    'rounds: while proxy.blobs.size() > target {
         let rows = proxy.meta.least_recently_used(BATCH).await?;
         if rows.is_empty() {
             break;
@@ -80,13 +80,13 @@ pub async fn evict(proxy: &Arc<Proxy>) -> Result<(), crate::error::ProxyError> {
             if let Some(digest) = crate::store::Digest::from_hex(&row.digest) {
                 bytes += proxy.release_blob(&digest).await;
             }
-            if proxy.store.size() <= target {
+            if proxy.blobs.size() <= target {
                 break 'rounds;
             }
         }
     }
     proxy.metrics.evictions.inc_by(entries);
     proxy.metrics.evicted_bytes.inc_by(bytes);
-    tracing::info!(entries, bytes, store = proxy.store.size(), max, "evicted");
+    tracing::info!(entries, bytes, store = proxy.blobs.size(), max, "evicted");
     Ok(())
 }

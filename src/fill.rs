@@ -360,10 +360,7 @@ async fn fill(
     // failure costs only the caching: the bytes were right, and readers (even
     // late joiners, served from `file`) keep the Complete state.
     let temp = Arc::into_inner(temp).expect("no writer outlives the loop");
-    if let Err(error) = proxy
-        .store_blocking(move |store| store.commit(temp, &digest))
-        .await
-    {
+    if let Err(error) = proxy.blobs.commit(temp, digest).await {
         tracing::warn!(key = path.key(), %error, "could not commit the blob; served uncached");
         return Ok(());
     }
@@ -378,7 +375,7 @@ async fn fill(
         // The entry was replaced: its old blob may now be unreferenced.
         proxy.release_blob(&old.digest).await;
     }
-    proxy.evictor.wake_if_over(proxy.store.size());
+    proxy.evictor.wake_if_over(proxy.blobs.size());
     Ok(())
 }
 

@@ -17,6 +17,7 @@
 //!   state built from it; [`remote`] is one remote's runtime; [`error`] holds
 //!   the error types and the one mapping to HTTP statuses.
 
+pub mod blobs;
 pub mod cluster;
 pub mod config;
 pub mod error;

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 
+use crate::blobs::{Blob, BlobStore, LocalBlobs, S3Blobs};
 use crate::config::{Config, ServerConfig};
 use crate::error::ProxyError;
 use crate::evict::Evictor;
@@ -30,7 +31,10 @@ pub struct Proxy {
     pub gauges: GaugeRegistry,
     pub health: HealthRegistry,
     pub metrics: Metrics,
+    /// The local store: fills in progress (and blobs, by default).
     pub store: Arc<ContentStore>,
+    /// Where committed blobs live (local disk or S3).
+    pub blobs: Arc<dyn BlobStore>,
     pub meta: MetadataStore,
     pub fills: FillRegistry,
     pub evictor: Arc<Evictor>,
@@ -60,6 +64,15 @@ impl Proxy {
                     redact_url(&config.metadata.url)
                 )
             })?;
+        let store = Arc::new(store);
+        let blobs: Arc<dyn BlobStore> = match &config.storage.s3 {
+            None => Arc::new(LocalBlobs(store.clone())),
+            Some(s3) => Arc::new(
+                S3Blobs::connect(s3)
+                    .await
+                    .with_context(|| format!("opening the blob store {}", s3.url))?,
+            ),
+        };
         let gauges = GaugeRegistry::default();
         let health = HealthRegistry::default();
         let metrics = Metrics::new();
@@ -72,7 +85,8 @@ impl Proxy {
             gauges,
             health,
             metrics,
-            store: Arc::new(store),
+            store,
+            blobs,
             meta,
             fills: FillRegistry::default(),
             evictor: Arc::new(Evictor::new(config.storage.max_size)),
@@ -95,7 +109,7 @@ impl Proxy {
         }
         tokio::spawn(Evictor::run(Arc::downgrade(&proxy)));
         proxy.start_probes();
-        proxy.evictor.wake_if_over(proxy.store.size());
+        proxy.evictor.wake_if_over(proxy.blobs.size());
         Ok(proxy)
     }
 
@@ -141,25 +155,19 @@ impl Proxy {
         self.config.load().storage.max_size
     }
 
-    /// Opens a committed blob off the async threads; `NotFound` if it is gone.
-    pub async fn open_blob(&self, digest: &Digest) -> std::io::Result<Arc<std::fs::File>> {
-        let store = self.store.clone();
-        let digest = *digest;
-        tokio::task::spawn_blocking(move || store.open_blob(&digest).map(Arc::new))
-            .await
-            .map_err(std::io::Error::other)?
+    /// Opens a committed blob; `NotFound` if it is gone.
+    pub async fn open_blob(&self, digest: &Digest) -> std::io::Result<Blob> {
+        self.blobs.open(digest).await
     }
 
     /// Deletes the blob if no metadata row references it any more; returns
     /// the bytes freed.
     pub async fn release_blob(&self, digest: &Digest) -> u64 {
         match self.meta.digest_referenced(&digest.to_hex()).await {
-            Ok(false) => {
-                let digest = *digest;
-                self.store_blocking(move |store| store.remove_blob(&digest))
-                    .await
-                    .unwrap_or(0)
-            }
+            Ok(false) => self.blobs.remove(digest).await.unwrap_or_else(|error| {
+                tracing::warn!(%error, "could not delete a blob");
+                0
+            }),
             Ok(true) => 0,
             Err(error) => {
                 tracing::warn!(%error, "cannot tell whether a blob is still referenced; keeping it");

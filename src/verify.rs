@@ -59,6 +59,12 @@ impl fmt::Display for Report {
 }
 
 pub async fn run(config: &Config, remove: bool) -> anyhow::Result<Report> {
+    if let Some(s3) = &config.storage.s3 {
+        anyhow::bail!(
+            "verify re-hashes the local store only; blobs of this config are in {}",
+            s3.url
+        );
+    }
     let root = config.storage.path.clone();
     let store = tokio::task::spawn_blocking(move || ContentStore::open_existing(&root)).await??;
     let meta = MetadataStore::connect(&config.metadata.url, 1)

@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 
+use crate::blobs::Blob;
 use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
@@ -253,7 +254,7 @@ impl ArtifactRequest<'_> {
                 } else {
                     (CacheStatus::Hit, None)
                 };
-                let response = self.complete(&entry, file, cache).await?;
+                let response = self.complete(&entry, Blob::Local(file), cache).await?;
                 Ok(Served {
                     response,
                     cache,
@@ -302,13 +303,13 @@ impl ArtifactRequest<'_> {
     async fn complete(
         &self,
         entry: &Entry,
-        file: Arc<std::fs::File>,
+        blob: Blob,
         cache: CacheStatus,
     ) -> Result<Response, ProxyError> {
         if !self.document {
             return Ok(respond::from_entry(
                 entry,
-                file,
+                &blob,
                 cache,
                 self.method,
                 self.headers,
@@ -323,19 +324,17 @@ impl ArtifactRequest<'_> {
         }
         let base = public_base(&self.proxy.server, self.headers);
         let rewrite = Rewrite::new(self.remote, &base);
-        let size = entry.size as usize;
-        let body = tokio::task::spawn_blocking(move || -> std::io::Result<Vec<u8>> {
-            use std::os::unix::fs::FileExt;
-            let mut bytes = vec![0u8; size];
-            file.read_exact_at(&mut bytes, 0)?;
-            Ok(match String::from_utf8(bytes) {
-                Ok(text) => rewrite.apply(&text).into_bytes(),
-                // Not text: nothing to rewrite.
-                Err(e) => e.into_bytes(),
-            })
+        let bytes = blob
+            .read_all(entry.size)
+            .await
+            .map_err(|e| ProxyError::Store(e.to_string()))?;
+        // Rewriting is a linear pass over up to max_document_size: off the async threads.
+        let body = tokio::task::spawn_blocking(move || match String::from_utf8(bytes) {
+            Ok(text) => rewrite.apply(&text).into_bytes(),
+            // Not text: nothing to rewrite.
+            Err(e) => e.into_bytes(),
         })
         .await
-        .map_err(|e| ProxyError::Store(e.to_string()))?
         .map_err(|e| ProxyError::Store(e.to_string()))?;
         Ok(respond::document(
             entry,

@@ -70,7 +70,7 @@ pub async fn status(State(proxy): State<Arc<Proxy>>) -> Json<serde_json::Value> 
     Json(json!({
         "remotes": remotes_json,
         "hit_ratio": ratio(all_hits, all_total),
-        "store_bytes": proxy.store.size(),
+        "store_bytes": proxy.blobs.size(),
         "store_max_bytes": proxy.max_store_size(),
         "fills_in_progress": proxy.fills.len(),
     }))
@@ -107,7 +107,7 @@ pub async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
                 .set(i64::from(health.selectable(now)));
         }
     }
-    metrics.store_bytes.set(proxy.store.size() as i64);
+    metrics.store_bytes.set(proxy.blobs.size() as i64);
     metrics.fills_in_progress.set(proxy.fills.len() as i64);
     (
         [(

@@ -2,21 +2,15 @@
 //! copies, with conditional requests and single byte ranges) and from a fill
 //! in progress (misses, streamed as the body arrives).
 
-use std::fs::File;
-use std::os::unix::fs::FileExt;
-use std::sync::Arc;
-
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
+use crate::blobs::Blob;
 use crate::fill::Head;
 use crate::meta::Entry;
 use crate::store::Digest;
-
-/// Buffer size for streaming a blob from disk.
-const FILE_CHUNK: usize = 128 * 1024;
 
 pub const X_CACHE_STATUS: &str = "x-cache-status";
 
@@ -47,7 +41,7 @@ impl CacheStatus {
 /// requests, single byte ranges, HEAD.
 pub fn from_entry(
     entry: &Entry,
-    file: Arc<File>,
+    blob: &Blob,
     cache: CacheStatus,
     method: &Method,
     request: &HeaderMap,
@@ -96,35 +90,9 @@ pub fn from_entry(
         .headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     if method != Method::HEAD {
-        *response.body_mut() = Body::from_stream(file_body(file, start, len));
+        *response.body_mut() = Body::from_stream(blob.stream(start, len));
     }
     response
-}
-
-/// `len` bytes of `file` from `start`, read positionally in chunks off the
-/// async threads: memory per response is one chunk, whatever the file size.
-fn file_body(
-    file: Arc<File>,
-    start: u64,
-    len: u64,
-) -> impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send {
-    let end = start + len;
-    futures_util::stream::try_unfold(start, move |pos| {
-        let file = file.clone();
-        async move {
-            if pos >= end {
-                return Ok(None);
-            }
-            let n = (end - pos).min(FILE_CHUNK as u64) as usize;
-            let bytes = tokio::task::spawn_blocking(move || {
-                let mut buf = vec![0u8; n];
-                file.read_exact_at(&mut buf, pos).map(|()| Bytes::from(buf))
-            })
-            .await
-            .map_err(std::io::Error::other)??;
-            Ok(Some((bytes, pos + n as u64)))
-        }
-    })
 }
 
 /// Serves a body that is still arriving (a fill in progress, or an uncached

@@ -12,5 +12,6 @@ mod metadata;
 mod operations;
 mod path_safety;
 mod reliability;
+mod s3;
 mod scaleout;
 mod security;

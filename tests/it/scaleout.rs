@@ -9,7 +9,9 @@ use futures_util::future::join_all;
 
 use crate::metadata::PgDatabase;
 use crate::support::proxy::get;
-use crate::support::{available, sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer};
+use crate::support::{
+    available, sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer, S3Server,
+};
 
 /// A redis-server of the test's own, on a free port, so the test may stop it.
 struct OwnRedis {
@@ -76,6 +78,9 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
     let Some(db) = PgDatabase::create().await else {
         return;
     };
+    let Some(s3) = S3Server::start("mirrorcache-scaleout").await else {
+        return;
+    };
 
     let mirror = MirrorServer::start().await;
     let big = test_bytes(16 * 1024 * 1024, 16);
@@ -83,15 +88,15 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
     for i in 0..4 {
         mirror.put(&format!("/m/f{i}"), test_bytes(200_000, i));
     }
-    let shared = tempfile::tempdir().unwrap();
+    // Each instance stages fills on its own disk; committed blobs are in S3.
     let config = |dir: &std::path::Path| {
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"t\"\n\n[storage]\npath = \"{store}\"\n\n[metadata]\nurl = \"{db}\"\n\n[redis]\nurl = \"redis://127.0.0.1:{redis_port}\"\n\n[[remote]]\nname = \"r\"\nmirrors = [\"{m}\"]\nimmutable = [\"**\"]\n",
-            store = shared.path().join("store").display(),
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"t\"\n\n[storage]\npath = \"{store}\"\n{s3}\n[metadata]\nurl = \"{db}\"\n\n[redis]\nurl = \"redis://127.0.0.1:{redis_port}\"\n\n[[remote]]\nname = \"r\"\nmirrors = [\"{m}\"]\nimmutable = [\"**\"]\n",
+            store = dir.join("store").display(),
+            s3 = s3.storage_keys("mirrorcache-scaleout"),
             db = db.url,
             m = mirror.url("/m"),
         )
-        .replace("{dir}", &dir.display().to_string())
     };
     let (dir_a, dir_b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let a = BinaryProxy::start(dir_a.path(), &config(dir_a.path())).await;

@@ -41,3 +41,71 @@ pub fn available(what: &str, ok: bool) -> bool {
     eprintln!("SKIPPED: {what} is not available; set it up or see README (tests)");
     false
 }
+
+/// A moto S3 server of the test's own (from PyPI, `pip install 'moto[server]'`),
+/// with one empty bucket.
+pub struct S3Server {
+    child: std::process::Child,
+    pub endpoint: String,
+}
+
+impl S3Server {
+    /// `None` (after a loud skip, or a failure under MIRRORCACHE_REQUIRE_SERVICES)
+    /// when moto is not installed.
+    pub async fn start(bucket: &str) -> Option<S3Server> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let child = std::process::Command::new("moto_server")
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn();
+        let Ok(child) = child else {
+            available("moto_server (pip install 'moto[server]')", false);
+            return None;
+        };
+        let server = S3Server {
+            child,
+            endpoint: format!("http://127.0.0.1:{port}"),
+        };
+        let client = reqwest::Client::new();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        loop {
+            let create = client
+                .put(format!("{}/{bucket}", server.endpoint))
+                .header("content-length", "0")
+                .body("");
+            if let Ok(r) = create.send().await {
+                assert!(
+                    r.status().is_success(),
+                    "creating the bucket: {}",
+                    r.status()
+                );
+                return Some(server);
+            }
+            assert!(
+                std::time::Instant::now() < deadline,
+                "moto_server did not start"
+            );
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    }
+
+    /// The `[storage]` keys that put blobs in `bucket` on this server.
+    pub fn storage_keys(&self, bucket: &str) -> String {
+        format!(
+            "url = \"s3://{bucket}/blobs\"\nendpoint = \"{}\"\naccess_key_id = \"test\"\nsecret_access_key = \"test\"\n",
+            self.endpoint
+        )
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}

@@ -1,0 +1,275 @@
+//! Where committed blobs live, behind one small trait: the local content store
+//! (default) or S3-compatible object storage through the `object_store` crate
+//! (`[storage] url = "s3://bucket/prefix"`), which several instances can share.
+//!
+//! Either way a fill is staged in the local store's `tmp/` (readers stream
+//! from it while it grows); [`BlobStore::commit`] runs only after the length
+//! is checked and the hash computed, and makes the bytes visible under their
+//! digest: a rename locally, an upload to S3. Hits stream from wherever the
+//! blob lives; a byte range is passed through to S3 as a ranged GET.
+
+use std::fs::File;
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+use futures_util::stream::{BoxStream, StreamExt, TryStreamExt};
+use object_store::path::Path as ObjectPath;
+use object_store::{GetOptions, GetRange, ObjectStore};
+use tokio::io::AsyncWriteExt;
+
+use crate::config::S3Config;
+use crate::store::{ContentStore, Digest, TempBlob};
+
+/// Bytes read from a local blob at a time.
+const FILE_CHUNK: usize = 128 * 1024;
+
+/// A committed blob, opened for reading.
+pub enum Blob {
+    /// An open file: positional reads, and it survives deletion of its path.
+    Local(Arc<File>),
+    Remote {
+        store: Arc<dyn ObjectStore>,
+        location: ObjectPath,
+    },
+}
+
+impl Blob {
+    /// `len` bytes from `start`, streamed: one chunk in memory at a time.
+    pub fn stream(&self, start: u64, len: u64) -> BoxStream<'static, io::Result<Bytes>> {
+        match self {
+            Blob::Local(file) => local_stream(file.clone(), start, len),
+            Blob::Remote { store, location } => {
+                if len == 0 {
+                    return futures_util::stream::empty().boxed();
+                }
+                let (store, location) = (store.clone(), location.clone());
+                futures_util::stream::once(async move {
+                    let options = GetOptions {
+                        range: Some(GetRange::Bounded(start..start + len)),
+                        ..GetOptions::default()
+                    };
+                    let result = store
+                        .get_opts(&location, options)
+                        .await
+                        .map_err(io::Error::other)?;
+                    Ok::<_, io::Error>(result.into_stream().map_err(io::Error::other))
+                })
+                .try_flatten()
+                .boxed()
+            }
+        }
+    }
+
+    /// The whole blob in memory (index documents, capped by the caller).
+    pub async fn read_all(&self, size: u64) -> io::Result<Vec<u8>> {
+        match self {
+            Blob::Local(file) => {
+                let file = file.clone();
+                tokio::task::spawn_blocking(move || {
+                    let mut bytes = vec![0u8; size as usize];
+                    file.read_exact_at(&mut bytes, 0).map(|()| bytes)
+                })
+                .await
+                .map_err(io::Error::other)?
+            }
+            Blob::Remote { .. } => {
+                let mut out = Vec::with_capacity(size as usize);
+                let mut stream = self.stream(0, size);
+                while let Some(chunk) = stream.next().await {
+                    out.extend_from_slice(&chunk?);
+                }
+                Ok(out)
+            }
+        }
+    }
+}
+
+fn local_stream(file: Arc<File>, start: u64, len: u64) -> BoxStream<'static, io::Result<Bytes>> {
+    let end = start + len;
+    futures_util::stream::try_unfold(start, move |pos| {
+        let file = file.clone();
+        async move {
+            if pos >= end {
+                return Ok(None);
+            }
+            let n = (end - pos).min(FILE_CHUNK as u64) as usize;
+            let bytes = tokio::task::spawn_blocking(move || {
+                let mut buf = vec![0u8; n];
+                file.read_exact_at(&mut buf, pos).map(|()| Bytes::from(buf))
+            })
+            .await
+            .map_err(io::Error::other)??;
+            Ok(Some((bytes, pos + n as u64)))
+        }
+    })
+    .boxed()
+}
+
+/// Where committed blobs live.
+///
+/// Contract: `open` of a digest that was never committed, or was removed,
+/// fails with `NotFound` (the caller treats it as a miss); `remove` of an
+/// absent blob is not an error and frees 0 bytes; `size` is this instance's
+/// count of committed bytes.
+pub trait BlobStore: Send + Sync {
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<()>>;
+    fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>>;
+    fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>>;
+    fn size(&self) -> u64;
+}
+
+/// Blobs on local disk, in the content store itself.
+pub struct LocalBlobs(pub Arc<ContentStore>);
+
+impl BlobStore for LocalBlobs {
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<()>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.commit(temp, &digest))
+                .await
+                .map_err(io::Error::other)?
+        })
+    }
+
+    fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>> {
+        let (store, digest) = (self.0.clone(), *digest);
+        Box::pin(async move {
+            let file = tokio::task::spawn_blocking(move || store.open_blob(&digest))
+                .await
+                .map_err(io::Error::other)??;
+            Ok(Blob::Local(Arc::new(file)))
+        })
+    }
+
+    fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>> {
+        let (store, digest) = (self.0.clone(), *digest);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.remove_blob(&digest))
+                .await
+                .map_err(io::Error::other)?
+        })
+    }
+
+    fn size(&self) -> u64 {
+        self.0.size()
+    }
+}
+
+/// Blobs in an S3-compatible bucket, under `prefix/ab/cd/<sha256>`.
+pub struct S3Blobs {
+    store: Arc<dyn ObjectStore>,
+    prefix: String,
+    bytes: AtomicU64,
+}
+
+impl S3Blobs {
+    pub async fn connect(config: &S3Config) -> anyhow::Result<S3Blobs> {
+        let url = url::Url::parse(&config.url)?;
+        let bucket = url
+            .host_str()
+            .ok_or_else(|| anyhow::anyhow!("storage.url has no bucket"))?
+            .to_string();
+        let prefix = url.path().trim_matches('/').to_string();
+        let mut builder = object_store::aws::AmazonS3Builder::from_env()
+            .with_bucket_name(bucket)
+            .with_region(&config.region);
+        if let Some(endpoint) = &config.endpoint {
+            builder = builder
+                .with_endpoint(endpoint)
+                .with_allow_http(endpoint.starts_with("http://"));
+        }
+        if let Some(key) = &config.access_key_id {
+            builder = builder.with_access_key_id(key);
+        }
+        if let Some(secret) = &config.secret_access_key {
+            builder = builder.with_secret_access_key(secret.expose());
+        }
+        let store: Arc<dyn ObjectStore> = Arc::new(builder.build()?);
+        let blobs = S3Blobs {
+            store,
+            prefix,
+            bytes: AtomicU64::new(0),
+        };
+        // Count what is there (and prove the bucket answers) before serving.
+        let mut listing = blobs
+            .store
+            .list(Some(&ObjectPath::from(blobs.prefix.as_str())));
+        let mut total = 0;
+        while let Some(meta) = listing.next().await {
+            total += meta?.size;
+        }
+        blobs.bytes.store(total, Ordering::Relaxed);
+        Ok(blobs)
+    }
+
+    fn location(&self, digest: &Digest) -> ObjectPath {
+        let hex = digest.to_hex();
+        let key = format!("{}/{}/{hex}", &hex[0..2], &hex[2..4]);
+        if self.prefix.is_empty() {
+            ObjectPath::from(key)
+        } else {
+            ObjectPath::from(format!("{}/{key}", self.prefix))
+        }
+    }
+}
+
+impl BlobStore for S3Blobs {
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<()>> {
+        Box::pin(async move {
+            let location = self.location(&digest);
+            let file = temp.reader();
+            let len = file.metadata()?.len();
+            // Multipart upload through a buffered writer: memory stays at one
+            // part whatever the size.
+            let mut writer = object_store::buffered::BufWriter::new(self.store.clone(), location);
+            let mut stream = local_stream(file, 0, len);
+            while let Some(chunk) = stream.next().await {
+                writer.write_all(&chunk?).await?;
+            }
+            writer.shutdown().await?;
+            self.bytes.fetch_add(len, Ordering::Relaxed);
+            drop(temp);
+            Ok(())
+        })
+    }
+
+    fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>> {
+        Box::pin(async move {
+            let location = self.location(digest);
+            match self.store.head(&location).await {
+                Ok(_) => Ok(Blob::Remote {
+                    store: self.store.clone(),
+                    location,
+                }),
+                Err(object_store::Error::NotFound { .. }) => Err(io::ErrorKind::NotFound.into()),
+                Err(e) => Err(io::Error::other(e)),
+            }
+        })
+    }
+
+    fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>> {
+        Box::pin(async move {
+            let location = self.location(digest);
+            let size = match self.store.head(&location).await {
+                Ok(meta) => meta.size,
+                Err(object_store::Error::NotFound { .. }) => return Ok(0),
+                Err(e) => return Err(io::Error::other(e)),
+            };
+            self.store
+                .delete(&location)
+                .await
+                .map_err(io::Error::other)?;
+            self.bytes
+                .fetch_sub(size.min(self.size()), Ordering::Relaxed);
+            Ok(size)
+        })
+    }
+
+    fn size(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
+    }
+}
