@@ -26,6 +26,8 @@ async fn second_fetch_is_a_hit_with_every_mirror_stopped() {
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
 
+    // The fill commits after the client has every byte: let it finish.
+    proxy.settle().await;
     mirror.stop();
     let response = client
         .get(proxy.url("/deb/pool/a.deb"))
