@@ -29,6 +29,8 @@ const FILE_CHUNK: usize = 128 * 1024;
 
 /// A committed blob, opened for reading.
 pub enum Blob {
+    /// A small hot blob, held in memory (see [`HotBlobs`]).
+    Memory(Bytes),
     /// An open file: positional reads, and it survives deletion of its path.
     Local(Arc<File>),
     Remote {
@@ -41,6 +43,10 @@ impl Blob {
     /// `len` bytes from `start`, streamed: one chunk in memory at a time.
     pub fn stream(&self, start: u64, len: u64) -> BoxStream<'static, io::Result<Bytes>> {
         match self {
+            Blob::Memory(bytes) => {
+                let part = bytes.slice(start as usize..(start + len) as usize);
+                futures_util::stream::once(async move { Ok(part) }).boxed()
+            }
             Blob::Local(file) => local_stream(file.clone(), start, len),
             Blob::Remote { store, location } => {
                 if len == 0 {
@@ -67,6 +73,7 @@ impl Blob {
     /// The whole blob in memory (index documents, capped by the caller).
     pub async fn read_all(&self, size: u64) -> io::Result<Vec<u8>> {
         match self {
+            Blob::Memory(bytes) => Ok(bytes.to_vec()),
             Blob::Local(file) => {
                 let file = file.clone();
                 tokio::task::spawn_blocking(move || {
@@ -85,6 +92,45 @@ impl Blob {
                 Ok(out)
             }
         }
+    }
+}
+
+/// The in-memory tier: small hot blobs kept whole, bounded by total bytes.
+/// A hit on one is served from memory with no file open, no read and no
+/// blocking-pool hop. Keyed by digest, so an entry is never stale.
+pub struct HotBlobs {
+    cache: moka::sync::Cache<Digest, Bytes>,
+    max_object: u64,
+}
+
+impl HotBlobs {
+    /// `total` bytes at most, objects of at most `max_object` bytes; `total`
+    /// 0 turns the tier off.
+    pub fn new(total: u64, max_object: u64) -> HotBlobs {
+        HotBlobs {
+            cache: moka::sync::Cache::builder()
+                .weigher(|_: &Digest, bytes: &Bytes| u32::try_from(bytes.len()).unwrap_or(u32::MAX))
+                .max_capacity(total)
+                .build(),
+            max_object: if total == 0 { 0 } else { max_object },
+        }
+    }
+
+    pub fn get(&self, digest: &Digest) -> Option<Bytes> {
+        self.cache.get(digest)
+    }
+
+    /// Whether a blob of `size` bytes belongs in memory.
+    pub fn admits(&self, size: u64) -> bool {
+        size <= self.max_object
+    }
+
+    pub fn insert(&self, digest: Digest, bytes: Bytes) {
+        self.cache.insert(digest, bytes);
+    }
+
+    pub fn remove(&self, digest: &Digest) {
+        self.cache.invalidate(digest);
     }
 }
 

@@ -71,6 +71,10 @@ pub struct StorageConfig {
     /// The local store: blobs (unless `s3` is set) and fills in progress.
     pub path: PathBuf,
     pub max_size: u64,
+    /// The in-memory tier of small hot blobs: total bytes (0 = off).
+    pub memory_cache_size: u64,
+    /// Largest blob the in-memory tier holds.
+    pub memory_object_max: u64,
     /// Committed blobs in S3-compatible storage instead of `path/blobs`.
     pub s3: Option<S3Config>,
 }
@@ -364,6 +368,8 @@ impl Default for RawLog {
 struct RawStorage {
     path: PathBuf,
     max_size: HumanSize,
+    memory_cache_size: HumanSize,
+    memory_object_max: HumanSize,
     url: Option<Spanned<String>>,
     endpoint: Option<String>,
     region: String,
@@ -376,6 +382,8 @@ impl Default for RawStorage {
         RawStorage {
             path: PathBuf::from("data/store"),
             max_size: HumanSize(20 * 1024 * 1024 * 1024),
+            memory_cache_size: HumanSize(48 * 1024 * 1024),
+            memory_object_max: HumanSize(1024 * 1024),
             url: None,
             endpoint: None,
             region: "us-east-1".to_string(),
@@ -628,6 +636,8 @@ impl Validator<'_> {
                 },
                 path: raw.storage.path,
                 max_size: raw.storage.max_size.0,
+                memory_cache_size: raw.storage.memory_cache_size.0,
+                memory_object_max: raw.storage.memory_object_max.0,
             },
             metadata: MetadataConfig {
                 url: metadata_url,

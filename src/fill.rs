@@ -391,7 +391,7 @@ async fn wait_for_peer(
     let mut peer_done = false;
     loop {
         if let Ok(Some(entry)) = proxy.meta.lookup(path).await {
-            if proxy.open_blob(&entry.digest).await.is_ok() {
+            if proxy.open_blob(&entry.digest, entry.size).await.is_ok() {
                 return Some(entry);
             }
         }

@@ -83,7 +83,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            init_logging(&config.log);
+            let _log_writer = init_logging(&config.log);
             match runtime().block_on(serve(config, &path)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -142,15 +142,20 @@ async fn serve(config: Config, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn init_logging(config: &LogConfig) {
+/// Logs go to stderr through a writer thread, so a request never waits on a
+/// write(2); the returned guard flushes what is queued when `main` ends.
+fn init_logging(config: &LogConfig) -> tracing_appender::non_blocking::WorkerGuard {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.level));
+    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
-        .with_writer(std::io::stderr);
+        .with_ansi(false)
+        .with_writer(writer);
     match config.format {
         LogFormat::Text => builder.init(),
         LogFormat::Json => builder.json().init(),
     }
+    guard
 }

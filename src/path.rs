@@ -105,7 +105,7 @@ impl ArtifactPath {
 /// Refuses traversal, backslashes and control characters in the raw path and
 /// in each of its first few percent-decodings.
 fn check_decodings(raw: &[u8]) -> Result<(), ProxyError> {
-    let mut current: Vec<u8> = raw.to_vec();
+    let mut current: std::borrow::Cow<[u8]> = std::borrow::Cow::Borrowed(raw);
     for level in 0..=DECODE_LEVELS {
         if current.iter().any(|&b| b < 0x20 || b == 0x7f) {
             return Err(ProxyError::BadPath("control character in path"));
@@ -119,11 +119,16 @@ fn check_decodings(raw: &[u8]) -> Result<(), ProxyError> {
         if level > 0 && current.split(|&b| b == b'/').any(|seg| seg == b".") {
             return Err(ProxyError::BadPath("encoded '.' segment in path"));
         }
-        let decoded: Vec<u8> = percent_decode(&current).collect();
-        if decoded == current {
+        // Most paths have no escapes at all: then there is nothing to decode
+        // (and nothing to allocate).
+        if !current.contains(&b'%') {
             break;
         }
-        current = decoded;
+        let decoded: Vec<u8> = percent_decode(&current).collect();
+        if *decoded == *current {
+            break;
+        }
+        current = std::borrow::Cow::Owned(decoded);
     }
     Ok(())
 }

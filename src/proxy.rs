@@ -8,7 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 
-use crate::blobs::{Blob, BlobStore, LocalBlobs, S3Blobs};
+use crate::blobs::{Blob, BlobStore, HotBlobs, LocalBlobs, S3Blobs};
 use crate::config::{Config, ServerConfig};
 use crate::error::ProxyError;
 use crate::evict::Evictor;
@@ -35,6 +35,8 @@ pub struct Proxy {
     pub store: Arc<ContentStore>,
     /// Where committed blobs live (local disk or S3).
     pub blobs: Arc<dyn BlobStore>,
+    /// Small hot blobs in memory.
+    pub hot: HotBlobs,
     pub meta: MetadataStore,
     pub fills: FillRegistry,
     pub evictor: Arc<Evictor>,
@@ -87,6 +89,10 @@ impl Proxy {
             metrics,
             store,
             blobs,
+            hot: HotBlobs::new(
+                config.storage.memory_cache_size,
+                config.storage.memory_object_max,
+            ),
             meta,
             fills: FillRegistry::default(),
             evictor: Arc::new(Evictor::new(config.storage.max_size)),
@@ -155,19 +161,41 @@ impl Proxy {
         self.config.load().storage.max_size
     }
 
-    /// Opens a committed blob; `NotFound` if it is gone.
-    pub async fn open_blob(&self, digest: &Digest) -> std::io::Result<Blob> {
-        self.blobs.open(digest).await
+    /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
+    /// small one is read whole into the in-memory tier on its first hit and
+    /// served from memory after that.
+    pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
+        if let Some(bytes) = self.hot.get(digest) {
+            return Ok(Blob::Memory(bytes));
+        }
+        let blob = self.blobs.open(digest).await?;
+        if !self.hot.admits(size) {
+            return Ok(blob);
+        }
+        let bytes = bytes::Bytes::from(blob.read_all(size).await?);
+        // Read whole anyway, so check it: a blob damaged on disk is never
+        // served from memory; it is dropped and fetched again.
+        if Digest::of(&bytes) != *digest {
+            tracing::error!(?digest, "corrupt blob on disk; dropping it");
+            self.hot.remove(digest);
+            let _ = self.blobs.remove(digest).await;
+            return Err(std::io::ErrorKind::NotFound.into());
+        }
+        self.hot.insert(*digest, bytes.clone());
+        Ok(Blob::Memory(bytes))
     }
 
     /// Deletes the blob if no metadata row references it any more; returns
     /// the bytes freed.
     pub async fn release_blob(&self, digest: &Digest) -> u64 {
         match self.meta.digest_referenced(&digest.to_hex()).await {
-            Ok(false) => self.blobs.remove(digest).await.unwrap_or_else(|error| {
-                tracing::warn!(%error, "could not delete a blob");
-                0
-            }),
+            Ok(false) => {
+                self.hot.remove(digest);
+                self.blobs.remove(digest).await.unwrap_or_else(|error| {
+                    tracing::warn!(%error, "could not delete a blob");
+                    0
+                })
+            }
             Ok(true) => 0,
             Err(error) => {
                 tracing::warn!(%error, "cannot tell whether a blob is still referenced; keeping it");

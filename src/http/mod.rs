@@ -168,7 +168,7 @@ impl ArtifactRequest<'_> {
         match proxy.meta.lookup(path).await {
             Ok(Some(entry)) => {
                 let fresh = remote.policy.is_fresh(path.path(), &entry, now);
-                match proxy.open_blob(&entry.digest).await {
+                match proxy.open_blob(&entry.digest, entry.size).await {
                     Ok(file) if fresh => {
                         entry.touch(now);
                         let response = self.complete(&entry, file, CacheStatus::Hit).await?;
@@ -219,7 +219,7 @@ impl ArtifactRequest<'_> {
             FillState::Failed(error) => self.when_mirrors_fail(stale, error).await,
             FillState::Shared(entry) => {
                 let file = proxy
-                    .open_blob(&entry.digest)
+                    .open_blob(&entry.digest, entry.size)
                     .await
                     .map_err(|e| ProxyError::Store(e.to_string()))?;
                 let response = self.complete(&entry, file, CacheStatus::Hit).await?;
@@ -227,7 +227,7 @@ impl ArtifactRequest<'_> {
             }
             FillState::Revalidated(entry) => {
                 let file = proxy
-                    .open_blob(&entry.digest)
+                    .open_blob(&entry.digest, entry.size)
                     .await
                     .map_err(|e| ProxyError::Store(e.to_string()))?;
                 let response = self
@@ -363,7 +363,7 @@ impl ArtifactRequest<'_> {
         let now = now_ms();
         let max_stale = self.remote.config.max_stale;
         if let Some(entry) = stale.filter(|e| e.age(now) <= max_stale) {
-            if let Ok(file) = self.proxy.open_blob(&entry.digest).await {
+            if let Ok(file) = self.proxy.open_blob(&entry.digest, entry.size).await {
                 tracing::warn!(key = self.path.key(), %error, "every mirror failed; serving a stale copy");
                 let response = self.complete(&entry, file, CacheStatus::Stale).await?;
                 return Ok(Served::hit(response, CacheStatus::Stale));

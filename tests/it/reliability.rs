@@ -442,3 +442,38 @@ async fn verify_finds_and_removes_corrupt_blobs() {
     assert_eq!(sha256_hex(&bytes.unwrap()), hex);
     proxy.stop().await;
 }
+
+/// A small blob damaged on disk is caught when it is first read into memory:
+/// the client gets the right bytes, fetched again, never the damaged ones.
+#[tokio::test]
+async fn a_blob_damaged_on_disk_is_never_served() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(20_000, 42);
+    mirror.put("/m/x", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = remote(&[&mirror], "immutable = [\"**\"]");
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let client = reqwest::Client::new();
+    get(&client, &proxy.url("/r/x")).await.2.unwrap();
+    proxy.stop().await;
+
+    let hex = sha256_hex(&body);
+    let blob = dir
+        .path()
+        .join("store/blobs")
+        .join(&hex[0..2])
+        .join(&hex[2..4])
+        .join(&hex);
+    let mut bytes = std::fs::read(&blob).unwrap();
+    bytes[10] ^= 1;
+    std::fs::write(&blob, bytes).unwrap();
+
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let (status, cache, got) = get(&client, &proxy.url("/r/x")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&got.unwrap()), hex);
+    assert_eq!(mirror.hits("/m/x"), 2);
+    proxy.settle().await;
+    assert_eq!(get(&client, &proxy.url("/r/x")).await.1, "HIT");
+    proxy.stop().await;
+}
