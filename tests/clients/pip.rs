@@ -12,6 +12,14 @@ async fn pip_through_the_proxy_then_from_the_cache_alone() {
         available("pip", false);
         return;
     };
+    // Building the fixture wheels needs `wheel` (or setuptools >= 70).
+    let can_build = Command::new("python3")
+        .args(["-c", "import setuptools, sys\ntry:\n import wheel\nexcept ImportError:\n sys.exit(int(setuptools.__version__.split('.')[0]) < 70)"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !available("python's `wheel` package (pip install wheel), to build fixture wheels", can_build) {
+        return;
+    }
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     for (name, deps) in [("mc-alpha", "['mc-beta']"), ("mc-beta", "[]")] {
