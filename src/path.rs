@@ -110,6 +110,11 @@ fn check_decodings(raw: &[u8]) -> Result<(), ProxyError> {
         if current.iter().any(|&b| b < 0x20 || b == 0x7f) {
             return Err(ProxyError::BadPath("control character in path"));
         }
+        // Decoded bytes may be UTF-8 with C1 controls (U+0080..U+009F, e.g.
+        // `%c2%99`): refused too (found by the fuzz target).
+        if !current.is_ascii() && String::from_utf8_lossy(&current).chars().any(char::is_control) {
+            return Err(ProxyError::BadPath("control character in path"));
+        }
         if current.contains(&b'\\') {
             return Err(ProxyError::BadPath("backslash in path"));
         }
@@ -164,6 +169,8 @@ mod tests {
             "/r/a%00b",
             "/r/a%0ab",
             "/r/%2e/x",
+            "/r/a%c2%99b",
+            "/r/%3%6%%331%c2%99999/x",
             "/r",
             "/r/",
         ] {
