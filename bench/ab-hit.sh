@@ -1,0 +1,157 @@
+#!/usr/bin/env bash
+# bench/ab-hit.sh — A/B of mirrorcache builds (or settings) on the hit path:
+# several mirrorcache processes in front of one nginx origin on 127.0.0.1, all
+# warmed, then wrk (2 threads, 64 connections) against each in turn, ROUNDS
+# interleaved rounds with the order rotated, for 1 KiB, 64 KiB and 1 MiB. The
+# figure to read is each variant's req/s over the first one's in the same
+# round (median over rounds): background load moves both alike.
+#
+# Usage: bash bench/ab-hit.sh 'base=target/release/mirrorcache' \
+#            'candidate=/path/to/mirrorcache VAR=value ...'
+#   env: DURATION=4 ROUNDS=3 SIZES="1k 64k 1m"
+# Used for the "what would close the gap" figures in BENCHMARKS-e2e.md.
+
+set -euo pipefail
+
+DURATION=${DURATION:-4}
+ROUNDS=${ROUNDS:-3}
+SIZES=${SIZES:-1k 64k 1m}
+(($# >= 2)) || { echo "usage: $0 'label=binary [VAR=value...]' 'label=binary ...' ..." >&2; exit 2; }
+for tool in nginx wrk curl; do
+    command -v "$tool" >/dev/null || { echo "missing $tool (bench/compare.sh installs them)" >&2; exit 1; }
+done
+
+WORK=$(mktemp -d /tmp/mc-ab.XXXXXX)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# Sets PORT to a free port not yet handed out (not a subshell: USED keeps it).
+USED=" "
+port() {
+    while :; do
+        PORT=$((20000 + RANDOM % 20000))
+        [[ "$USED" == *" $PORT "* ]] && continue
+        ss -Htln "sport = :$PORT" | grep -q . || { USED+="$PORT "; return; }
+    done
+}
+
+mkdir -p "$WORK/www" "$WORK/tmp"
+head -c 1024 /dev/urandom >"$WORK/www/1k.bin"
+head -c $((64 * 1024)) /dev/urandom >"$WORK/www/64k.bin"
+head -c $((1024 * 1024)) /dev/urandom >"$WORK/www/1m.bin"
+port
+O_PORT=$PORT
+cat >"$WORK/nginx.conf" <<EOF
+daemon off;
+user root;
+worker_processes 1;
+pid $WORK/nginx.pid;
+error_log $WORK/error.log warn;
+events { worker_connections 1024; }
+http {
+    client_body_temp_path $WORK/tmp/body;
+    proxy_temp_path $WORK/tmp/proxy;
+    fastcgi_temp_path $WORK/tmp/fastcgi;
+    uwsgi_temp_path $WORK/tmp/uwsgi;
+    scgi_temp_path $WORK/tmp/scgi;
+    access_log off;
+    sendfile on;
+    server { listen 127.0.0.1:$O_PORT; root $WORK/www; }
+}
+EOF
+nginx -p "$WORK" -c "$WORK/nginx.conf" &
+PIDS+=("$!")
+
+LABELS=()
+declare -A URL
+for spec in "$@"; do
+    label=${spec%%=*}
+    read -r -a words <<<"${spec#*=}"
+    bin=${words[0]}
+    dir=$WORK/mc-$label
+    mkdir -p "$dir"
+    port
+    p=$PORT
+    cat >"$dir/mirrorcache.toml" <<EOF
+[server]
+listen = "127.0.0.1:$p"
+
+[storage]
+path = "$dir/store"
+
+[metadata]
+url = "sqlite://$dir/meta.db"
+
+[[remote]]
+name = "o"
+mirrors = ["http://127.0.0.1:$O_PORT"]
+immutable = ["**"]
+EOF
+    env "${words[@]:1}" "$bin" serve --config "$dir/mirrorcache.toml" 2>"$dir/log" &
+    PIDS+=("$!")
+    LABELS+=("$label")
+    URL[$label]=http://127.0.0.1:$p/o
+done
+
+is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }
+for label in "${LABELS[@]}"; do
+    for _ in $(seq 1 100); do curl -s -o /dev/null "${URL[$label]%/o}/-/health" && break; sleep 0.1; done
+    for size in $SIZES; do
+        for _ in $(seq 1 100); do
+            is_hit "${URL[$label]}/$size.bin" && break
+            sleep 0.05
+        done
+        is_hit "${URL[$label]}/$size.bin" || {
+            echo "$label never answered a HIT for $size.bin; its log: $WORK/mc-$label/log" >&2
+            cat "$WORK/mc-$label/log" >&2
+            exit 1
+        }
+    done
+done
+
+run_wrk() {
+    wrk -t2 -c64 -d"${DURATION}s" --latency "$1" | awk '
+        function ms(v) {
+            if (v ~ /us$/) return v / 1000
+            if (v ~ /ms$/) return v + 0
+            if (v ~ /s$/) return v * 1000
+            return v
+        }
+        /Requests\/sec/ { rps = $2 }
+        /^ +99%/ { p99 = ms($2) }
+        /Non-2xx/ { bad = 1 }
+        END { printf "%.0f %.2f %d\n", rps, p99, bad }'
+}
+
+median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+echo "| size | variant | req/s (median) | p99 ms (median) | req/s ÷ ${LABELS[0]} (median of rounds) |"
+echo "|---|---|---:|---:|---:|"
+n=${#LABELS[@]}
+for size in $SIZES; do
+    declare -A RPS=() P99=()
+    for round in $(seq 1 "$ROUNDS"); do
+        for i in $(seq 0 $((n - 1))); do
+            label=${LABELS[$(((i + round) % n))]}
+            read -r rps p99 bad < <(run_wrk "${URL[$label]}/$size.bin")
+            ((bad == 0)) || echo "warning: non-2xx answers from $label" >&2
+            RPS[$label,$round]=$rps
+            P99[$label,$round]=$p99
+            echo "$size $label round $round: $rps req/s, p99 $p99 ms" >&2
+        done
+    done
+    for label in "${LABELS[@]}"; do
+        rps=$(for r in $(seq 1 "$ROUNDS"); do echo "${RPS[$label,$r]}"; done | median)
+        p99=$(for r in $(seq 1 "$ROUNDS"); do echo "${P99[$label,$r]}"; done | median)
+        ratio=$(for r in $(seq 1 "$ROUNDS"); do
+            awk -v a="${RPS[$label,$r]}" -v b="${RPS[${LABELS[0]},$r]}" 'BEGIN { printf "%.3f\n", a / b }'
+        done | median)
+        echo "| $size | $label | $rps | $p99 | $(awk -v r="$ratio" 'BEGIN { printf "%.2f", r }') |"
+    done
+done

@@ -1,0 +1,455 @@
+#!/usr/bin/env bash
+# bench/compare.sh — mirrorcache against nginx proxy_cache, side by side, on
+# 127.0.0.1 only. Every figure is quoted next to the direct origin measured in
+# the same run (the machine is shared and noisy: absolute numbers drift, ratios
+# taken minutes apart do not mean much).
+#
+# What runs (each with its own temp dir and free port):
+#   origin      nginx serving static files (sendfile on); /slow/ is rate-limited
+#               so a cold fill takes a few seconds; its access log counts
+#               upstream requests (user agent tells the two proxies apart)
+#   nginx       nginx proxy_cache in front of the origin (proxy_cache_lock on,
+#               proxy_cache_valid 200 1h), cache in its temp dir
+#   mirrorcache target/release/mirrorcache, one remote `o` -> origin,
+#               immutable = ["**"], store and SQLite in its temp dir
+#
+# What is measured:
+#   1. hit throughput and p50/p99 latency (wrk, 2 threads, 64 connections) for
+#      1 KiB, 64 KiB and 1 MiB, each cache warmed first; ROUNDS interleaved
+#      rounds of DURATION seconds, the best round of each server is kept
+#   2. large-object hit throughput: 256 MiB with curl, best of LARGE_RUNS
+#   3. cold-miss fan-out: 200 concurrent clients for one cold 16 MiB object whose
+#      origin sends at FILL_RATE: origin requests, wall time, and how many
+#      clients had their first byte before the origin finished sending
+#   4. miss-path overhead: 50 different cold 64 KiB objects one after another
+#      (one curl, one keep-alive connection), total time
+#   5. peak RSS (VmHWM) of mirrorcache, and the sum over nginx's workers
+#
+# Usage: bash bench/compare.sh          (as root: installs nginx and wrk if missing)
+#   env: DURATION=7 ROUNDS=2 LARGE_RUNS=3 FILL_RATE=6m KEEP_TMP=1 (keep logs)
+#        MC_BIN=path (another mirrorcache build; skips cargo build)
+#        MC_ENV="VAR=value ..." (extra environment for mirrorcache)
+#        ONLY_HITS=1 (hit throughput only: for A/B runs of a candidate build)
+# Results are recorded in BENCHMARKS-e2e.md.
+
+set -euo pipefail
+
+DURATION=${DURATION:-7}
+ROUNDS=${ROUNDS:-2}
+LARGE_RUNS=${LARGE_RUNS:-3}
+# 16 MiB at 6 MiB/s: a fill of ~2.7 s, under nginx's default 5 s
+# proxy_cache_lock_timeout (past it nginx sends waiters upstream uncached).
+FILL_RATE=${FILL_RATE:-6m}
+FANOUT=${FANOUT:-200}
+MISSES=${MISSES:-50}
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+
+log() { printf '[compare] %s\n' "$*" >&2; }
+
+# --- tools -------------------------------------------------------------------
+if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+    log "installing nginx and wrk"
+    apt-get update -qq
+    apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 ||
+        apt-get install -y -qq nginx wrk >/dev/null
+fi
+for tool in nginx wrk curl cargo awk ss; do
+    command -v "$tool" >/dev/null || { log "missing $tool"; exit 1; }
+done
+
+if [[ -z "${MC_BIN:-}" ]]; then
+    log "cargo build --release"
+    cargo build --release --quiet
+    MC_BIN="$ROOT/target/release/mirrorcache"
+fi
+# Extra environment for mirrorcache only, e.g. MC_ENV="MALLOC_ARENA_MAX=2".
+read -r -a MC_ENV_ARGS <<<"${MC_ENV:-}"
+
+# --- processes we own: stopped by PID on any exit -----------------------------
+WORK=$(mktemp -d /tmp/mc-compare.XXXXXX)
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do
+        kill -TERM "$pid" 2>/dev/null || true
+    done
+    for pid in "${PIDS[@]}"; do
+        wait "$pid" 2>/dev/null || true
+    done
+    if [[ "${KEEP_TMP:-0}" == 1 ]]; then
+        log "logs kept in $WORK"
+    else
+        rm -rf "$WORK"
+    fi
+}
+trap cleanup EXIT
+
+# Picks a port nobody listens on and that this run has not handed out yet
+# (the servers bind later); sets PORT. Not a subshell, so USED_PORTS keeps it.
+USED_PORTS=" "
+free_port() {
+    while :; do
+        PORT=$((20000 + RANDOM % 20000))
+        [[ "$USED_PORTS" == *" $PORT "* ]] && continue
+        if ! ss -Htln "sport = :$PORT" | grep -q .; then
+            USED_PORTS+="$PORT "
+            return
+        fi
+    done
+}
+
+wait_up() { # url
+    local i
+    for i in $(seq 1 200); do
+        curl -s -o /dev/null "$1" && return 0
+        sleep 0.05
+    done
+    log "not answering: $1"
+    exit 1
+}
+
+# nginx's temp paths, kept inside its own dir.
+nginx_common() { # dir
+    cat <<EOF
+daemon off;
+user root;
+worker_processes auto;
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections 4096; }
+EOF
+}
+nginx_http_common() { # dir
+    cat <<EOF
+    client_body_temp_path $1/tmp/body;
+    proxy_temp_path $1/tmp/proxy;
+    fastcgi_temp_path $1/tmp/fastcgi;
+    uwsgi_temp_path $1/tmp/uwsgi;
+    scgi_temp_path $1/tmp/scgi;
+    default_type application/octet-stream;
+    sendfile on;
+    # tcp_nopush (TCP_CORK) stays off: with it on (Debian's default), a 64 KiB
+    # cache hit or a proxied miss stalls ~40 ms on a kept-alive connection
+    # (measured: 1.9k instead of 25k req/s), which would flatter mirrorcache.
+    tcp_nopush off;
+    tcp_nodelay on;
+    keepalive_timeout 65;
+    keepalive_requests 1000000;
+EOF
+}
+
+# --- origin ------------------------------------------------------------------
+O_DIR=$WORK/origin
+mkdir -p "$O_DIR/www/hit" "$O_DIR/www/big" "$O_DIR/www/slow" "$O_DIR/www/miss" "$O_DIR/tmp"
+log "writing objects"
+head -c 1024 /dev/urandom >"$O_DIR/www/hit/1k.bin"
+head -c $((64 * 1024)) /dev/urandom >"$O_DIR/www/hit/64k.bin"
+head -c $((1024 * 1024)) /dev/urandom >"$O_DIR/www/hit/1m.bin"
+if [[ "${ONLY_HITS:-0}" != 1 ]]; then
+    head -c $((256 * 1024 * 1024)) /dev/urandom >"$O_DIR/www/big/256m.bin"
+fi
+head -c $((16 * 1024 * 1024)) /dev/urandom >"$O_DIR/www/slow/fan-nginx.bin"
+cp "$O_DIR/www/slow/fan-nginx.bin" "$O_DIR/www/slow/fan-mc.bin"
+for i in $(seq 1 "$MISSES"); do
+    head -c $((64 * 1024)) /dev/urandom >"$O_DIR/www/miss/$i.bin"
+done
+
+free_port
+O_PORT=$PORT
+{
+    nginx_common "$O_DIR"
+    cat <<EOF
+http {
+$(nginx_http_common "$O_DIR")
+    log_format timed '\$msec \$request_time \$status \$body_bytes_sent "\$request" "\$http_user_agent"';
+    access_log $O_DIR/access.log timed;
+    server {
+        listen 127.0.0.1:$O_PORT;
+        root $O_DIR/www;
+        location /slow/ { limit_rate $FILL_RATE; }
+    }
+}
+EOF
+} >"$O_DIR/nginx.conf"
+nginx -p "$O_DIR" -c "$O_DIR/nginx.conf" &
+O_PID=$!
+PIDS+=("$O_PID")
+ORIGIN=http://127.0.0.1:$O_PORT
+
+# --- nginx proxy_cache -------------------------------------------------------
+N_DIR=$WORK/nginx
+mkdir -p "$N_DIR/tmp" "$N_DIR/cache"
+free_port
+N_PORT=$PORT
+{
+    nginx_common "$N_DIR"
+    cat <<EOF
+http {
+$(nginx_http_common "$N_DIR")
+    access_log $N_DIR/access.log;
+    proxy_cache_path $N_DIR/cache levels=1:2 keys_zone=bench:16m max_size=4g inactive=1h use_temp_path=off;
+    upstream origin {
+        server 127.0.0.1:$O_PORT;
+        keepalive 32;
+    }
+    server {
+        listen 127.0.0.1:$N_PORT;
+        location /o/ {
+            proxy_pass http://origin/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_set_header User-Agent "nginx-proxy-cache";
+            proxy_cache bench;
+            proxy_cache_lock on;
+            proxy_cache_valid 200 1h;
+            add_header X-Cache-Status \$upstream_cache_status always;
+        }
+    }
+}
+EOF
+} >"$N_DIR/nginx.conf"
+nginx -p "$N_DIR" -c "$N_DIR/nginx.conf" &
+N_PID=$!
+PIDS+=("$N_PID")
+NGINX=http://127.0.0.1:$N_PORT/o
+
+# --- mirrorcache -------------------------------------------------------------
+M_DIR=$WORK/mirrorcache
+mkdir -p "$M_DIR"
+free_port
+M_PORT=$PORT
+cat >"$M_DIR/mirrorcache.toml" <<EOF
+[server]
+listen = "127.0.0.1:$M_PORT"
+
+[log]
+level = "info"
+
+[storage]
+path = "$M_DIR/store"
+max_size = "4GiB"
+
+[metadata]
+url = "sqlite://$M_DIR/meta.db"
+
+[[remote]]
+name = "o"
+mirrors = ["$ORIGIN"]
+immutable = ["**"]
+EOF
+env "${MC_ENV_ARGS[@]}" "$MC_BIN" serve --config "$M_DIR/mirrorcache.toml" 2>"$M_DIR/mirrorcache.log" &
+M_PID=$!
+PIDS+=("$M_PID")
+MC=http://127.0.0.1:$M_PORT/o
+
+wait_up "$ORIGIN/hit/1k.bin"
+wait_up "http://127.0.0.1:$N_PORT/"
+wait_up "http://127.0.0.1:$M_PORT/-/health"
+log "origin :$O_PORT (pid $O_PID), nginx :$N_PORT (pid $N_PID), mirrorcache :$M_PORT (pid $M_PID)"
+
+# Fetches until the proxy says HIT (a fill commits after its client is served).
+warm() { # base path
+    local i status
+    curl -s -o /dev/null "$1$2"
+    for i in $(seq 1 200); do
+        status=$(curl -s -I "$1$2" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache-status"{print $2}')
+        [[ "$status" == HIT ]] && return 0
+        sleep 0.05
+    done
+    log "never became a HIT: $1$2"
+    exit 1
+}
+
+# Arithmetic helpers (floats through awk).
+calc() { awk "BEGIN { printf \"%.${2:-3}f\", $1 }"; }
+ratio() { # a b -> a/b
+    awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }'
+}
+
+# One wrk run: prints "rps p50_ms p99_ms errors".
+run_wrk() { # url
+    wrk -t2 -c64 -d"${DURATION}s" --latency "$1" | awk '
+        function ms(v) {
+            if (v ~ /us$/) return v / 1000
+            if (v ~ /ms$/) return v + 0
+            if (v ~ /m$/) return v * 60000
+            if (v ~ /s$/) return v * 1000
+            return v
+        }
+        /Requests\/sec/ { rps = $2 }
+        /^ +50%/ { p50 = ms($2) }
+        /^ +99%/ { p99 = ms($2) }
+        /Non-2xx/ { err += $NF }
+        /Socket errors/ { gsub(/,/, ""); err += $6 + $8 + $10 }
+        END { printf "%.0f %.3f %.3f %d\n", rps, p50, p99, err }'
+}
+
+declare -A R # results: R[key]=value
+
+# mirrorcache's peak RSS after each phase, to tell which one sets it.
+hwm_kib() { awk '/^VmHWM/ { print $2 }' "/proc/$1/status" 2>/dev/null || echo 0; }
+PHASE_RSS=""
+note_rss() { # phase
+    local mib
+    mib=$(calc "$(hwm_kib "$M_PID") / 1024" 1)
+    PHASE_RSS+="$1 $mib MiB; "
+    log "mirrorcache peak RSS after $1: $mib MiB"
+}
+note_rss start
+
+# --- 1. hit throughput -------------------------------------------------------
+for obj in 1k 64k 1m; do
+    warm "$NGINX" "/hit/$obj.bin"
+    warm "$MC" "/hit/$obj.bin"
+done
+declare -A BASE=([direct]=$ORIGIN [nginx]=$NGINX [mc]=$MC)
+for obj in 1k 64k 1m; do
+    for round in $(seq 1 "$ROUNDS"); do
+        # Alternate the order so slow drift in background load does not
+        # always fall on the same server.
+        if ((round % 2)); then order="direct nginx mc"; else order="mc nginx direct"; fi
+        for who in $order; do
+            read -r rps p50 p99 err < <(run_wrk "${BASE[$who]}/hit/$obj.bin")
+            log "hit $obj $who round $round: $rps req/s p50 ${p50}ms p99 ${p99}ms errors $err"
+            if (( rps > ${R[hit_${obj}_${who}_rps]:-0} )); then
+                R[hit_${obj}_${who}_rps]=$rps
+                R[hit_${obj}_${who}_p50]=$p50
+                R[hit_${obj}_${who}_p99]=$p99
+            fi
+            R[hit_${obj}_${who}_err]=$(( ${R[hit_${obj}_${who}_err]:-0} + err ))
+        done
+    done
+done
+
+note_rss "hit runs"
+
+if [[ "${ONLY_HITS:-0}" != 1 ]]; then
+
+# --- 2. large object ---------------------------------------------------------
+log "large object: filling both caches"
+warm "$NGINX" /big/256m.bin
+warm "$MC" /big/256m.bin
+for run in $(seq 1 "$LARGE_RUNS"); do
+    for who in direct nginx mc; do
+        bps=$(curl -s -o /dev/null -w '%{speed_download}' "${BASE[$who]}/big/256m.bin")
+        mbs=$(calc "$bps / 1048576" 0)
+        log "256 MiB $who run $run: $mbs MiB/s"
+        if (( mbs > ${R[big_${who}]:-0} )); then R[big_${who}]=$mbs; fi
+    done
+done
+
+note_rss "256 MiB"
+
+# --- 3. cold-miss fan-out ----------------------------------------------------
+fanout() { # who url path -> sets R[fan_*_who]
+    local who=$1 url=$2 path=$3 args=() i t0 t1 end
+    for i in $(seq 1 "$FANOUT"); do args+=(-o /dev/null "$url$path"); done
+    t0=$(date +%s.%N)
+    curl -s --no-progress-meter -Z --parallel-immediate --parallel-max "$FANOUT" \
+        -w '%{time_starttransfer} %{time_total} %{http_code} %{size_download}\n' \
+        "${args[@]}" >"$WORK/fan-$who.txt"
+    t1=$(date +%s.%N)
+    sleep 0.5 # the origin writes its log line when the response is done
+    end=$(awk -v p="GET $path " '$0 ~ p { print $1; exit }' "$O_DIR/access.log")
+    R[fan_requests_$who]=$(grep -c "GET $path " "$O_DIR/access.log" || true)
+    R[fan_wall_$who]=$(calc "$t1 - $t0" 2)
+    R[fan_fill_$who]=$(calc "$end - $t0" 2)
+    # Client first-byte times are relative to their start (~t0); the fill
+    # completes when the origin finishes sending, at `end`.
+    R[fan_early_$who]=$(awk -v fill="$(calc "$end - $t0")" '$1 < fill { n++ } END { print n + 0 }' "$WORK/fan-$who.txt")
+    R[fan_ok_$who]=$(awk '$3 == 200 && $4 == 16777216 { n++ } END { print n + 0 }' "$WORK/fan-$who.txt")
+    R[fan_ttfb_p50_$who]=$(sort -n "$WORK/fan-$who.txt" | awk '{ a[NR] = $1 } END { printf "%.3f", a[int((NR + 1) / 2)] }')
+    R[fan_ttfb_max_$who]=$(sort -n "$WORK/fan-$who.txt" | awk 'END { printf "%.3f", $1 }')
+    log "fan-out $who: ${R[fan_requests_$who]} origin requests, wall ${R[fan_wall_$who]}s, fill ${R[fan_fill_$who]}s, first byte before fill end ${R[fan_early_$who]}/$FANOUT, complete ${R[fan_ok_$who]}/$FANOUT"
+}
+fanout nginx "$NGINX" /slow/fan-nginx.bin
+fanout mc "$MC" /slow/fan-mc.bin
+
+note_rss "fan-out"
+
+# --- 4. miss-path overhead ---------------------------------------------------
+misses() { # who base -> total seconds over MISSES sequential cold fetches
+    local args=() i
+    for i in $(seq 1 "$MISSES"); do args+=(-o /dev/null "$2/miss/$i.bin"); done
+    curl -s -w '%{time_total} %{http_code}\n' "${args[@]}" >"$WORK/miss-$1.txt"
+    awk '$2 != 200 { bad++ } { t += $1 } END { if (bad) exit 1; printf "%.4f", t }' "$WORK/miss-$1.txt"
+}
+for who in direct nginx mc; do
+    R[miss_$who]=$(misses "$who" "${BASE[$who]}")
+    log "misses $who: ${R[miss_$who]} s for $MISSES"
+done
+
+note_rss misses
+
+fi # ONLY_HITS
+
+# --- 5. peak RSS -------------------------------------------------------------
+R[rss_mc]=$(calc "$(hwm_kib "$M_PID") / 1024" 1)
+nginx_workers_kib=0
+for child in $(ps -o pid= --ppid "$N_PID"); do
+    if grep -q "worker process" "/proc/$child/cmdline" 2>/dev/null; then
+        nginx_workers_kib=$((nginx_workers_kib + $(hwm_kib "$child")))
+    fi
+done
+R[rss_nginx]=$(calc "$nginx_workers_kib / 1024" 1)
+
+# Upstream requests each proxy made for the hit and miss objects: 1 each if
+# they cached.
+R[miss_origin_nginx]=$(grep -c '"GET /miss/.*nginx-proxy-cache' "$O_DIR/access.log" || true)
+R[miss_origin_mc]=$(grep -c '"GET /miss/.*mirrorcache/' "$O_DIR/access.log" || true)
+R[hit_origin_nginx]=$(grep -c '"GET /hit/.*nginx-proxy-cache' "$O_DIR/access.log" || true)
+R[hit_origin_mc]=$(grep -c '"GET /hit/.*mirrorcache/' "$O_DIR/access.log" || true)
+
+# --- report ------------------------------------------------------------------
+verdict() { # condition-as-awk-expression
+    awk "BEGIN { print (($1) ? \"yes\" : \"**no**\") }"
+}
+{
+    echo
+    echo "## bench/compare.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, wrk -t2 -c64 -d${DURATION}s, best of $ROUNDS rounds"
+    echo
+    echo "mirrorcache: \`${MC_BIN#"$ROOT"/}\`${MC_ENV:+ with \`$MC_ENV\`}; nginx $(nginx -v 2>&1 | sed 's/.*nginx\///'); wrk $(wrk -v 2>&1 | awk 'NR == 1 { print $2 }')"
+    echo
+    echo "| measure | direct origin | nginx proxy_cache | mirrorcache | nginx / direct | mirrorcache / direct | mirrorcache / nginx | target | met |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---|---|"
+    for obj in 1k 64k 1m; do
+        d=${R[hit_${obj}_direct_rps]} n=${R[hit_${obj}_nginx_rps]} m=${R[hit_${obj}_mc_rps]}
+        if [[ $obj == 1k ]]; then want=1.2; else want=1.0; fi
+        echo "| hit $obj req/s | $d | $n | $m | $(ratio "$n" "$d") | $(ratio "$m" "$d") | $(ratio "$m" "$n") | ≥ ${want}× nginx | $(verdict "$m >= $want * $n") |"
+        for q in p50 p99; do
+            d=${R[hit_${obj}_direct_$q]} n=${R[hit_${obj}_nginx_$q]} m=${R[hit_${obj}_mc_$q]}
+            if [[ $q == p99 ]]; then
+                target="≤ nginx"
+                met=$(verdict "$m <= $n")
+            else
+                target="-"
+                met="-"
+            fi
+            echo "| hit $obj $q ms | $d | $n | $m | $(ratio "$n" "$d") | $(ratio "$m" "$d") | $(ratio "$m" "$n") | $target | $met |"
+        done
+    done
+    if [[ "${ONLY_HITS:-0}" != 1 ]]; then
+    d=${R[big_direct]} n=${R[big_nginx]} m=${R[big_mc]}
+    echo "| hit 256 MiB MiB/s (best of $LARGE_RUNS) | $d | $n | $m | $(ratio "$n" "$d") | $(ratio "$m" "$d") | $(ratio "$m" "$n") | ≥ 0.9× direct | $(verdict "$m >= 0.9 * $d") |"
+    echo "| fan-out: origin requests ($FANOUT clients, 16 MiB at $FILL_RATE/s) | - | ${R[fan_requests_nginx]} | ${R[fan_requests_mc]} | - | - | - | exactly 1 | $(verdict "${R[fan_requests_mc]} == 1") |"
+    echo "| fan-out: wall time s (fill took nginx ${R[fan_fill_nginx]} s, mirrorcache ${R[fan_fill_mc]} s) | - | ${R[fan_wall_nginx]} | ${R[fan_wall_mc]} | - | - | $(ratio "${R[fan_wall_mc]}" "${R[fan_wall_nginx]}") | - | - |"
+    echo "| fan-out: clients with first byte before the fill completed | - | ${R[fan_early_nginx]}/$FANOUT | ${R[fan_early_mc]}/$FANOUT | - | - | - | all | $(verdict "${R[fan_early_mc]} == $FANOUT") |"
+    echo "| fan-out: first byte p50 / max s | - | ${R[fan_ttfb_p50_nginx]} / ${R[fan_ttfb_max_nginx]} | ${R[fan_ttfb_p50_mc]} / ${R[fan_ttfb_max_mc]} | - | - | - | - | - |"
+    echo "| fan-out: complete 200 responses | - | ${R[fan_ok_nginx]}/$FANOUT | ${R[fan_ok_mc]}/$FANOUT | - | - | - | all | $(verdict "${R[fan_ok_mc]} == $FANOUT") |"
+    d=${R[miss_direct]} n=${R[miss_nginx]} m=${R[miss_mc]}
+    echo "| miss: $MISSES cold 64 KiB one after another, total s | $d | $n | $m | $(ratio "$n" "$d") | $(ratio "$m" "$d") | $(ratio "$m" "$n") | ≤ 1.10× direct | $(verdict "$m <= 1.10 * $d") |"
+    fi # ONLY_HITS
+    if [[ "${ONLY_HITS:-0}" == 1 ]]; then want_misses=0; else want_misses=$MISSES; fi
+    echo "| origin requests for the hit and miss objects | - | ${R[hit_origin_nginx]} + ${R[miss_origin_nginx]} | ${R[hit_origin_mc]} + ${R[miss_origin_mc]} | - | - | - | 3 + $want_misses | $(verdict "${R[hit_origin_mc]} == 3 && ${R[miss_origin_mc]} == $want_misses") |"
+    echo "| peak RSS MiB (nginx: sum of workers' VmHWM) | - | ${R[rss_nginx]} | ${R[rss_mc]} | - | - | $(ratio "${R[rss_mc]}" "${R[rss_nginx]}") | < 100 MiB | $(verdict "${R[rss_mc]} < 100") |"
+    errors=""
+    for key in "${!R[@]}"; do
+        if [[ $key == *_err && ${R[$key]} != 0 ]]; then errors+=" $key=${R[$key]}"; fi
+    done
+    echo
+    echo "wrk errors (non-2xx or socket): ${errors:- none}"
+    echo
+    echo "mirrorcache peak RSS after each phase: $PHASE_RSS"
+}

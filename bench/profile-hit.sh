@@ -1,0 +1,144 @@
+#!/usr/bin/env bash
+# bench/profile-hit.sh — where mirrorcache's hit path spends its time: an nginx
+# origin and target/release/mirrorcache on 127.0.0.1 (as in bench/compare.sh),
+# one object warmed, then wrk loads it while we record
+#   - `perf stat` (task-clock, context switches) of the proxy per request,
+#   - `strace -c -f` syscall counts per request (a separate, shorter run:
+#     strace slows the process a lot, only the counts are meaningful),
+#   - `perf record` (cpu-clock sampling; flat profile by symbol and by DSO).
+#
+# Usage: bash bench/profile-hit.sh [SIZE]   (SIZE: 1k, 64k or 1m; default 1k)
+#   env: DURATION=8  OUT=dir (default: a temp dir, kept and printed)
+#        MC_BIN=path (another build)  MC_ENV="VAR=value ..." (its environment)
+# Findings are summarised in BENCHMARKS-e2e.md ("Hit-path profile").
+
+set -euo pipefail
+
+SIZE=${1:-1k}
+DURATION=${DURATION:-8}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+if [[ -z "${MC_BIN:-}" ]]; then
+    MC_BIN="$ROOT/target/release/mirrorcache"
+    [[ -x "$MC_BIN" ]] || (cd "$ROOT" && cargo build --release --quiet)
+fi
+# Extra environment for mirrorcache only, e.g. MC_ENV="RUST_LOG=warn".
+read -r -a MC_ENV_ARGS <<<"${MC_ENV:-}"
+for tool in nginx wrk perf strace; do
+    command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
+done
+
+OUT=${OUT:-$(mktemp -d /tmp/mc-profile.XXXXXX)}
+mkdir -p "$OUT/www" "$OUT/tmp" "$OUT/store"
+case $SIZE in
+    1k) bytes=1024 ;;
+    64k) bytes=$((64 * 1024)) ;;
+    1m) bytes=$((1024 * 1024)) ;;
+    *) echo "SIZE is 1k, 64k or 1m" >&2; exit 2 ;;
+esac
+head -c "$bytes" /dev/urandom >"$OUT/www/obj.bin"
+
+PIDS=()
+cleanup() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    echo "profile output kept in $OUT" >&2
+}
+trap cleanup EXIT
+
+port() {
+    local p
+    while :; do
+        p=$((20000 + RANDOM % 20000))
+        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
+    done
+}
+O_PORT=$(port)
+M_PORT=$(port)
+while [[ $M_PORT == "$O_PORT" ]]; do M_PORT=$(port); done # neither is bound yet
+
+cat >"$OUT/nginx.conf" <<EOF
+daemon off;
+user root;
+worker_processes 1;
+pid $OUT/nginx.pid;
+error_log $OUT/error.log warn;
+events { worker_connections 1024; }
+http {
+    client_body_temp_path $OUT/tmp/body;
+    proxy_temp_path $OUT/tmp/proxy;
+    fastcgi_temp_path $OUT/tmp/fastcgi;
+    uwsgi_temp_path $OUT/tmp/uwsgi;
+    scgi_temp_path $OUT/tmp/scgi;
+    access_log off;
+    sendfile on;
+    server { listen 127.0.0.1:$O_PORT; root $OUT/www; }
+}
+EOF
+nginx -p "$OUT" -c "$OUT/nginx.conf" &
+PIDS+=("$!")
+
+cat >"$OUT/mirrorcache.toml" <<EOF
+[server]
+listen = "127.0.0.1:$M_PORT"
+
+[storage]
+path = "$OUT/store"
+
+[metadata]
+url = "sqlite://$OUT/meta.db"
+
+[[remote]]
+name = "o"
+mirrors = ["http://127.0.0.1:$O_PORT"]
+immutable = ["**"]
+EOF
+env "${MC_ENV_ARGS[@]}" "$MC_BIN" serve --config "$OUT/mirrorcache.toml" 2>"$OUT/mirrorcache.log" &
+M_PID=$!
+PIDS+=("$M_PID")
+
+URL=http://127.0.0.1:$M_PORT/o/obj.bin
+for _ in $(seq 1 100); do curl -s -o /dev/null "$URL" && break; sleep 0.1; done
+for _ in $(seq 1 100); do
+    curl -sI "$URL" | grep -qi '^x-cache-status: HIT' && break
+    sleep 0.05
+done
+
+requests() { awk '/requests in/ { print $1 }' "$1"; }
+
+# 1. perf stat: CPU time and context switches per request.
+perf stat -e task-clock,context-switches,cpu-migrations -p "$M_PID" -o "$OUT/perf-stat.txt" &
+STAT=$!
+wrk -t2 -c64 -d"${DURATION}s" --latency "$URL" >"$OUT/wrk-stat.txt"
+kill -INT "$STAT"
+wait "$STAT" || true
+n=$(requests "$OUT/wrk-stat.txt")
+awk -v n="$n" '/task-clock/ { gsub(/,/, "", $1); printf "cpu per request: %.1f us (%d requests)\n", $1 * 1000 / n, n }
+     /context-switches/ { gsub(/,/, "", $1); printf "context switches per request: %.2f\n", $1 / n }' \
+    "$OUT/perf-stat.txt" | tee "$OUT/summary.txt"
+
+# 2. strace: syscalls per request (counts only).
+strace -c -f -q -o "$OUT/strace.txt" -p "$M_PID" &
+TRACE=$!
+sleep 0.5
+wrk -t1 -c8 -d3s "$URL" >"$OUT/wrk-strace.txt"
+kill -INT "$TRACE"
+wait "$TRACE" || true
+n=$(requests "$OUT/wrk-strace.txt")
+echo "syscalls per request under strace ($n requests):" | tee -a "$OUT/summary.txt"
+awk -v n="$n" '$1 ~ /^[0-9.]+$/ && NF >= 5 { printf "  %-16s %6.2f\n", $NF, $4 / n }' "$OUT/strace.txt" |
+    sort -k2 -nr | head -15 | tee -a "$OUT/summary.txt"
+
+# 3. perf record: flat profile.
+perf record -q -e cpu-clock -F 1999 -p "$M_PID" -o "$OUT/perf.data" &
+REC=$!
+wrk -t2 -c64 -d"${DURATION}s" "$URL" >"$OUT/wrk-record.txt"
+kill -INT "$REC"
+wait "$REC" || true
+perf report -i "$OUT/perf.data" --no-children --sort dso --stdio 2>/dev/null |
+    grep -v '^#' | grep . | head -12 >"$OUT/by-dso.txt"
+perf report -i "$OUT/perf.data" --no-children --sort sym --stdio 2>/dev/null |
+    grep -v '^#' | grep . | head -60 >"$OUT/by-symbol.txt"
+echo "by DSO:" | tee -a "$OUT/summary.txt"
+tee -a "$OUT/summary.txt" <"$OUT/by-dso.txt"
+echo "top symbols: $OUT/by-symbol.txt"
