@@ -112,7 +112,11 @@ fn check_decodings(raw: &[u8]) -> Result<(), ProxyError> {
         }
         // Decoded bytes may be UTF-8 with C1 controls (U+0080..U+009F, e.g.
         // `%c2%99`): refused too (found by the fuzz target).
-        if !current.is_ascii() && String::from_utf8_lossy(&current).chars().any(char::is_control) {
+        if !current.is_ascii()
+            && String::from_utf8_lossy(&current)
+                .chars()
+                .any(char::is_control)
+        {
             return Err(ProxyError::BadPath("control character in path"));
         }
         if current.contains(&b'\\') {

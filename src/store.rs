@@ -158,7 +158,9 @@ impl ContentStore {
         let len = temp.file.metadata()?.len();
         let dest = self.blob_path(digest);
         let dir = dest.parent().expect("blob paths have a parent");
-        fs::create_dir_all(dir)?;
+        if !dir.is_dir() {
+            fs::create_dir_all(dir)?;
+        }
         let existed = dest.exists();
         fs::rename(&temp.path, &dest)?;
         temp.committed = true;
@@ -199,6 +201,19 @@ impl ContentStore {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Reads `n` bytes at `pos` into a fresh buffer, without zeroing it first.
+/// Blocking. `UnexpectedEof` if the file is shorter.
+pub fn read_at(file: &File, pos: u64, n: usize) -> io::Result<bytes::Bytes> {
+    let mut buf: Vec<u8> = Vec::with_capacity(n);
+    while buf.len() < n {
+        let at = pos + buf.len() as u64;
+        if rustix::io::pread(file, rustix::buffer::spare_capacity(&mut buf), at)? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(bytes::Bytes::from(buf))
 }
 
 /// A fill's temp file. Dropped without [`ContentStore::commit`], it deletes

@@ -17,7 +17,10 @@ async fn pip_through_the_proxy_then_from_the_cache_alone() {
         .args(["-c", "import setuptools, sys\ntry:\n import wheel\nexcept ImportError:\n sys.exit(int(setuptools.__version__.split('.')[0]) < 70)"])
         .status()
         .is_ok_and(|s| s.success());
-    if !available("python's `wheel` package (pip install wheel), to build fixture wheels", can_build) {
+    if !available(
+        "python's `wheel` package (pip install wheel), to build fixture wheels",
+        can_build,
+    ) {
         return;
     }
     let work = tempfile::tempdir().unwrap();
