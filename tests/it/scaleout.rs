@@ -91,7 +91,7 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
     // Each instance stages fills on its own disk; committed blobs are in S3.
     let config = |dir: &std::path::Path| {
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"t\"\n\n[storage]\npath = \"{store}\"\n{s3}\n[metadata]\nurl = \"{db}\"\n\n[redis]\nurl = \"redis://127.0.0.1:{redis_port}\"\n\n[[remote]]\nname = \"r\"\nmirrors = [\"{m}\"]\nimmutable = [\"**\"]\n",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"t\"\n\n[storage]\npath = \"{store}\"\n{s3}\n[metadata]\nurl = \"{db}\"\n\n[redis]\nurl = \"redis://127.0.0.1:{redis_port}\"\n# generous: the machine running the suite is busy\ntimeout = \"2s\"\n\n[[remote]]\nname = \"r\"\nmirrors = [\"{m}\"]\nimmutable = [\"**\"]\n",
             store = dir.join("store").display(),
             s3 = s3.storage_keys("mirrorcache-scaleout"),
             db = db.url,
