@@ -32,7 +32,7 @@ impl Remote {
                 .iter()
                 .map(|u| Arc::new(Mirror::new(u.clone(), gauges)))
                 .collect(),
-            selector: Selector::new(config.strategy),
+            selector: Selector::new(config.strategy, config.latency_decay),
             policy: CachePolicy::new(config),
             client: upstream::client_for(config)?,
             first_byte_timeout: config.first_byte_timeout,

@@ -2,7 +2,7 @@
 //! failing over to the next mirror on connect errors, timeouts and error
 //! statuses until the remote's attempt budget is spent.
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use axum::http::{header, StatusCode};
 use reqwest::redirect;
@@ -101,7 +101,18 @@ pub async fn fetch<'r>(
         if let Some(date) = validators.last_modified {
             request = request.header(header::IF_MODIFIED_SINCE, date);
         }
-        let error = match tokio::time::timeout(remote.first_byte_timeout, request.send()).await {
+        let sent_at = Instant::now();
+        let outcome = tokio::time::timeout(remote.first_byte_timeout, request.send()).await;
+        // Feeds `fastest`; a failure weighs as the whole timeout, so that a
+        // mirror failing fast never looks fast.
+        let answered = matches!(&outcome, Ok(Ok(r)) if !r.status().is_server_error());
+        let first_byte = if answered {
+            sent_at.elapsed()
+        } else {
+            remote.first_byte_timeout
+        };
+        mirror.observe_first_byte(first_byte, remote.selector.first_byte_decay());
+        let error = match outcome {
             Err(_) => AttemptError::FirstByteTimeout(remote.first_byte_timeout),
             Ok(Err(e)) if e.is_connect() => AttemptError::Connect(e.without_url().to_string()),
             Ok(Err(e)) => AttemptError::Request(e.without_url().to_string()),
