@@ -8,14 +8,14 @@
 //! collisions. A put inserts a fresh `String` key (as the fill does) and a
 //! shared `Arc<Entry>`.
 //!
-//! Tasks are OS threads, all started together, each doing its share of the
-//! operations, so threads are preempted while holding one of moka's internal
-//! locks (the worst case: a Tokio task cannot be preempted inside a
-//! synchronous call, only its worker thread can). The figure is the CPU time
-//! of all tasks over the operations: what one operation costs, contention
-//! included (with `BENCH_CLOCK=wall`, wall time over operations instead,
-//! which on two idle cores is about half of it). A counting global allocator
-//! measures allocations per operation, printed after the timings.
+//! Tasks are Tokio tasks on a runtime with two workers (the proxy's shape
+//! on this machine), each yielding after every 8 operations as a handler
+//! does between requests, so all of them interleave. The figure is the CPU
+//! time of the process over the operations: what one operation costs,
+//! contention and task switching included (with `BENCH_CLOCK=wall`, wall
+//! time over operations instead, about half of it on two idle cores). A
+//! counting global allocator measures allocations per operation, printed
+//! after the timings.
 //!
 //! Command (as recorded):
 //!     cargo bench --bench cache_ops -- --warm-up-time 1 --measurement-time 3
@@ -24,7 +24,7 @@
 
 use std::alloc::System;
 use std::hint::black_box;
-use std::sync::{Arc, Barrier, OnceLock};
+use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use criterion::measurement::{Measurement, ValueFormatter, WallTime};
@@ -42,6 +42,11 @@ const KEYS: usize = 4_096;
 /// Room for every key many times over: the bench measures the operations, not eviction.
 const CAPACITY: u64 = 100_000;
 const TASK_COUNTS: [usize; 3] = [1, 64, 1_024];
+/// Each task does at least this many operations per sample, so that
+/// spawning and joining tasks stays a small part of what is measured.
+const MIN_OPS_PER_TASK: u64 = 256;
+/// A task yields to the runtime after this many operations.
+const OPS_BETWEEN_YIELDS: u64 = 8;
 
 #[derive(Clone, Copy, Debug)]
 enum Pair {
@@ -106,46 +111,58 @@ impl Workload {
     }
 }
 
-/// `total_ops` operations shared by `n_tasks` threads started together. On
-/// the on-CPU clock the time is the CPU time all threads spent, so with more
-/// threads than cores it still reads as the cost of the operations; on the
-/// wall clock it runs from the first thread's start to the last one's end.
-fn run_tasks(clock: &BenchClock, workload: &Workload, n_tasks: usize, total_ops: u64) -> Duration {
-    let per_task = total_ops.div_ceil(n_tasks as u64);
-    let start = Barrier::new(n_tasks);
-    let spans: Vec<(u64, u64)> = std::thread::scope(|scope| {
-        let tasks: Vec<_> = (0..n_tasks)
-            .map(|task_no| {
-                let start = &start;
-                scope.spawn(move || {
-                    // xorshift, seeded apart per task: cheap next to the cache.
-                    let mut random = 0x9e37_79b9_7f4a_7c15_u64 ^ (task_no as u64 + 1);
-                    start.wait();
-                    let began = clock.thread_now();
-                    for _ in 0..per_task {
-                        random ^= random << 13;
-                        random ^= random >> 7;
-                        random ^= random << 17;
-                        workload.operate(random);
-                    }
-                    (began, clock.thread_now())
-                })
-            })
-            .collect();
-        tasks.into_iter().map(|t| t.join().unwrap()).collect()
-    });
-    let nanos = if clock.on_cpu {
-        spans.iter().map(|(began, ended)| ended - began).sum()
+/// `total_ops` operations shared by `n_tasks` Tokio tasks on the two-worker
+/// runtime, started together; each yields after every few operations, as a
+/// request handler would between requests, so all the tasks interleave. The
+/// time is the CPU time of the process's threads over the run (on-CPU clock)
+/// or its wall time.
+fn run_tasks(
+    clock: &BenchClock,
+    runtime: &tokio::runtime::Runtime,
+    workload: &Arc<Workload>,
+    n_tasks: usize,
+    total_ops: u64,
+) -> Duration {
+    let per_task = if total_ops == 0 {
+        0
     } else {
-        let first_start = spans.iter().map(|s| s.0).min().unwrap();
-        spans.iter().map(|s| s.1).max().unwrap() - first_start
+        total_ops.div_ceil(n_tasks as u64).max(MIN_OPS_PER_TASK)
     };
-    let elapsed = Duration::from_nanos(nanos);
+    let began = clock.process_now();
+    runtime.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for task_no in 0..n_tasks {
+            let workload = workload.clone();
+            tasks.spawn(async move {
+                // xorshift, seeded apart per task: cheap next to the cache.
+                let mut random = 0x9e37_79b9_7f4a_7c15_u64 ^ (task_no as u64 + 1);
+                for op_no in 0..per_task {
+                    random ^= random << 13;
+                    random ^= random >> 7;
+                    random ^= random << 17;
+                    workload.operate(random);
+                    if op_no % OPS_BETWEEN_YIELDS == OPS_BETWEEN_YIELDS - 1 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            });
+        }
+        tasks.join_all().await;
+    });
+    let elapsed = Duration::from_nanos(clock.process_now() - began);
     if total_ops == 0 {
         return elapsed;
     }
-    // Scaled to the operations asked for: rounding up may have done a few more.
+    // Scaled to the operations asked for: rounding up may have done more.
     elapsed.mul_f64(total_ops as f64 / (per_task * n_tasks as u64) as f64)
+}
+
+/// The proxy's runtime shape on this machine: one worker per core.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap()
 }
 
 /// The cases as (group, name in the group, pair, tasks, keys): every pair at
@@ -166,14 +183,15 @@ fn cases() -> Vec<(&'static str, String, Pair, usize, usize)> {
 
 fn cache_ops(c: &mut Criterion<BenchClock>) {
     let clock = BenchClock::from_env();
+    let runtime = runtime();
     for (group, name, pair, n_tasks, n_keys) in cases() {
-        let workload = Workload::new(pair, n_keys);
+        let workload = Arc::new(Workload::new(pair, n_keys));
         let mut group = c.benchmark_group(group);
-        // Starting 1,024 threads per sample is slow; fewer samples keep the
-        // run within its time.
+        // A sample of 1,024 tasks is at least 262,144 operations; fewer
+        // samples keep the run within its time.
         group.sample_size(if n_tasks > 64 { 20 } else { 100 });
         group.bench_function(name, |b| {
-            b.iter_custom(|iters| run_tasks(&clock, &workload, n_tasks, iters))
+            b.iter_custom(|iters| run_tasks(&clock, &runtime, &workload, n_tasks, iters))
         });
         group.finish();
     }
@@ -189,16 +207,17 @@ fn allocations(_: &mut Criterion<BenchClock>) {
         wall: WallTime,
         on_cpu: false,
     };
+    let runtime = runtime();
     for (group, name, pair, n_tasks, n_keys) in cases() {
         let name = format!("{group}/{name}");
-        let workload = Workload::new(pair, n_keys);
-        // Starting threads allocates too: count a run of no operations and
-        // take it off.
+        let workload = Arc::new(Workload::new(pair, n_keys));
+        // Spawning tasks allocates too: count a run of no operations and take
+        // it off.
         let region = Region::new(GLOBAL);
-        run_tasks(&clock, &workload, n_tasks, 0);
+        run_tasks(&clock, &runtime, &workload, n_tasks, 0);
         let start_up = region.change().allocations;
         let region = Region::new(GLOBAL);
-        run_tasks(&clock, &workload, n_tasks, OPS);
+        run_tasks(&clock, &runtime, &workload, n_tasks, OPS);
         let allocations = region.change().allocations.saturating_sub(start_up);
         println!("{name:<28} {:>10.3}", allocations as f64 / OPS as f64);
     }
@@ -220,6 +239,38 @@ impl BenchClock {
             wall: WallTime,
             on_cpu: std::env::var("BENCH_CLOCK").map_or(true, |v| v != "wall"),
         }
+    }
+
+    /// Nanoseconds on this clock for the whole process: on the on-CPU clock,
+    /// the sum over its threads (exact for threads that are not running,
+    /// which is all but the caller between runs).
+    fn process_now(&self) -> u64 {
+        if !self.on_cpu {
+            return self.thread_now();
+        }
+        let mut total = self.thread_now();
+        let own = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+        let own_id = own
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        for thread in std::fs::read_dir("/proc/self/task").expect("reading /proc/self/task") {
+            let thread = thread.unwrap();
+            if thread.file_name().to_str() == Some(own_id.as_str()) {
+                continue;
+            }
+            let Ok(stats) = std::fs::read_to_string(thread.path().join("schedstat")) else {
+                continue; // the thread has just ended
+            };
+            total += stats
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+        total
     }
 
     /// Nanoseconds on this clock for the calling thread.

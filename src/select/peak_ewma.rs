@@ -69,7 +69,7 @@ impl DecayWindow {
 /// this is a dozen arithmetic instructions without a branch.
 #[inline]
 fn exp_of_negative(x: f64) -> f64 {
-    debug_assert!(!(x < 0.0));
+    debug_assert!(x >= 0.0 || x.is_nan());
     // e^-x = 2^-y with y = x·log2(e) = whole + fraction, whole = round(y):
     // 2^-whole is an exponent field, and 2^-fraction = e^-t with
     // t = fraction·ln 2 in [-0.35, 0.35], where the Taylor series to t^6 is
