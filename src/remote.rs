@@ -44,7 +44,7 @@ impl MirrorSet {
                 .iter()
                 .map(|m| metrics.mirror_metrics(&remote.name, m.base()))
                 .collect(),
-            selector: Selector::new(remote.strategy),
+            selector: Selector::new(remote.strategy, remote.latency_decay),
             mirrors,
         }
     }

@@ -145,6 +145,15 @@ pub async fn fetch<'r>(
         }
         let started = Instant::now();
         let outcome = tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await;
+        // Feeds `fastest`; a failure weighs as the whole timeout, so that a
+        // mirror failing fast never looks fast.
+        let answered = matches!(&outcome, Ok(Ok(r)) if !r.status().is_server_error());
+        let first_byte = if answered {
+            started.elapsed()
+        } else {
+            remote.config.first_byte_timeout
+        };
+        mirror.observe_first_byte(first_byte, set.selector.first_byte_decay());
         let error = match outcome {
             Err(_) => AttemptError::FirstByteTimeout(remote.config.first_byte_timeout),
             Ok(Err(e)) if e.is_connect() => AttemptError::Connect(e.without_url().to_string()),

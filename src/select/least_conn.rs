@@ -2,18 +2,17 @@
 //!
 //! Each gauge is read once into a stack snapshot, then the order is sorted by
 //! it (insertion sort: at most 16 entries). The sort is stable over an order
-//! that starts at a rotating cursor, so equally loaded mirrors take turns
-//! instead of the first one in the list taking every tie.
+//! that starts at a rotating turn, so equally loaded mirrors take turns
+//! instead of the first one in the list taking every tie. The turn is
+//! per thread ([`next_turn`]): a shared cursor would be one more cache line
+//! bouncing between cores on every miss, for ties that need no exact count.
 
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use super::{AttemptOrder, Mirror, Selection, MAX_MIRRORS};
+use super::{next_turn, AttemptOrder, Mirror, Selection, MAX_MIRRORS};
 
 #[derive(Debug, Default)]
-pub struct LeastConn {
-    cursor: AtomicUsize,
-}
+pub struct LeastConn;
 
 impl Selection for LeastConn {
     #[inline]
@@ -26,7 +25,7 @@ impl Selection for LeastConn {
         for (load, mirror) in loads.iter_mut().zip(mirrors) {
             *load = mirror.in_flight();
         }
-        let start = self.cursor.fetch_add(1, Ordering::Relaxed) % n;
+        let start = next_turn() % n;
         let mut order = AttemptOrder::rotated(n, start);
         let idx = order.as_mut_slice();
         for i in 1..idx.len() {

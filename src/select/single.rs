@@ -10,6 +10,6 @@ pub struct Single;
 impl Selection for Single {
     #[inline]
     fn order(&self, mirrors: &[Arc<Mirror>]) -> AttemptOrder {
-        AttemptOrder::rotated(mirrors.len(), 0)
+        AttemptOrder::list_order(mirrors.len())
     }
 }

@@ -1,0 +1,326 @@
+//! The in-memory metadata cache of the hit path (`meta::entry_cache`, a moka
+//! sync cache of `remote/path` → entry): the cost of one operation when 1, 64
+//! or 1,024 tasks hammer it at once. The cache holds 4,096 keys' worth of
+//! room many times over (no eviction) and starts with half of them; each
+//! operation picks a random key and, at random, one of a pair of operations:
+//! `Get+Put`, `Get+Delete` or `Put+Delete`. Two more `Get+Put` runs at 64
+//! tasks use 256 and 65,536 keys, to show what the key count does to
+//! collisions. A put inserts a fresh `String` key (as the fill does) and a
+//! shared `Arc<Entry>`.
+//!
+//! Tasks are Tokio tasks on a runtime with two workers (the proxy's shape
+//! on this machine), each yielding after every 8 operations as a handler
+//! does between requests, so all of them interleave. The figure is the CPU
+//! time of the process over the operations: what one operation costs,
+//! contention and task switching included (with `BENCH_CLOCK=wall`, wall
+//! time over operations instead, about half of it on two idle cores). A
+//! counting global allocator measures allocations per operation, printed
+//! after the timings.
+//!
+//! Command (as recorded):
+//!     cargo bench --bench cache_ops -- --warm-up-time 1 --measurement-time 3
+//! (those two times are also the defaults set below).
+//! Results are recorded in BENCHMARKS.md, section "Metadata cache operations".
+
+use std::alloc::System;
+use std::hint::black_box;
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
+
+use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::{criterion_group, criterion_main, Criterion};
+use mirrorcache::meta::{entry_cache, Entry, EntryCache};
+use mirrorcache::store::Digest;
+use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
+
+// Counts every allocation in the process; safe to install (the crate forbids
+// `unsafe`, and a hand-written counting allocator needs it).
+#[global_allocator]
+static GLOBAL: &StatsAlloc<System> = &INSTRUMENTED_SYSTEM;
+
+const KEYS: usize = 4_096;
+/// Room for every key many times over: the bench measures the operations, not eviction.
+const CAPACITY: u64 = 100_000;
+const TASK_COUNTS: [usize; 3] = [1, 64, 1_024];
+/// Each task does at least this many operations per sample, so that
+/// spawning and joining tasks stays a small part of what is measured.
+const MIN_OPS_PER_TASK: u64 = 256;
+/// A task yields to the runtime after this many operations.
+const OPS_BETWEEN_YIELDS: u64 = 8;
+
+#[derive(Clone, Copy, Debug)]
+enum Pair {
+    GetPut,
+    GetDelete,
+    PutDelete,
+}
+
+impl Pair {
+    fn name(self) -> &'static str {
+        match self {
+            Pair::GetPut => "Get+Put",
+            Pair::GetDelete => "Get+Delete",
+            Pair::PutDelete => "Put+Delete",
+        }
+    }
+}
+
+/// A cache pre-filled with every other key, and the keys.
+struct Workload {
+    cache: EntryCache,
+    keys: Vec<String>,
+    entry: Arc<Entry>,
+    pair: Pair,
+}
+
+impl Workload {
+    fn new(pair: Pair, n_keys: usize) -> Workload {
+        let cache = entry_cache(CAPACITY);
+        let keys: Vec<String> = (0..n_keys)
+            .map(|i| format!("debian/pool/main/p/pkg{i}/pkg{i}_1.0_amd64.deb"))
+            .collect();
+        let entry = Arc::new(Entry::new(Digest([7; 32]), 123_456, None, None, None, 0));
+        for key in keys.iter().step_by(2) {
+            cache.insert(key.clone(), entry.clone());
+        }
+        cache.run_pending_tasks();
+        Workload {
+            cache,
+            keys,
+            entry,
+            pair,
+        }
+    }
+
+    /// One operation, chosen and keyed by `random`.
+    #[inline]
+    fn operate(&self, random: u64) {
+        let key = &self.keys[(random >> 1) as usize % self.keys.len()];
+        let first_of_pair = random & 1 == 0;
+        match (self.pair, first_of_pair) {
+            (Pair::GetPut | Pair::GetDelete, true) => {
+                black_box(self.cache.get(key.as_str()));
+            }
+            (Pair::GetPut, false) | (Pair::PutDelete, true) => {
+                self.cache.insert(key.clone(), self.entry.clone());
+            }
+            (Pair::GetDelete | Pair::PutDelete, false) => {
+                self.cache.invalidate(key.as_str());
+            }
+        }
+    }
+}
+
+/// `total_ops` operations shared by `n_tasks` Tokio tasks on the two-worker
+/// runtime, started together; each yields after every few operations, as a
+/// request handler would between requests, so all the tasks interleave. The
+/// time is the CPU time of the process's threads over the run (on-CPU clock)
+/// or its wall time.
+fn run_tasks(
+    clock: &BenchClock,
+    runtime: &tokio::runtime::Runtime,
+    workload: &Arc<Workload>,
+    n_tasks: usize,
+    total_ops: u64,
+) -> Duration {
+    let per_task = if total_ops == 0 {
+        0
+    } else {
+        total_ops.div_ceil(n_tasks as u64).max(MIN_OPS_PER_TASK)
+    };
+    let began = clock.process_now();
+    runtime.block_on(async {
+        let mut tasks = tokio::task::JoinSet::new();
+        for task_no in 0..n_tasks {
+            let workload = workload.clone();
+            tasks.spawn(async move {
+                // xorshift, seeded apart per task: cheap next to the cache.
+                let mut random = 0x9e37_79b9_7f4a_7c15_u64 ^ (task_no as u64 + 1);
+                for op_no in 0..per_task {
+                    random ^= random << 13;
+                    random ^= random >> 7;
+                    random ^= random << 17;
+                    workload.operate(random);
+                    if op_no % OPS_BETWEEN_YIELDS == OPS_BETWEEN_YIELDS - 1 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+            });
+        }
+        tasks.join_all().await;
+    });
+    let elapsed = Duration::from_nanos(clock.process_now() - began);
+    if total_ops == 0 {
+        return elapsed;
+    }
+    // Scaled to the operations asked for: rounding up may have done more.
+    elapsed.mul_f64(total_ops as f64 / (per_task * n_tasks as u64) as f64)
+}
+
+/// The proxy's runtime shape on this machine: one worker per core.
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .build()
+        .unwrap()
+}
+
+/// The cases as (group, name in the group, pair, tasks, keys): every pair at
+/// every task count, then the key-count variants.
+fn cases() -> Vec<(&'static str, String, Pair, usize, usize)> {
+    let mut cases = Vec::new();
+    for pair in [Pair::GetPut, Pair::GetDelete, Pair::PutDelete] {
+        for n_tasks in TASK_COUNTS {
+            cases.push((pair.name(), n_tasks.to_string(), pair, n_tasks, KEYS));
+        }
+    }
+    for n_keys in [256, 65_536] {
+        let name = format!("64/{n_keys}keys");
+        cases.push((Pair::GetPut.name(), name, Pair::GetPut, 64, n_keys));
+    }
+    cases
+}
+
+fn cache_ops(c: &mut Criterion<BenchClock>) {
+    let clock = BenchClock::from_env();
+    let runtime = runtime();
+    for (group, name, pair, n_tasks, n_keys) in cases() {
+        let workload = Arc::new(Workload::new(pair, n_keys));
+        let mut group = c.benchmark_group(group);
+        // A sample of 1,024 tasks is at least 262,144 operations; fewer
+        // samples keep the run within its time.
+        group.sample_size(if n_tasks > 64 { 20 } else { 100 });
+        group.bench_function(name, |b| {
+            b.iter_custom(|iters| run_tasks(&clock, &runtime, &workload, n_tasks, iters))
+        });
+        group.finish();
+    }
+}
+
+/// Heap allocations per operation, counted over many operations and printed.
+fn allocations(_: &mut Criterion<BenchClock>) {
+    const OPS: u64 = 200_000;
+    println!("\nallocations per operation ({OPS} operations per case)");
+    println!("{:<28} {:>10}", "case", "allocs/op");
+    // The wall clock here: reading the on-CPU one allocates.
+    let clock = BenchClock {
+        wall: WallTime,
+        on_cpu: false,
+    };
+    let runtime = runtime();
+    for (group, name, pair, n_tasks, n_keys) in cases() {
+        let name = format!("{group}/{name}");
+        let workload = Arc::new(Workload::new(pair, n_keys));
+        // Spawning tasks allocates too: count a run of no operations and take
+        // it off.
+        let region = Region::new(GLOBAL);
+        run_tasks(&clock, &runtime, &workload, n_tasks, 0);
+        let start_up = region.change().allocations;
+        let region = Region::new(GLOBAL);
+        run_tasks(&clock, &runtime, &workload, n_tasks, OPS);
+        let allocations = region.change().allocations.saturating_sub(start_up);
+        println!("{name:<28} {:>10.3}", allocations as f64 / OPS as f64);
+    }
+}
+
+/// The clock the timings use. By default the measuring thread's on-CPU time,
+/// from the kernel's scheduler statistics: the machine is two cores shared
+/// with other work, and wall time would count the time a thread waited for a
+/// core. `BENCH_CLOCK=wall` switches to wall time (the two agree on an idle
+/// machine).
+struct BenchClock {
+    wall: WallTime,
+    on_cpu: bool,
+}
+
+impl BenchClock {
+    fn from_env() -> BenchClock {
+        BenchClock {
+            wall: WallTime,
+            on_cpu: std::env::var("BENCH_CLOCK").map_or(true, |v| v != "wall"),
+        }
+    }
+
+    /// Nanoseconds on this clock for the whole process: on the on-CPU clock,
+    /// the sum over its threads (exact for threads that are not running,
+    /// which is all but the caller between runs).
+    fn process_now(&self) -> u64 {
+        if !self.on_cpu {
+            return self.thread_now();
+        }
+        let mut total = self.thread_now();
+        let own = std::fs::read_to_string("/proc/thread-self/stat").unwrap_or_default();
+        let own_id = own
+            .split_whitespace()
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        for thread in std::fs::read_dir("/proc/self/task").expect("reading /proc/self/task") {
+            let thread = thread.unwrap();
+            if thread.file_name().to_str() == Some(own_id.as_str()) {
+                continue;
+            }
+            let Ok(stats) = std::fs::read_to_string(thread.path().join("schedstat")) else {
+                continue; // the thread has just ended
+            };
+            total += stats
+                .split_whitespace()
+                .next()
+                .unwrap()
+                .parse::<u64>()
+                .unwrap();
+        }
+        total
+    }
+
+    /// Nanoseconds on this clock for the calling thread.
+    fn thread_now(&self) -> u64 {
+        if self.on_cpu {
+            // The first field is the thread's time on a CPU, in nanoseconds,
+            // as of the scheduler's last look at the thread: up to a tick
+            // (4 ms) old while it runs. Yielding makes the scheduler account
+            // the thread's time up to now, so the figure is exact.
+            std::thread::yield_now();
+            let stats = std::fs::read_to_string("/proc/thread-self/schedstat")
+                .expect("reading /proc/thread-self/schedstat (Linux only)");
+            stats.split_whitespace().next().unwrap().parse().unwrap()
+        } else {
+            static ORIGIN: OnceLock<Instant> = OnceLock::new();
+            ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
+        }
+    }
+}
+
+impl Measurement for BenchClock {
+    type Intermediate = u64;
+    type Value = Duration;
+
+    fn start(&self) -> u64 {
+        self.thread_now()
+    }
+    fn end(&self, start: u64) -> Duration {
+        Duration::from_nanos(self.thread_now().saturating_sub(start))
+    }
+    fn add(&self, a: &Duration, b: &Duration) -> Duration {
+        *a + *b
+    }
+    fn zero(&self) -> Duration {
+        Duration::ZERO
+    }
+    fn to_f64(&self, value: &Duration) -> f64 {
+        value.as_nanos() as f64
+    }
+    fn formatter(&self) -> &dyn ValueFormatter {
+        self.wall.formatter()
+    }
+}
+
+criterion_group! {
+    name = benches;
+    config = Criterion::default()
+        .with_measurement(BenchClock::from_env())
+        .warm_up_time(Duration::from_secs(1))
+        .measurement_time(Duration::from_secs(3));
+    targets = cache_ops, allocations
+}
+criterion_main!(benches);
