@@ -9,7 +9,7 @@
 # Usage: bash bench/ab-hit.sh 'base=target/release/mirrorcache' \
 #            'candidate=/path/to/mirrorcache VAR=value ...'
 #   env: DURATION=4 ROUNDS=3 SIZES="1k 64k 1m"
-# Used for the "what would close the gap" figures in BENCHMARKS-e2e.md.
+# Used for the "what would close the gap" figures in BENCHMARKS.md.
 
 set -euo pipefail
 

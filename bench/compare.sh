@@ -30,7 +30,7 @@
 #        MC_BIN=path (another mirrorcache build; skips cargo build)
 #        MC_ENV="VAR=value ..." (extra environment for mirrorcache)
 #        ONLY_HITS=1 (hit throughput only: for A/B runs of a candidate build)
-# Results are recorded in BENCHMARKS-e2e.md.
+# Results are recorded in BENCHMARKS.md.
 
 set -euo pipefail
 

@@ -10,7 +10,7 @@
 # Usage: bash bench/profile-hit.sh [SIZE]   (SIZE: 1k, 64k or 1m; default 1k)
 #   env: DURATION=8  OUT=dir (default: a temp dir, kept and printed)
 #        MC_BIN=path (another build)  MC_ENV="VAR=value ..." (its environment)
-# Findings are summarised in BENCHMARKS-e2e.md ("Hit-path profile").
+# Findings are summarised in BENCHMARKS.md ("Hit-path profile").
 
 set -euo pipefail
 

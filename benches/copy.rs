@@ -19,7 +19,7 @@
 //! of the times is the tee's relative throughput (target ≥ 0.8).
 //!
 //! Command: `cargo bench --bench copy`
-//! Results: BENCHMARKS-e2e.md, "Criterion: tee vs tokio::io::copy".
+//! Results: BENCHMARKS.md, "Criterion: tee vs tokio::io::copy".
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};

@@ -11,7 +11,7 @@
 //! `through_proxy / direct` is the overhead.
 //!
 //! Command: `cargo bench --bench overhead`
-//! Results: BENCHMARKS-e2e.md, "Criterion: proxy overhead".
+//! Results: BENCHMARKS.md, "Criterion: proxy overhead".
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
