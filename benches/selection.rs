@@ -15,12 +15,16 @@
 //! (those two times are also the defaults set below).
 //! Results are recorded in BENCHMARKS.md, section "Selection".
 
+#[path = "support/clock.rs"]
+mod clock;
+
+use clock::BenchClock;
 use std::alloc::System;
 use std::hint::black_box;
-use std::sync::{Arc, Barrier, OnceLock};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Barrier};
+use std::time::Duration;
 
-use criterion::measurement::{Measurement, ValueFormatter, WallTime};
+use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, Criterion};
 use mirrorcache::config::Strategy;
 use mirrorcache::select::{DecayWindow, GaugeRegistry, InflightGuard, Mirror, Selector};
@@ -203,66 +207,6 @@ fn allocations(_: &mut Criterion<BenchClock>) {
         "{:<28} {sequential:>10.3} {parallel:>10.3}",
         "BeginEndAttempt"
     );
-}
-
-/// The clock the timings use. By default the measuring thread's on-CPU time,
-/// from the kernel's scheduler statistics: the machine is two cores shared
-/// with other work, and wall time would count the time a thread waited for a
-/// core. `BENCH_CLOCK=wall` switches to wall time (the two agree on an idle
-/// machine).
-struct BenchClock {
-    wall: WallTime,
-    on_cpu: bool,
-}
-
-impl BenchClock {
-    fn from_env() -> BenchClock {
-        BenchClock {
-            wall: WallTime,
-            on_cpu: std::env::var("BENCH_CLOCK").map_or(true, |v| v != "wall"),
-        }
-    }
-
-    /// Nanoseconds on this clock for the calling thread.
-    fn thread_now(&self) -> u64 {
-        if self.on_cpu {
-            // The first field is the thread's time on a CPU, in nanoseconds,
-            // as of the scheduler's last look at the thread: up to a tick
-            // (4 ms) old while it runs. Yielding makes the scheduler account
-            // the thread's time up to now, so the figure is exact.
-            std::thread::yield_now();
-            let stats = std::fs::read_to_string("/proc/thread-self/schedstat")
-                .expect("reading /proc/thread-self/schedstat (Linux only)");
-            stats.split_whitespace().next().unwrap().parse().unwrap()
-        } else {
-            static ORIGIN: OnceLock<Instant> = OnceLock::new();
-            ORIGIN.get_or_init(Instant::now).elapsed().as_nanos() as u64
-        }
-    }
-}
-
-impl Measurement for BenchClock {
-    type Intermediate = u64;
-    type Value = Duration;
-
-    fn start(&self) -> u64 {
-        self.thread_now()
-    }
-    fn end(&self, start: u64) -> Duration {
-        Duration::from_nanos(self.thread_now().saturating_sub(start))
-    }
-    fn add(&self, a: &Duration, b: &Duration) -> Duration {
-        *a + *b
-    }
-    fn zero(&self) -> Duration {
-        Duration::ZERO
-    }
-    fn to_f64(&self, value: &Duration) -> f64 {
-        value.as_nanos() as f64
-    }
-    fn formatter(&self) -> &dyn ValueFormatter {
-        self.wall.formatter()
-    }
 }
 
 criterion_group! {
