@@ -97,11 +97,6 @@ impl MirrorHealth {
         result
     }
 
-    /// Gives back a probe claim without a verdict (e.g. the attempt was not sent).
-    pub fn release_probe(&self) {
-        self.probe_in_flight.store(false, Ordering::Release);
-    }
-
     pub fn consecutive_failures(&self) -> u32 {
         self.consecutive_failures.load(Ordering::Relaxed)
     }

@@ -177,11 +177,6 @@ impl ContentStore {
         File::open(self.blob_path(digest))
     }
 
-    /// Whether the blob is present. Blocking.
-    pub fn contains(&self, digest: &Digest) -> bool {
-        self.blob_path(digest).is_file()
-    }
-
     /// Deletes a blob; returns the bytes freed. A reader that already has it
     /// open keeps its handle and reads on: Unix frees the data on last close.
     pub fn remove_blob(&self, digest: &Digest) -> io::Result<u64> {

@@ -217,24 +217,8 @@ impl ArtifactRequest<'_> {
             });
         match state {
             FillState::Failed(error) => self.when_mirrors_fail(stale, error).await,
-            FillState::Shared(entry) => {
-                let file = proxy
-                    .open_blob(&entry.digest, entry.size)
-                    .await
-                    .map_err(|e| ProxyError::Store(e.to_string()))?;
-                let response = self.complete(&entry, file, CacheStatus::Hit).await?;
-                Ok(Served::hit(response, CacheStatus::Hit))
-            }
-            FillState::Revalidated(entry) => {
-                let file = proxy
-                    .open_blob(&entry.digest, entry.size)
-                    .await
-                    .map_err(|e| ProxyError::Store(e.to_string()))?;
-                let response = self
-                    .complete(&entry, file, CacheStatus::Revalidated)
-                    .await?;
-                Ok(Served::hit(response, CacheStatus::Revalidated))
-            }
+            FillState::Shared(entry) => self.cached(&entry, CacheStatus::Hit).await,
+            FillState::Revalidated(entry) => self.cached(&entry, CacheStatus::Revalidated).await,
             FillState::Streaming { head, file, .. } => {
                 let mirror = Some(head.mirror.clone());
                 let response = respond::from_fill(&head, fill::body(rx, file), self.method);
@@ -296,6 +280,18 @@ impl ArtifactRequest<'_> {
             }
             FillState::Connecting => unreachable!("waited until the fill left Connecting"),
         }
+    }
+
+    /// A committed entry another step vouched for (a 304, another instance's
+    /// fill): its blob must be there, so a missing one is an internal error.
+    async fn cached(&self, entry: &Entry, cache: CacheStatus) -> Result<Served, ProxyError> {
+        let blob = self
+            .proxy
+            .open_blob(&entry.digest, entry.size)
+            .await
+            .map_err(|e| ProxyError::Store(e.to_string()))?;
+        let response = self.complete(entry, blob, cache).await?;
+        Ok(Served::hit(response, cache))
     }
 
     /// A complete body (a blob, or a finished fill's file): served as it is,
