@@ -125,8 +125,7 @@ async fn public_url_wins_over_host_and_json_pages_are_a_separate_variant() {
         "[server]\n",
         "[server]\npublic_url = \"https://cache.example.org/\"\n",
     );
-    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let running = crate::support::proxy::start_text(&text).await;
     let url = format!("http://{}/pypi/simple/six/", running.local_addr);
     let (_, _, body, _) = fetch(&url, &[("host", "ignored:1")]).await;
     assert!(

@@ -251,8 +251,7 @@ async fn postgres_lost_while_running_keeps_serving_and_recovers() {
         &format!("sqlite://{}/meta.db", dir.path().display()),
         &db.url_via(relay.addr),
     );
-    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let running = crate::support::proxy::start_text(&text).await;
     let url = |p: &str| format!("http://{}{p}", running.local_addr);
     let client = reqwest::Client::new();
     get(&client, &url("/r/a")).await.2.unwrap();

@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::support::proxy::{config_text, get};
+use crate::support::proxy::{config_text, get, get_json};
 use crate::support::{BinaryProxy, Fault, MirrorServer, TestProxy};
 
 fn remote(name: &str, mirror: &MirrorServer, extra: &str) -> String {
@@ -54,15 +54,7 @@ async fn metrics_ready_and_status_report_what_happened() {
             .status(),
         200
     );
-    let status = client
-        .get(proxy.url("/-/status"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let status = get_json(&client, &proxy.url("/-/status")).await;
     assert_eq!(status["remotes"][0]["name"], "r");
     assert_eq!(status["remotes"][0]["mirrors"][0]["url"], mirror.url("/m"));
     assert_eq!(status["remotes"][0]["mirrors"][0]["in_flight"], 0);
@@ -109,15 +101,7 @@ async fn sighup_reloads_the_config_and_refuses_a_bad_one() {
     std::fs::write(&proxy.config_path, second).unwrap();
     proxy.signal("HUP");
     tokio::time::sleep(Duration::from_millis(300)).await;
-    let status = client
-        .get(proxy.url("/-/status"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let status = get_json(&client, &proxy.url("/-/status")).await;
     assert_eq!(status["remotes"][0]["name"], "a");
     assert_eq!(
         status["remotes"][0]["mirrors"][0]["in_flight"], 1,

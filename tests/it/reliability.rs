@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::proxy::{config_text, get};
+use crate::support::proxy::{config_text, get, get_json};
 use crate::support::{
     available, sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer, TestProxy,
 };
@@ -54,15 +54,7 @@ async fn a_failing_mirror_is_ejected_then_probed_back_after_its_cooldown() {
         assert_eq!(get(&client, &proxy.url(&format!("/r/f{i}"))).await.0, 200);
     }
     assert_eq!((a.total(), b.total()), (7, 8));
-    let status = client
-        .get(proxy.url("/-/status"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let status: serde_json::Value = serde_json::from_str(&status).unwrap();
+    let status = get_json(&client, &proxy.url("/-/status")).await;
     assert_eq!(status["remotes"][0]["mirrors"][0]["health"], "healthy");
     proxy.stop().await;
 }
@@ -135,8 +127,7 @@ async fn eviction_keeps_the_store_under_max_size_least_recently_used_first() {
     let dir = tempfile::tempdir().unwrap();
     let text = config_text(dir.path(), &remote(&[&mirror], "immutable = [\"**\"]"))
         .replace("[storage]\n", "[storage]\nmax_size = \"1MiB\"\n");
-    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let running = crate::support::proxy::start_text(&text).await;
     let url = |p: &str| format!("http://{}{}", running.local_addr, p);
     let client = reqwest::Client::new();
     for i in 0..3 {
@@ -188,8 +179,7 @@ async fn a_blob_being_read_survives_its_deletion() {
     let dir = tempfile::tempdir().unwrap();
     let text = config_text(dir.path(), &remote(&[&mirror], "immutable = [\"**\"]"))
         .replace("[server]\n", "[server]\nadmin_token = \"t\"\n");
-    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let running = crate::support::proxy::start_text(&text).await;
     let url = |p: &str| format!("http://{}{}", running.local_addr, p);
     let client = reqwest::Client::new();
     get(&client, &url("/r/big")).await.2.unwrap();
@@ -222,8 +212,7 @@ async fn too_big_for_the_store_is_streamed_through_and_not_cached() {
     let dir = tempfile::tempdir().unwrap();
     let text = config_text(dir.path(), &remote(&[&mirror], ""))
         .replace("[storage]\n", "[storage]\nmax_size = \"1MiB\"\n");
-    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let running = crate::support::proxy::start_text(&text).await;
     let url = format!("http://{}/r/huge", running.local_addr);
     let client = reqwest::Client::new();
     for _ in 0..2 {

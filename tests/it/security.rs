@@ -32,8 +32,7 @@ async fn start_with(
     let dir = tempfile::tempdir().unwrap();
     let text =
         config_text(dir.path(), remotes).replace("[server]\n", &format!("[server]\n{server}\n"));
-    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let running = crate::support::proxy::start_text(&text).await;
     (dir, running)
 }
 

@@ -31,8 +31,7 @@ impl TestProxy {
 
     /// Starts a proxy keeping its state in `dir` (to test restarts).
     pub async fn start_in(dir: &Path, remotes: &str) -> TestProxy {
-        let config = Config::parse(&config_text(dir, remotes), "test.toml").unwrap();
-        let running = Running::start(&config).await.unwrap();
+        let running = start_text(&config_text(dir, remotes)).await;
         let base = format!("http://{}", running.local_addr);
         TestProxy {
             running,
@@ -62,6 +61,19 @@ impl TestProxy {
         self.running.shutdown().await;
         self._tempdir
     }
+}
+
+/// Starts a proxy from a whole config text (for tests that change more than
+/// the remotes).
+pub async fn start_text(text: &str) -> Running {
+    let config = Config::parse(text, "test.toml").unwrap();
+    Running::start(&config).await.unwrap()
+}
+
+/// `GET url` parsed as JSON (`/-/status`).
+pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
+    let text = client.get(url).send().await.unwrap().text().await.unwrap();
+    serde_json::from_str(&text).unwrap()
 }
 
 /// Fetches `url`, returning status, X-Cache-Status and the body (or the body error).
