@@ -28,7 +28,7 @@ use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
 use mirrorcache::config::Config;
-use mirrorcache::server::Running;
+use mirrorcache::http::server::Running;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::runtime::Runtime;

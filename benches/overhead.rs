@@ -4,7 +4,7 @@
 //!
 //! Everything runs in this process on 127.0.0.1: the origin is a small axum
 //! server answering `/size/{bytes}/{anything}` with that many bytes; the proxy
-//! is `mirrorcache::server::Running` with one remote `o` pointing at it
+//! is `mirrorcache::http::server::Running` with one remote `o` pointing at it
 //! (`immutable = ["**"]`, store and SQLite in a temp dir, no log subscriber, so
 //! the per-request log line costs nothing here). One request at a time on a
 //! kept-alive connection: the figures are latencies, and the ratio
@@ -22,7 +22,7 @@ use axum::response::Response;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use mirrorcache::config::Config;
-use mirrorcache::server::Running;
+use mirrorcache::http::server::Running;
 use tokio::net::TcpListener;
 use tokio::runtime::Runtime;
 

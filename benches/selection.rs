@@ -27,7 +27,7 @@ use std::time::Duration;
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, Criterion};
 use mirrorcache::config::Strategy;
-use mirrorcache::select::{DecayWindow, GaugeRegistry, InflightGuard, Mirror, Selector};
+use mirrorcache::upstream::select::{DecayWindow, GaugeRegistry, InflightGuard, Mirror, Selector};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 use url::Url;
 

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 use axum::http::header;
 use axum::response::IntoResponse;
 use mirrorcache::config::Config;
-use mirrorcache::server::Running;
+use mirrorcache::http::server::Running;
 
 /// First-byte delays of the mirrors, in the order the remote lists them
 /// (`single` uses the first listed: its result is whichever mirror that is).

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use mirrorcache::config::{Config, LogConfig, LogFormat};
-use mirrorcache::server::Running;
+use mirrorcache::http::server::Running;
 
 #[derive(Parser)]
 #[command(
@@ -100,7 +100,7 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            match runtime().block_on(mirrorcache::verify::run(&config, remove)) {
+            match runtime().block_on(mirrorcache::cache::verify::run(&config, remove)) {
                 Ok(report) => {
                     println!("{report}");
                     if report.is_clean() || report.removed {

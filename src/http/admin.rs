@@ -14,7 +14,7 @@ use subtle::ConstantTimeEq;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
-use crate::store::Digest;
+use crate::cache::Digest;
 
 /// `None` when the request may go on; else the refusal.
 fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
@@ -66,18 +66,18 @@ pub async fn delete(State(proxy): State<Arc<Proxy>>, uri: Uri, headers: HeaderMa
     if proxy.remote(path.remote()).is_none() {
         return ProxyError::UnknownRemote(path.remote().to_string()).into_response();
     }
-    proxy.meta.forget_absent(&path);
-    let entry = match proxy.meta.lookup(&path).await {
+    proxy.cache.meta.forget_absent(&path);
+    let entry = match proxy.cache.meta.lookup(&path).await {
         Ok(entry) => entry,
         Err(e) => return e.into_response(),
     };
     let Some(entry) = entry else {
         return Json(json!({ "removed": false })).into_response();
     };
-    if let Err(e) = proxy.meta.forget(&path).await {
+    if let Err(e) = proxy.cache.meta.forget(&path).await {
         return e.into_response();
     }
-    let freed = proxy.release_blob(&entry.digest).await;
+    let freed = proxy.cache.release_blob(&entry.digest).await;
     tracing::info!(key = path.key(), freed, "admin: removed");
     Json(json!({ "removed": true, "freed_bytes": freed })).into_response()
 }
@@ -94,13 +94,13 @@ pub async fn purge(
     if proxy.remote(&remote).is_none() {
         return ProxyError::UnknownRemote(remote).into_response();
     }
-    let digests = match proxy.meta.forget_remote(&remote).await {
+    let digests = match proxy.cache.meta.forget_remote(&remote).await {
         Ok(d) => d,
         Err(e) => return e.into_response(),
     };
     let mut freed = 0;
     for digest in digests.iter().filter_map(|d| Digest::from_hex(d)) {
-        freed += proxy.release_blob(&digest).await;
+        freed += proxy.cache.release_blob(&digest).await;
     }
     tracing::info!(remote, blobs = digests.len(), freed, "admin: purged");
     Json(json!({ "remote": remote, "blobs": digests.len(), "freed_bytes": freed })).into_response()

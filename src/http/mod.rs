@@ -6,6 +6,7 @@
 mod admin;
 mod ops;
 mod respond;
+pub mod server;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -16,17 +17,17 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
 
-use crate::blobs::Blob;
+use crate::cache::{Blob, Entry};
+use crate::clock::now_ms;
 use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
-use crate::meta::{now_ms, Entry};
+use crate::kind::rewrite::Rewrite;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
-use crate::remote::Remote;
-use crate::rewrite::Rewrite;
-use crate::upstream::{self, Fetched, Validators};
-pub use respond::CacheStatus;
+use crate::upstream::fetch::{self, Fetched, Validators};
+use crate::upstream::Remote;
+pub use crate::metrics::CacheStatus;
 
 /// The application router. Tests call it directly with `oneshot`.
 pub fn router(proxy: Arc<Proxy>) -> Router {
@@ -165,10 +166,10 @@ impl ArtifactRequest<'_> {
 
         // Hit path: the metadata cache, the policy, the store. No selection, no upstream.
         let mut stale = None;
-        match proxy.meta.lookup(path).await {
+        match proxy.cache.meta.lookup(path).await {
             Ok(Some(entry)) => {
-                let fresh = remote.policy.is_fresh(path.path(), &entry, now);
-                match proxy.open_blob(&entry.digest, entry.size).await {
+                let fresh = remote.policy.is_fresh(path.path(), entry.age(now));
+                match proxy.cache.open_blob(&entry.digest, entry.size).await {
                     Ok(file) if fresh => {
                         entry.touch(now);
                         let response = self.complete(&entry, file, CacheStatus::Hit).await?;
@@ -177,13 +178,13 @@ impl ArtifactRequest<'_> {
                     Ok(_) => stale = Some(entry),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         tracing::warn!(key = path.key(), "cached blob is missing; fetching again");
-                        proxy.meta.forget(path).await?;
+                        proxy.cache.meta.forget(path).await?;
                     }
                     Err(e) => return Err(ProxyError::Store(e.to_string())),
                 }
             }
             Ok(None) => {
-                if let Some((status, at)) = proxy.meta.absent(path) {
+                if let Some((status, at)) = proxy.cache.meta.absent(path) {
                     if now - at < remote.config.negative_ttl.as_millis() as i64 {
                         let response = respond::absent(status, CacheStatus::Hit);
                         return Ok(Served::hit(response, CacheStatus::Hit));
@@ -201,7 +202,7 @@ impl ArtifactRequest<'_> {
         let (mut rx, started) =
             proxy
                 .fills
-                .join_or_start(proxy, remote, path, self.accept, stale.clone());
+                .join_or_start(remote, path, self.accept, stale.clone());
         // A document is rewritten whole: wait for the complete body.
         let document = self.document;
         let state = rx
@@ -251,14 +252,14 @@ impl ArtifactRequest<'_> {
                     // document cap's business; refuse rather than buffer.
                     return Err(ProxyError::TooLarge {
                         size: head.content_length.unwrap_or(0),
-                        limit: proxy.max_store_size(),
+                        limit: proxy.cache.max_size(),
                     });
                 }
                 let taken = response.lock().expect("bypass slot poisoned").take();
                 let upstream_response = match taken {
                     Some(r) => r,
                     // Someone else has the fill's response: fetch our own copy.
-                    None => match upstream::fetch(
+                    None => match fetch::fetch(
                         remote,
                         path.path(),
                         Validators::default(),
@@ -266,7 +267,7 @@ impl ArtifactRequest<'_> {
                     )
                     .await?
                     {
-                        Fetched::Body { response, .. } => response,
+                        Fetched::Body(body) => body.response,
                         Fetched::NotModified { .. } => unreachable!("no validators were sent"),
                     },
                 };
@@ -287,6 +288,7 @@ impl ArtifactRequest<'_> {
     async fn cached(&self, entry: &Entry, cache: CacheStatus) -> Result<Served, ProxyError> {
         let blob = self
             .proxy
+            .cache
             .open_blob(&entry.digest, entry.size)
             .await
             .map_err(|e| ProxyError::Store(e.to_string()))?;
@@ -319,7 +321,7 @@ impl ArtifactRequest<'_> {
             });
         }
         let base = public_base(&self.proxy.server, self.headers);
-        let rewrite = Rewrite::new(self.remote, &base);
+        let rewrite = Rewrite::new(&self.remote.config, &base);
         let bytes = blob
             .read_all(entry.size)
             .await
@@ -359,13 +361,13 @@ impl ArtifactRequest<'_> {
         let now = now_ms();
         let max_stale = self.remote.config.max_stale;
         if let Some(entry) = stale.filter(|e| e.age(now) <= max_stale) {
-            if let Ok(file) = self.proxy.open_blob(&entry.digest, entry.size).await {
+            if let Ok(file) = self.proxy.cache.open_blob(&entry.digest, entry.size).await {
                 tracing::warn!(key = self.path.key(), %error, "every mirror failed; serving a stale copy");
                 let response = self.complete(&entry, file, CacheStatus::Stale).await?;
                 return Ok(Served::hit(response, CacheStatus::Stale));
             }
         }
-        if let Some((status, at)) = self.proxy.meta.absent(&self.path) {
+        if let Some((status, at)) = self.proxy.cache.meta.absent(&self.path) {
             if now - at <= max_stale.as_millis() as i64 {
                 return Ok(Served::hit(
                     respond::absent(status, CacheStatus::Stale),

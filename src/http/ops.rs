@@ -8,7 +8,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::json;
 
-use crate::meta::now_ms;
+use crate::clock::now_ms;
 use crate::metrics::MirrorLabels;
 use crate::proxy::Proxy;
 
@@ -19,7 +19,7 @@ pub async fn health() -> &'static str {
 
 /// 200 when the metadata database answers, 503 otherwise.
 pub async fn ready(State(proxy): State<Arc<Proxy>>) -> Response {
-    if proxy.meta.ping().await {
+    if proxy.cache.meta.ping().await {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (
@@ -70,8 +70,8 @@ pub async fn status(State(proxy): State<Arc<Proxy>>) -> Json<serde_json::Value> 
     Json(json!({
         "remotes": remotes_json,
         "hit_ratio": ratio(all_hits, all_total),
-        "store_bytes": proxy.blobs.size(),
-        "store_max_bytes": proxy.max_store_size(),
+        "store_bytes": proxy.cache.size(),
+        "store_max_bytes": proxy.cache.max_size(),
         "fills_in_progress": proxy.fills.len(),
     }))
 }
@@ -107,7 +107,7 @@ pub async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
                 .set(i64::from(health.selectable(now)));
         }
     }
-    metrics.store_bytes.set(proxy.blobs.size() as i64);
+    metrics.store_bytes.set(proxy.cache.size() as i64);
     metrics.fills_in_progress.set(proxy.fills.len() as i64);
     (
         [(

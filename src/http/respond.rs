@@ -7,34 +7,14 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
-use crate::blobs::Blob;
+use crate::cache::{Blob, Digest, Entry};
 use crate::fill::Head;
-use crate::meta::Entry;
-use crate::store::Digest;
+use crate::metrics::CacheStatus;
 
 pub const X_CACHE_STATUS: &str = "x-cache-status";
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum CacheStatus {
-    Hit,
-    Miss,
-    Revalidated,
-    Stale,
-}
-
-impl CacheStatus {
-    pub fn as_str(self) -> &'static str {
-        match self {
-            CacheStatus::Hit => "HIT",
-            CacheStatus::Miss => "MISS",
-            CacheStatus::Revalidated => "REVALIDATED",
-            CacheStatus::Stale => "STALE",
-        }
-    }
-
-    fn header(self) -> HeaderValue {
-        HeaderValue::from_static(self.as_str())
-    }
+fn status_header(cache: CacheStatus) -> HeaderValue {
+    HeaderValue::from_static(cache.as_str())
 }
 
 /// Serves a complete blob (committed, or a finished fill's file): conditional
@@ -48,7 +28,7 @@ pub fn from_entry(
 ) -> Response {
     let mut response = Response::new(Body::empty());
     let headers = response.headers_mut();
-    headers.insert(X_CACHE_STATUS, cache.header());
+    headers.insert(X_CACHE_STATUS, status_header(cache));
     headers.insert(header::ETAG, entry.etag.clone());
     headers.insert(header::LAST_MODIFIED, entry.last_modified.clone());
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
@@ -105,7 +85,7 @@ pub fn from_fill(
 ) -> Response {
     let mut response = Response::new(Body::empty());
     let headers = response.headers_mut();
-    headers.insert(X_CACHE_STATUS, CacheStatus::Miss.header());
+    headers.insert(X_CACHE_STATUS, status_header(CacheStatus::Miss));
     headers.insert(
         header::CONTENT_TYPE,
         content_type(head.content_type.as_deref()),
@@ -135,7 +115,7 @@ pub fn document(
         .expect("hex is a valid header");
     let mut response = Response::new(Body::empty());
     let headers = response.headers_mut();
-    headers.insert(X_CACHE_STATUS, cache.header());
+    headers.insert(X_CACHE_STATUS, status_header(cache));
     headers.insert(header::ETAG, etag.clone());
     headers.insert(header::LAST_MODIFIED, entry.last_modified.clone());
     if matches_etag(request, &etag) {
@@ -159,7 +139,7 @@ pub fn absent(status: u16, cache: CacheStatus) -> Response {
     let mut response = (status, "not found on any mirror\n").into_response();
     response
         .headers_mut()
-        .insert(X_CACHE_STATUS, cache.header());
+        .insert(X_CACHE_STATUS, status_header(cache));
     response
 }
 

@@ -7,9 +7,9 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use mirrorcache::meta::{Entry, MetadataStore};
+use mirrorcache::cache::meta::{Entry, MetadataStore};
 use mirrorcache::path::ArtifactPath;
-use mirrorcache::store::Digest;
+use mirrorcache::cache::Digest;
 use sqlx::Executor;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;

@@ -140,10 +140,10 @@ async fn eviction_keeps_the_store_under_max_size_least_recently_used_first() {
     for i in 3..5 {
         get(&client, &url(&format!("/r/f{i}"))).await.2.unwrap();
         running.proxy.fills.wait_idle().await;
-        let store = running.proxy.store.clone();
-        wait_until("eviction", || store.size() <= 1024 * 1024).await;
+        let cache = running.proxy.cache.clone();
+        wait_until("eviction", || cache.size() <= 1024 * 1024).await;
     }
-    assert!(running.proxy.store.size() <= 1024 * 1024);
+    assert!(running.proxy.cache.size() <= 1024 * 1024);
     mirror.stop();
     // f0 (recently used), f3 and f4 stayed; f1 and f2 were evicted.
     for (i, expect) in [(0, 200), (1, 502), (2, 502), (3, 200), (4, 200)] {
@@ -196,7 +196,7 @@ async fn a_blob_being_read_survives_its_deletion() {
         .await
         .unwrap();
     assert_eq!(purge.status(), 200);
-    assert_eq!(running.proxy.store.size(), 0);
+    assert_eq!(running.proxy.cache.size(), 0);
     while let Some(chunk) = response.chunk().await.unwrap() {
         received.extend_from_slice(&chunk);
     }
@@ -222,7 +222,7 @@ async fn too_big_for_the_store_is_streamed_through_and_not_cached() {
         running.proxy.fills.wait_idle().await;
     }
     assert_eq!(mirror.hits("/m/huge"), 2);
-    assert_eq!(running.proxy.store.size(), 0);
+    assert_eq!(running.proxy.cache.size(), 0);
     assert_eq!(
         std::fs::read_dir(dir.path().join("store/tmp"))
             .unwrap()
@@ -278,14 +278,14 @@ async fn a_full_disk_streams_through_and_keeps_nothing() {
         "test",
     )
     .unwrap();
-    let running = mirrorcache::server::Running::start(&config).await.unwrap();
+    let running = mirrorcache::http::server::Running::start(&config).await.unwrap();
     let client = reqwest::Client::new();
     let (status, cache, bytes) = get(&client, &format!("http://{}/r/f", running.local_addr)).await;
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
     running.proxy.fills.wait_idle().await;
     assert_eq!(std::fs::read_dir(store.join("tmp")).unwrap().count(), 0);
-    assert_eq!(running.proxy.store.size(), 0);
+    assert_eq!(running.proxy.cache.size(), 0);
     // What fits is still cached.
     get(&client, &format!("http://{}/r/small", running.local_addr))
         .await

@@ -31,7 +31,7 @@ async fn blobs_live_in_s3_and_hits_and_ranges_stream_from_it() {
             &format!("sqlite://{}/meta.db", meta_dir.path().display()),
         );
         let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-        async move { mirrorcache::server::Running::start(&config).await.unwrap() }
+        async move { mirrorcache::http::server::Running::start(&config).await.unwrap() }
     };
     let client = reqwest::Client::new();
     let local_a = tempfile::tempdir().unwrap();
@@ -43,9 +43,9 @@ async fn blobs_live_in_s3_and_hits_and_ranges_stream_from_it() {
         ("MISS", sha256_hex(&body))
     );
     running.proxy.fills.wait_idle().await;
-    assert_eq!(running.proxy.blobs.size(), body.len() as u64);
+    assert_eq!(running.proxy.cache.size(), body.len() as u64);
     // Nothing committed on local disk: the blob is in the bucket.
-    assert_eq!(running.proxy.store.size(), 0);
+    assert_eq!(running.proxy.cache.local_size(), 0);
     running.shutdown().await;
 
     // A new instance with an empty local disk, the mirror gone: hits from S3.

@@ -28,7 +28,7 @@ async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
 async fn start_with(
     server: &str,
     remotes: &str,
-) -> (tempfile::TempDir, mirrorcache::server::Running) {
+) -> (tempfile::TempDir, mirrorcache::http::server::Running) {
     let dir = tempfile::tempdir().unwrap();
     let text =
         config_text(dir.path(), remotes).replace("[server]\n", &format!("[server]\n{server}\n"));

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 
 use mirrorcache::config::Config;
-use mirrorcache::server::Running;
+use mirrorcache::http::server::Running;
 
 pub struct TestProxy {
     pub running: Running,

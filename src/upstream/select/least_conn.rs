@@ -38,3 +38,30 @@ impl Selection for LeastConn {
         order
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{mirrors, DECAY};
+    use super::super::{GaugeRegistry, Selection, Selector};
+    use crate::config::Strategy;
+
+
+    #[test]
+    fn least_conn_picks_least_loaded_and_rotates_ties() {
+        let gauges = GaugeRegistry::default();
+        let ms = mirrors(3, &gauges);
+        let _busy0 = [ms[0].begin_attempt(), ms[0].begin_attempt()];
+        let _busy2 = ms[2].begin_attempt();
+        let sel = Selector::new(Strategy::LeastConn, DECAY);
+        assert_eq!(sel.order(&ms).collect::<Vec<_>>(), vec![1, 2, 0]);
+        drop(_busy2);
+        let _busy1 = ms[1].begin_attempt();
+        // 1 and 2... now 2 is idle: it comes first, then 1, then 0.
+        assert_eq!(sel.order(&ms).collect::<Vec<_>>(), vec![2, 1, 0]);
+        // Ties rotate: with equal loads, successive calls start at different mirrors.
+        let idle = mirrors(4, &GaugeRegistry::default());
+        let firsts: std::collections::HashSet<usize> =
+            (0..4).map(|_| sel.order(&idle).next().unwrap()).collect();
+        assert_eq!(firsts.len(), 4);
+    }
+}

@@ -18,10 +18,11 @@ use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 
-use crate::cluster::Cluster;
+use super::cluster::{self, Cluster};
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
-use crate::store::Digest;
+use super::store::Digest;
+pub use crate::clock::now_ms;
 
 /// One cached artifact as the hit path needs it, header values prepared once.
 #[derive(Debug)]
@@ -109,19 +110,12 @@ impl Entry {
     }
 }
 
-pub fn now_ms() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_millis() as i64)
-        .unwrap_or(0)
-}
-
 fn migrator() -> Migrator {
     let migrations = vec![Migration::new(
         1,
         Cow::Borrowed("entries"),
         MigrationType::Simple,
-        Cow::Borrowed(include_str!("../migrations/0001_entries.sql")),
+        Cow::Borrowed(include_str!("../../migrations/0001_entries.sql")),
         false,
     )];
     Migrator {
@@ -235,7 +229,7 @@ impl MetadataStore {
     /// Drops this instance's in-memory knowledge of `key` (or of everything,
     /// for `cluster::ALL`): what another instance changed or purged.
     pub fn invalidate_local(&self, key: &str) {
-        if key == crate::cluster::ALL {
+        if key == cluster::ALL {
             self.cache.invalidate_all();
             self.negative.invalidate_all();
         } else {
@@ -492,8 +486,8 @@ impl MetadataStore {
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
-        self.invalidate_local(crate::cluster::ALL);
-        self.shared_changed(crate::cluster::ALL, None).await;
+        self.invalidate_local(cluster::ALL);
+        self.shared_changed(cluster::ALL, None).await;
         tracing::debug!(remote, "purged");
         Ok(digests.into_iter().map(|(d,)| d).collect())
     }
@@ -515,8 +509,8 @@ impl MetadataStore {
             .execute(&self.pool)
             .await
             .map_err(db_error)?;
-        self.invalidate_local(crate::cluster::ALL);
-        self.shared_changed(crate::cluster::ALL, None).await;
+        self.invalidate_local(cluster::ALL);
+        self.shared_changed(cluster::ALL, None).await;
         Ok(done.rows_affected())
     }
 

@@ -2,17 +2,16 @@
 //! failing over to the next mirror on connect errors, timeouts and error
 //! statuses until the remote's attempt budget is spent.
 
-use std::sync::Weak;
 use std::time::{Duration, Instant};
 
 use axum::http::{header, StatusCode};
 use reqwest::redirect;
 
+use super::select::{InflightGuard, Mirror};
+use super::{MirrorSet, Remote};
+use crate::clock::now_ms;
 use crate::config::{RemoteConfig, UpstreamAuth};
 use crate::error::{AttemptError, ProxyError};
-use crate::meta::now_ms;
-use crate::remote::{MirrorSet, Remote};
-use crate::select::{InflightGuard, Mirror};
 
 /// Hops a redirect chain may take (each to one of the remote's own hosts).
 const MAX_REDIRECTS: usize = 5;
@@ -71,23 +70,26 @@ impl Validators<'_> {
 
 /// What a successful fetch brought back.
 pub enum Fetched<'r> {
-    /// A 200 whose body is still to be read; the guard keeps the mirror's
-    /// in-flight count up until the body is done.
-    Body {
-        response: reqwest::Response,
-        mirror_idx: usize,
-        set: &'r MirrorSet,
-        mirror: &'r Mirror,
-        guard: InflightGuard<'r>,
-    },
+    /// A 200 whose body is still to be read.
+    Body(Body<'r>),
     /// A 304: the cached copy is still current.
     NotModified { mirror: &'r Mirror },
+}
+
+/// A 200 from one mirror, its body still to be read. The guard keeps the
+/// mirror's in-flight count up until this is dropped.
+pub struct Body<'r> {
+    pub response: reqwest::Response,
+    pub mirror_idx: usize,
+    pub set: &'r MirrorSet,
+    pub mirror: &'r Mirror,
+    pub guard: InflightGuard<'r>,
 }
 
 /// Adds the remote's credentials. Only ever called for requests to the
 /// remote's own mirrors (redirects elsewhere are refused, and reqwest drops
 /// `Authorization` on any cross-host redirect).
-fn authorize(request: reqwest::RequestBuilder, auth: &UpstreamAuth) -> reqwest::RequestBuilder {
+pub(super) fn authorize(request: reqwest::RequestBuilder, auth: &UpstreamAuth) -> reqwest::RequestBuilder {
     match auth {
         UpstreamAuth::None => request,
         UpstreamAuth::Basic { username, password } => {
@@ -169,13 +171,13 @@ pub async fn fetch<'r>(
                 }
                 match status {
                     StatusCode::OK => {
-                        return Ok(Fetched::Body {
+                        return Ok(Fetched::Body(Body {
                             response,
                             mirror_idx,
                             set,
                             mirror,
                             guard,
-                        })
+                        }))
                     }
                     StatusCode::NOT_MODIFIED if validators.any() => {
                         return Ok(Fetched::NotModified { mirror })
@@ -216,48 +218,5 @@ pub fn record_failure(
     set.metrics[mirror_idx].failures.inc();
     if let Some(cooldown) = set.health[mirror_idx].record_failure(&remote.config.health, now_ms()) {
         tracing::warn!(remote = %remote.name, mirror = set.mirrors[mirror_idx].base(), ?cooldown, %error, "mirror ejected");
-    }
-}
-
-/// Active health probes: `GET {mirror}/{probe_path}` for every mirror of the
-/// remote's index set every `probe_interval`, until the remote is dropped (by a reload).
-pub async fn probe_loop(remote: Weak<Remote>) {
-    loop {
-        let interval = match remote.upgrade() {
-            Some(r) => r.config.health.probe_interval,
-            None => return,
-        };
-        tokio::time::sleep(interval).await;
-        let Some(remote) = remote.upgrade() else {
-            return;
-        };
-        let Some(probe_path) = remote.config.health.probe_path.clone() else {
-            return;
-        };
-        let set = &remote.index;
-        for (idx, mirror) in set.mirrors.iter().enumerate() {
-            let request = authorize(
-                remote.client.get(mirror.url_for(&probe_path)),
-                &remote.config.auth,
-            );
-            match tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await {
-                Ok(Ok(response)) if !response.status().is_server_error() => {
-                    set.health[idx].record_success()
-                }
-                Ok(Ok(response)) => record_failure(
-                    &remote,
-                    set,
-                    idx,
-                    &format_args!("probe answered {}", response.status()),
-                ),
-                Ok(Err(e)) => record_failure(
-                    &remote,
-                    set,
-                    idx,
-                    &format_args!("probe failed: {}", e.without_url()),
-                ),
-                Err(_) => record_failure(&remote, set, idx, &"probe timed out"),
-            }
-        }
     }
 }

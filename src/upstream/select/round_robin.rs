@@ -23,3 +23,23 @@ impl Selection for RoundRobin {
         AttemptOrder::rotated(n, start)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{mirrors, DECAY};
+    use super::super::{GaugeRegistry, Selection, Selector};
+    use crate::config::Strategy;
+
+
+    #[test]
+    fn round_robin_is_exact() {
+        let gauges = GaugeRegistry::default();
+        let ms = mirrors(3, &gauges);
+        let sel = Selector::new(Strategy::RoundRobin, DECAY);
+        let mut firsts = [0usize; 3];
+        for _ in 0..300 {
+            firsts[sel.order(&ms).next().unwrap()] += 1;
+        }
+        assert_eq!(firsts, [100, 100, 100]);
+    }
+}

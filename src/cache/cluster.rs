@@ -20,8 +20,8 @@ use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
 use crate::config::RedisConfig;
-use crate::meta::Entry;
-use crate::store::Digest;
+use super::meta::Entry;
+use super::store::Digest;
 
 const CHANNEL: &str = "mirrorcache:invalidate";
 /// Invalidation message meaning "drop every cached entry" (purges).
@@ -68,7 +68,7 @@ impl Cluster {
             client,
             conn: ArcSwapOption::empty(),
             config: config.clone(),
-            instance: format!("{}-{}", std::process::id(), crate::meta::now_ms()),
+            instance: format!("{}-{}", std::process::id(), crate::clock::now_ms()),
             next_token: AtomicU64::new(0),
             errors,
         });

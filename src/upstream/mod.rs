@@ -2,18 +2,30 @@
 //! and the mirrors of a separate files host) with their gauges, health and
 //! metrics, its cache policy and its HTTP client, built once from the config
 //! (and again on reload, keeping gauges and health by URL).
+//!
+//! The room's files: [`select`] orders mirrors (one file per strategy),
+//! [`health`] ejects failing mirrors for a while, [`fetch`] runs the attempts
+//! with failover, [`probe`] the optional active probes.
+//!
+//! **Invariant:** this room knows nothing of the cache or of HTTP clients
+//! downstream; it imports only `config`, `kind`, `error`, `clock` and
+//! `metrics`.
+
+pub mod fetch;
+pub mod health;
+pub mod probe;
+pub mod select;
 
 use std::sync::Arc;
 
 use url::Url;
 
 use crate::config::RemoteConfig;
-use crate::health::{HealthRegistry, MirrorHealth};
+use crate::kind::policy::CachePolicy;
 use crate::kind::FILES_PREFIX;
 use crate::metrics::{Metrics, MirrorMetrics, RemoteCounters};
-use crate::policy::CachePolicy;
-use crate::select::{GaugeRegistry, Mirror, Selector};
-use crate::upstream;
+use health::{HealthRegistry, MirrorHealth};
+use select::{GaugeRegistry, Mirror, Selector};
 
 /// One list of interchangeable mirrors, selected among as a unit.
 #[derive(Debug)]
@@ -76,7 +88,7 @@ impl Remote {
                 .then(|| MirrorSet::new(config, &config.files, gauges, health, metrics)),
             counters: metrics.remote_counters(&config.name),
             policy: CachePolicy::new(config),
-            client: upstream::client_for(config)?,
+            client: fetch::client_for(config)?,
             config: config.clone(),
         })
     }

@@ -4,8 +4,8 @@
 //! document is touched — fragments (`#sha256=…`), attributes, other hosts —
 //! so only URLs on configured hosts are ever fetched.
 
-use crate::kind::FILES_PREFIX;
-use crate::remote::Remote;
+use super::FILES_PREFIX;
+use crate::config::RemoteConfig;
 
 pub struct Rewrite {
     /// (mirror base, proxy base), longest mirror base first.
@@ -13,13 +13,12 @@ pub struct Rewrite {
 }
 
 impl Rewrite {
-    /// The rewrite for `remote` as seen by a client that reaches the proxy at
+    /// The rewrite for the remote `config` as seen by a client that reaches the proxy at
     /// `public_base` (e.g. `http://127.0.0.1:8080`, no trailing slash).
-    pub fn new(remote: &Remote, public_base: &str) -> Rewrite {
-        let to_index = format!("{public_base}/{}", remote.name);
+    pub fn new(config: &RemoteConfig, public_base: &str) -> Rewrite {
+        let to_index = format!("{public_base}/{}", config.name);
         let to_files = format!("{to_index}/{}", FILES_PREFIX.trim_end_matches('/'));
-        let mut pairs: Vec<(String, String)> = remote
-            .config
+        let mut pairs: Vec<(String, String)> = config
             .files
             .iter()
             .map(|u| {
@@ -28,7 +27,7 @@ impl Rewrite {
                     to_files.clone(),
                 )
             })
-            .chain(remote.config.mirrors.iter().map(|u| {
+            .chain(config.mirrors.iter().map(|u| {
                 (
                     u.as_str().trim_end_matches('/').to_string(),
                     to_index.clone(),

@@ -11,8 +11,8 @@ use std::fmt;
 use anyhow::Context;
 
 use crate::config::Config;
-use crate::meta::MetadataStore;
-use crate::store::{ContentStore, Digest};
+use super::meta::MetadataStore;
+use super::store::{ContentStore, Digest};
 
 #[derive(Debug, Default)]
 pub struct Report {

@@ -68,13 +68,13 @@ impl Running {
                 "shutdown timeout reached with fills in progress; they are dropped"
             );
         }
-        self.proxy.meta.close().await;
+        self.proxy.cache.meta.close().await;
     }
 }
 
 async fn serve(listener: TcpListener, proxy: Arc<Proxy>, stop: impl Future<Output = ()>) {
     let config = proxy.server.clone();
-    let router = crate::http::router(proxy);
+    let router = super::router(proxy);
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();

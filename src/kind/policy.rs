@@ -7,7 +7,6 @@ use std::time::Duration;
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
 use crate::config::{RemoteConfig, RemoteKind};
-use crate::meta::Entry;
 
 #[derive(Debug)]
 pub struct CachePolicy {
@@ -39,8 +38,9 @@ impl CachePolicy {
         self.kind.is_immutable(path) || self.immutable.is_match(path)
     }
 
-    /// Whether `entry` (cached at `path`) may be served without asking upstream.
-    pub fn is_fresh(&self, path: &str, entry: &Entry, now_ms: i64) -> bool {
-        entry.age(now_ms) < self.revalidate_after || self.is_immutable(path)
+    /// Whether an entry cached at `path`, `age` since it was fetched or
+    /// revalidated, may be served without asking upstream.
+    pub fn is_fresh(&self, path: &str, age: Duration) -> bool {
+        age < self.revalidate_after || self.is_immutable(path)
     }
 }

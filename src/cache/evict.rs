@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::proxy::Proxy;
+use super::{Cache, Digest};
+use crate::error::ProxyError;
 
 /// How often access times are written and the size is checked.
 const FLUSH_INTERVAL: Duration = Duration::from_secs(30);
@@ -22,15 +23,21 @@ const BATCH: i64 = 256;
 
 pub struct Evictor {
     max_size: u64,
-    wake: Notify,
+    /// Shared so the evictor's task can wait without keeping the cache alive.
+    wake: Arc<Notify>,
 }
 
 impl Evictor {
     pub fn new(max_size: u64) -> Evictor {
         Evictor {
             max_size,
-            wake: Notify::new(),
+            wake: Arc::new(Notify::new()),
         }
+    }
+
+    /// `storage.max_size`.
+    pub fn max_size(&self) -> u64 {
+        self.max_size
     }
 
     /// Wakes the evictor if the store has outgrown its limit.
@@ -40,19 +47,19 @@ impl Evictor {
         }
     }
 
-    /// Runs until the proxy is dropped.
-    pub async fn run(proxy: Weak<Proxy>) {
+    /// Runs until the cache is dropped.
+    pub async fn run(cache: Weak<Cache>) {
         loop {
-            let Some(p) = proxy.upgrade() else { return };
-            let evictor = p.evictor.clone();
-            drop(p);
+            let Some(c) = cache.upgrade() else { return };
+            let wake = c.evictor.wake.clone();
+            drop(c);
             tokio::select! {
-                () = evictor.wake.notified() => {}
+                () = wake.notified() => {}
                 () = tokio::time::sleep(FLUSH_INTERVAL) => {}
             }
-            let Some(proxy) = proxy.upgrade() else { return };
-            if let Err(error) = evict(&proxy).await {
-                proxy.metrics.metadata_errors.inc();
+            let Some(cache) = cache.upgrade() else { return };
+            if let Err(error) = evict(&cache).await {
+                cache.metrics.metadata_errors.inc();
                 tracing::warn!(%error, "eviction round failed");
             }
         }
@@ -60,33 +67,33 @@ impl Evictor {
 }
 
 /// Flushes access times, then evicts until the store is under 90% of the limit
-/// (only when it is over the limit). Also what tests and `verify` call.
-pub async fn evict(proxy: &Arc<Proxy>) -> Result<(), crate::error::ProxyError> {
-    proxy.meta.flush_access_times().await?;
-    let max = proxy.evictor.max_size;
-    if proxy.blobs.size() <= max {
+/// (only when it is over the limit).
+pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
+    cache.meta.flush_access_times().await?;
+    let max = cache.evictor.max_size;
+    if cache.size() <= max {
         return Ok(());
     }
     let target = max / 10 * 9;
     let (mut entries, mut bytes) = (0u64, 0u64);
-    'rounds: while proxy.blobs.size() > target {
-        let rows = proxy.meta.least_recently_used(BATCH).await?;
+    'rounds: while cache.size() > target {
+        let rows = cache.meta.least_recently_used(BATCH).await?;
         if rows.is_empty() {
             break;
         }
         for row in rows {
-            proxy.meta.forget_row(&row.remote, &row.path).await?;
+            cache.meta.forget_row(&row.remote, &row.path).await?;
             entries += 1;
-            if let Some(digest) = crate::store::Digest::from_hex(&row.digest) {
-                bytes += proxy.release_blob(&digest).await;
+            if let Some(digest) = Digest::from_hex(&row.digest) {
+                bytes += cache.release_blob(&digest).await;
             }
-            if proxy.blobs.size() <= target {
+            if cache.size() <= target {
                 break 'rounds;
             }
         }
     }
-    proxy.metrics.evictions.inc_by(entries);
-    proxy.metrics.evicted_bytes.inc_by(bytes);
-    tracing::info!(entries, bytes, store = proxy.blobs.size(), max, "evicted");
+    cache.metrics.evictions.inc_by(entries);
+    cache.metrics.evicted_bytes.inc_by(bytes);
+    tracing::info!(entries, bytes, store = cache.size(), max, "evicted");
     Ok(())
 }

@@ -2,7 +2,14 @@
 //! immutable artifacts (cached forever), which are index documents whose
 //! absolute URLs are rewritten to point through the proxy, and which are
 //! content-negotiated (cached once per variant). Everything a kind knows about
-//! its ecosystem lives here; `policy` adds the operator's patterns on top.
+//! its ecosystem lives here; [`policy`] adds the operator's patterns on top, and
+//! [`rewrite`] re-points a document's URLs at the proxy.
+//!
+//! **Invariant:** this room imports only `config`: it is rules over paths,
+//! headers and text, with no state.
+
+pub mod policy;
+pub mod rewrite;
 
 use axum::http::{header, HeaderMap};
 

@@ -21,7 +21,7 @@ use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
 use crate::config::S3Config;
-use crate::store::{ContentStore, Digest, TempBlob};
+use super::store::{self, ContentStore, Digest, TempBlob};
 
 /// Bytes read from a local blob at a time: large enough that a 1 MiB hit is
 /// four reads, small enough that 64 connections in flight stay within the
@@ -78,7 +78,7 @@ impl Blob {
             Blob::Local(file) => {
                 let file = file.clone();
                 tokio::task::spawn_blocking(move || {
-                    crate::store::read_at(&file, 0, size as usize).map(Vec::from)
+                    store::read_at(&file, 0, size as usize).map(Vec::from)
                 })
                 .await
                 .map_err(io::Error::other)?
@@ -143,7 +143,7 @@ fn local_stream(file: Arc<File>, start: u64, len: u64) -> BoxStream<'static, io:
                 return Ok(None);
             }
             let n = (end - pos).min(FILE_CHUNK as u64) as usize;
-            let bytes = tokio::task::spawn_blocking(move || crate::store::read_at(&file, pos, n))
+            let bytes = tokio::task::spawn_blocking(move || store::read_at(&file, pos, n))
                 .await
                 .map_err(io::Error::other)??;
             Ok(Some((bytes, pos + n as u64)))

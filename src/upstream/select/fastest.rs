@@ -100,3 +100,71 @@ impl Selection for Fastest {
         order
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::super::tests::{mirrors, observe_at, DECAY, SECOND};
+    use super::super::GaugeRegistry;
+    use super::*;
+
+
+    #[test]
+    fn fastest_orders_by_latency_times_load() {
+        let gauges = GaugeRegistry::default();
+        let ms = mirrors(3, &gauges);
+        let now = 5 * SECOND;
+        for (mirror, millis) in ms.iter().zip([2, 20, 80]) {
+            observe_at(mirror, millis, now);
+        }
+        let fastest = Fastest::new(DecayWindow::new(DECAY));
+        assert_eq!(fastest.order(&ms).collect::<Vec<_>>(), vec![0, 1, 2]);
+        // Ten in flight on the 2 ms mirror: 2 × 11 = 22 > 20 × 1, so the
+        // 20 ms mirror takes the next request; 80 ms stays last.
+        let _busy: Vec<_> = (0..10).map(|_| ms[0].begin_attempt()).collect();
+        assert_eq!(fastest.order(&ms).collect::<Vec<_>>(), vec![1, 0, 2]);
+    }
+
+    #[test]
+    fn fastest_scores_a_never_observed_mirror_at_the_average() {
+        let gauges = GaugeRegistry::default();
+        let ms = mirrors(3, &gauges);
+        let now = 5 * SECOND;
+        observe_at(&ms[0], 2, now);
+        observe_at(&ms[1], 20, now);
+        let fastest = Fastest::new(DecayWindow::new(DECAY));
+        // Mirror 2 counts as 11 ms: after the known-fast one, before the slow one.
+        assert_eq!(fastest.order(&ms).collect::<Vec<_>>(), vec![0, 2, 1]);
+        // Once the fast one is loaded, the unknown one is tried.
+        let _busy: Vec<_> = (0..6).map(|_| ms[0].begin_attempt()).collect();
+        assert_eq!(fastest.order(&ms).next(), Some(2));
+    }
+
+    #[test]
+    fn fastest_tries_a_slow_mirror_again_once_its_estimate_fades() {
+        let gauges = GaugeRegistry::default();
+        let ms = mirrors(2, &gauges);
+        let fastest = Fastest::new(DecayWindow::new(DECAY));
+        observe_at(&ms[0], 2, 0);
+        observe_at(&ms[1], 80, 0);
+        assert_eq!(fastest.order(&ms).next(), Some(0));
+        // The fast mirror keeps answering in 2 ms; the slow one gets no
+        // traffic, so nothing refreshes its 80 ms, which fades: e^-4 × 80 ms
+        // is 1.5 ms after four windows.
+        for second in 1..=40 {
+            observe_at(&ms[0], 2, second * SECOND);
+        }
+        assert_eq!(fastest.order(&ms).next(), Some(1));
+        // Its answer is still slow: the peak is believed at once.
+        observe_at(&ms[1], 80, 40 * SECOND);
+        assert_eq!(fastest.order(&ms).next(), Some(0));
+    }
+
+    #[test]
+    fn fastest_rotates_ties() {
+        let ms = mirrors(4, &GaugeRegistry::default());
+        let fastest = Fastest::new(DecayWindow::new(DECAY));
+        let firsts: std::collections::HashSet<usize> =
+            (0..4).map(|_| fastest.order(&ms).next().unwrap()).collect();
+        assert_eq!(firsts.len(), 4);
+    }
+}

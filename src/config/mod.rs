@@ -1,0 +1,286 @@
+//! Configuration: the TOML file as written (`Raw*`, serde, unknown keys refused),
+//! then one validated [`Config`] built once, with errors that name the key and line.
+//! This file holds the validated types; [`raw`] the serde structs, [`validate`]
+//! the checks that turn one into the other.
+
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use serde::Deserialize;
+use url::Url;
+
+mod raw;
+mod validate;
+
+use raw::RawConfig;
+use validate::Validator;
+
+/// The most mirrors one remote may list: attempt orders are built on the stack
+/// up to this many (see `select::AttemptOrder`).
+pub const MAX_MIRRORS: usize = 16;
+
+/// A configuration that has passed every check; nothing downstream re-validates it.
+#[derive(Debug, Clone)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub log: LogConfig,
+    /// Cross-instance coordination; `None` = this instance works alone.
+    pub redis: Option<RedisConfig>,
+    pub storage: StorageConfig,
+    pub metadata: MetadataConfig,
+    pub remotes: Vec<RemoteConfig>,
+}
+
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    /// Base for URLs the proxy writes; `None` = derived from the request's Host.
+    pub public_url: Option<Url>,
+    pub admin_token: Option<String>,
+    /// How long shutdown waits for in-flight requests before it cuts them.
+    pub shutdown_timeout: Duration,
+    /// A client must finish sending its request head within this (slow-loris bound).
+    pub header_read_timeout: Duration,
+    pub max_connections: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LogFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone)]
+pub struct RedisConfig {
+    pub url: String,
+    /// Longest wait for any one Redis operation before going on without it.
+    pub timeout: Duration,
+    /// Lease of an artifact lock; renewed every third of it while filling.
+    pub lock_ttl: Duration,
+    /// How long an instance waits for another's fill before fetching itself.
+    pub lock_wait: Duration,
+    /// Lifetime of a shared metadata entry in Redis.
+    pub entry_ttl: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct LogConfig {
+    pub format: LogFormat,
+    /// A `tracing` filter (`info`, `mirrorcache=debug,warn`); `RUST_LOG` overrides it.
+    pub level: String,
+}
+
+#[derive(Debug, Clone)]
+pub struct StorageConfig {
+    /// The local store: blobs (unless `s3` is set) and fills in progress.
+    pub path: PathBuf,
+    pub max_size: u64,
+    /// The in-memory tier of small hot blobs: total bytes (0 = off).
+    pub memory_cache_size: u64,
+    /// Largest blob the in-memory tier holds.
+    pub memory_object_max: u64,
+    /// Committed blobs in S3-compatible storage instead of `path/blobs`.
+    pub s3: Option<S3Config>,
+}
+
+#[derive(Debug, Clone)]
+pub struct S3Config {
+    /// `s3://bucket/prefix`.
+    pub url: String,
+    /// For S3-compatible servers (MinIO, moto, Ceph): their base URL.
+    pub endpoint: Option<String>,
+    pub region: String,
+    /// Unset: taken from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
+    pub access_key_id: Option<String>,
+    pub secret_access_key: Option<Secret>,
+}
+
+#[derive(Debug, Clone)]
+pub struct MetadataConfig {
+    pub url: String,
+    /// Entries held by the in-memory metadata cache in front of the database.
+    pub cache_entries: u64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RemoteKind {
+    Generic,
+    Pypi,
+    Npm,
+    Cargo,
+    Apt,
+    Go,
+}
+
+impl RemoteKind {
+    pub fn parse(name: &str) -> Option<RemoteKind> {
+        Some(match name {
+            "generic" => RemoteKind::Generic,
+            "pypi" => RemoteKind::Pypi,
+            "npm" => RemoteKind::Npm,
+            "cargo" => RemoteKind::Cargo,
+            "apt" => RemoteKind::Apt,
+            "go" => RemoteKind::Go,
+            _ => return None,
+        })
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RemoteKind::Generic => "generic",
+            RemoteKind::Pypi => "pypi",
+            RemoteKind::Npm => "npm",
+            RemoteKind::Cargo => "cargo",
+            RemoteKind::Apt => "apt",
+            RemoteKind::Go => "go",
+        }
+    }
+
+    /// The separate download host of the public registry, when it has one.
+    pub fn default_files(self) -> &'static [&'static str] {
+        match self {
+            RemoteKind::Pypi => &["https://files.pythonhosted.org"],
+            RemoteKind::Cargo => &["https://static.crates.io/crates"],
+            _ => &[],
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Strategy {
+    Single,
+    RoundRobin,
+    LeastConn,
+    Fastest,
+}
+
+#[derive(Debug, Clone)]
+pub struct RemoteConfig {
+    pub name: String,
+    pub kind: RemoteKind,
+    /// Mirror base URLs, without a trailing slash.
+    pub mirrors: Vec<Url>,
+    /// Mirrors of the separate download host (pypi's files host, cargo's
+    /// `dl`); served under `/{name}/~files/…`. Empty when there is none.
+    pub files: Vec<Url>,
+    /// Index documents rewritten in memory are refused (502) beyond this size.
+    pub max_document_size: u64,
+    pub strategy: Strategy,
+    /// `fastest`: how quickly old first-byte latency observations fade.
+    pub latency_decay: Duration,
+    pub connect_timeout: Duration,
+    pub first_byte_timeout: Duration,
+    pub idle_timeout: Duration,
+    /// Upstream attempts per miss, across mirrors (at least 1).
+    pub max_attempts: usize,
+    pub immutable: Vec<String>,
+    pub revalidate_after: Duration,
+    /// When every mirror fails, a cached copy up to this old is served (`STALE`).
+    pub max_stale: Duration,
+    /// How long a 404 from every mirror is answered from memory.
+    pub negative_ttl: Duration,
+    /// Upstream bodies larger than this are refused (502) and never cached.
+    pub max_body_size: u64,
+    /// Requests one mirror may have in flight from this proxy; `None` = no limit.
+    pub mirror_max_in_flight: Option<usize>,
+    pub health: HealthConfig,
+    pub auth: UpstreamAuth,
+}
+
+/// Passive (and optional active) health checking of a remote's mirrors.
+#[derive(Debug, Clone)]
+pub struct HealthConfig {
+    /// Consecutive failures that eject a mirror.
+    pub eject_after: u32,
+    /// First ejection's length; each repeat doubles it, up to `cooldown_max`.
+    pub cooldown: Duration,
+    pub cooldown_max: Duration,
+    /// Active probe: `GET {mirror}/{probe_path}` every `probe_interval`.
+    pub probe_path: Option<String>,
+    pub probe_interval: Duration,
+}
+
+/// A value that must never be printed: `Debug` shows `***`.
+#[derive(Clone, PartialEq, Eq)]
+pub struct Secret(String);
+
+impl Secret {
+    pub fn expose(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("***")
+    }
+}
+
+/// Credentials sent to a remote's mirrors (and to no other host).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UpstreamAuth {
+    None,
+    Basic { username: String, password: Secret },
+    Bearer(Secret),
+}
+
+/// A configuration error: where (file, line) and which key, then what is wrong.
+#[derive(Debug)]
+pub struct ConfigError {
+    pub origin: String,
+    pub line: Option<usize>,
+    pub key: String,
+    pub message: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "{}:{}: ", self.origin, line)?,
+            None => write!(f, "{}: ", self.origin)?,
+        }
+        if self.key.is_empty() {
+            write!(f, "{}", self.message)
+        } else {
+            write!(f, "`{}`: {}", self.key, self.message)
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+impl Config {
+    /// Reads and validates the file at `path`.
+    pub fn load(path: &Path) -> Result<Config, ConfigError> {
+        let origin = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| ConfigError {
+            origin: origin.clone(),
+            line: None,
+            key: String::new(),
+            message: format!("cannot read the file: {e}"),
+        })?;
+        Config::parse(&text, &origin)
+    }
+
+    /// Parses and validates TOML text; `origin` names it in errors.
+    pub fn parse(text: &str, origin: &str) -> Result<Config, ConfigError> {
+        let raw: RawConfig = toml::from_str(text).map_err(|e| {
+            let line = e.span().map(|s| line_of(text, s.start));
+            ConfigError {
+                origin: origin.to_string(),
+                line,
+                key: String::new(),
+                message: e.message().to_string(),
+            }
+        })?;
+        Validator { text, origin }.config(raw)
+    }
+}
+
+fn line_of(text: &str, offset: usize) -> usize {
+    text[..offset.min(text.len())].matches('\n').count() + 1
+}

@@ -1,0 +1,261 @@
+//! The config file as written: serde structs that mirror the TOML, with
+//! `deny_unknown_fields`, spans for error lines, and the defaults. Only the
+//! validator reads them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde::Deserialize;
+use toml::Spanned;
+
+use super::{LogFormat, Strategy};
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawConfig {
+    #[serde(default)]
+    pub(super) server: RawServer,
+    #[serde(default)]
+    pub(super) storage: RawStorage,
+    #[serde(default)]
+    pub(super) metadata: RawMetadata,
+    #[serde(default)]
+    pub(super) log: RawLog,
+    pub(super) redis: Option<RawRedis>,
+    #[serde(default, rename = "remote")]
+    pub(super) remotes: Vec<Spanned<RawRemote>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawServer {
+    pub(super) listen: Spanned<String>,
+    pub(super) public_url: Option<Spanned<String>>,
+    pub(super) admin_token: Option<String>,
+    pub(super) shutdown_timeout: HumanDuration,
+    pub(super) header_read_timeout: HumanDuration,
+    pub(super) max_connections: usize,
+}
+
+impl Default for RawServer {
+    fn default() -> Self {
+        RawServer {
+            listen: Spanned::new(0..0, "127.0.0.1:8080".to_string()),
+            public_url: None,
+            admin_token: None,
+            shutdown_timeout: HumanDuration(Duration::from_secs(10)),
+            header_read_timeout: HumanDuration(Duration::from_secs(10)),
+            max_connections: 4096,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRedis {
+    pub(super) url: Spanned<String>,
+    #[serde(default = "default_redis_timeout")]
+    pub(super) timeout: HumanDuration,
+    #[serde(default = "default_lock_ttl")]
+    pub(super) lock_ttl: HumanDuration,
+    #[serde(default = "default_lock_wait")]
+    pub(super) lock_wait: HumanDuration,
+    #[serde(default = "default_entry_ttl")]
+    pub(super) entry_ttl: HumanDuration,
+}
+
+fn default_redis_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_millis(250))
+}
+fn default_lock_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+fn default_lock_wait() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_entry_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawLog {
+    pub(super) format: LogFormat,
+    pub(super) level: String,
+}
+
+impl Default for RawLog {
+    fn default() -> Self {
+        RawLog {
+            format: LogFormat::Text,
+            level: "info".to_string(),
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawStorage {
+    pub(super) path: PathBuf,
+    pub(super) max_size: HumanSize,
+    pub(super) memory_cache_size: HumanSize,
+    pub(super) memory_object_max: HumanSize,
+    pub(super) url: Option<Spanned<String>>,
+    pub(super) endpoint: Option<String>,
+    pub(super) region: String,
+    pub(super) access_key_id: Option<String>,
+    pub(super) secret_access_key: Option<String>,
+}
+
+impl Default for RawStorage {
+    fn default() -> Self {
+        RawStorage {
+            path: PathBuf::from("data/store"),
+            max_size: HumanSize(20 * 1024 * 1024 * 1024),
+            memory_cache_size: HumanSize(48 * 1024 * 1024),
+            memory_object_max: HumanSize(1024 * 1024),
+            url: None,
+            endpoint: None,
+            region: "us-east-1".to_string(),
+            access_key_id: None,
+            secret_access_key: None,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(super) struct RawMetadata {
+    pub(super) url: Spanned<String>,
+    pub(super) cache_entries: u64,
+}
+
+impl Default for RawMetadata {
+    fn default() -> Self {
+        RawMetadata {
+            url: Spanned::new(0..0, "sqlite://data/meta.db".to_string()),
+            cache_entries: 100_000,
+        }
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawRemote {
+    pub(super) name: Spanned<String>,
+    #[serde(default = "default_kind")]
+    pub(super) kind: Spanned<String>,
+    pub(super) mirrors: Spanned<Vec<Spanned<String>>>,
+    pub(super) files: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default = "default_max_document_size")]
+    pub(super) max_document_size: HumanSize,
+    #[serde(default = "default_strategy")]
+    pub(super) strategy: Strategy,
+    #[serde(default = "default_latency_decay")]
+    pub(super) latency_decay: HumanDuration,
+    #[serde(default = "default_connect_timeout")]
+    pub(super) connect_timeout: HumanDuration,
+    #[serde(default = "default_first_byte_timeout")]
+    pub(super) first_byte_timeout: HumanDuration,
+    #[serde(default = "default_idle_timeout")]
+    pub(super) idle_timeout: HumanDuration,
+    pub(super) max_attempts: Option<Spanned<usize>>,
+    #[serde(default)]
+    pub(super) immutable: Vec<Spanned<String>>,
+    #[serde(default = "default_revalidate_after")]
+    pub(super) revalidate_after: HumanDuration,
+    #[serde(default = "default_max_stale")]
+    pub(super) max_stale: HumanDuration,
+    #[serde(default = "default_negative_ttl")]
+    pub(super) negative_ttl: HumanDuration,
+    #[serde(default = "default_max_body_size")]
+    pub(super) max_body_size: HumanSize,
+    #[serde(default)]
+    pub(super) mirror_max_in_flight: usize,
+    #[serde(default = "default_eject_after")]
+    pub(super) eject_after: u32,
+    #[serde(default = "default_eject_cooldown")]
+    pub(super) eject_cooldown: HumanDuration,
+    #[serde(default = "default_eject_cooldown_max")]
+    pub(super) eject_cooldown_max: HumanDuration,
+    pub(super) probe_path: Option<String>,
+    #[serde(default = "default_probe_interval")]
+    pub(super) probe_interval: HumanDuration,
+    pub(super) username: Option<String>,
+    pub(super) password: Option<Spanned<String>>,
+    pub(super) password_env: Option<Spanned<String>>,
+    pub(super) bearer_token: Option<Spanned<String>>,
+    pub(super) bearer_token_env: Option<Spanned<String>>,
+}
+
+fn default_max_document_size() -> HumanSize {
+    HumanSize(64 * 1024 * 1024)
+}
+fn default_max_stale() -> HumanDuration {
+    HumanDuration(Duration::from_secs(7 * 24 * 3600))
+}
+fn default_negative_ttl() -> HumanDuration {
+    HumanDuration(Duration::from_secs(60))
+}
+fn default_max_body_size() -> HumanSize {
+    HumanSize(8 * 1024 * 1024 * 1024)
+}
+fn default_eject_after() -> u32 {
+    3
+}
+fn default_eject_cooldown() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+fn default_eject_cooldown_max() -> HumanDuration {
+    HumanDuration(Duration::from_secs(300))
+}
+fn default_probe_interval() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+
+fn default_kind() -> Spanned<String> {
+    Spanned::new(0..0, "generic".to_string())
+}
+fn default_strategy() -> Strategy {
+    Strategy::Single
+}
+fn default_latency_decay() -> HumanDuration {
+    HumanDuration(Duration::from_secs(10))
+}
+fn default_connect_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(5))
+}
+fn default_first_byte_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_idle_timeout() -> HumanDuration {
+    HumanDuration(Duration::from_secs(30))
+}
+fn default_revalidate_after() -> HumanDuration {
+    HumanDuration(Duration::from_secs(600))
+}
+
+/// A duration written for people ("5m", "30s"), parsed by `humantime`.
+#[derive(Clone, Copy)]
+pub(super) struct HumanDuration(pub(super) Duration);
+
+impl<'de> Deserialize<'de> for HumanDuration {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        humantime::parse_duration(&text)
+            .map(HumanDuration)
+            .map_err(|e| serde::de::Error::custom(format!("invalid duration {text:?}: {e}")))
+    }
+}
+
+/// A size written for people ("20GiB", "512MB"), parsed by `bytesize`.
+#[derive(Clone, Copy)]
+pub(super) struct HumanSize(pub(super) u64);
+
+impl<'de> Deserialize<'de> for HumanSize {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let text = String::deserialize(d)?;
+        text.parse::<bytesize::ByteSize>()
+            .map(|s| HumanSize(s.as_u64()))
+            .map_err(|e| serde::de::Error::custom(format!("invalid size {text:?}: {e}")))
+    }
+}

@@ -1,0 +1,357 @@
+//! The validator: raw structs in, one checked [`Config`] out, or an error
+//! naming the key and its line.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use toml::Spanned;
+use url::Url;
+
+use super::raw::*;
+use super::*;
+pub(super) struct Validator<'a> {
+    pub(super) text: &'a str,
+    pub(super) origin: &'a str,
+}
+
+impl Validator<'_> {
+    fn error<T>(
+        &self,
+        key: impl Into<String>,
+        span: std::ops::Range<usize>,
+        message: impl Into<String>,
+    ) -> Result<T, ConfigError> {
+        Err(ConfigError {
+            origin: self.origin.to_string(),
+            line: (span.end > 0).then(|| line_of(self.text, span.start)),
+            key: key.into(),
+            message: message.into(),
+        })
+    }
+
+    pub(super) fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let server = self.server(raw.server)?;
+        let metadata_url = raw.metadata.url.get_ref().trim().to_string();
+        if !(metadata_url.starts_with("sqlite:")
+            || metadata_url.starts_with("postgres://")
+            || metadata_url.starts_with("postgresql://"))
+        {
+            return self.error(
+                "metadata.url",
+                raw.metadata.url.span(),
+                "must start with sqlite:// or postgres://",
+            );
+        }
+        if raw.remotes.is_empty() {
+            return self.error(
+                "remote",
+                0..0,
+                "no [[remote]] is configured; add at least one",
+            );
+        }
+        let mut remotes: Vec<RemoteConfig> = Vec::with_capacity(raw.remotes.len());
+        for (i, remote) in raw.remotes.into_iter().enumerate() {
+            let remote = self.remote(i, remote.into_inner())?;
+            remotes.push(remote);
+        }
+        for (i, r) in remotes.iter().enumerate() {
+            if remotes[..i].iter().any(|o| o.name == r.name) {
+                return self.error(
+                    format!("remote[{i}].name"),
+                    0..0,
+                    format!("duplicate remote name {:?}", r.name),
+                );
+            }
+        }
+        let redis = match raw.redis {
+            None => None,
+            Some(r) => {
+                let url = r.url.get_ref().trim().to_string();
+                if !(url.starts_with("redis://") || url.starts_with("rediss://")) {
+                    return self.error(
+                        "redis.url",
+                        r.url.span(),
+                        "must start with redis:// or rediss://",
+                    );
+                }
+                Some(RedisConfig {
+                    url,
+                    timeout: r.timeout.0,
+                    lock_ttl: r.lock_ttl.0.max(Duration::from_millis(300)),
+                    lock_wait: r.lock_wait.0,
+                    entry_ttl: r.entry_ttl.0,
+                })
+            }
+        };
+        Ok(Config {
+            server,
+            redis,
+            log: LogConfig {
+                format: raw.log.format,
+                level: raw.log.level,
+            },
+            storage: StorageConfig {
+                s3: match raw.storage.url {
+                    None => None,
+                    Some(url) if url.get_ref().starts_with("s3://") && url.get_ref().len() > 5 => {
+                        Some(S3Config {
+                            url: url.get_ref().clone(),
+                            endpoint: raw.storage.endpoint,
+                            region: raw.storage.region,
+                            access_key_id: raw.storage.access_key_id,
+                            secret_access_key: raw.storage.secret_access_key.map(Secret),
+                        })
+                    }
+                    Some(url) => {
+                        return self.error(
+                            "storage.url",
+                            url.span(),
+                            "must be s3://bucket[/prefix]",
+                        )
+                    }
+                },
+                path: raw.storage.path,
+                max_size: raw.storage.max_size.0,
+                memory_cache_size: raw.storage.memory_cache_size.0,
+                memory_object_max: raw.storage.memory_object_max.0,
+            },
+            metadata: MetadataConfig {
+                url: metadata_url,
+                cache_entries: raw.metadata.cache_entries.max(1),
+            },
+            remotes,
+        })
+    }
+
+    fn server(&self, raw: RawServer) -> Result<ServerConfig, ConfigError> {
+        let listen = match raw.listen.get_ref().parse::<SocketAddr>() {
+            Ok(addr) => addr,
+            Err(e) => {
+                return self.error(
+                    "server.listen",
+                    raw.listen.span(),
+                    format!("{e}; expected host:port such as \"127.0.0.1:8080\""),
+                )
+            }
+        };
+        let public_url = match raw.public_url {
+            None => None,
+            Some(s) => match Url::parse(s.get_ref()) {
+                Ok(u) if matches!(u.scheme(), "http" | "https") => Some(u),
+                Ok(_) => {
+                    return self.error(
+                        "server.public_url",
+                        s.span(),
+                        "must be an http:// or https:// URL",
+                    )
+                }
+                Err(e) => {
+                    return self.error("server.public_url", s.span(), format!("not a URL: {e}"))
+                }
+            },
+        };
+        Ok(ServerConfig {
+            listen,
+            public_url,
+            admin_token: raw.admin_token.filter(|t| !t.is_empty()),
+            shutdown_timeout: raw.shutdown_timeout.0,
+            header_read_timeout: raw.header_read_timeout.0,
+            max_connections: raw.max_connections.max(1),
+        })
+    }
+
+    fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
+        let auth = self.auth(i, &raw)?;
+        let name = raw.name.get_ref().clone();
+        let name_ok = !name.is_empty()
+            && name != "-"
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+        if !name_ok {
+            return self.error(
+                format!("remote[{i}].name"),
+                raw.name.span(),
+                format!("{name:?} is not a valid remote name (letters, digits, '-', '_', '.'; not \"-\")"),
+            );
+        }
+        let kind = match RemoteKind::parse(raw.kind.get_ref()) {
+            Some(kind) => kind,
+            None => {
+                return self.error(
+                    format!("remote[{i}].kind"),
+                    raw.kind.span(),
+                    format!(
+                        "unknown kind {:?}; expected one of generic, pypi, npm, cargo, apt, go",
+                        raw.kind.get_ref()
+                    ),
+                );
+            }
+        };
+        let mirrors = self.mirror_list(&format!("remote[{i}].mirrors"), &raw.mirrors)?;
+        let files = match &raw.files {
+            // `files = []` says: this registry has no separate files host.
+            Some(files) if files.get_ref().is_empty() => Vec::new(),
+            Some(files) => self.mirror_list(&format!("remote[{i}].files"), files)?,
+            None => kind
+                .default_files()
+                .iter()
+                .map(|u| Url::parse(u).expect("default URLs parse"))
+                .collect(),
+        };
+        let max_document_size = raw.max_document_size.0;
+        let max_attempts = match raw.max_attempts {
+            None => mirrors.len(),
+            Some(n) if *n.get_ref() >= 1 => *n.get_ref(),
+            Some(n) => {
+                return self.error(
+                    format!("remote[{i}].max_attempts"),
+                    n.span(),
+                    "must be at least 1",
+                )
+            }
+        };
+        let mut immutable = Vec::with_capacity(raw.immutable.len());
+        for (j, p) in raw.immutable.iter().enumerate() {
+            if let Err(e) = globset::Glob::new(p.get_ref()) {
+                return self.error(
+                    format!("remote[{i}].immutable[{j}]"),
+                    p.span(),
+                    format!("bad pattern: {e}"),
+                );
+            }
+            immutable.push(p.get_ref().clone());
+        }
+        Ok(RemoteConfig {
+            name,
+            kind,
+            mirrors,
+            files,
+            max_document_size,
+            strategy: raw.strategy,
+            latency_decay: raw.latency_decay.0,
+            connect_timeout: raw.connect_timeout.0,
+            first_byte_timeout: raw.first_byte_timeout.0,
+            idle_timeout: raw.idle_timeout.0,
+            max_attempts,
+            immutable,
+            revalidate_after: raw.revalidate_after.0,
+            max_stale: raw.max_stale.0,
+            negative_ttl: raw.negative_ttl.0,
+            max_body_size: raw.max_body_size.0,
+            mirror_max_in_flight: (raw.mirror_max_in_flight > 0)
+                .then_some(raw.mirror_max_in_flight),
+            health: HealthConfig {
+                eject_after: raw.eject_after.max(1),
+                cooldown: raw.eject_cooldown.0,
+                cooldown_max: raw.eject_cooldown_max.0.max(raw.eject_cooldown.0),
+                probe_path: raw
+                    .probe_path
+                    .map(|p| p.trim_start_matches('/').to_string()),
+                probe_interval: raw.probe_interval.0,
+            },
+            auth,
+        })
+    }
+
+    /// A list of 1..=MAX_MIRRORS distinct http(s) base URLs.
+    fn mirror_list(
+        &self,
+        key: &str,
+        list: &Spanned<Vec<Spanned<String>>>,
+    ) -> Result<Vec<Url>, ConfigError> {
+        let raw = list.get_ref();
+        if raw.is_empty() {
+            return self.error(key, list.span(), "lists no mirror; give at least one URL");
+        }
+        if raw.len() > MAX_MIRRORS {
+            return self.error(
+                key,
+                list.span(),
+                format!(
+                    "lists {} mirrors; at most {MAX_MIRRORS} are supported",
+                    raw.len()
+                ),
+            );
+        }
+        let mut urls: Vec<Url> = Vec::with_capacity(raw.len());
+        for (j, m) in raw.iter().enumerate() {
+            let key = format!("{key}[{j}]");
+            let url = match Url::parse(m.get_ref().trim_end_matches('/')) {
+                Ok(u) => u,
+                Err(e) => {
+                    return self.error(
+                        key,
+                        m.span(),
+                        format!("{:?} is not a URL: {e}", m.get_ref()),
+                    )
+                }
+            };
+            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
+                return self.error(
+                    key,
+                    m.span(),
+                    "must be an http:// or https:// URL with a host",
+                );
+            }
+            if url.query().is_some() || url.fragment().is_some() {
+                return self.error(key, m.span(), "must not have a query or fragment");
+            }
+            if urls.contains(&url) {
+                return self.error(key, m.span(), "is listed twice");
+            }
+            urls.push(url);
+        }
+        Ok(urls)
+    }
+
+    /// A secret given inline (`key`) or by environment variable (`key_env`), not both.
+    fn secret(
+        &self,
+        i: usize,
+        key: &str,
+        inline: &Option<Spanned<String>>,
+        env: &Option<Spanned<String>>,
+    ) -> Result<Option<Secret>, ConfigError> {
+        match (inline, env) {
+            (Some(_), Some(e)) => self.error(
+                format!("remote[{i}].{key}_env"),
+                e.span(),
+                format!("give `{key}` or `{key}_env`, not both"),
+            ),
+            (Some(v), None) => Ok(Some(Secret(v.get_ref().clone()))),
+            (None, Some(e)) => match std::env::var(e.get_ref()) {
+                Ok(v) => Ok(Some(Secret(v))),
+                Err(_) => self.error(
+                    format!("remote[{i}].{key}_env"),
+                    e.span(),
+                    format!("environment variable {} is not set", e.get_ref()),
+                ),
+            },
+            (None, None) => Ok(None),
+        }
+    }
+
+    fn auth(&self, i: usize, raw: &RawRemote) -> Result<UpstreamAuth, ConfigError> {
+        let password = self.secret(i, "password", &raw.password, &raw.password_env)?;
+        let token = self.secret(i, "bearer_token", &raw.bearer_token, &raw.bearer_token_env)?;
+        match (&raw.username, password, token) {
+            (Some(_), _, Some(_)) => self.error(
+                format!("remote[{i}].bearer_token"),
+                0..0,
+                "give basic credentials (username) or a bearer token, not both",
+            ),
+            (Some(username), password, None) => Ok(UpstreamAuth::Basic {
+                username: username.clone(),
+                password: password.unwrap_or(Secret(String::new())),
+            }),
+            (None, Some(_), _) => self.error(
+                format!("remote[{i}].username"),
+                0..0,
+                "a password needs a username",
+            ),
+            (None, None, Some(token)) => Ok(UpstreamAuth::Bearer(token)),
+            (None, None, None) => Ok(UpstreamAuth::None),
+        }
+    }
+}

@@ -1,0 +1,165 @@
+//! The fill: one upstream fetch per cold `remote/path`, however many clients
+//! ask, streamed to all of them as it arrives, and committed to the store only
+//! when complete.
+//!
+//! The first request for a key spawns the fill as its own task (so a client
+//! that disconnects never cancels it) and becomes one more reader. The fill
+//! writes the body into a temp file in the store, hashing as it goes, and
+//! publishes its progress on a `watch` channel. Readers stream from the temp
+//! file with positional reads up to the published length and wait on the
+//! channel for more; memory per reader is one read buffer. On success the fill
+//! fsyncs, renames the file into its content-addressed place, records the
+//! metadata row and only then leaves the map of fills in progress; on any
+//! failure the readers' bodies end in an error (the client sees a broken
+//! transfer, never a short "complete" one) and the temp file is deleted.
+
+//!
+//! This file holds the registry of fills in progress and the states a fill
+//! publishes; [`writer`] runs the fill (fetch, hash, write, commit, record)
+//! and [`reader`] streams a fill to one client.
+//!
+//! The room sits between `http` (which joins fills) and the rooms below it:
+//! a fill is handed the [`Cache`], the [`Remote`] and the [`Metrics`] it
+//! uses, never the whole proxy.
+
+mod reader;
+mod writer;
+
+use std::collections::HashMap;
+use std::fs::File;
+use std::sync::{Arc, Mutex};
+
+use tokio::sync::watch;
+
+use crate::cache::{Cache, Entry};
+use crate::error::ProxyError;
+use crate::metrics::Metrics;
+use crate::path::ArtifactPath;
+use crate::upstream::Remote;
+pub use reader::{body, passthrough};
+
+/// What readers need before the body: the upstream response's head.
+#[derive(Debug)]
+pub struct Head {
+    pub content_type: Option<String>,
+    pub content_length: Option<u64>,
+    /// Base URL of the mirror that answered (for the request log).
+    pub mirror: String,
+}
+
+/// A fill's progress, as published to its readers.
+#[derive(Clone)]
+pub enum FillState {
+    /// Choosing a mirror and waiting for its response head.
+    Connecting,
+    /// The body is arriving: `written` bytes of it are in `file` so far.
+    Streaming {
+        head: Arc<Head>,
+        file: Arc<File>,
+        written: u64,
+    },
+    /// The body is complete and hashed: `entry.size` bytes in `file`. The
+    /// entry is what the metadata row will say once committed.
+    Complete {
+        head: Arc<Head>,
+        entry: Arc<Entry>,
+        file: Arc<File>,
+    },
+    /// Revalidation answered 304: serve this (refreshed) cached entry.
+    Revalidated(Arc<Entry>),
+    /// Another instance filled it (we waited on its Redis lock): serve the
+    /// shared entry.
+    Shared(Arc<Entry>),
+    /// The body cannot be cached (larger than the store, or the disk is
+    /// full): it is streamed through. The first reader takes the upstream
+    /// response from `response`; any other reader fetches its own.
+    Bypass {
+        head: Arc<Head>,
+        response: Arc<Mutex<Option<reqwest::Response>>>,
+    },
+    /// The fill failed; before the head this is the client's error response,
+    /// after it the readers' bodies end in an error.
+    Failed(ProxyError),
+}
+
+/// The fills in progress, keyed by `remote/path`, with what a fill uses.
+pub struct FillRegistry {
+    // A std mutex, not a Tokio one: it is held only to look up or insert,
+    // never across an await.
+    fills: Mutex<HashMap<String, watch::Receiver<FillState>>>,
+    /// Woken when the last fill in progress finishes.
+    idle: tokio::sync::Notify,
+    cache: Arc<Cache>,
+    metrics: Arc<Metrics>,
+}
+
+impl FillRegistry {
+    pub fn new(cache: Arc<Cache>, metrics: Arc<Metrics>) -> FillRegistry {
+        FillRegistry {
+            fills: Mutex::default(),
+            idle: tokio::sync::Notify::new(),
+            cache,
+            metrics,
+        }
+    }
+
+    /// Joins the fill of `path` if one is running, else starts one (`started`
+    /// is then true). `stale` is the cached entry to revalidate, if any;
+    /// `accept` the `Accept` header of a content-negotiated variant.
+    pub fn join_or_start(
+        self: &Arc<Self>,
+        remote: &Arc<Remote>,
+        path: &ArtifactPath,
+        accept: Option<&'static str>,
+        stale: Option<Arc<Entry>>,
+    ) -> (watch::Receiver<FillState>, bool) {
+        let mut fills = self.fills.lock().expect("fill registry poisoned");
+        if let Some(rx) = fills.get(path.key()) {
+            self.metrics.coalesced_waiters.inc();
+            return (rx.clone(), false);
+        }
+        let (tx, rx) = watch::channel(FillState::Connecting);
+        fills.insert(path.key().to_string(), rx.clone());
+        self.metrics.fills_in_progress.set(fills.len() as i64);
+        drop(fills);
+        tokio::spawn(writer::run(
+            self.clone(),
+            remote.clone(),
+            path.clone(),
+            accept,
+            stale,
+            tx,
+        ));
+        (rx, true)
+    }
+
+    /// Fills in progress now.
+    pub fn len(&self) -> usize {
+        self.fills.lock().expect("fill registry poisoned").len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Returns once no fill is in progress.
+    pub async fn wait_idle(&self) {
+        loop {
+            let idle = self.idle.notified();
+            if self.is_empty() {
+                return;
+            }
+            idle.await;
+        }
+    }
+
+    /// Takes a finished fill out of the map.
+    fn finish(&self, key: &str) {
+        let mut fills = self.fills.lock().expect("fill registry poisoned");
+        fills.remove(key);
+        if fills.is_empty() {
+            self.idle.notify_waiters();
+        }
+        self.metrics.fills_in_progress.set(fills.len() as i64);
+    }
+}

@@ -1,0 +1,309 @@
+//! Running one fill: take the cross-instance lock, fetch from the remote's
+//! mirrors, write and hash the body into a temp file while publishing
+//! progress, then commit the blob and record its metadata row.
+
+use std::io;
+use std::sync::{Arc, Mutex};
+
+use sha2::{Digest as _, Sha256};
+use tokio::sync::watch;
+
+use super::{FillRegistry, FillState, Head};
+use crate::cache::cluster::{Cluster, LockOutcome};
+use crate::cache::{Cache, Digest, Entry, TempBlob};
+use crate::clock::now_ms;
+use crate::error::ProxyError;
+use crate::path::ArtifactPath;
+use crate::upstream::fetch::{self, Fetched, Validators};
+use crate::upstream::{MirrorSet, Remote};
+
+/// The fill task: one per cold (or stale) key, spawned by
+/// [`FillRegistry::join_or_start`]; it leaves the registry when done.
+pub(super) async fn run(
+    fills: Arc<FillRegistry>,
+    remote: Arc<Remote>,
+    path: ArtifactPath,
+    accept: Option<&'static str>,
+    stale: Option<Arc<Entry>>,
+    tx: watch::Sender<FillState>,
+) {
+    let cache = &fills.cache;
+    // Across instances: one fill per cold artifact, through a Redis lock.
+    let mut held = None;
+    if let (Some(cluster), None) = (cache.cluster(), &stale) {
+        match cluster.try_lock(path.key()).await {
+            LockOutcome::Acquired(lock) => {
+                let renewal = cluster.hold(&lock);
+                held = Some((cluster.clone(), lock, renewal));
+            }
+            LockOutcome::Held => {
+                if let Some(entry) = wait_for_peer(cache, cluster, &path).await {
+                    tx.send_replace(FillState::Shared(entry));
+                    fills.finish(path.key());
+                    return;
+                }
+            }
+            LockOutcome::Unavailable => {}
+        }
+    }
+    let result = fill(cache, &remote, &path, accept, stale.as_deref(), &tx).await;
+    if let Some((cluster, lock, renewal)) = held {
+        renewal.abort();
+        cluster.release(lock).await;
+    }
+    if let Err(error) = result {
+        tracing::debug!(key = path.key(), %error, "fill failed");
+        if let ProxyError::NotFound { status } = error {
+            cache.meta.remember_absent(&path, status, now_ms());
+        }
+        tx.send_replace(FillState::Failed(error));
+    }
+    fills.finish(path.key());
+}
+
+/// Fetch, then either a 304 (the stale entry is refreshed), a stream-through
+/// (the store cannot take the body), or download → publish → commit.
+async fn fill(
+    cache: &Cache,
+    remote: &Remote,
+    path: &ArtifactPath,
+    accept: Option<&'static str>,
+    stale: Option<&Entry>,
+    tx: &watch::Sender<FillState>,
+) -> Result<(), ProxyError> {
+    let validators = stale
+        .map(|e| Validators {
+            etag: e.upstream_etag.as_deref(),
+            last_modified: e.upstream_last_modified.as_deref(),
+        })
+        .unwrap_or_default();
+    let fetched = fetch::fetch(remote, path.path(), validators, accept).await?;
+    let mut upstream = match fetched {
+        Fetched::NotModified { mirror } => {
+            let entry = stale.expect("a 304 is only accepted when validators were sent");
+            let fresh = cache.meta.mark_revalidated(path, entry, now_ms()).await?;
+            tracing::debug!(key = path.key(), mirror = mirror.base(), "revalidated");
+            tx.send_replace(FillState::Revalidated(fresh));
+            return Ok(());
+        }
+        Fetched::Body(body) => body,
+    };
+    cache.meta.forget_absent(path);
+
+    let (head, validators) = head_of(&upstream.response, upstream.mirror.base());
+    let max_body = remote.config.max_body_size;
+    if let Some(len) = head.content_length.filter(|&len| len > max_body) {
+        return Err(ProxyError::TooLarge {
+            size: len,
+            limit: max_body,
+        });
+    }
+    let temp = match open_temp(cache, head.content_length.unwrap_or(0)).await {
+        Ok(temp) => Arc::new(temp),
+        Err(reason) => {
+            // The client still gets its bytes, uncached.
+            tracing::warn!(key = path.key(), %reason, "not caching; streaming through");
+            let fetch::Body { response, .. } = upstream;
+            tx.send_replace(FillState::Bypass {
+                head,
+                response: Arc::new(Mutex::new(Some(response))),
+            });
+            return Ok(());
+        }
+    };
+    let file = temp.reader();
+    tx.send_replace(FillState::Streaming {
+        head: head.clone(),
+        file: file.clone(),
+        written: 0,
+    });
+
+    let (digest, written) = download(remote, &mut upstream, &temp, &head, tx).await?;
+    // The upstream request is over: give the mirror's in-flight count back
+    // before the readers see the end, not after the commit.
+    drop(upstream);
+    let entry = Entry::new(
+        digest,
+        written,
+        head.content_type.clone(),
+        validators.etag,
+        validators.last_modified,
+        now_ms(),
+    );
+    tx.send_replace(FillState::Complete {
+        head,
+        entry: Arc::new(entry.clone()),
+        file,
+    });
+    let temp = Arc::into_inner(temp).expect("no writer outlives the download");
+    commit(cache, temp, path, entry, stale).await;
+    Ok(())
+}
+
+/// The validators a later revalidation sends.
+struct UpstreamValidators {
+    etag: Option<String>,
+    last_modified: Option<String>,
+}
+
+/// What readers need from the upstream response's head, and its validators.
+fn head_of(response: &reqwest::Response, mirror: &str) -> (Arc<Head>, UpstreamValidators) {
+    let header = |name: axum::http::HeaderName| {
+        response
+            .headers()
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string)
+    };
+    let head = Arc::new(Head {
+        content_type: header(axum::http::header::CONTENT_TYPE),
+        content_length: response.content_length(),
+        mirror: mirror.to_string(),
+    });
+    let validators = UpstreamValidators {
+        etag: header(axum::http::header::ETAG),
+        last_modified: header(axum::http::header::LAST_MODIFIED),
+    };
+    (head, validators)
+}
+
+/// A temp file with room for `announced` bytes, or why the body cannot be
+/// cached (larger than the store, or the disk cannot hold it).
+async fn open_temp(cache: &Cache, announced: u64) -> Result<TempBlob, String> {
+    if announced > cache.max_size() {
+        return Err(format!("{announced} bytes is more than storage.max_size"));
+    }
+    cache
+        .store_blocking(move |store| {
+            let temp = store.create_temp()?;
+            temp.reserve(announced)?;
+            Ok(temp)
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Reads the body into `temp`, hashing it and publishing progress; checks the
+/// announced length. A stalled or broken body counts against the mirror.
+async fn download(
+    remote: &Remote,
+    upstream: &mut fetch::Body<'_>,
+    temp: &Arc<TempBlob>,
+    head: &Head,
+    tx: &watch::Sender<FillState>,
+) -> Result<(Digest, u64), ProxyError> {
+    let max_body = remote.config.max_body_size;
+    let mut hasher = Sha256::new();
+    let mut written: u64 = 0;
+    loop {
+        let next = tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk());
+        let chunk = match next.await {
+            Err(_) => {
+                let error = format!("no data for {:?}", remote.config.idle_timeout);
+                return Err(broken_body(remote, upstream.set, upstream.mirror_idx, error));
+            }
+            Ok(Err(e)) => {
+                let error = e.without_url().to_string();
+                return Err(broken_body(remote, upstream.set, upstream.mirror_idx, error));
+            }
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(chunk))) => chunk,
+        };
+        let n = chunk.len() as u64;
+        if written + n > max_body {
+            return Err(ProxyError::TooLarge {
+                size: written + n,
+                limit: max_body,
+            });
+        }
+        let writer = temp.clone();
+        // Hash and write off the async threads: both are CPU or disk work.
+        hasher = tokio::task::spawn_blocking(move || -> io::Result<Sha256> {
+            writer.write_at(&chunk, written)?;
+            hasher.update(&chunk);
+            Ok(hasher)
+        })
+        .await
+        .map_err(|e| ProxyError::Store(e.to_string()))?
+        .map_err(|e| ProxyError::Store(e.to_string()))?;
+        written += n;
+        if head.content_length == Some(written) {
+            // All announced bytes are here: no need to wait for the end marker.
+            break;
+        }
+        tx.send_modify(|state| {
+            if let FillState::Streaming { written: w, .. } = state {
+                *w = written;
+            }
+        });
+    }
+    if let Some(expected) = head.content_length.filter(|&e| e != written) {
+        return Err(ProxyError::UpstreamBody(format!(
+            "body is {written} bytes, Content-Length said {expected}"
+        )));
+    }
+    Ok((Digest(hasher.finalize().into()), written))
+}
+
+fn broken_body(remote: &Remote, set: &MirrorSet, mirror_idx: usize, error: String) -> ProxyError {
+    fetch::record_failure(remote, set, mirror_idx, &error);
+    ProxyError::UpstreamBody(error)
+}
+
+/// Makes a complete, hashed body a cache entry: the blob, then its row. The
+/// readers already have every byte, so a failure here costs only the caching.
+async fn commit(
+    cache: &Cache,
+    temp: TempBlob,
+    path: &ArtifactPath,
+    entry: Entry,
+    stale: Option<&Entry>,
+) {
+    let (digest, size) = (entry.digest, entry.size);
+    if let Err(error) = cache.commit(temp, digest).await {
+        tracing::warn!(key = path.key(), %error, "could not commit the blob; served uncached");
+        return;
+    }
+    if let Err(error) = cache.meta.record(path, entry).await {
+        cache.metrics.metadata_errors.inc();
+        tracing::warn!(key = path.key(), %error, "metadata unavailable; served uncached");
+        cache.release_blob(&digest).await;
+        return;
+    }
+    tracing::debug!(key = path.key(), ?digest, bytes = size, "filled");
+    if let Some(old) = stale.filter(|old| old.digest != digest) {
+        // The entry was replaced: its old blob may now be unreferenced.
+        cache.release_blob(&old.digest).await;
+    }
+    cache.evictor.wake_if_over(cache.size());
+}
+
+/// Waits (up to `lock_wait`) for another instance's fill of `path` to land in
+/// the shared metadata and store. `None` when it does not: the lock expired or
+/// was released without an entry (the peer failed), or waiting took too long.
+async fn wait_for_peer(
+    cache: &Cache,
+    cluster: &Cluster,
+    path: &ArtifactPath,
+) -> Option<Arc<Entry>> {
+    let deadline = tokio::time::Instant::now() + cluster.lock_wait();
+    let mut peer_done = false;
+    loop {
+        if let Ok(Some(entry)) = cache.meta.lookup(path).await {
+            if cache.open_blob(&entry.digest, entry.size).await.is_ok() {
+                return Some(entry);
+            }
+        }
+        if peer_done || tokio::time::Instant::now() >= deadline {
+            tracing::debug!(
+                key = path.key(),
+                "no shared entry from the other instance; fetching here"
+            );
+            return None;
+        }
+        // Look once more after the lock is gone: the entry is recorded before
+        // the lock is released.
+        peer_done = !cluster.is_locked(path.key()).await;
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}

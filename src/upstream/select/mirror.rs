@@ -1,0 +1,119 @@
+//! One mirror of a remote, and what is known of it (requests in flight,
+//! first-byte latency), shared by URL through the [`GaugeRegistry`] so that a
+//! reload keeps it. The one way to count an attempt is
+//! [`Mirror::begin_attempt`], whose RAII guard gives the count back on drop.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use url::Url;
+
+use super::peak_ewma::{now_nanos, DecayWindow, LastEstimate, PeakEwma};
+
+/// One upstream mirror of a remote.
+#[derive(Debug)]
+pub struct Mirror {
+    url: Url,
+    /// `url` as text without a trailing slash, ready to have a path appended.
+    base: String,
+    pub(super) gauges: Arc<MirrorGauges>,
+}
+
+impl Mirror {
+    pub fn new(url: Url, registry: &GaugeRegistry) -> Mirror {
+        let base = url.as_str().trim_end_matches('/').to_string();
+        let gauges = registry.gauges_of(&base);
+        Mirror { url, base, gauges }
+    }
+
+    pub fn url(&self) -> &Url {
+        &self.url
+    }
+
+    /// The mirror's base URL as text (no trailing slash).
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// The upstream URL of `path` (no leading slash) on this mirror.
+    pub fn url_for(&self, path: &str) -> String {
+        let mut s = String::with_capacity(self.base.len() + 1 + path.len());
+        s.push_str(&self.base);
+        s.push('/');
+        s.push_str(path);
+        s
+    }
+
+    /// Requests to this mirror in flight now, from every remote that lists it.
+    #[inline]
+    pub fn in_flight(&self) -> usize {
+        self.gauges.in_flight.load(Ordering::Relaxed)
+    }
+
+    /// Counts one attempt until the returned guard is dropped.
+    #[inline]
+    pub fn begin_attempt(&self) -> InflightGuard<'_> {
+        // Relaxed: the gauge is a load hint that orders no other memory.
+        self.gauges.in_flight.fetch_add(1, Ordering::Relaxed);
+        InflightGuard {
+            gauge: &self.gauges.in_flight,
+        }
+    }
+
+    /// Records how long an attempt took to get its response head (for a
+    /// failed attempt, the penalty the caller charges instead). `decay` is the
+    /// remote's `latency_decay`, from [`Selector::first_byte_decay`].
+    pub fn observe_first_byte(&self, elapsed: Duration, decay: DecayWindow) {
+        self.gauges.first_byte.observe(elapsed, now_nanos(), decay);
+    }
+
+    /// The first-byte latency estimate at `now` ([`now_nanos`]), in
+    /// nanoseconds; 0 if never observed.
+    pub fn first_byte_estimate(&self, now: u64, decay: DecayWindow) -> f64 {
+        self.gauges.first_byte.estimate_at(now, decay)
+    }
+
+    /// The first-byte latency estimate as last updated, and when.
+    #[inline]
+    pub fn last_first_byte(&self) -> LastEstimate {
+        self.gauges.first_byte.last()
+    }
+}
+
+/// What is known of one mirror, shared by every remote that lists it.
+#[derive(Debug, Default)]
+pub struct MirrorGauges {
+    pub(super) in_flight: AtomicUsize,
+    pub(super) first_byte: PeakEwma,
+}
+
+/// Holds one unit of a mirror's in-flight gauge; gives it back on drop.
+#[must_use = "the attempt is counted only while the guard lives"]
+pub struct InflightGuard<'a> {
+    gauge: &'a AtomicUsize,
+}
+
+impl Drop for InflightGuard<'_> {
+    fn drop(&mut self) {
+        self.gauge.fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+/// Mirror gauges by mirror URL, shared by every remote and kept across
+/// config reloads. Touched only when remotes are built, never per request.
+#[derive(Default)]
+pub struct GaugeRegistry {
+    // A std mutex, not a concurrent map: it is taken only while building
+    // remotes, never on the request path.
+    gauges: Mutex<HashMap<String, Arc<MirrorGauges>>>,
+}
+
+impl GaugeRegistry {
+    /// The gauges of the mirror at `url`, created on first use.
+    pub fn gauges_of(&self, url: &str) -> Arc<MirrorGauges> {
+        let mut gauges = self.gauges.lock().expect("gauge registry poisoned");
+        gauges.entry(url.to_string()).or_default().clone()
+    }
+}
