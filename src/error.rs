@@ -1,9 +1,11 @@
 //! Errors the proxy can answer with, and the one place they become HTTP statuses.
 //!
 //! Every error says which side it came from (the client, an upstream mirror, or
-//! our own disk and database) and whether retrying on another mirror can help:
-//! failover in `upstream` reads [`AttemptError::retryable`], and
+//! our own disk and database) and whether the client may retry it.
 //! [`ProxyError::status`] is the only mapping from causes to status codes.
+//! An [`AttemptError`] is one mirror's failure: `upstream::fetch` moves on to
+//! the next mirror after every one of them (a 404 from one mirror does not
+//! prove the others lack the file).
 
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -30,12 +32,6 @@ pub enum AttemptError {
 }
 
 impl AttemptError {
-    /// Whether another mirror may do better. Every attempt error is, today:
-    /// a 404 from one mirror does not prove the others lack the file.
-    pub fn retryable(&self) -> bool {
-        true
-    }
-
     pub fn is_timeout(&self) -> bool {
         matches!(self, AttemptError::FirstByteTimeout(_))
     }

@@ -5,8 +5,9 @@
 //! (and before each eviction round) the touched times go to the database in
 //! one transaction. Eviction deletes rows oldest-access first, then each blob
 //! no row references any more, until the store is back under 90% of the
-//! limit. A blob being read is never cut short: readers hold an open file,
-//! and Unix frees a deleted file's data only on its last close.
+//! limit. On local disk a blob being read is never cut short: readers hold
+//! an open file, and Unix frees a deleted file's data only on its last close
+//! (with S3 blobs shared by instances this is not yet guaranteed).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
