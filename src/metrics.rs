@@ -62,6 +62,8 @@ pub struct Metrics {
     bytes_served: Family<RemoteLabels, Counter>,
     upstream_first_byte: Family<MirrorLabels, Histogram, fn() -> Histogram>,
     upstream_failures: Family<MirrorLabels, Counter>,
+    upstream_fetches: Family<RemoteLabels, Counter>,
+    upstream_hedges: Family<RemoteLabels, Counter>,
     pub mirror_in_flight: Family<MirrorLabels, Gauge>,
     pub mirror_healthy: Family<MirrorLabels, Gauge>,
     pub store_bytes: Gauge,
@@ -83,6 +85,10 @@ pub struct RemoteCounters {
     stale: Counter,
     error: Counter,
     bytes: Counter,
+    /// Upstream fetches (one per fill that went to the mirrors).
+    pub fetches: Counter,
+    /// Attempts started beside a mirror that had not answered in time.
+    pub hedges: Counter,
 }
 
 impl RemoteCounters {
@@ -147,6 +153,18 @@ impl Metrics {
             "upstream_failures",
             "Failed upstream attempts (connect, timeout, 5xx, broken body)",
             upstream_failures.clone(),
+        );
+        let upstream_fetches = Family::<RemoteLabels, Counter>::default();
+        registry.register(
+            "upstream_fetches",
+            "Upstream fetches (each may make several attempts)",
+            upstream_fetches.clone(),
+        );
+        let upstream_hedges = Family::<RemoteLabels, Counter>::default();
+        registry.register(
+            "upstream_hedges",
+            "Hedged attempts: the next mirror started because the one tried had not answered within the hedge delay",
+            upstream_hedges.clone(),
         );
         let mirror_in_flight = Family::<MirrorLabels, Gauge>::default();
         registry.register(
@@ -214,6 +232,8 @@ impl Metrics {
             bytes_served,
             upstream_first_byte,
             upstream_failures,
+            upstream_fetches,
+            upstream_hedges,
             mirror_in_flight,
             mirror_healthy,
             store_bytes,
@@ -228,6 +248,9 @@ impl Metrics {
     }
 
     pub fn remote_counters(&self, remote: &str) -> RemoteCounters {
+        let labels = RemoteLabels {
+            remote: remote.to_string(),
+        };
         let counter = |cache: &'static str| {
             self.requests
                 .get_or_create(&RequestLabels {
@@ -242,12 +265,9 @@ impl Metrics {
             revalidated: counter("REVALIDATED"),
             stale: counter("STALE"),
             error: counter("error"),
-            bytes: self
-                .bytes_served
-                .get_or_create(&RemoteLabels {
-                    remote: remote.to_string(),
-                })
-                .clone(),
+            bytes: self.bytes_served.get_or_create(&labels).clone(),
+            fetches: self.upstream_fetches.get_or_create(&labels).clone(),
+            hedges: self.upstream_hedges.get_or_create(&labels).clone(),
         }
     }
 

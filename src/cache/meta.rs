@@ -245,6 +245,11 @@ impl MetadataStore {
     }
 
     /// The entry for `path`, from memory when it is hot.
+    /// The entry for `path` if it is in memory: no Redis, no query.
+    pub fn lookup_in_memory(&self, path: &ArtifactPath) -> Option<Arc<Entry>> {
+        self.cache.get(path.key())
+    }
+
     pub async fn lookup(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
         if let Some(entry) = self.cache.get(path.key()) {
             return Ok(Some(entry));

@@ -175,8 +175,10 @@ pub struct RemoteConfig {
     pub connect_timeout: Duration,
     pub first_byte_timeout: Duration,
     pub idle_timeout: Duration,
-    /// Upstream attempts per miss, across mirrors (at least 1).
+    /// Upstream attempts per miss, across mirrors (at least 1), hedges included.
     pub max_attempts: usize,
+    /// When to start the next mirror beside one that has not answered yet.
+    pub hedge: Hedge,
     pub immutable: Vec<String>,
     pub revalidate_after: Duration,
     /// When every mirror fails, a cached copy up to this old is served (`STALE`).
@@ -189,6 +191,20 @@ pub struct RemoteConfig {
     pub mirror_max_in_flight: Option<usize>,
     pub health: HealthConfig,
     pub auth: UpstreamAuth,
+}
+
+/// Hedged attempts (`hedge_after`): when the mirror tried first has not sent
+/// its response head after this delay, the next mirror is started beside it
+/// and the first head wins.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Hedge {
+    /// From what the proxy measured: a multiple of the mirror's peak-EWMA
+    /// first-byte time, clamped (the default).
+    Auto,
+    /// A fixed delay.
+    After(Duration),
+    /// `"off"`: a mirror is given its whole `first_byte_timeout`.
+    Off,
 }
 
 /// Passive (and optional active) health checking of a remote's mirrors.

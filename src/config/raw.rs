@@ -159,6 +159,7 @@ pub(super) struct RawRemote {
     #[serde(default = "default_idle_timeout")]
     pub(super) idle_timeout: HumanDuration,
     pub(super) max_attempts: Option<Spanned<usize>>,
+    pub(super) hedge_after: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) immutable: Vec<Spanned<String>>,
     #[serde(default = "default_revalidate_after")]

@@ -211,6 +211,23 @@ impl Validator<'_> {
                 )
             }
         };
+        let hedge = match &raw.hedge_after {
+            None => Hedge::Auto,
+            Some(text) => match text.get_ref().as_str() {
+                "auto" => Hedge::Auto,
+                "off" => Hedge::Off,
+                other => match humantime::parse_duration(other) {
+                    Ok(delay) if !delay.is_zero() => Hedge::After(delay),
+                    _ => {
+                        return self.error(
+                            format!("remote[{i}].hedge_after"),
+                            text.span(),
+                            format!("{other:?} is not a duration (e.g. \"500ms\"), \"auto\" or \"off\""),
+                        )
+                    }
+                },
+            },
+        };
         let mut immutable = Vec::with_capacity(raw.immutable.len());
         for (j, p) in raw.immutable.iter().enumerate() {
             if let Err(e) = globset::Glob::new(p.get_ref()) {
@@ -234,6 +251,7 @@ impl Validator<'_> {
             first_byte_timeout: raw.first_byte_timeout.0,
             idle_timeout: raw.idle_timeout.0,
             max_attempts,
+            hedge,
             immutable,
             revalidate_after: raw.revalidate_after.0,
             max_stale: raw.max_stale.0,

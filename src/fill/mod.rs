@@ -103,6 +103,18 @@ impl FillRegistry {
         }
     }
 
+    /// Joins the fill of `key` if one is running.
+    pub fn join(&self, key: &str) -> Option<watch::Receiver<FillState>> {
+        let rx = self
+            .fills
+            .lock()
+            .expect("fill registry poisoned")
+            .get(key)
+            .cloned()?;
+        self.metrics.coalesced_waiters.inc();
+        Some(rx)
+    }
+
     /// Joins the fill of `path` if one is running, else starts one (`started`
     /// is then true). `stale` is the cached entry to revalidate, if any;
     /// `accept` the `Accept` header of a content-negotiated variant.

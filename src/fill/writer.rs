@@ -28,6 +28,19 @@ pub(super) async fn run(
     tx: watch::Sender<FillState>,
 ) {
     let cache = &fills.cache;
+    if stale.is_none() {
+        // Look again now that this fill holds the key: a fill that committed
+        // between the request's lookup and its joining the registry has
+        // already left it, and its entry is what this request wants.
+        if let Ok(Some(entry)) = cache.meta.lookup(&path).await {
+            let fresh = remote.policy.is_fresh(path.path(), entry.age(now_ms()));
+            if fresh && cache.open_blob(&entry.digest, entry.size).await.is_ok() {
+                tx.send_replace(FillState::Shared(entry));
+                fills.finish(path.key());
+                return;
+            }
+        }
+    }
     // Across instances: one fill per cold artifact, through a Redis lock.
     let mut held = None;
     if let (Some(cluster), None) = (cache.cluster(), &stale) {

@@ -16,6 +16,7 @@ use axum::http::{header, HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use axum::Router;
+use tokio::sync::watch;
 
 use crate::cache::{Blob, Entry};
 use crate::clock::now_ms;
@@ -165,8 +166,17 @@ impl ArtifactRequest<'_> {
         let now = now_ms();
 
         // Hit path: the metadata cache, the policy, the store. No selection, no upstream.
+        // A key not in memory may be filling now: join that fill before asking
+        // the database, so a herd of cold requests costs O(1) queries.
+        let found = match proxy.cache.meta.lookup_in_memory(path) {
+            Some(entry) => Ok(Some(entry)),
+            None => match proxy.fills.join(path.key()) {
+                Some(rx) => return self.follow(rx, false, None).await,
+                None => proxy.cache.meta.lookup(path).await,
+            },
+        };
         let mut stale = None;
-        match proxy.cache.meta.lookup(path).await {
+        match found {
             Ok(Some(entry)) => {
                 let fresh = remote.policy.is_fresh(path.path(), entry.age(now));
                 match proxy.cache.open_blob(&entry.digest, entry.size).await {
@@ -199,10 +209,22 @@ impl ArtifactRequest<'_> {
         }
 
         // Miss (or stale): join or start the fill, and answer as soon as its head is known.
-        let (mut rx, started) =
-            proxy
-                .fills
-                .join_or_start(remote, path, self.accept, stale.clone());
+        let (rx, started) = proxy
+            .fills
+            .join_or_start(remote, path, self.accept, stale.clone());
+        self.follow(rx, started, stale).await
+    }
+
+    /// Answers from a fill once it has a head: streaming, complete, 304'd,
+    /// filled by another instance, streamed through, or failed (then
+    /// stale-if-error). `started`: this request started the fill.
+    async fn follow(
+        &self,
+        mut rx: watch::Receiver<FillState>,
+        started: bool,
+        stale: Option<Arc<Entry>>,
+    ) -> Result<Served, ProxyError> {
+        let (proxy, remote, path) = (self.proxy, self.remote, &self.path);
         // A document is rewritten whole: wait for the complete body.
         let document = self.document;
         let state = rx
@@ -360,6 +382,12 @@ impl ArtifactRequest<'_> {
         }
         let now = now_ms();
         let max_stale = self.remote.config.max_stale;
+        // A request that joined a fill without a lookup learns of a stale
+        // copy only now, on the failure path.
+        let stale = match stale {
+            Some(entry) => Some(entry),
+            None => self.proxy.cache.meta.lookup(&self.path).await.ok().flatten(),
+        };
         if let Some(entry) = stale.filter(|e| e.age(now) <= max_stale) {
             if let Ok(file) = self.proxy.cache.open_blob(&entry.digest, entry.size).await {
                 tracing::warn!(key = self.path.key(), %error, "every mirror failed; serving a stale copy");

@@ -5,8 +5,10 @@
 use std::time::{Duration, Instant};
 
 use axum::http::{header, StatusCode};
+use futures_util::stream::{FuturesUnordered, StreamExt};
 use reqwest::redirect;
 
+use super::hedge;
 use super::select::{InflightGuard, Mirror};
 use super::{MirrorSet, Remote};
 use crate::clock::now_ms;
@@ -103,7 +105,11 @@ pub(super) fn authorize(request: reqwest::RequestBuilder, auth: &UpstreamAuth) -
 ///
 /// Ejected mirrors are skipped (unless every mirror is ejected), a mirror on
 /// probation takes one request at a time, and a mirror at its in-flight
-/// limit is passed over. Every attempt's outcome feeds the mirror's health.
+/// limit is passed over. An attempt that fails makes way for the next mirror
+/// at once; one that has not sent its response head within the hedge delay
+/// ([`hedge::delay`]) gets the next mirror started beside it, and the first
+/// head wins: the others are cancelled and count as (slow) failures. Every
+/// attempt's outcome feeds the mirror's health.
 pub async fn fetch<'r>(
     remote: &'r Remote,
     path: &str,
@@ -111,101 +117,218 @@ pub async fn fetch<'r>(
     accept: Option<&str>,
 ) -> Result<Fetched<'r>, ProxyError> {
     let (set, path) = remote.route(path);
+    remote.counters.fetches.inc();
     let now = now_ms();
     let any_selectable = set.health.iter().any(|h| h.selectable(now));
     let order = set
         .selector
         .order_accepting(&set.mirrors, |i| set.health[i].selectable(now));
-    let mut attempts = 0;
-    let mut not_found: Option<u16> = None;
-    let mut n_not_found = 0;
-    let mut last_error: Option<AttemptError> = None;
-    for mirror_idx in order.cycle().take(remote.config.max_attempts) {
-        let mirror: &Mirror = &set.mirrors[mirror_idx];
-        let health = &set.health[mirror_idx];
-        if remote
-            .config
-            .mirror_max_in_flight
-            .is_some_and(|limit| mirror.in_flight() >= limit)
-        {
-            continue;
-        }
-        if any_selectable && !health.try_begin(now) {
-            continue;
-        }
-        attempts += 1;
-        let guard = mirror.begin_attempt();
-        let mut request = authorize(remote.client.get(mirror.url_for(path)), &remote.config.auth);
-        if let Some(accept) = accept {
-            request = request.header(header::ACCEPT, accept);
-        }
-        if let Some(etag) = validators.etag {
-            request = request.header(header::IF_NONE_MATCH, etag);
-        }
-        if let Some(date) = validators.last_modified {
-            request = request.header(header::IF_MODIFIED_SINCE, date);
-        }
-        let started = Instant::now();
-        let outcome = tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await;
-        // Feeds `fastest`; a failure weighs as the whole timeout, so that a
-        // mirror failing fast never looks fast.
-        let answered = matches!(&outcome, Ok(Ok(r)) if !r.status().is_server_error());
-        let first_byte = if answered {
-            started.elapsed()
-        } else {
-            remote.config.first_byte_timeout
-        };
-        mirror.observe_first_byte(first_byte, set.selector.first_byte_decay());
-        let error = match outcome {
-            Err(_) => AttemptError::FirstByteTimeout(remote.config.first_byte_timeout),
-            Ok(Err(e)) if e.is_connect() => AttemptError::Connect(e.without_url().to_string()),
-            Ok(Err(e)) => AttemptError::Request(e.without_url().to_string()),
-            Ok(Ok(response)) => {
-                set.metrics[mirror_idx]
-                    .first_byte
-                    .observe(started.elapsed().as_secs_f64());
-                let status = response.status();
-                if !status.is_server_error() {
-                    // The mirror answered: it is up, whatever it said.
-                    health.record_success();
+    let mut candidates = order.cycle().take(remote.config.max_attempts);
+    let mut running = FuturesUnordered::new();
+    // (mirror index, start) of each attempt in `running`.
+    let mut started: Vec<(usize, Instant)> = Vec::with_capacity(2);
+    let mut tally = Tally::default();
+    let mut hedge_at: Option<tokio::time::Instant> = None;
+    loop {
+        if running.is_empty() || hedge_at.is_some_and(|at| at <= tokio::time::Instant::now()) {
+            let next = candidates.by_ref().find(|&mirror_idx| {
+                let mirror: &Mirror = &set.mirrors[mirror_idx];
+                !started.iter().any(|&(i, _)| i == mirror_idx)
+                    && !remote
+                        .config
+                        .mirror_max_in_flight
+                        .is_some_and(|limit| mirror.in_flight() >= limit)
+                    && (!any_selectable || set.health[mirror_idx].try_begin(now))
+            });
+            match next {
+                Some(mirror_idx) => {
+                    if !running.is_empty() {
+                        remote.counters.hedges.inc();
+                        tracing::debug!(remote = %remote.name, mirror = set.mirrors[mirror_idx].base(), path, "hedging");
+                    }
+                    let request = request_for(remote, set, mirror_idx, path, validators, accept);
+                    running.push(attempt(remote, set, mirror_idx, request));
+                    started.push((mirror_idx, Instant::now()));
+                    hedge_at = hedge::delay(remote, set, mirror_idx)
+                        .map(|delay| tokio::time::Instant::now() + delay);
                 }
-                match status {
-                    StatusCode::OK => {
-                        return Ok(Fetched::Body(Body {
-                            response,
-                            mirror_idx,
-                            set,
-                            mirror,
-                            guard,
-                        }))
-                    }
-                    StatusCode::NOT_MODIFIED if validators.any() => {
-                        return Ok(Fetched::NotModified { mirror })
-                    }
-                    StatusCode::NOT_FOUND | StatusCode::GONE => {
-                        not_found.get_or_insert(status.as_u16());
-                        n_not_found += 1;
-                        AttemptError::Status(status.as_u16())
-                    }
-                    status => AttemptError::Status(status.as_u16()),
-                }
+                None if running.is_empty() => break,
+                None => hedge_at = None,
             }
-        };
-        if !matches!(error, AttemptError::Status(s) if s < 500) {
-            record_failure(remote, set, mirror_idx, &error);
         }
-        tracing::debug!(remote = %remote.name, mirror = mirror.base(), path, %error, "attempt failed");
-        last_error = Some(error);
+        let finished = match hedge_at {
+            Some(at) => tokio::select! {
+                finished = running.next() => finished,
+                () = tokio::time::sleep_until(at) => continue,
+            },
+            None => running.next().await,
+        };
+        let Some(finished) = finished else { continue };
+        started.retain(|&(i, _)| i != finished.mirror_idx);
+        match judge(remote, set, finished, validators, &mut tally) {
+            Some(fetched) => {
+                // The first head wins; the attempts still waiting are cancelled
+                // (dropping them releases their in-flight guards) and count as
+                // slow failures, so a hung mirror is still ejected.
+                for (mirror_idx, at) in started {
+                    set.mirrors[mirror_idx]
+                        .observe_first_byte(at.elapsed(), set.selector.first_byte_decay());
+                    record_failure(remote, set, mirror_idx, &"slower than a hedged attempt");
+                }
+                return Ok(fetched);
+            }
+            // A failure makes way for the next mirror at once.
+            None => hedge_at = Some(tokio::time::Instant::now()),
+        }
     }
-    let Some(last) = last_error else {
-        return Err(ProxyError::MirrorsBusy);
+    tally.into_error()
+}
+
+/// The outcomes of the attempts that ended without a usable answer.
+#[derive(Default)]
+struct Tally {
+    attempts: usize,
+    not_found: Option<u16>,
+    n_not_found: usize,
+    last_error: Option<AttemptError>,
+}
+
+impl Tally {
+    fn into_error<T>(self) -> Result<T, ProxyError> {
+        let Some(last) = self.last_error else {
+            return Err(ProxyError::MirrorsBusy);
+        };
+        // Only when every attempt ended in "not found" is the answer a 404 (or
+        // 410): a mirror that was down might have had the file.
+        match self.not_found {
+            Some(status) if self.n_not_found == self.attempts => {
+                Err(ProxyError::NotFound { status })
+            }
+            _ => Err(ProxyError::MirrorsFailed {
+                attempts: self.attempts,
+                last,
+            }),
+        }
+    }
+}
+
+/// The GET for one attempt, with credentials, the variant's `Accept` and the
+/// validators of a stale copy.
+fn request_for(
+    remote: &Remote,
+    set: &MirrorSet,
+    mirror_idx: usize,
+    path: &str,
+    validators: Validators<'_>,
+    accept: Option<&str>,
+) -> reqwest::RequestBuilder {
+    let url = set.mirrors[mirror_idx].url_for(path);
+    let mut request = authorize(remote.client.get(url), &remote.config.auth);
+    if let Some(accept) = accept {
+        request = request.header(header::ACCEPT, accept);
+    }
+    if let Some(etag) = validators.etag {
+        request = request.header(header::IF_NONE_MATCH, etag);
+    }
+    if let Some(date) = validators.last_modified {
+        request = request.header(header::IF_MODIFIED_SINCE, date);
+    }
+    request
+}
+
+/// One attempt in flight: its in-flight guard is held from the start.
+struct Attempt<'r> {
+    mirror_idx: usize,
+    guard: InflightGuard<'r>,
+    started: Instant,
+    outcome: Result<reqwest::Result<reqwest::Response>, tokio::time::error::Elapsed>,
+}
+
+async fn attempt<'r>(
+    remote: &'r Remote,
+    set: &'r MirrorSet,
+    mirror_idx: usize,
+    request: reqwest::RequestBuilder,
+) -> Attempt<'r> {
+    let guard = set.mirrors[mirror_idx].begin_attempt();
+    let started = Instant::now();
+    let outcome = tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await;
+    Attempt {
+        mirror_idx,
+        guard,
+        started,
+        outcome,
+    }
+}
+
+/// Turns a finished attempt into the fetch's answer (a 200, or a 304 when
+/// revalidating), or records why it failed and returns `None`.
+fn judge<'r>(
+    remote: &'r Remote,
+    set: &'r MirrorSet,
+    finished: Attempt<'r>,
+    validators: Validators<'_>,
+    tally: &mut Tally,
+) -> Option<Fetched<'r>> {
+    let Attempt {
+        mirror_idx,
+        guard,
+        started,
+        outcome,
+    } = finished;
+    let mirror: &Mirror = &set.mirrors[mirror_idx];
+    let health = &set.health[mirror_idx];
+    tally.attempts += 1;
+    // Feeds `fastest` and the hedge delay; a failure weighs as the whole
+    // timeout, so that a mirror failing fast never looks fast.
+    let answered = matches!(&outcome, Ok(Ok(r)) if !r.status().is_server_error());
+    let first_byte = if answered {
+        started.elapsed()
+    } else {
+        remote.config.first_byte_timeout
     };
-    // Only when every attempt ended in "not found" is the answer a 404 (or 410):
-    // a mirror that was down might have had the file.
-    match not_found {
-        Some(status) if n_not_found == attempts => Err(ProxyError::NotFound { status }),
-        _ => Err(ProxyError::MirrorsFailed { attempts, last }),
+    mirror.observe_first_byte(first_byte, set.selector.first_byte_decay());
+    let error = match outcome {
+        Err(_) => AttemptError::FirstByteTimeout(remote.config.first_byte_timeout),
+        Ok(Err(e)) if e.is_connect() => AttemptError::Connect(e.without_url().to_string()),
+        Ok(Err(e)) => AttemptError::Request(e.without_url().to_string()),
+        Ok(Ok(response)) => {
+            set.metrics[mirror_idx]
+                .first_byte
+                .observe(started.elapsed().as_secs_f64());
+            let status = response.status();
+            if !status.is_server_error() {
+                // The mirror answered: it is up, whatever it said.
+                health.record_success();
+            }
+            match status {
+                StatusCode::OK => {
+                    return Some(Fetched::Body(Body {
+                        response,
+                        mirror_idx,
+                        set,
+                        mirror,
+                        guard,
+                    }))
+                }
+                StatusCode::NOT_MODIFIED if validators.any() => {
+                    return Some(Fetched::NotModified { mirror })
+                }
+                StatusCode::NOT_FOUND | StatusCode::GONE => {
+                    tally.not_found.get_or_insert(status.as_u16());
+                    tally.n_not_found += 1;
+                    AttemptError::Status(status.as_u16())
+                }
+                status => AttemptError::Status(status.as_u16()),
+            }
+        }
+    };
+    if !matches!(error, AttemptError::Status(s) if s < 500) {
+        record_failure(remote, set, mirror_idx, &error);
     }
+    tracing::debug!(remote = %remote.name, mirror = mirror.base(), %error, "attempt failed");
+    tally.last_error = Some(error);
+    None
 }
 
 /// Counts a failed attempt (or broken body) against a mirror's health.

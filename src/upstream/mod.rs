@@ -13,6 +13,7 @@
 
 pub mod fetch;
 pub mod health;
+pub mod hedge;
 pub mod probe;
 pub mod select;
 

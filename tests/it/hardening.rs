@@ -1,0 +1,149 @@
+//! Hardening against what users hit: a hung mirror (hedged attempts), late
+//! arrivals around a fill's commit (one upstream fetch), encoded upstream
+//! bodies, and the bounds on fills, slow readers and panics.
+
+use std::time::{Duration, Instant};
+
+use crate::support::proxy::get;
+use crate::support::{sha256_hex, test_bytes, Fault, MirrorServer, TestProxy};
+
+fn remote(name: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
+    let urls: Vec<String> = mirrors
+        .iter()
+        .map(|m| format!("\"{}\"", m.url("/m")))
+        .collect();
+    format!(
+        "[[remote]]\nname = \"{name}\"\nmirrors = [{}]\n{extra}\n",
+        urls.join(", ")
+    )
+}
+
+fn metric(text: &str, name: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(name))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
+}
+
+/// A mirror that accepts connections and never answers costs a hedge delay,
+/// not the 30 s `first_byte_timeout`, and is ejected after a few such losses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hung_mirror_costs_a_hedge_delay_not_the_first_byte_timeout() {
+    let mirrors = [
+        MirrorServer::start().await,
+        MirrorServer::start().await,
+        MirrorServer::start().await,
+    ];
+    let body = |i: u64| test_bytes(2000, i);
+    for m in &mirrors {
+        for i in 0..30 {
+            m.put(&format!("/m/f{i}"), body(i));
+        }
+    }
+    let hung = &mirrors[1];
+    hung.set_fault(Fault::SlowFirstByte(Duration::from_secs(120)));
+    // The default config but for the strategy: first_byte_timeout is 30 s.
+    let proxy = TestProxy::start(&remote(
+        "r",
+        &[&mirrors[0], &mirrors[1], &mirrors[2]],
+        "strategy = \"round_robin\"",
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    let started = Instant::now();
+    let mut times = Vec::new();
+    for i in 0..30u64 {
+        let t = Instant::now();
+        let (status, _, bytes) = get(&client, &proxy.url(&format!("/r/f{i}"))).await;
+        assert_eq!(status, 200);
+        assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body(i)));
+        times.push(t.elapsed());
+    }
+    let total = started.elapsed();
+    let slowest = *times.iter().max().unwrap();
+    let mut last20 = times[10..].to_vec();
+    last20.sort();
+    eprintln!(
+        "30 requests in {total:?}; slowest {slowest:?}; median of the last 20 {:?}; hung mirror got {}",
+        last20[10],
+        hung.total()
+    );
+    // Never the first-byte timeout: each request costs at most a hedge delay
+    // (capped at 2 s) plus the work, with room for a loaded machine.
+    assert!(slowest < Duration::from_secs(10), "slowest {slowest:?}");
+    // Three lost hedges eject it; later requests skip it until a probe.
+    assert!(hung.total() <= 5, "hung mirror got {}", hung.total());
+    let metrics = client
+        .get(proxy.url("/-/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    let hedges = metric(&metrics, "mirrorcache_upstream_hedges_total");
+    assert!(hedges >= 3.0, "hedges counted: {hedges}");
+    assert_eq!(metric(&metrics, "mirrorcache_upstream_fetches_total"), 30.0);
+    proxy.stop().await;
+}
+
+/// `hedge_after = "off"` gives a mirror its whole first-byte timeout, and a
+/// fixed `hedge_after` is honoured.
+#[tokio::test]
+async fn hedge_after_off_waits_and_a_fixed_delay_hedges() {
+    let [slow, fast] = [MirrorServer::start().await, MirrorServer::start().await];
+    for m in [&slow, &fast] {
+        m.put("/m/a", test_bytes(100, 1));
+        m.put("/m/b", test_bytes(100, 2));
+    }
+    slow.set_fault(Fault::SlowFirstByte(Duration::from_millis(700)));
+    let config = format!(
+        "{}{}",
+        remote("off", &[&slow, &fast], "strategy = \"single\"\nhedge_after = \"off\""),
+        remote("fixed", &[&slow, &fast], "strategy = \"single\"\nhedge_after = \"100ms\"")
+    );
+    let proxy = TestProxy::start(&config).await;
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &proxy.url("/off/a")).await.0, 200);
+    assert_eq!((slow.hits("/m/a"), fast.hits("/m/a")), (1, 0));
+    assert_eq!(get(&client, &proxy.url("/fixed/b")).await.0, 200);
+    assert_eq!((slow.hits("/m/b"), fast.hits("/m/b")), (1, 1));
+    proxy.stop().await;
+}
+
+/// Clients arriving over a fill and just after its commit make exactly one
+/// upstream request, in every one of 20 runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_arrivals_around_the_commit_make_one_upstream_request() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(512 * 1024, 7);
+    for run in 0..20 {
+        mirror.put(&format!("/m/late{run}"), body.clone());
+    }
+    // 8 pieces of 64 KiB, 15 ms apart: a fill of about 100 ms.
+    mirror.set_fault(Fault::SlowBody(Duration::from_millis(15)));
+    let proxy = TestProxy::start(&remote("r", &[&mirror], "")).await;
+    let client = reqwest::Client::new();
+    for run in 0..20 {
+        let url = proxy.url(&format!("/r/late{run}"));
+        let mut clients = Vec::new();
+        for i in 0..40u64 {
+            let (client, url) = (client.clone(), url.clone());
+            clients.push(tokio::spawn(async move {
+                // Spread over the fill and the 100 ms after it.
+                tokio::time::sleep(Duration::from_millis(i * 5)).await;
+                let (status, _, bytes) = get(&client, &url).await;
+                (status, sha256_hex(&bytes.unwrap()))
+            }));
+        }
+        for c in clients {
+            assert_eq!(c.await.unwrap(), (200, sha256_hex(&body)));
+        }
+        assert_eq!(
+            mirror.hits(&format!("/m/late{run}")),
+            1,
+            "run {run}: one upstream request"
+        );
+    }
+    proxy.stop().await;
+}
