@@ -60,6 +60,10 @@ pub enum ProxyError {
     Store(String),
     #[error("metadata: {0}")]
     Metadata(String),
+    #[error("{0} fills in progress: server.max_fills reached")]
+    FillsBusy(usize),
+    #[error("the fill ended without an answer")]
+    FillAborted,
 }
 
 impl ProxyError {
@@ -73,7 +77,10 @@ impl ProxyError {
             | ProxyError::MirrorsBusy
             | ProxyError::TooLarge { .. }
             | ProxyError::UpstreamBody(_) => Side::Upstream,
-            ProxyError::Store(_) | ProxyError::Metadata(_) => Side::Internal,
+            ProxyError::Store(_)
+            | ProxyError::Metadata(_)
+            | ProxyError::FillsBusy(_)
+            | ProxyError::FillAborted => Side::Internal,
         }
     }
 
@@ -98,10 +105,11 @@ impl ProxyError {
             ProxyError::MirrorsFailed { last, .. } if last.is_timeout() => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            ProxyError::MirrorsBusy => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::MirrorsBusy | ProxyError::FillsBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::MirrorsFailed { .. }
             | ProxyError::TooLarge { .. }
-            | ProxyError::UpstreamBody(_) => StatusCode::BAD_GATEWAY,
+            | ProxyError::UpstreamBody(_)
+            | ProxyError::FillAborted => StatusCode::BAD_GATEWAY,
             ProxyError::Store(_) | ProxyError::Metadata(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
@@ -110,6 +118,7 @@ impl ProxyError {
     fn client_message(&self) -> String {
         match self {
             ProxyError::Store(_) | ProxyError::Metadata(_) => "internal error".to_string(),
+            ProxyError::FillsBusy(_) => "too many downloads in progress; retry shortly".to_string(),
             ProxyError::MirrorsFailed { attempts, .. } => {
                 format!("every mirror failed ({attempts} attempts)")
             }

@@ -50,7 +50,11 @@ impl Proxy {
             config: ArcSwap::from_pointee(config.clone()),
             gauges,
             health,
-            fills: Arc::new(FillRegistry::new(cache.clone(), metrics.clone())),
+            fills: Arc::new(FillRegistry::new(
+                cache.clone(),
+                metrics.clone(),
+                config.server.max_fills,
+            )),
             metrics,
             cache,
         });

@@ -44,6 +44,11 @@ pub struct ServerConfig {
     /// A client must finish sending its request head within this (slow-loris bound).
     pub header_read_timeout: Duration,
     pub max_connections: usize,
+    /// Upstream fills in progress at once; beyond it a miss gets 503.
+    pub max_fills: usize,
+    /// A client that takes nothing of its response for this long is dropped
+    /// (the fill it was reading goes on).
+    pub send_timeout: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

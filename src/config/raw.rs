@@ -34,6 +34,8 @@ pub(super) struct RawServer {
     pub(super) shutdown_timeout: HumanDuration,
     pub(super) header_read_timeout: HumanDuration,
     pub(super) max_connections: usize,
+    pub(super) max_fills: usize,
+    pub(super) send_timeout: HumanDuration,
 }
 
 impl Default for RawServer {
@@ -43,6 +45,8 @@ impl Default for RawServer {
             public_url: None,
             admin_token: None,
             shutdown_timeout: HumanDuration(Duration::from_secs(10)),
+            max_fills: 256,
+            send_timeout: HumanDuration(Duration::from_secs(60)),
             header_read_timeout: HumanDuration(Duration::from_secs(10)),
             max_connections: 4096,
         }

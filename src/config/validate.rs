@@ -157,6 +157,8 @@ impl Validator<'_> {
             shutdown_timeout: raw.shutdown_timeout.0,
             header_read_timeout: raw.header_read_timeout.0,
             max_connections: raw.max_connections.max(1),
+            max_fills: raw.max_fills.max(1),
+            send_timeout: raw.send_timeout.0,
         })
     }
 

@@ -27,7 +27,10 @@ mod writer;
 
 use std::collections::HashMap;
 use std::fs::File;
+use std::panic::AssertUnwindSafe;
 use std::sync::{Arc, Mutex};
+
+use futures_util::FutureExt;
 
 use tokio::sync::watch;
 
@@ -91,15 +94,19 @@ pub struct FillRegistry {
     idle: tokio::sync::Notify,
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
+    /// `server.max_fills`: a fill nobody reads any more still counts until
+    /// it is done.
+    max_fills: usize,
 }
 
 impl FillRegistry {
-    pub fn new(cache: Arc<Cache>, metrics: Arc<Metrics>) -> FillRegistry {
+    pub fn new(cache: Arc<Cache>, metrics: Arc<Metrics>, max_fills: usize) -> FillRegistry {
         FillRegistry {
             fills: Mutex::default(),
             idle: tokio::sync::Notify::new(),
             cache,
             metrics,
+            max_fills,
         }
     }
 
@@ -116,33 +123,46 @@ impl FillRegistry {
     }
 
     /// Joins the fill of `path` if one is running, else starts one (`started`
-    /// is then true). `stale` is the cached entry to revalidate, if any;
-    /// `accept` the `Accept` header of a content-negotiated variant.
+    /// is then true), unless `max_fills` are running. `stale` is the cached
+    /// entry to revalidate, if any; `accept` the `Accept` header of a
+    /// content-negotiated variant.
     pub fn join_or_start(
         self: &Arc<Self>,
         remote: &Arc<Remote>,
         path: &ArtifactPath,
         accept: Option<&'static str>,
         stale: Option<Arc<Entry>>,
-    ) -> (watch::Receiver<FillState>, bool) {
+    ) -> Result<(watch::Receiver<FillState>, bool), ProxyError> {
         let mut fills = self.fills.lock().expect("fill registry poisoned");
         if let Some(rx) = fills.get(path.key()) {
             self.metrics.coalesced_waiters.inc();
-            return (rx.clone(), false);
+            return Ok((rx.clone(), false));
+        }
+        if fills.len() >= self.max_fills {
+            return Err(ProxyError::FillsBusy(fills.len()));
         }
         let (tx, rx) = watch::channel(FillState::Connecting);
         fills.insert(path.key().to_string(), rx.clone());
         self.metrics.fills_in_progress.set(fills.len() as i64);
         drop(fills);
-        tokio::spawn(writer::run(
+        let fill = writer::run(
             self.clone(),
             remote.clone(),
             path.clone(),
             accept,
             stale,
             tx,
-        ));
-        (rx, true)
+        );
+        let (fills, key) = (self.clone(), path.key().to_string());
+        tokio::spawn(async move {
+            // A panic in a fill ends it as failed: its readers see the channel
+            // close (502), and the key is free for the next request to refetch.
+            if AssertUnwindSafe(fill).catch_unwind().await.is_err() {
+                tracing::error!(key, "fill panicked; its readers get 502");
+                fills.finish(&key);
+            }
+        });
+        Ok((rx, true))
     }
 
     /// Fills in progress now.

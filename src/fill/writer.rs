@@ -46,7 +46,7 @@ pub(super) async fn run(
     if let (Some(cluster), None) = (cache.cluster(), &stale) {
         match cluster.try_lock(path.key()).await {
             LockOutcome::Acquired(lock) => {
-                let renewal = cluster.hold(&lock);
+                let renewal = AbortOnDrop(cluster.hold(&lock));
                 held = Some((cluster.clone(), lock, renewal));
             }
             LockOutcome::Held => {
@@ -61,7 +61,7 @@ pub(super) async fn run(
     }
     let result = fill(cache, &remote, &path, accept, stale.as_deref(), &tx).await;
     if let Some((cluster, lock, renewal)) = held {
-        renewal.abort();
+        drop(renewal);
         cluster.release(lock).await;
     }
     if let Err(error) = result {
@@ -74,6 +74,16 @@ pub(super) async fn run(
     fills.finish(path.key());
 }
 
+/// The Redis lock's renewal task, stopped when the fill ends — also when it
+/// panics, so a dead fill's lock expires instead of being renewed forever.
+struct AbortOnDrop(tokio::task::JoinHandle<()>);
+
+impl Drop for AbortOnDrop {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 /// Fetch, then either a 304 (the stale entry is refreshed), a stream-through
 /// (the store cannot take the body), or download → publish → commit.
 async fn fill(
@@ -84,6 +94,11 @@ async fn fill(
     stale: Option<&Entry>,
     tx: &watch::Sender<FillState>,
 ) -> Result<(), ProxyError> {
+    // Lets tests reach the panic path of a fill (debug builds only).
+    #[cfg(debug_assertions)]
+    if path.path().contains("__mirrorcache_test_panic_in_fill__") {
+        panic!("test panic in a fill");
+    }
     let validators = stale
         .map(|e| Validators {
             etag: e.upstream_etag.as_deref(),

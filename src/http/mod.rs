@@ -6,6 +6,7 @@
 mod admin;
 mod ops;
 mod respond;
+mod send_timeout;
 pub mod server;
 
 use std::sync::Arc;
@@ -41,6 +42,8 @@ pub fn router(proxy: Arc<Proxy>) -> Router {
         .route("/-/cache/{remote}/{*path}", delete(admin::delete))
         .fallback(artifact)
         .with_state(proxy)
+        // A panicking handler answers 500; the connection and server go on.
+        .layer(tower_http::catch_panic::CatchPanicLayer::new())
 }
 
 /// What the request log says about a served artifact.
@@ -67,6 +70,11 @@ async fn artifact(
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
+    // Lets tests reach the panic path of a handler (debug builds only).
+    #[cfg(debug_assertions)]
+    if uri.path().contains("__mirrorcache_test_panic_in_handler__") {
+        panic!("test panic in a handler");
+    }
     let (remote, result) = match resolve(&proxy, &method, &uri) {
         Ok((remote, path)) => {
             let result = serve(&proxy, &remote, &path, &method, &headers).await;
@@ -211,7 +219,7 @@ impl ArtifactRequest<'_> {
         // Miss (or stale): join or start the fill, and answer as soon as its head is known.
         let (rx, started) = proxy
             .fills
-            .join_or_start(remote, path, self.accept, stale.clone());
+            .join_or_start(remote, path, self.accept, stale.clone())?;
         self.follow(rx, started, stale).await
     }
 
@@ -236,7 +244,7 @@ impl ArtifactRequest<'_> {
             .await
             .map(|s| s.clone())
             .unwrap_or_else(|_| {
-                FillState::Failed(ProxyError::Store("fill task ended unexpectedly".into()))
+                FillState::Failed(ProxyError::FillAborted)
             });
         match state {
             FillState::Failed(error) => self.when_mirrors_fail(stale, error).await,

@@ -14,6 +14,7 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 
+use super::send_timeout::SendTimeout;
 use crate::config::Config;
 use crate::proxy::Proxy;
 
@@ -101,6 +102,7 @@ async fn serve(listener: TcpListener, proxy: Arc<Proxy>, stop: impl Future<Outpu
         };
         let _ = stream.set_nodelay(true);
         let service = TowerToHyperService::new(router.clone());
+        let stream = SendTimeout::new(stream, config.send_timeout);
         let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
         tokio::spawn(async move {
             if let Err(error) = connection.await {
