@@ -10,6 +10,7 @@
 #            'candidate=/path/to/mirrorcache VAR=value ...'
 #   env: DURATION=4 ROUNDS=3 SIZES="1k 64k 1m"
 # Used for the "what would close the gap" figures in BENCHMARKS.md.
+# The origin/proxy set-up is bench/lib.sh (shared with bench/profile-hit.sh).
 
 set -euo pipefail
 
@@ -17,97 +18,39 @@ DURATION=${DURATION:-4}
 ROUNDS=${ROUNDS:-3}
 SIZES=${SIZES:-1k 64k 1m}
 (($# >= 2)) || { echo "usage: $0 'label=binary [VAR=value...]' 'label=binary ...' ..." >&2; exit 2; }
-for tool in nginx wrk curl; do
-    command -v "$tool" >/dev/null || { echo "missing $tool (bench/compare.sh installs them)" >&2; exit 1; }
-done
+source "$(dirname "$0")/lib.sh"
+need_tools "bench/compare.sh installs them" nginx wrk curl
 
 WORK=$(mktemp -d /tmp/mc-ab.XXXXXX)
-PIDS=()
 cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    stop_started
     rm -rf "$WORK"
 }
 trap cleanup EXIT
 
-# Sets PORT to a free port not yet handed out (not a subshell: USED keeps it).
-USED=" "
-port() {
-    while :; do
-        PORT=$((20000 + RANDOM % 20000))
-        [[ "$USED" == *" $PORT "* ]] && continue
-        ss -Htln "sport = :$PORT" | grep -q . || { USED+="$PORT "; return; }
-    done
-}
-
-mkdir -p "$WORK/www" "$WORK/tmp"
+mkdir -p "$WORK/www"
 head -c 1024 /dev/urandom >"$WORK/www/1k.bin"
 head -c $((64 * 1024)) /dev/urandom >"$WORK/www/64k.bin"
 head -c $((1024 * 1024)) /dev/urandom >"$WORK/www/1m.bin"
-port
+free_port
 O_PORT=$PORT
-cat >"$WORK/nginx.conf" <<EOF
-daemon off;
-user root;
-worker_processes 1;
-pid $WORK/nginx.pid;
-error_log $WORK/error.log warn;
-events { worker_connections 1024; }
-http {
-    client_body_temp_path $WORK/tmp/body;
-    proxy_temp_path $WORK/tmp/proxy;
-    fastcgi_temp_path $WORK/tmp/fastcgi;
-    uwsgi_temp_path $WORK/tmp/uwsgi;
-    scgi_temp_path $WORK/tmp/scgi;
-    access_log off;
-    sendfile on;
-    server { listen 127.0.0.1:$O_PORT; root $WORK/www; }
-}
-EOF
-nginx -p "$WORK" -c "$WORK/nginx.conf" &
-PIDS+=("$!")
+start_nginx "$WORK" "$O_PORT"
 
 LABELS=()
 declare -A URL
 for spec in "$@"; do
     label=${spec%%=*}
     read -r -a words <<<"${spec#*=}"
-    bin=${words[0]}
     dir=$WORK/mc-$label
-    mkdir -p "$dir"
-    port
-    p=$PORT
-    cat >"$dir/mirrorcache.toml" <<EOF
-[server]
-listen = "127.0.0.1:$p"
-
-[storage]
-path = "$dir/store"
-
-[metadata]
-url = "sqlite://$dir/meta.db"
-
-[[remote]]
-name = "o"
-mirrors = ["http://127.0.0.1:$O_PORT"]
-immutable = ["**"]
-EOF
-    env "${words[@]:1}" "$bin" serve --config "$dir/mirrorcache.toml" 2>"$dir/log" &
-    PIDS+=("$!")
+    free_port
+    start_mirrorcache "$dir" "$PORT" "$O_PORT" "$dir/log" "${words[@]}"
     LABELS+=("$label")
-    URL[$label]=http://127.0.0.1:$p/o
+    URL[$label]=http://127.0.0.1:$PORT/o
 done
 
-is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }
 for label in "${LABELS[@]}"; do
-    for _ in $(seq 1 100); do curl -s -o /dev/null "${URL[$label]%/o}/-/health" && break; sleep 0.1; done
     for size in $SIZES; do
-        for _ in $(seq 1 100); do
-            is_hit "${URL[$label]}/$size.bin" && break
-            sleep 0.05
-        done
-        is_hit "${URL[$label]}/$size.bin" || {
+        wait_for_hit "${URL[$label]%/o}" "${URL[$label]}/$size.bin" || {
             echo "$label never answered a HIT for $size.bin; its log: $WORK/mc-$label/log" >&2
             cat "$WORK/mc-$label/log" >&2
             exit 1

@@ -55,9 +55,8 @@ if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
     apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 ||
         apt-get install -y -qq nginx wrk >/dev/null
 fi
-for tool in nginx wrk curl cargo awk ss; do
-    command -v "$tool" >/dev/null || { log "missing $tool"; exit 1; }
-done
+source "$ROOT/bench/lib.sh"
+need_tools "" nginx wrk curl cargo awk ss
 
 if [[ -z "${MC_BIN:-}" ]]; then
     log "cargo build --release"
@@ -69,15 +68,8 @@ read -r -a MC_ENV_ARGS <<<"${MC_ENV:-}"
 
 # --- processes we own: stopped by PID on any exit -----------------------------
 WORK=$(mktemp -d /tmp/mc-compare.XXXXXX)
-PIDS=()
 cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do
-        kill -TERM "$pid" 2>/dev/null || true
-    done
-    for pid in "${PIDS[@]}"; do
-        wait "$pid" 2>/dev/null || true
-    done
+    stop_started
     if [[ "${KEEP_TMP:-0}" == 1 ]]; then
         log "logs kept in $WORK"
     else
@@ -85,20 +77,6 @@ cleanup() {
     fi
 }
 trap cleanup EXIT
-
-# Picks a port nobody listens on and that this run has not handed out yet
-# (the servers bind later); sets PORT. Not a subshell, so USED_PORTS keeps it.
-USED_PORTS=" "
-free_port() {
-    while :; do
-        PORT=$((20000 + RANDOM % 20000))
-        [[ "$USED_PORTS" == *" $PORT "* ]] && continue
-        if ! ss -Htln "sport = :$PORT" | grep -q .; then
-            USED_PORTS+="$PORT "
-            return
-        fi
-    done
-}
 
 wait_up() { # url
     local i
@@ -220,25 +198,10 @@ M_DIR=$WORK/mirrorcache
 mkdir -p "$M_DIR"
 free_port
 M_PORT=$PORT
-cat >"$M_DIR/mirrorcache.toml" <<EOF
-[server]
-listen = "127.0.0.1:$M_PORT"
-
-[log]
-level = "info"
-
-[storage]
-path = "$M_DIR/store"
-max_size = "4GiB"
-
-[metadata]
-url = "sqlite://$M_DIR/meta.db"
-
-[[remote]]
-name = "o"
-mirrors = ["$ORIGIN"]
-immutable = ["**"]
-EOF
+{
+    mirrorcache_toml "$M_DIR" "$M_PORT" "$ORIGIN" 'max_size = "4GiB"'
+    printf '\n[log]\nlevel = "info"\n'
+} >"$M_DIR/mirrorcache.toml"
 env "${MC_ENV_ARGS[@]}" "$MC_BIN" serve --config "$M_DIR/mirrorcache.toml" 2>"$M_DIR/mirrorcache.log" &
 M_PID=$!
 PIDS+=("$M_PID")

@@ -11,6 +11,7 @@
 #   env: DURATION=8  OUT=dir (default: a temp dir, kept and printed)
 #        MC_BIN=path (another build)  MC_ENV="VAR=value ..." (its environment)
 # Findings are summarised in BENCHMARKS.md ("Hit-path profile").
+# The origin/proxy set-up is bench/lib.sh (shared with bench/ab-hit.sh).
 
 set -euo pipefail
 
@@ -23,12 +24,11 @@ if [[ -z "${MC_BIN:-}" ]]; then
 fi
 # Extra environment for mirrorcache only, e.g. MC_ENV="RUST_LOG=warn".
 read -r -a MC_ENV_ARGS <<<"${MC_ENV:-}"
-for tool in nginx wrk perf strace; do
-    command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 1; }
-done
+source "$ROOT/bench/lib.sh"
+need_tools "" nginx wrk perf strace
 
 OUT=${OUT:-$(mktemp -d /tmp/mc-profile.XXXXXX)}
-mkdir -p "$OUT/www" "$OUT/tmp" "$OUT/store"
+mkdir -p "$OUT/www"
 case $SIZE in
     1k) bytes=1024 ;;
     64k) bytes=$((64 * 1024)) ;;
@@ -37,72 +37,23 @@ case $SIZE in
 esac
 head -c "$bytes" /dev/urandom >"$OUT/www/obj.bin"
 
-PIDS=()
 cleanup() {
-    local pid
-    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
-    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+    stop_started
     echo "profile output kept in $OUT" >&2
 }
 trap cleanup EXIT
 
-port() {
-    local p
-    while :; do
-        p=$((20000 + RANDOM % 20000))
-        ss -Htln "sport = :$p" | grep -q . || { echo "$p"; return; }
-    done
-}
-O_PORT=$(port)
-M_PORT=$(port)
-while [[ $M_PORT == "$O_PORT" ]]; do M_PORT=$(port); done # neither is bound yet
-
-cat >"$OUT/nginx.conf" <<EOF
-daemon off;
-user root;
-worker_processes 1;
-pid $OUT/nginx.pid;
-error_log $OUT/error.log warn;
-events { worker_connections 1024; }
-http {
-    client_body_temp_path $OUT/tmp/body;
-    proxy_temp_path $OUT/tmp/proxy;
-    fastcgi_temp_path $OUT/tmp/fastcgi;
-    uwsgi_temp_path $OUT/tmp/uwsgi;
-    scgi_temp_path $OUT/tmp/scgi;
-    access_log off;
-    sendfile on;
-    server { listen 127.0.0.1:$O_PORT; root $OUT/www; }
-}
-EOF
-nginx -p "$OUT" -c "$OUT/nginx.conf" &
-PIDS+=("$!")
-
-cat >"$OUT/mirrorcache.toml" <<EOF
-[server]
-listen = "127.0.0.1:$M_PORT"
-
-[storage]
-path = "$OUT/store"
-
-[metadata]
-url = "sqlite://$OUT/meta.db"
-
-[[remote]]
-name = "o"
-mirrors = ["http://127.0.0.1:$O_PORT"]
-immutable = ["**"]
-EOF
-env "${MC_ENV_ARGS[@]}" "$MC_BIN" serve --config "$OUT/mirrorcache.toml" 2>"$OUT/mirrorcache.log" &
-M_PID=$!
-PIDS+=("$M_PID")
+free_port
+O_PORT=$PORT
+free_port
+M_PORT=$PORT
+start_nginx "$OUT" "$O_PORT"
+start_mirrorcache "$OUT" "$M_PORT" "$O_PORT" "$OUT/mirrorcache.log" "$MC_BIN" "${MC_ENV_ARGS[@]}"
+M_PID=$MC_PID
 
 URL=http://127.0.0.1:$M_PORT/o/obj.bin
-for _ in $(seq 1 100); do curl -s -o /dev/null "$URL" && break; sleep 0.1; done
-for _ in $(seq 1 100); do
-    curl -sI "$URL" | grep -qi '^x-cache-status: HIT' && break
-    sleep 0.05
-done
+wait_for_hit "http://127.0.0.1:$M_PORT" "$URL" ||
+    echo "warning: no HIT for $URL yet; its log: $OUT/mirrorcache.log" >&2
 
 requests() { awk '/requests in/ { print $1 }' "$1"; }
 

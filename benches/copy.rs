@@ -8,7 +8,8 @@
 //!   (TCP_NODELAY, so small messages reach the reader as small reads, which is
 //!   what stresses the per-chunk cost of the tee);
 //! - `mirrorcache_miss`: client → mirrorcache (in-process, one remote, a fresh
-//!   path every iteration, so every request is a fill) → upstream;
+//!   path every iteration, so every request is a fill; set up by
+//!   `benches/support/proxy.rs`, shared with the overhead bench) → upstream;
 //! - `tokio_io_copy`: client → a minimal relay (per connection: connect
 //!   upstream, `tokio::io::copy` each way) → upstream.
 //!
@@ -27,11 +28,12 @@ use std::time::{Duration, Instant};
 use criterion::{
     criterion_group, criterion_main, BenchmarkId, Criterion, SamplingMode, Throughput,
 };
-use mirrorcache::config::Config;
-use mirrorcache::http::server::Running;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::runtime::Runtime;
+
+#[path = "support/proxy.rs"]
+mod proxy;
+use proxy::ProxyBench;
 
 /// (messages, bytes per message): the shapes the upstream writes.
 const MATRIX: [(usize, usize); 6] = [
@@ -103,68 +105,50 @@ async fn relay_connection(
 }
 
 struct Bench {
-    runtime: Runtime,
-    client: reqwest::Client,
+    shared: ProxyBench,
     relay: String,
-    proxy: String,
-    running: Running,
     next_path: AtomicU64,
-    _dir: tempfile::TempDir,
 }
 
 impl Bench {
     fn start() -> Bench {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (relay, running) = runtime.block_on(async {
-            let upstream = TcpListener::bind("127.0.0.1:0").await.expect("bind upstream");
-            let upstream_addr = upstream.local_addr().expect("upstream address");
-            tokio::spawn(async move {
-                while let Ok((stream, _)) = upstream.accept().await {
-                    tokio::spawn(upstream_connection(stream));
-                }
-            });
-            let relay = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
-            let relay_addr = relay.local_addr().expect("relay address");
-            tokio::spawn(async move {
-                while let Ok((stream, _)) = relay.accept().await {
-                    tokio::spawn(relay_connection(stream, upstream_addr));
-                }
-            });
-            let text = format!(
-                "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"{ADMIN_TOKEN}\"\n\n\
-                 [storage]\npath = \"{dir}/store\"\nmax_size = \"16GiB\"\n\n\
-                 [metadata]\nurl = \"sqlite://{dir}/meta.db\"\n\n\
-                 [[remote]]\nname = \"o\"\nmirrors = [\"http://{upstream_addr}\"]\nimmutable = [\"**\"]\n",
-                dir = dir.path().display()
-            );
-            let config = Config::parse(&text, "copy.toml").expect("bench config");
-            let running = Running::start(&config).await.expect("proxy starts");
-            (format!("http://{relay_addr}"), running)
-        });
-        let proxy = format!("http://{}", running.local_addr);
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .build()
-            .expect("client");
+        let (shared, relay) = ProxyBench::start(
+            "copy.toml",
+            &format!("admin_token = \"{ADMIN_TOKEN}\"\n"),
+            || async {
+                let upstream = TcpListener::bind("127.0.0.1:0")
+                    .await
+                    .expect("bind upstream");
+                let upstream_addr = upstream.local_addr().expect("upstream address");
+                tokio::spawn(async move {
+                    while let Ok((stream, _)) = upstream.accept().await {
+                        tokio::spawn(upstream_connection(stream));
+                    }
+                });
+                let relay = TcpListener::bind("127.0.0.1:0").await.expect("bind relay");
+                let relay_addr = relay.local_addr().expect("relay address");
+                tokio::spawn(async move {
+                    while let Ok((stream, _)) = relay.accept().await {
+                        tokio::spawn(relay_connection(stream, upstream_addr));
+                    }
+                });
+                (
+                    format!("http://{upstream_addr}"),
+                    format!("http://{relay_addr}"),
+                )
+            },
+        );
         Bench {
-            runtime,
-            client,
+            shared,
             relay,
-            proxy,
-            running,
             next_path: AtomicU64::new(0),
-            _dir: dir,
         }
     }
 
     /// Fetches `url` and reads the body to the end, chunk by chunk (so a
     /// 150 MB body is not held in memory); returns the bytes read.
     async fn fetch(&self, url: &str) -> u64 {
-        let mut response = self.client.get(url).send().await.expect("request");
+        let mut response = self.shared.client.get(url).send().await.expect("request");
         assert!(
             response.status().is_success(),
             "{url}: {}",
@@ -181,7 +165,7 @@ impl Bench {
     /// from request to last byte; then (untimed) waits for fills to commit and
     /// purges the cache, so the store does not grow without bound.
     fn time(&self, iters: u64, base: &str, n: usize, len: usize) -> Duration {
-        self.runtime.block_on(async {
+        self.shared.runtime.block_on(async {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let id = self.next_path.fetch_add(1, Ordering::Relaxed);
@@ -191,10 +175,11 @@ impl Bench {
                 total += start.elapsed();
                 assert_eq!(read, (n * len) as u64, "{url}");
             }
-            self.running.proxy.fills.wait_idle().await;
+            self.shared.running.proxy.fills.wait_idle().await;
             if base == self.proxy_base() {
-                let purge = format!("{}/-/cache/o/purge", self.proxy);
+                let purge = format!("{}/-/cache/o/purge", self.shared.proxy);
                 let response = self
+                    .shared
                     .client
                     .post(purge)
                     .bearer_auth(ADMIN_TOKEN)
@@ -212,7 +197,7 @@ impl Bench {
     }
 
     fn proxy_base(&self) -> String {
-        format!("{}/o", self.proxy)
+        format!("{}/o", self.shared.proxy)
     }
 }
 

@@ -6,8 +6,9 @@
 //! server answering `/size/{bytes}/{anything}` with that many bytes; the proxy
 //! is `mirrorcache::http::server::Running` with one remote `o` pointing at it
 //! (`immutable = ["**"]`, store and SQLite in a temp dir, no log subscriber, so
-//! the per-request log line costs nothing here). One request at a time on a
-//! kept-alive connection: the figures are latencies, and the ratio
+//! the per-request log line costs nothing here; that set-up is
+//! `benches/support/proxy.rs`, shared with the copy bench). One request at a
+//! time on a kept-alive connection: the figures are latencies, and the ratio
 //! `through_proxy / direct` is the overhead.
 //!
 //! Command: `cargo bench --bench overhead`
@@ -21,23 +22,22 @@ use axum::http::Uri;
 use axum::response::Response;
 use bytes::Bytes;
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use mirrorcache::config::Config;
-use mirrorcache::http::server::Running;
 use tokio::net::TcpListener;
-use tokio::runtime::Runtime;
+
+#[path = "support/proxy.rs"]
+mod proxy;
+use proxy::ProxyBench;
 
 /// Object sizes fetched: a small index file, a typical package, a large one.
 const SIZES: [(usize, &str); 3] = [(1024, "1KiB"), (64 * 1024, "64KiB"), (1024 * 1024, "1MiB")];
 
 struct Bench {
-    runtime: Runtime,
-    client: reqwest::Client,
+    shared: ProxyBench,
     origin: String,
+    /// The remote `o` on the proxy: `http://ADDR/o`.
     proxy: String,
-    running: Running,
     /// Makes every miss path new, across sizes and samples.
     next_miss: AtomicU64,
-    _dir: tempfile::TempDir,
 }
 
 /// The origin: `/size/{n}/...` answers `n` bytes (slices of one buffer, so the
@@ -60,45 +60,24 @@ async fn origin_handler(uri: Uri) -> Response {
 
 impl Bench {
     fn start() -> Bench {
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()
-            .expect("tokio runtime");
-        let dir = tempfile::tempdir().expect("temp dir");
-        let (origin, running) = runtime.block_on(async {
+        let (shared, origin) = ProxyBench::start("overhead.toml", "", || async {
             let listener = TcpListener::bind("127.0.0.1:0").await.expect("bind origin");
             let origin = format!("http://{}", listener.local_addr().expect("origin address"));
             let app = axum::Router::new().fallback(origin_handler);
             tokio::spawn(async move { axum::serve(listener, app).await });
-            let text = format!(
-                "[server]\nlisten = \"127.0.0.1:0\"\n\n\
-                 [storage]\npath = \"{dir}/store\"\nmax_size = \"16GiB\"\n\n\
-                 [metadata]\nurl = \"sqlite://{dir}/meta.db\"\n\n\
-                 [[remote]]\nname = \"o\"\nmirrors = [\"{origin}\"]\nimmutable = [\"**\"]\n",
-                dir = dir.path().display()
-            );
-            let config = Config::parse(&text, "overhead.toml").expect("bench config");
-            let running = Running::start(&config).await.expect("proxy starts");
-            (origin, running)
+            (origin.clone(), origin)
         });
-        let proxy = format!("http://{}/o", running.local_addr);
-        let client = reqwest::Client::builder()
-            .tcp_nodelay(true)
-            .build()
-            .expect("client");
+        let proxy = format!("{}/o", shared.proxy);
         Bench {
-            runtime,
-            client,
+            shared,
             origin,
             proxy,
-            running,
             next_miss: AtomicU64::new(0),
-            _dir: dir,
         }
     }
 
     async fn fetch(&self, url: &str, expected: usize) {
-        let response = self.client.get(url).send().await.expect("request");
+        let response = self.shared.client.get(url).send().await.expect("request");
         assert!(
             response.status().is_success(),
             "{url}: {}",
@@ -110,7 +89,7 @@ impl Bench {
 
     /// Runs `iters` fetches of what `url` names and returns their total time.
     fn time(&self, iters: u64, size: usize, url: impl Fn() -> String) -> Duration {
-        self.runtime.block_on(async {
+        self.shared.runtime.block_on(async {
             let mut total = Duration::ZERO;
             for _ in 0..iters {
                 let url = url();
@@ -121,7 +100,7 @@ impl Bench {
             // Let the misses' commits (fsync, rename, SQL) finish outside the
             // timed region, so one sample's background work does not land
             // on the next sample.
-            self.running.proxy.fills.wait_idle().await;
+            self.shared.running.proxy.fills.wait_idle().await;
             total
         })
     }
@@ -138,9 +117,9 @@ fn overhead(c: &mut Criterion) {
         });
 
         let hot = format!("{}/size/{size}/hot", bench.proxy);
-        bench.runtime.block_on(async {
+        bench.shared.runtime.block_on(async {
             bench.fetch(&hot, size).await;
-            bench.running.proxy.fills.wait_idle().await;
+            bench.shared.running.proxy.fills.wait_idle().await;
         });
         group.bench_function(BenchmarkId::new("proxy_hit", label), |b| {
             b.iter_custom(|iters| bench.time(iters, size, || hot.clone()))

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::support::proxy::get;
-use crate::support::{sha256_hex, test_bytes, Fault, MirrorServer, TestProxy};
+use crate::support::{sha256_hex, test_bytes, wait_until, Fault, MirrorServer, TestProxy};
 
 fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
     let urls: Vec<String> = mirrors
@@ -109,9 +109,10 @@ async fn least_conn_prefers_the_idle_mirror_while_another_is_busy() {
         let (client, url) = (client.clone(), proxy.url("/r/f0"));
         async move { get(&client, &url).await.0 }
     });
-    while busy.total() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    wait_until("the first request to reach the busy mirror", async || {
+        busy.total() > 0
+    })
+    .await;
     for i in 1..11 {
         let (status, _, _) = get(&client, &proxy.url(&format!("/r/f{i}"))).await;
         assert_eq!(status, 200);
@@ -139,13 +140,10 @@ async fn a_truncated_body_fails_the_transfer_and_caches_nothing() {
             "{fault:?}: a broken upstream body must break the client's transfer"
         );
         // Nothing partial stays behind.
-        for _ in 0..100 {
-            if proxy.temp_files() == 0 {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert_eq!(proxy.temp_files(), 0);
+        wait_until("the partial temp file to go", async || {
+            proxy.temp_files() == 0
+        })
+        .await;
 
         // The bad mirror goes away; the next fetch is a fresh miss with the right bytes.
         a.stop();
@@ -159,21 +157,45 @@ async fn a_truncated_body_fails_the_transfer_and_caches_nothing() {
     }
 }
 
+/// A mirror whose `/m/foreign` redirects to a live server on another port of
+/// 127.0.0.1 (another host:port, so not one of the remote's), and whose
+/// `/m/own` redirects to another path on its own host:port.
 #[tokio::test]
 async fn redirects_are_followed_only_to_the_remotes_own_hosts() {
-    // A mirror that redirects to a host the remote does not list.
+    // The foreign server would answer 200, and counts what it is asked.
+    let foreign = MirrorServer::start().await;
+    foreign.put("/evil", b"not from the remote".to_vec());
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
-    tokio::spawn(async move {
-        let app = axum::Router::new()
-            .fallback(|| async { axum::response::Redirect::temporary("http://127.0.0.2:9/evil") });
-        axum::serve(listener, app).await.unwrap();
-    });
+    let evil = foreign.url("/evil");
+    let app = axum::Router::new()
+        .route(
+            "/m/foreign",
+            axum::routing::get(move || async move { axum::response::Redirect::temporary(&evil) }),
+        )
+        .route(
+            "/m/own",
+            axum::routing::get(move || async move {
+                axum::response::Redirect::temporary(&format!("http://{addr}/files/own"))
+            }),
+        )
+        .route("/files/own", axum::routing::get(|| async { "own bytes" }));
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"r\"\nmirrors = [\"http://{addr}/m\"]\n"
     ))
     .await;
-    let (status, _, _) = get(&reqwest::Client::new(), &proxy.url("/r/x")).await;
+    let client = reqwest::Client::new();
+
+    let (status, _, _) = get(&client, &proxy.url("/r/foreign")).await;
     assert_eq!(status, 502);
+    assert_eq!(
+        foreign.total(),
+        0,
+        "the redirect to a foreign host was followed"
+    );
+
+    let (status, _, bytes) = get(&client, &proxy.url("/r/own")).await;
+    assert_eq!((status, &bytes.unwrap()[..]), (200, &b"own bytes"[..]));
     proxy.stop().await;
 }

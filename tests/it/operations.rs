@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use crate::support::proxy::{config_text, get, get_json};
-use crate::support::{BinaryProxy, Fault, MirrorServer, TestProxy};
+use crate::support::{wait_until, BinaryProxy, Fault, MirrorServer, TestProxy};
 
 fn remote(name: &str, mirror: &MirrorServer, extra: &str) -> String {
     format!(
@@ -89,9 +89,10 @@ async fn sighup_reloads_the_config_and_refuses_a_bad_one() {
         let (client, url) = (client.clone(), proxy.url("/a/slow"));
         async move { get(&client, &url).await.0 }
     });
-    while mirror.hits("/m/slow") == 0 {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until("the slow request to reach the mirror", async || {
+        mirror.hits("/m/slow") > 0
+    })
+    .await;
 
     let second = config_text(
         dir.path(),
@@ -100,8 +101,12 @@ async fn sighup_reloads_the_config_and_refuses_a_bad_one() {
     .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
     std::fs::write(&proxy.config_path, second).unwrap();
     proxy.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(300)).await;
-    let status = get_json(&client, &proxy.url("/-/status")).await;
+    let mut status = serde_json::Value::Null;
+    wait_until("the reload to add remote b", async || {
+        status = get_json(&client, &proxy.url("/-/status")).await;
+        status["remotes"][1]["name"] == "b"
+    })
+    .await;
     assert_eq!(status["remotes"][0]["name"], "a");
     assert_eq!(
         status["remotes"][0]["mirrors"][0]["in_flight"], 1,
@@ -118,13 +123,11 @@ async fn sighup_reloads_the_config_and_refuses_a_bad_one() {
 
     std::fs::write(&proxy.config_path, "[server]\nlisten = 7\n").unwrap();
     proxy.signal("HUP");
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    wait_until("the bad config to be refused", async || {
+        proxy.log().contains("new config refused")
+    })
+    .await;
     assert_eq!(get(&client, &proxy.url("/b/x")).await.0, 200);
-    assert!(
-        proxy.log().contains("new config refused"),
-        "{}",
-        proxy.log()
-    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -139,16 +142,20 @@ async fn logs_can_be_json_with_one_line_per_request() {
     let proxy = BinaryProxy::start(dir.path(), &text).await;
     let client = reqwest::Client::new();
     get(&client, &proxy.url("/r/x")).await.2.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
-    let log = proxy.log();
-    let request_line = log
-        .lines()
-        .map(|l| {
-            serde_json::from_str::<serde_json::Value>(l)
-                .unwrap_or_else(|e| panic!("not JSON: {l}: {e}"))
-        })
-        .find(|v| v["fields"]["message"] == "request" && v["fields"]["path"] == "/r/x")
-        .expect("a request line");
+    // Every whole line written so far is JSON; wait for the request's line.
+    let request_line = || {
+        proxy
+            .log()
+            .split_inclusive('\n')
+            .filter(|l| l.ends_with('\n'))
+            .map(|l| {
+                serde_json::from_str::<serde_json::Value>(l)
+                    .unwrap_or_else(|e| panic!("not JSON: {l}: {e}"))
+            })
+            .find(|v| v["fields"]["message"] == "request" && v["fields"]["path"] == "/r/x")
+    };
+    wait_until("the request's log line", async || request_line().is_some()).await;
+    let request_line = request_line().unwrap();
     assert_eq!(request_line["fields"]["status"], 200);
     assert_eq!(request_line["fields"]["cache"], "MISS");
     assert_eq!(request_line["fields"]["mirror"], mirror.url("/m"));

@@ -1,11 +1,11 @@
 //! Fault injection: mirrors that fail, a disk that fills, a process that dies.
 //! Each test says what was sent, what was served, and that nothing was lost.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use crate::support::proxy::{config_text, get, get_json};
 use crate::support::{
-    available, sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer, TestProxy,
+    available, sha256_hex, test_bytes, wait_until, BinaryProxy, Fault, MirrorServer, TestProxy,
 };
 
 fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
@@ -17,14 +17,6 @@ fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
         "[[remote]]\nname = \"r\"\nmirrors = [{}]\n{extra}\n",
         urls.join(", ")
     )
-}
-
-async fn wait_until(what: &str, mut done: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !done() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
 }
 
 #[tokio::test]
@@ -141,7 +133,7 @@ async fn eviction_keeps_the_store_under_max_size_least_recently_used_first() {
         get(&client, &url(&format!("/r/f{i}"))).await.2.unwrap();
         running.proxy.fills.wait_idle().await;
         let cache = running.proxy.cache.clone();
-        wait_until("eviction", || cache.size() <= 1024 * 1024).await;
+        wait_until("eviction", async || cache.size() <= 1024 * 1024).await;
     }
     assert!(running.proxy.cache.size() <= 1024 * 1024);
     mirror.stop();
@@ -315,7 +307,11 @@ async fn kill_9_during_ten_fills_loses_nothing_and_serves_nothing_partial() {
     let mut proxy = BinaryProxy::start(dir.path(), &text).await;
     let client = reqwest::Client::new();
     get(&client, &proxy.url("/r/done")).await.2.unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    wait_until("/r/done to be committed", async || {
+        get(&client, &proxy.url("/r/done")).await.1 == "HIT"
+    })
+    .await;
+    let before = mirror.total();
 
     mirror.set_fault(Fault::SlowBody(Duration::from_millis(30)));
     let fetches: Vec<_> = (0..10)
@@ -324,14 +320,13 @@ async fn kill_9_during_ten_fills_loses_nothing_and_serves_nothing_partial() {
             tokio::spawn(async move { client.get(url).send().await.ok()?.bytes().await.ok() })
         })
         .collect();
-    wait_until("10 fills to start", || mirror.total() >= 11).await;
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(
+    wait_until("10 fills to start", async || mirror.total() >= before + 10).await;
+    let temp_files = || {
         std::fs::read_dir(dir.path().join("store/tmp"))
             .unwrap()
             .count()
-            > 0
-    );
+    };
+    wait_until("the fills' temp files", async || temp_files() >= 10).await;
     proxy.kill_hard();
     for f in fetches {
         // Every client saw a broken transfer, none a short "complete" one.
@@ -340,12 +335,7 @@ async fn kill_9_during_ten_fills_loses_nothing_and_serves_nothing_partial() {
 
     mirror.set_fault(Fault::None);
     let proxy = BinaryProxy::start(dir.path(), &text).await;
-    assert_eq!(
-        std::fs::read_dir(dir.path().join("store/tmp"))
-            .unwrap()
-            .count(),
-        0
-    );
+    assert_eq!(temp_files(), 0);
     let (status, cache, _) = get(&client, &proxy.url("/r/done")).await;
     assert_eq!((status, cache.as_str()), (200, "HIT"));
     for i in 0..10 {

@@ -10,7 +10,7 @@ use futures_util::future::join_all;
 use crate::metadata::PgDatabase;
 use crate::support::proxy::get;
 use crate::support::{
-    available, sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer, S3Server,
+    available, sha256_hex, test_bytes, wait_until, BinaryProxy, Fault, MirrorServer, S3Server,
 };
 
 /// A redis-server of the test's own, on a free port, so the test may stop it.
@@ -42,6 +42,23 @@ impl OwnRedis {
             std::thread::sleep(Duration::from_millis(20));
         }
         Some(OwnRedis { child })
+    }
+
+    /// How many connections are subscribed to the instances' invalidation
+    /// channel (each instance holds one while it is connected).
+    async fn subscribers(port: u16) -> usize {
+        let Ok(client) = redis::Client::open(format!("redis://127.0.0.1:{port}")) else {
+            return 0;
+        };
+        let Ok(mut conn) = client.get_multiplexed_async_connection().await else {
+            return 0;
+        };
+        redis::cmd("PUBSUB")
+            .arg("NUMSUB")
+            .arg("mirrorcache:invalidate")
+            .query_async::<(String, usize)>(&mut conn)
+            .await
+            .map_or(0, |(_, n)| n)
     }
 
     fn stop(&mut self) {
@@ -105,7 +122,13 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
         .pool_max_idle_per_host(100)
         .build()
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(300)).await;
+    // Both instances have their lock connection and their invalidation subscription.
+    wait_until("both instances to connect to redis", async || {
+        a.log().contains("connected to redis")
+            && b.log().contains("connected to redis")
+            && OwnRedis::subscribers(redis_port).await == 2
+    })
+    .await;
 
     // 50 concurrent cold requests, spread over both instances: one upstream fetch.
     mirror.set_fault(Fault::SlowBody(Duration::from_millis(5)));
@@ -142,9 +165,14 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
         .await
         .unwrap();
     assert_eq!(purge.status(), 200);
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    let (status, cache, _) = get(&client, &b.url("/r/big.bin")).await;
-    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    let mut answer = (0, String::new());
+    wait_until("the purge to reach the other instance", async || {
+        let (status, cache, _) = get(&client, &b.url("/r/big.bin")).await;
+        answer = (status, cache);
+        answer.1 != "HIT"
+    })
+    .await;
+    assert_eq!((answer.0, answer.1.as_str()), (200, "MISS"));
 
     // Redis goes away: not one failed request.
     redis.stop();
@@ -168,7 +196,10 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
 
     // Redis is back: locks work again.
     let _redis = OwnRedis::start(redis_port).expect("redis restarts");
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    wait_until("both instances to subscribe again", async || {
+        OwnRedis::subscribers(redis_port).await == 2
+    })
+    .await;
     mirror.put("/m/after.bin", test_bytes(4 * 1024 * 1024, 77));
     mirror.set_fault(Fault::SlowBody(Duration::from_millis(5)));
     let requests = (0..20).map(|i| {

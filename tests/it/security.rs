@@ -7,7 +7,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
 use crate::support::proxy::{config_text, get};
-use crate::support::{BinaryProxy, MirrorServer, TestProxy};
+use crate::support::{wait_until, BinaryProxy, MirrorServer, TestProxy};
 
 fn remote(mirror: &MirrorServer, extra: &str) -> String {
     format!(
@@ -16,10 +16,16 @@ fn remote(mirror: &MirrorServer, extra: &str) -> String {
     )
 }
 
-/// Sends raw bytes, returns what the server answered before closing.
-async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
+/// Connects and sends raw bytes, leaving the connection open.
+async fn send(addr: std::net::SocketAddr, request: &[u8]) -> TcpStream {
     let mut stream = TcpStream::connect(addr).await.unwrap();
     stream.write_all(request).await.unwrap();
+    stream
+}
+
+/// Sends raw bytes, returns what the server answered before closing.
+async fn raw(addr: std::net::SocketAddr, request: &[u8]) -> String {
+    let mut stream = send(addr, request).await;
     let mut reply = Vec::new();
     let _ = tokio::time::timeout(Duration::from_secs(5), stream.read_to_end(&mut reply)).await;
     String::from_utf8_lossy(&reply).into_owned()
@@ -74,11 +80,7 @@ async fn slow_and_oversized_request_heads_are_cut_off() {
     let addr = running.local_addr;
 
     // Slow loris: half a request head, then nothing. The server hangs up.
-    let mut stream = TcpStream::connect(addr).await.unwrap();
-    stream
-        .write_all(b"GET /r/x HTTP/1.1\r\nHost: x\r\n")
-        .await
-        .unwrap();
+    let mut stream = send(addr, b"GET /r/x HTTP/1.1\r\nHost: x\r\n").await;
     let mut buf = Vec::new();
     let closed = tokio::time::timeout(Duration::from_secs(3), stream.read_to_end(&mut buf)).await;
     assert!(closed.is_ok(), "a stalled request head must be cut off");
@@ -111,11 +113,23 @@ async fn connections_beyond_max_connections_wait_their_turn() {
     let mirror = MirrorServer::start().await;
     let (_dir, running) = start_with("max_connections = 2", &remote(&mirror, "")).await;
     let addr = running.local_addr;
-    let held: Vec<TcpStream> = vec![
-        TcpStream::connect(addr).await.unwrap(),
-        TcpStream::connect(addr).await.unwrap(),
-    ];
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // Two kept-alive connections, each shown to be accepted (and so holding
+    // its slot) by one answered request.
+    let mut held: Vec<TcpStream> = Vec::new();
+    for _ in 0..2 {
+        let mut stream = send(addr, b"GET /-/health HTTP/1.1\r\nHost: x\r\n\r\n").await;
+        let mut reply = Vec::new();
+        while !reply.ends_with(b"ok\n") {
+            let mut buf = [0u8; 1024];
+            let n = tokio::time::timeout(Duration::from_secs(5), stream.read(&mut buf))
+                .await
+                .expect("a held connection is answered")
+                .unwrap();
+            assert!(n > 0, "the server closed a held connection");
+            reply.extend_from_slice(&buf[..n]);
+        }
+        held.push(stream);
+    }
     let client = reqwest::Client::new();
     let third = tokio::time::timeout(
         Duration::from_millis(500),
@@ -277,12 +291,13 @@ async fn upstream_credentials_are_sent_and_never_shown() {
         .text()
         .await
         .unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The request lines reach the log file a moment after the responses.
+    wait_until("the request lines in the log", async || {
+        let log = proxy.log();
+        log.contains("/r/private") && log.contains("/anon/private")
+    })
+    .await;
     let log = proxy.log();
-    assert!(
-        log.contains("/r/private"),
-        "the log should have the request lines"
-    );
     for (what, text) in [
         ("error body", &body),
         ("status", &status),

@@ -28,6 +28,20 @@ pub fn test_bytes(len: usize, seed: u64) -> Vec<u8> {
         .collect()
 }
 
+/// Polls `done` every 20 ms until it is true; fails the test, naming `what`,
+/// if it is still false after 20 s (generous: the suite runs on busy machines).
+/// For waiting on something observable instead of sleeping a fixed time.
+pub async fn wait_until(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    while !done().await {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "timed out waiting for {what}"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+}
+
 /// For tests that need a service or tool a fresh laptop may lack: prints a
 /// loud SKIPPED line and returns false, or fails the test when
 /// `MIRRORCACHE_REQUIRE_SERVICES=1` (as `.ci/run` sets).

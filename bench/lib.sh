@@ -1,0 +1,111 @@
+# bench/lib.sh — the set-up bench/ab-hit.sh and bench/profile-hit.sh share
+# (bench/compare.sh uses its tool check, ports, PIDs and mirrorcache config):
+# an nginx origin and mirrorcache processes on 127.0.0.1, started from a work
+# dir, stopped by stop_started. Sourced, not run:
+#   source "$(dirname "$0")/lib.sh"
+# Each script sets its own `trap ... EXIT` that calls stop_started.
+
+# need_tools HINT TOOL...: exits 1 naming the first TOOL that is missing
+# (HINT, if not empty, is added in parentheses).
+need_tools() {
+    local hint=$1 tool
+    shift
+    for tool in "$@"; do
+        command -v "$tool" >/dev/null || { echo "missing $tool${hint:+ ($hint)}" >&2; exit 1; }
+    done
+}
+
+# The processes started here; stop_started ends them (TERM, then waits).
+PIDS=()
+stop_started() {
+    local pid
+    for pid in "${PIDS[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+    for pid in "${PIDS[@]}"; do wait "$pid" 2>/dev/null || true; done
+}
+
+# free_port: sets PORT to a free port not yet handed out (call it directly,
+# not in a subshell: USED keeps the ports given, none of them bound yet).
+USED=" "
+free_port() {
+    while :; do
+        PORT=$((20000 + RANDOM % 20000))
+        [[ "$USED" == *" $PORT "* ]] && continue
+        ss -Htln "sport = :$PORT" | grep -q . || { USED+="$PORT "; return; }
+    done
+}
+
+# start_nginx DIR PORT: nginx (one worker, sendfile, no access log) serving
+# DIR/www on 127.0.0.1:PORT, its pid, temp paths and error log in DIR.
+start_nginx() {
+    local dir=$1 port=$2
+    mkdir -p "$dir/www" "$dir/tmp"
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+user root;
+worker_processes 1;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 1024; }
+http {
+    client_body_temp_path $dir/tmp/body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    access_log off;
+    sendfile on;
+    server { listen 127.0.0.1:$port; root $dir/www; }
+}
+EOF
+    nginx -p "$dir" -c "$dir/nginx.conf" &
+    PIDS+=("$!")
+}
+
+# mirrorcache_toml DIR PORT MIRROR [STORAGE_KEYS]: prints a config listening
+# on 127.0.0.1:PORT, store and SQLite in DIR, one remote `o` = MIRROR (a URL),
+# `immutable = ["**"]`; STORAGE_KEYS (lines) go into [storage].
+mirrorcache_toml() {
+    cat <<EOF
+[server]
+listen = "127.0.0.1:$2"
+
+[storage]
+path = "$1/store"
+${4:+$4
+}
+[metadata]
+url = "sqlite://$1/meta.db"
+
+[[remote]]
+name = "o"
+mirrors = ["$3"]
+immutable = ["**"]
+EOF
+}
+
+# start_mirrorcache DIR PORT ORIGIN_PORT LOG BIN [VAR=value...]: BIN serve on
+# 127.0.0.1:PORT with DIR/mirrorcache.toml (mirrorcache_toml, the origin at
+# 127.0.0.1:ORIGIN_PORT), stderr to LOG, the VAR=value words in its
+# environment. Sets MC_PID.
+start_mirrorcache() {
+    local dir=$1 port=$2 origin_port=$3 log=$4 bin=$5
+    shift 5
+    mkdir -p "$dir"
+    mirrorcache_toml "$dir" "$port" "http://127.0.0.1:$origin_port" >"$dir/mirrorcache.toml"
+    env "$@" "$bin" serve --config "$dir/mirrorcache.toml" 2>"$log" &
+    MC_PID=$!
+    PIDS+=("$MC_PID")
+}
+
+# wait_for_hit BASE URL: waits (10 s at most) for BASE/-/health, then (5 s at
+# most) until a HEAD of URL says X-Cache-Status: HIT; fails if it never does.
+is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }
+wait_for_hit() {
+    local base=$1 url=$2
+    for _ in $(seq 1 100); do curl -s -o /dev/null "$base/-/health" && break; sleep 0.1; done
+    for _ in $(seq 1 100); do
+        is_hit "$url" && return 0
+        sleep 0.05
+    done
+    is_hit "$url"
+}
