@@ -7,6 +7,7 @@ mod cache;
 mod config_check;
 mod failover;
 mod fanout;
+mod hardening_keys;
 mod kinds;
 mod metadata;
 mod operations;
