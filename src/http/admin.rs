@@ -18,7 +18,8 @@ use crate::cache::Digest;
 
 /// `None` when the request may go on; else the refusal.
 fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
-    let Some(token) = &proxy.server.admin_token else {
+    let server = proxy.server();
+    let Some(token) = &server.admin_token else {
         return Some(
             (
                 StatusCode::NOT_FOUND,

@@ -320,7 +320,7 @@ impl ArtifactRequest<'_> {
                 limit,
             });
         }
-        let base = public_base(&self.proxy.server, self.headers);
+        let base = public_base(&self.proxy.server(), self.headers);
         let rewrite = Rewrite::new(&self.remote.config, &base);
         let bytes = blob
             .read_all(entry.size)

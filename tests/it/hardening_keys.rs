@@ -4,8 +4,24 @@
 //! of every variant; and SIGHUP applying or refusing each key, never ignoring
 //! one silently.
 
-use crate::support::proxy::get;
-use crate::support::{sha256_hex, test_bytes, MirrorServer, TestProxy};
+use std::time::{Duration, Instant};
+
+use crate::support::proxy::{config_text, get};
+use crate::support::{sha256_hex, test_bytes, BinaryProxy, MirrorServer, TestProxy};
+
+/// `[server]` keys added to a `config_text`.
+fn with_server_keys(text: &str, keys: &str) -> String {
+    text.replace("[server]\n", &format!("[server]\n{keys}\n"))
+}
+
+/// Polls `done` every 50 ms for up to 10 s.
+async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !done().await {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 // ---- A. One cache key per artifact ----
 
@@ -53,4 +69,122 @@ async fn every_spelling_of_a_path_is_one_key_and_one_upstream_fetch() {
     assert_eq!(mirror.hits("/m/@s%2Fp"), 1);
     assert_eq!(mirror.total(), 2);
     proxy.stop().await;
+}
+
+// ---- C. Documents: Vary, admin DELETE, reload ----
+
+/// SIGHUP applies `admin_token` and `public_url` at once; a config changing
+/// a key that only a restart applies (here `storage.max_size`) is refused
+/// whole, naming the key, and the running config stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_applies_server_keys_and_refuses_restart_only_keys() {
+    let mirror = MirrorServer::start().await;
+    mirror.put_typed(
+        "/simple/proj/",
+        format!("<a href=\"{}/packages/x.whl\">x</a>", mirror.url("")),
+        "text/html",
+    );
+    mirror.put("/x", b"x".to_vec());
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = format!(
+        "[[remote]]\nname = \"py\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = []\n",
+        mirror.url("")
+    );
+    let config = |server: &str, extra: &str| {
+        with_server_keys(
+            &config_text(dir.path(), &format!("{remotes}\n{extra}")),
+            server,
+        )
+    };
+    let proxy = BinaryProxy::start(
+        dir.path(),
+        &config(
+            "admin_token = \"old-token\"\npublic_url = \"http://old.example\"",
+            "",
+        ),
+    )
+    .await;
+    let port = proxy.base.rsplit(':').next().unwrap().to_string();
+    let rewrite = |text: String| {
+        std::fs::write(
+            &proxy.config_path,
+            text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}")),
+        )
+        .unwrap();
+        proxy.signal("HUP");
+    };
+    let client = reqwest::Client::new();
+    let page = async || {
+        client
+            .get(proxy.url("/py/simple/proj/"))
+            .send()
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap()
+    };
+    let delete_with = async |token: &str| {
+        let response = client
+            .delete(proxy.url("/-/cache/py/nothing"))
+            .bearer_auth(token)
+            .send()
+            .await
+            .unwrap();
+        response.status().as_u16()
+    };
+    assert!(page()
+        .await
+        .contains("http://old.example/py/packages/x.whl"));
+    assert_eq!(delete_with("old-token").await, 200);
+
+    rewrite(config(
+        "admin_token = \"new-token\"\npublic_url = \"http://new.example\"",
+        "",
+    ));
+    eventually("the new admin token", async || {
+        delete_with("new-token").await == 200
+    })
+    .await;
+    assert_eq!(delete_with("old-token").await, 401);
+    let body = page().await;
+    assert!(
+        body.contains("http://new.example/py/packages/x.whl"),
+        "{body}"
+    );
+
+    // A restart-only key changes along with a new remote and token: all refused.
+    rewrite(
+        config(
+            "admin_token = \"third-token\"\npublic_url = \"http://third.example\"",
+            &format!(
+                "[[remote]]\nname = \"b\"\nmirrors = [\"{}\"]\n",
+                mirror.url("")
+            ),
+        )
+        .replace("[storage]\n", "[storage]\nmax_size = \"1GiB\"\n"),
+    );
+    eventually("the refusal in the log", async || {
+        proxy.log().contains("reload refused")
+    })
+    .await;
+    let log = proxy.log();
+    assert!(log.contains("`storage.max_size`"), "{log}");
+    assert_eq!(get(&client, &proxy.url("/b/x")).await.0, 404);
+    assert_eq!(delete_with("third-token").await, 401);
+    assert_eq!(delete_with("new-token").await, 200);
+    assert!(page().await.contains("http://new.example/py/"));
+
+    // Back to the running settings plus the new remote: applied.
+    rewrite(config(
+        "admin_token = \"new-token\"\npublic_url = \"http://new.example\"",
+        &format!(
+            "[[remote]]\nname = \"b\"\nmirrors = [\"{}\"]\n",
+            mirror.url("")
+        ),
+    ));
+    eventually("the new remote", async || {
+        get(&client, &proxy.url("/b/x")).await.0 == 200
+    })
+    .await;
 }
