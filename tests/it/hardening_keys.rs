@@ -73,6 +73,145 @@ async fn every_spelling_of_a_path_is_one_key_and_one_upstream_fetch() {
 
 // ---- C. Documents: Vary, admin DELETE, reload ----
 
+/// Every response of a content-negotiated path says `Vary: Accept`: misses,
+/// hits, 304s, 404s; artifacts do not.
+#[tokio::test]
+async fn negotiated_documents_vary_on_accept_and_artifacts_do_not() {
+    let mirror = MirrorServer::start().await;
+    mirror.put_typed("/simple/proj/", "<a href=\"x.whl\">x</a>", "text/html");
+    mirror.put("/f/packages/x.whl", b"wheel".to_vec());
+    mirror.put_typed("/left-pad", "{\"name\":\"left-pad\"}", "application/json");
+    mirror.put("/left-pad/-/left-pad-1.0.0.tgz", b"tgz".to_vec());
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"py\"\nkind = \"pypi\"\nmirrors = [\"{m}\"]\nfiles = [\"{m}/f\"]\n\n[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{m}\"]\n",
+        m = mirror.url("")
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    let fetch = async |path: &str, headers: &[(&str, &str)]| {
+        let mut request = client.get(proxy.url(path));
+        for (k, v) in headers {
+            request = request.header(*k, *v);
+        }
+        let response = request.send().await.unwrap();
+        let vary = response
+            .headers()
+            .get("vary")
+            .map(|v| v.to_str().unwrap().to_string());
+        let etag = response
+            .headers()
+            .get("etag")
+            .map(|v| v.to_str().unwrap().to_string());
+        let seen = (
+            response.status().as_u16(),
+            response
+                .headers()
+                .get("x-cache-status")
+                .map_or(String::new(), |v| v.to_str().unwrap().to_string()),
+            vary,
+        );
+        proxy.settle().await;
+        (seen, etag)
+    };
+    let accept = Some("Accept".to_string());
+    let json = [("accept", "application/vnd.pypi.simple.v1+json")];
+
+    let (seen, _) = fetch("/py/simple/proj/", &[]).await;
+    assert_eq!(seen, (200, "MISS".into(), accept.clone()));
+    let (seen, etag) = fetch("/py/simple/proj/", &[]).await;
+    assert_eq!(seen, (200, "HIT".into(), accept.clone()));
+    let (seen, _) = fetch("/py/simple/proj/", &[("if-none-match", &etag.unwrap())]).await;
+    assert_eq!(seen, (304, "HIT".into(), accept.clone()));
+    assert_eq!(
+        fetch("/py/simple/proj/", &json).await.0,
+        (200, "MISS".into(), accept.clone())
+    );
+    assert_eq!(
+        fetch("/py/simple/proj/", &json).await.0,
+        (200, "HIT".into(), accept.clone())
+    );
+    assert_eq!(fetch("/py/simple/gone/", &[]).await.0 .2, accept);
+    assert_eq!(
+        fetch("/npm/left-pad", &[]).await.0,
+        (200, "MISS".into(), accept.clone())
+    );
+    assert_eq!(
+        fetch("/npm/left-pad", &[]).await.0,
+        (200, "HIT".into(), accept.clone())
+    );
+
+    assert_eq!(
+        fetch("/py/~files/packages/x.whl", &[]).await.0,
+        (200, "MISS".into(), None)
+    );
+    assert_eq!(
+        fetch("/py/~files/packages/x.whl", &[]).await.0,
+        (200, "HIT".into(), None)
+    );
+    assert_eq!(
+        fetch("/npm/left-pad/-/left-pad-1.0.0.tgz", &[]).await.0,
+        (200, "MISS".into(), None)
+    );
+    assert_eq!(mirror.hits("/simple/proj/"), 2);
+    proxy.stop().await;
+}
+
+/// `DELETE /-/cache/{remote}/{document}` removes every cached variant (and
+/// takes the path in any spelling): both are misses afterwards.
+#[tokio::test]
+async fn deleting_a_document_removes_every_variant() {
+    let mirror = MirrorServer::start().await;
+    mirror.put_typed("/simple/proj/", "<a href=\"x.whl\">x</a>", "text/html");
+    let dir = tempfile::tempdir().unwrap();
+    let text = with_server_keys(
+        &config_text(
+            dir.path(),
+            &format!(
+                "[[remote]]\nname = \"py\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = []\n",
+                mirror.url("")
+            ),
+        ),
+        "admin_token = \"t\"",
+    );
+    let running = crate::support::proxy::start_text(&text).await;
+    let url = |p: &str| format!("http://{}{p}", running.local_addr);
+    let client = reqwest::Client::new();
+    let fetch = async |accept: &str| {
+        let response = client
+            .get(url("/py/simple/proj/"))
+            .header("accept", accept)
+            .send()
+            .await
+            .unwrap();
+        let cache = response.headers()["x-cache-status"]
+            .to_str()
+            .unwrap()
+            .to_string();
+        running.proxy.fills.wait_idle().await;
+        cache
+    };
+    let (html, json) = ("text/html", "application/vnd.pypi.simple.v1+json");
+    assert_eq!([fetch(html).await, fetch(json).await], ["MISS", "MISS"]);
+    assert_eq!([fetch(html).await, fetch(json).await], ["HIT", "HIT"]);
+
+    let response = client
+        .delete(url("/-/cache/py/simple/%70roj/"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    let answer: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+    assert_eq!(
+        (answer["removed"].as_bool(), answer["entries"].as_u64()),
+        (Some(true), Some(2)),
+        "{answer}"
+    );
+    assert_eq!([fetch(html).await, fetch(json).await], ["MISS", "MISS"]);
+    assert_eq!(mirror.hits("/simple/proj/"), 4);
+    running.shutdown().await;
+}
+
 /// SIGHUP applies `admin_token` and `public_url` at once; a config changing
 /// a key that only a restart applies (here `storage.max_size`) is refused
 /// whole, naming the key, and the running config stays.
