@@ -4,10 +4,12 @@
 //! of every variant; and SIGHUP applying or refusing each key, never ignoring
 //! one silently.
 
+use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::metadata::PgDatabase;
 use crate::support::proxy::{config_text, get};
-use crate::support::{sha256_hex, test_bytes, BinaryProxy, MirrorServer, TestProxy};
+use crate::support::{sha256_hex, test_bytes, BinaryProxy, MirrorServer, S3Server, TestProxy};
 
 /// `[server]` keys added to a `config_text`.
 fn with_server_keys(text: &str, keys: &str) -> String {
@@ -21,6 +23,17 @@ async fn eventually(what: &str, mut done: impl AsyncFnMut() -> bool) {
         assert!(Instant::now() < deadline, "timed out waiting for {what}");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
+}
+
+/// `mirrorcache check` on `text`: exit code and stdout + stderr.
+fn check(text: &str) -> (i32, String) {
+    let out = crate::support::binary::check(text);
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.code().unwrap(), text)
 }
 
 // ---- A. One cache key per artifact ----
@@ -69,6 +82,212 @@ async fn every_spelling_of_a_path_is_one_key_and_one_upstream_fetch() {
     assert_eq!(mirror.hits("/m/@s%2Fp"), 1);
     assert_eq!(mirror.total(), 2);
     proxy.stop().await;
+}
+
+// ---- B. No secret in any output ----
+
+/// `check` refuses a password written into a URL, naming the key and where
+/// credentials go instead, and never echoes a secret in its errors.
+#[test]
+fn check_refuses_credentials_in_urls_and_never_echoes_a_secret() {
+    const SECRET: &str = "pw-in-url-3c9e";
+    let remote = |keys: &str| format!("[[remote]]\nname = \"r\"\n{keys}\n");
+    let cases: Vec<(String, &[&str])> = vec![
+        (
+            remote(&format!("mirrors = [\"https://alice:{SECRET}@mirror.example/x\"]")),
+            &[":3:", "`remote[0].mirrors[0]`", "credentials", "remote[0].username", "remote[0].password_env"],
+        ),
+        (
+            remote(&format!(
+                "mirrors = [\"https://mirror.example/x\"]\nfiles = [\n  \"https://f.example\",\n  \"https://{SECRET}@f2.example\",\n]"
+            )),
+            &[":6:", "`remote[0].files[1]`", "username", "password_env"],
+        ),
+        (
+            remote(&format!("mirrors = [\"https://alice:{SECRET}@bad host/x\"]")),
+            &[":3:", "`remote[0].mirrors[0]`", "not a URL"],
+        ),
+        (
+            format!("[server]\npublic_url = \"https://u:{SECRET}@cache.example\"\n"),
+            &[":2:", "`server.public_url`", "credentials"],
+        ),
+        (
+            format!("[storage]\nurl = \"s3://bucket/p\"\nendpoint = \"http://k:{SECRET}@127.0.0.1:9000\"\n"),
+            &[":3:", "`storage.endpoint`", "storage.secret_access_key"],
+        ),
+        (
+            format!("[redis]\nurl = \"http://:{SECRET}@127.0.0.1:6379\"\n"),
+            &[":2:", "`redis.url`"],
+        ),
+        (
+            format!("[metadata]\nurl = \"mysql://root:{SECRET}@127.0.0.1/db\"\n"),
+            &[":2:", "`metadata.url`"],
+        ),
+    ];
+    let good_remote = remote("mirrors = [\"http://127.0.0.1:1/x\"]");
+    for (text, needles) in &cases {
+        let text = if text.contains("[[remote]]") {
+            text.clone()
+        } else {
+            format!("{text}\n{good_remote}")
+        };
+        let (code, output) = check(&text);
+        assert_eq!(code, 2, "{text}\n{output}");
+        for needle in *needles {
+            assert!(
+                output.contains(needle),
+                "{needle:?} missing from {output:?} for\n{text}"
+            );
+        }
+        assert!(
+            !output.contains(SECRET),
+            "check echoed the secret: {output}"
+        );
+    }
+}
+
+/// Every secret a config may hold — upstream password, admin token, the
+/// Postgres and Redis passwords in their URLs, the S3 secret key — appears in
+/// none of `/-/status`, `/-/metrics`, error bodies, the debug log (including a
+/// refused reload) or `check`'s output.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_secret_shows_in_status_metrics_logs_error_bodies_or_check() {
+    const UPSTREAM: &str = "upstream-secret-7f3a";
+    const ADMIN: &str = "admin-secret-91c2";
+    const POSTGRES: &str = "postgres-secret-55d0";
+    const REDIS: &str = "redis-secret-0b8e";
+    const REDIS_NEXT: &str = "redis-secret-next-e21f";
+    const S3_KEY: &str = "s3-secret-c4d1";
+    let secrets = [UPSTREAM, ADMIN, POSTGRES, REDIS, REDIS_NEXT, S3_KEY];
+
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/private", b"private bytes".to_vec());
+    mirror.require_basic_auth("alice", UPSTREAM);
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = format!(
+        "[[remote]]\nname = \"r\"\nmirrors = [\"{m}\"]\nusername = \"alice\"\npassword = \"{UPSTREAM}\"\n\n[[remote]]\nname = \"anon\"\nmirrors = [\"{m}\"]\n",
+        m = mirror.url("/m")
+    );
+    let mut text = with_server_keys(
+        &config_text(dir.path(), &remotes),
+        &format!("admin_token = \"{ADMIN}\""),
+    );
+    // The real services when they are here (a password is accepted and
+    // ignored by the local trust / no-auth setups); else unreachable ones,
+    // which the proxy reports in its log.
+    let pg = PgDatabase::create().await;
+    if let Some(pg) = &pg {
+        let url = pg
+            .url
+            .replace("postgres@", &format!("postgres:{POSTGRES}@"));
+        text = text.replace(&format!("sqlite://{}/meta.db", dir.path().display()), &url);
+    }
+    let redis_port = if std::net::TcpStream::connect("127.0.0.1:6379").is_ok() {
+        6379
+    } else {
+        1
+    };
+    let redis = |password: &str| {
+        format!("\n[redis]\nurl = \"redis://:{password}@127.0.0.1:{redis_port}\"\n")
+    };
+    text.push_str(&redis(REDIS));
+    let s3 = S3Server::start("mirrorcache-secrets").await;
+    if let Some(s3) = &s3 {
+        let keys = s3.storage_keys("mirrorcache-secrets").replace(
+            "secret_access_key = \"test\"",
+            &format!("secret_access_key = \"{S3_KEY}\""),
+        );
+        text = text.replace("[storage]\n", &format!("[storage]\n{keys}"));
+    }
+
+    let (code, check_output) = check(&text);
+    assert_eq!(code, 0, "{check_output}");
+
+    let proxy = BinaryProxy::start(dir.path(), &text).await;
+    let client = reqwest::Client::new();
+    let (status, _, bytes) = get(&client, &proxy.url("/r/private")).await;
+    assert_eq!((status, &bytes.unwrap()[..]), (200, &b"private bytes"[..]));
+    let mut outputs = vec![("check", check_output)];
+    for (what, request) in [
+        ("status", client.get(proxy.url("/-/status"))),
+        ("metrics", client.get(proxy.url("/-/metrics"))),
+        ("502 body", client.get(proxy.url("/anon/private"))),
+        ("404 body", client.get(proxy.url("/nope/x"))),
+        ("400 body", client.get(proxy.url("/r/a%00b"))),
+        (
+            "401 body",
+            client
+                .delete(proxy.url("/-/cache/r/private"))
+                .bearer_auth("wrong"),
+        ),
+        (
+            "admin body",
+            client
+                .delete(proxy.url("/-/cache/r/private"))
+                .bearer_auth(ADMIN),
+        ),
+    ] {
+        let response = request.send().await.unwrap();
+        let head = format!("{:?}", response.headers());
+        outputs.push((what, format!("{head}\n{}", response.text().await.unwrap())));
+    }
+
+    // A reload that changes the Redis password is refused, naming the key only.
+    let port = proxy.base.rsplit(':').next().unwrap().to_string();
+    let next = text
+        .replace(&redis(REDIS), &redis(REDIS_NEXT))
+        .replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
+    std::fs::write(&proxy.config_path, next).unwrap();
+    proxy.signal("HUP");
+    eventually("the refused reload in the log", async || {
+        proxy.log().contains("reload refused")
+    })
+    .await;
+    assert!(proxy.log().contains("`redis.url`"), "{}", proxy.log());
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let log = proxy.log();
+    assert!(
+        log.contains("/r/private") && log.contains("DEBUG"),
+        "the log is at debug level:\n{log}"
+    );
+    outputs.push(("log", log));
+
+    // A Postgres that cannot be reached at start: the error has no password.
+    let unreachable = config_text(dir.path(), &remotes).replace(
+        &format!("sqlite://{}/meta.db", dir.path().display()),
+        &format!("postgres://postgres:{POSTGRES}@127.0.0.1:1/nothing"),
+    );
+    let path = dir.path().join("unreachable.toml");
+    std::fs::write(&path, unreachable).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(["serve", "--config"])
+        .arg(&path)
+        .env("RUST_LOG", "debug")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        stderr.contains("postgres://postgres:***@127.0.0.1:1/nothing"),
+        "{stderr}"
+    );
+    outputs.push(("start-up error", stderr));
+
+    for (what, output) in &outputs {
+        for secret in secrets {
+            assert!(
+                !output.contains(secret),
+                "{secret} leaked into the {what}:\n{output}"
+            );
+        }
+        // Nor base64-encoded (the upstream basic credentials).
+        assert!(
+            !output.contains("dXBzdHJlYW0tc2VjcmV0"),
+            "encoded secret in the {what}"
+        );
+    }
+    drop(proxy);
+    drop(pg);
 }
 
 // ---- C. Documents: Vary, admin DELETE, reload ----
