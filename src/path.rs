@@ -1,10 +1,14 @@
 //! The request-path normaliser: turns `/{remote}/{path...}` from the wire into a
 //! checked `(remote, path)` pair, or refuses it.
 //!
-//! The path keeps the client's percent-encoding (npm's `@scope%2fname` must reach
-//! the mirror as sent), but every decoding of it, up to a few levels deep, is
-//! checked for traversal and control characters, because some upstream server
-//! along the way may decode once more than we do.
+//! Every decoding of the path, up to a few levels deep, is checked for
+//! traversal and control characters, because some upstream server along the
+//! way may decode once more than we do. Then each segment is normalised as
+//! RFC 3986 §6.2.2 says, so one artifact has one cache key however it is
+//! spelled: percent-encoded unreserved characters are decoded (`%61` → `a`),
+//! and the hex digits of the remaining encodings are upper-cased. Reserved
+//! encodings stay encoded (npm's `@scope%2fname` reaches the mirror as
+//! `@scope%2Fname`, never as `@scope/name`).
 
 use percent_encoding::percent_decode;
 
@@ -39,16 +43,25 @@ impl ArtifactPath {
         };
         check_decodings(raw.as_bytes())?;
 
+        // Normalising after the checks is safe: it decodes only unreserved
+        // characters (never `%25`, never `%2F`), so every decoding of the
+        // normalised path equals the same decoding of the raw path, which was
+        // checked above. The segment check below restates that for this level.
         let trailing_slash = rest.ends_with('/');
         let mut key = String::with_capacity(rest.len());
         let mut remote_len = 0;
         for segment in rest.split('/').filter(|s| !s.is_empty() && *s != ".") {
             if !key.is_empty() {
                 key.push('/');
-            } else {
-                remote_len = segment.len();
             }
-            key.push_str(segment);
+            let start = key.len();
+            push_normalised(segment, &mut key);
+            if matches!(&key[start..], "." | "..") {
+                return Err(ProxyError::BadPath("encoded '.' segment in path"));
+            }
+            if start == 0 {
+                remote_len = key.len();
+            }
         }
         if key.len() == remote_len {
             return Err(ProxyError::BadPath(
@@ -102,6 +115,48 @@ impl ArtifactPath {
     }
 }
 
+/// Appends `segment` to `out` normalised (RFC 3986 §6.2.2.1 and §6.2.2.2):
+/// `%XX` of an unreserved character (ALPHA / DIGIT / `-` / `.` / `_` / `~`)
+/// decoded, every other `%XX` with upper-case hex digits. A `%` not followed
+/// by two hex digits is kept as it is.
+fn push_normalised(segment: &str, out: &mut String) {
+    let bytes = segment.as_bytes();
+    // Copied in runs between escapes; every cut is at an ASCII `%`, so each
+    // run is whole UTF-8.
+    let mut run_start = 0;
+    let mut i = 0;
+    while i < bytes.len() {
+        let escape = (bytes[i] == b'%')
+            .then(|| {
+                Some((
+                    hex_value(*bytes.get(i + 1)?)?,
+                    hex_value(*bytes.get(i + 2)?)?,
+                ))
+            })
+            .flatten();
+        let Some((high, low)) = escape else {
+            i += 1;
+            continue;
+        };
+        out.push_str(&segment[run_start..i]);
+        let byte = high << 4 | low;
+        if byte.is_ascii_alphanumeric() || matches!(byte, b'-' | b'.' | b'_' | b'~') {
+            out.push(char::from(byte));
+        } else {
+            out.push('%');
+            out.push(char::from(bytes[i + 1].to_ascii_uppercase()));
+            out.push(char::from(bytes[i + 2].to_ascii_uppercase()));
+        }
+        i += 3;
+        run_start = i;
+    }
+    out.push_str(&segment[run_start..]);
+}
+
+fn hex_value(digit: u8) -> Option<u8> {
+    char::from(digit).to_digit(16).map(|d| d as u8)
+}
+
 /// Refuses traversal, backslashes and control characters in the raw path and
 /// in each of its first few percent-decodings.
 fn check_decodings(raw: &[u8]) -> Result<(), ProxyError> {
@@ -147,13 +202,55 @@ mod tests {
     use super::*;
 
     #[test]
-    fn keeps_encoding_and_trailing_slash() {
+    fn keeps_reserved_encodings_and_trailing_slash() {
         let p = ArtifactPath::parse("/npm/@scope%2fname").unwrap();
-        assert_eq!((p.remote(), p.path()), ("npm", "@scope%2fname"));
+        assert_eq!((p.remote(), p.path()), ("npm", "@scope%2Fname"));
         let p = ArtifactPath::parse("/pypi//simple/./six/").unwrap();
         assert_eq!(
             (p.remote(), p.path(), p.key()),
             ("pypi", "simple/six/", "pypi/simple/six/")
+        );
+    }
+
+    #[test]
+    fn one_key_per_artifact_however_it_is_spelled() {
+        for raw in [
+            "/g/kn/a.bin",
+            "/g/kn/%61.bin",
+            "/g/kn/%61%2Ebin",
+            "/g/kn/%61%2ebin",
+            "/g/%6Bn/a.bin",
+            "/g/%6bn/a.bin",
+            "/%67/kn/a.bin",
+            "//g/./kn//a.bin",
+        ] {
+            let p = ArtifactPath::parse(raw).unwrap();
+            assert_eq!(
+                (p.remote(), p.path(), p.key()),
+                ("g", "kn/a.bin", "g/kn/a.bin"),
+                "{raw}"
+            );
+        }
+        for (raw, path) in [
+            // Every unreserved character is decoded.
+            ("/g/%41%5a%30%39%2D%5F%7e", "AZ09-_~"),
+            // Other encodings stay, upper-cased: reserved, space, `%`, UTF-8.
+            ("/g/a%2fb%3a%40%20", "a%2Fb%3A%40%20"),
+            ("/g/%2561", "%2561"),
+            ("/g/caf%c3%a9", "caf%C3%A9"),
+            // Not an escape: kept as it is.
+            ("/g/100%", "100%"),
+            ("/g/%4", "%4"),
+            ("/g/%zz%4g", "%zz%4g"),
+        ] {
+            assert_eq!(ArtifactPath::parse(raw).unwrap().path(), path, "{raw}");
+        }
+        let variant = ArtifactPath::parse("/py/simple/%70roj/")
+            .unwrap()
+            .with_variant("json");
+        assert_eq!(
+            (variant.path(), variant.key()),
+            ("simple/proj/", "py/simple/proj/?json")
         );
     }
 
@@ -173,6 +270,10 @@ mod tests {
             "/r/a%00b",
             "/r/a%0ab",
             "/r/%2e/x",
+            "/r/%2E",
+            "/r/a/%2E%2E",
+            "/r/a/.%2e/",
+            "/%2E%2E/x",
             "/r/a%c2%99b",
             "/r/%3%6%%331%c2%99999/x",
             "/r",

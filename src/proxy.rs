@@ -22,7 +22,9 @@ pub type Remotes = HashMap<String, Arc<Remote>>;
 /// take `cache`, `fills` and a remote from here; the rooms below never see
 /// `Proxy`.
 pub struct Proxy {
-    pub server: ServerConfig,
+    /// Swapped whole on reload (`public_url`, `admin_token` and
+    /// `shutdown_timeout` apply at once); read per request with `server()`.
+    server: ArcSwap<ServerConfig>,
     /// Swapped whole on reload; a request keeps the `Arc<Remote>` it started with.
     remotes: ArcSwap<Remotes>,
     /// The config the proxy runs with, for reload comparisons.
@@ -45,7 +47,7 @@ impl Proxy {
         let health = HealthRegistry::default();
         let remotes = build_remotes(config, &gauges, &health, &metrics)?;
         let proxy = Arc::new(Proxy {
-            server: config.server.clone(),
+            server: ArcSwap::from_pointee(config.server.clone()),
             remotes: ArcSwap::from_pointee(remotes),
             config: ArcSwap::from_pointee(config.clone()),
             gauges,
@@ -62,26 +64,35 @@ impl Proxy {
         Ok(proxy)
     }
 
-    /// Applies a new config's remotes without dropping connections: mirrors
-    /// that stay keep their in-flight gauges and health (both are keyed by
-    /// URL). Settings that need a restart (listen address, storage, metadata)
-    /// are logged and left as they are.
+    /// Applies a new config: its remotes, rebuilt without dropping
+    /// connections (mirrors that stay keep their in-flight gauges and health,
+    /// both keyed by URL), and its `[server]` keys but the listener's. A
+    /// config that changes a key only a restart can apply is refused whole,
+    /// naming the keys, and the running config stays.
     pub fn reload(&self, config: &Config) -> anyhow::Result<()> {
-        let remotes = build_remotes(config, &self.gauges, &self.health, &self.metrics)?;
-        let old = self.config.load();
-        if old.server.listen != config.server.listen
-            || old.storage.path != config.storage.path
-            || old.metadata.url != config.metadata.url
-        {
-            tracing::warn!(
-                "server.listen, storage.path and metadata.url take effect only after a restart"
+        let needs_restart = restart_only_changes(&self.config.load(), config);
+        if !needs_restart.is_empty() {
+            anyhow::bail!(
+                "{} changed, which only a restart applies; reload refused",
+                needs_restart
+                    .iter()
+                    .map(|key| format!("`{key}`"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
             );
         }
+        let remotes = build_remotes(config, &self.gauges, &self.health, &self.metrics)?;
         self.remotes.store(Arc::new(remotes));
+        self.server.store(Arc::new(config.server.clone()));
         self.config.store(Arc::new(config.clone()));
         self.start_probes();
         tracing::info!(remotes = config.remotes.len(), "config reloaded");
         Ok(())
+    }
+
+    /// The `[server]` settings in force now.
+    pub fn server(&self) -> Arc<ServerConfig> {
+        self.server.load_full()
     }
 
     fn start_probes(&self) {
@@ -114,4 +125,106 @@ fn build_remotes(
         remotes.insert(rc.name.clone(), Arc::new(remote));
     }
     Ok(remotes)
+}
+
+/// The keys that differ between `old` and `new` and are read only at start:
+/// the listener, logging, the store, the metadata database and Redis. Only
+/// names, never values (some hold passwords).
+fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
+    /// Whether a field of an optional table (`[redis]`, S3 storage) differs;
+    /// adding or removing the table changes every field.
+    fn differs<C, T: PartialEq>(old: Option<&C>, new: Option<&C>, field: fn(&C) -> &T) -> bool {
+        old.map(field) != new.map(field)
+    }
+    let (o, n) = (old, new);
+    let (o_s3, n_s3) = (o.storage.s3.as_ref(), n.storage.s3.as_ref());
+    let (o_redis, n_redis) = (o.redis.as_ref(), n.redis.as_ref());
+    [
+        ("server.listen", o.server.listen != n.server.listen),
+        (
+            "server.header_read_timeout",
+            o.server.header_read_timeout != n.server.header_read_timeout,
+        ),
+        (
+            "server.max_connections",
+            o.server.max_connections != n.server.max_connections,
+        ),
+        ("log.format", o.log.format != n.log.format),
+        ("log.level", o.log.level != n.log.level),
+        ("storage.path", o.storage.path != n.storage.path),
+        ("storage.max_size", o.storage.max_size != n.storage.max_size),
+        (
+            "storage.memory_cache_size",
+            o.storage.memory_cache_size != n.storage.memory_cache_size,
+        ),
+        (
+            "storage.memory_object_max",
+            o.storage.memory_object_max != n.storage.memory_object_max,
+        ),
+        ("storage.url", differs(o_s3, n_s3, |s| &s.url)),
+        ("storage.endpoint", differs(o_s3, n_s3, |s| &s.endpoint)),
+        ("storage.region", differs(o_s3, n_s3, |s| &s.region)),
+        (
+            "storage.access_key_id",
+            differs(o_s3, n_s3, |s| &s.access_key_id),
+        ),
+        (
+            "storage.secret_access_key",
+            differs(o_s3, n_s3, |s| &s.secret_access_key),
+        ),
+        ("metadata.url", o.metadata.url != n.metadata.url),
+        (
+            "metadata.cache_entries",
+            o.metadata.cache_entries != n.metadata.cache_entries,
+        ),
+        ("redis.url", differs(o_redis, n_redis, |r| &r.url)),
+        ("redis.timeout", differs(o_redis, n_redis, |r| &r.timeout)),
+        ("redis.lock_ttl", differs(o_redis, n_redis, |r| &r.lock_ttl)),
+        (
+            "redis.lock_wait",
+            differs(o_redis, n_redis, |r| &r.lock_wait),
+        ),
+        (
+            "redis.entry_ttl",
+            differs(o_redis, n_redis, |r| &r.entry_ttl),
+        ),
+    ]
+    .into_iter()
+    .filter_map(|(key, changed)| changed.then_some(key))
+    .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parse(extra: &str) -> Config {
+        let text = format!(
+            "[server]\nlisten = \"127.0.0.1:8080\"\n{extra}\n[[remote]]\nname = \"r\"\nmirrors = [\"http://127.0.0.1:1\"]\n"
+        );
+        Config::parse(&text, "t.toml").unwrap()
+    }
+
+    #[test]
+    fn reload_names_the_keys_only_a_restart_applies() {
+        let old = parse("admin_token = \"a\"\n[redis]\nurl = \"redis://:one@127.0.0.1\"\n");
+        let applied = parse("admin_token = \"b\"\npublic_url = \"http://x\"\n[redis]\nurl = \"redis://:one@127.0.0.1\"\n");
+        assert!(restart_only_changes(&old, &applied).is_empty());
+        let restart =
+            parse("[storage]\nmax_size = \"1GiB\"\n[redis]\nurl = \"redis://:two@127.0.0.1\"\n");
+        assert_eq!(
+            restart_only_changes(&old, &restart),
+            ["storage.max_size", "redis.url"]
+        );
+        assert_eq!(
+            restart_only_changes(&old, &parse("")),
+            [
+                "redis.url",
+                "redis.timeout",
+                "redis.lock_ttl",
+                "redis.lock_wait",
+                "redis.entry_ttl"
+            ]
+        );
+    }
 }

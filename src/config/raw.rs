@@ -104,7 +104,7 @@ pub(super) struct RawStorage {
     pub(super) memory_cache_size: HumanSize,
     pub(super) memory_object_max: HumanSize,
     pub(super) url: Option<Spanned<String>>,
-    pub(super) endpoint: Option<String>,
+    pub(super) endpoint: Option<Spanned<String>>,
     pub(super) region: String,
     pub(super) access_key_id: Option<String>,
     pub(super) secret_access_key: Option<String>,

@@ -94,9 +94,24 @@ impl Validator<'_> {
                 s3: match raw.storage.url {
                     None => None,
                     Some(url) if url.get_ref().starts_with("s3://") && url.get_ref().len() > 5 => {
+                        for (key, value) in [
+                            ("storage.url", Some(&url)),
+                            ("storage.endpoint", raw.storage.endpoint.as_ref()),
+                        ] {
+                            if let Some(value) = value
+                                .filter(|v| Url::parse(v.get_ref()).is_ok_and(|u| has_userinfo(&u)))
+                            {
+                                return self.error(
+                                    key,
+                                    value.span(),
+                                    "must not carry credentials (`user:password@`); give them as \
+                                     `storage.access_key_id` and `storage.secret_access_key`",
+                                );
+                            }
+                        }
                         Some(S3Config {
                             url: url.get_ref().clone(),
-                            endpoint: raw.storage.endpoint,
+                            endpoint: raw.storage.endpoint.map(Spanned::into_inner),
                             region: raw.storage.region,
                             access_key_id: raw.storage.access_key_id,
                             secret_access_key: raw.storage.secret_access_key.map(Secret),
@@ -137,6 +152,14 @@ impl Validator<'_> {
         let public_url = match raw.public_url {
             None => None,
             Some(s) => match Url::parse(s.get_ref()) {
+                Ok(u) if has_userinfo(&u) => {
+                    return self.error(
+                        "server.public_url",
+                        s.span(),
+                        "must not carry credentials (`user:password@`): it is written into \
+                         documents served to every client",
+                    )
+                }
                 Ok(u) if matches!(u.scheme(), "http" | "https") => Some(u),
                 Ok(_) => {
                     return self.error(
@@ -294,19 +317,27 @@ impl Validator<'_> {
                 ),
             );
         }
+        // `remote[N]`, where the credentials keys are.
+        let remote = key.split('.').next().unwrap_or_default();
         let mut urls: Vec<Url> = Vec::with_capacity(raw.len());
         for (j, m) in raw.iter().enumerate() {
             let key = format!("{key}[{j}]");
+            // The value is not echoed: it may hold a password.
             let url = match Url::parse(m.get_ref().trim_end_matches('/')) {
                 Ok(u) => u,
-                Err(e) => {
-                    return self.error(
-                        key,
-                        m.span(),
-                        format!("{:?} is not a URL: {e}", m.get_ref()),
-                    )
-                }
+                Err(e) => return self.error(key, m.span(), format!("not a URL: {e}")),
             };
+            if has_userinfo(&url) {
+                return self.error(
+                    key,
+                    m.span(),
+                    format!(
+                        "must not carry credentials (`user:password@`), which would show in \
+                         /-/status, metrics and logs; give them as `{remote}.username` and \
+                         `{remote}.password_env` (or `password`, or `bearer_token_env`)"
+                    ),
+                );
+            }
             if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
                 return self.error(
                     key,
@@ -374,4 +405,11 @@ impl Validator<'_> {
             (None, None, None) => Ok(UpstreamAuth::None),
         }
     }
+}
+
+/// Whether `url` has a user name or password (`https://user:pass@host`).
+/// Credentials in a URL travel with it into every place the URL is shown;
+/// they have keys of their own instead.
+fn has_userinfo(url: &Url) -> bool {
+    !url.username().is_empty() || url.password().is_some()
 }

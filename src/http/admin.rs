@@ -18,7 +18,8 @@ use crate::cache::Digest;
 
 /// `None` when the request may go on; else the refusal.
 fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
-    let Some(token) = &proxy.server.admin_token else {
+    let server = proxy.server();
+    let Some(token) = &server.admin_token else {
         return Some(
             (
                 StatusCode::NOT_FOUND,
@@ -51,35 +52,42 @@ fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
     }
 }
 
-/// `DELETE /-/cache/{remote}/{path}`: forgets one path (and its blob, if no
-/// other path shares it).
+/// `DELETE /-/cache/{remote}/{path}`: forgets one path — and every variant
+/// it is cached as, for a content-negotiated document — with each blob no
+/// other path shares.
 pub async fn delete(State(proxy): State<Arc<Proxy>>, uri: Uri, headers: HeaderMap) -> Response {
     if let Some(refusal) = refuse(&proxy, &headers) {
         return refusal;
     }
-    // The raw path, so the key matches the one requests use (encoding kept).
+    // The raw path, normalised as requests are, so the key is theirs.
     let raw = uri.path().strip_prefix("/-/cache").unwrap_or_default();
     let path = match ArtifactPath::parse(raw) {
         Ok(p) => p,
         Err(e) => return e.into_response(),
     };
-    if proxy.remote(path.remote()).is_none() {
+    let Some(remote) = proxy.remote(path.remote()) else {
         return ProxyError::UnknownRemote(path.remote().to_string()).into_response();
-    }
-    proxy.cache.meta.forget_absent(&path);
-    let entry = match proxy.cache.meta.lookup(&path).await {
-        Ok(entry) => entry,
-        Err(e) => return e.into_response(),
     };
-    let Some(entry) = entry else {
-        return Json(json!({ "removed": false })).into_response();
-    };
-    if let Err(e) = proxy.cache.meta.forget(&path).await {
-        return e.into_response();
+    let variants = remote.config.kind.variants(path.path());
+    let keys =
+        std::iter::once(path.clone()).chain(variants.iter().map(|v| path.with_variant(v.suffix)));
+    let (mut entries, mut freed) = (0, 0);
+    for key in keys {
+        proxy.cache.meta.forget_absent(&key);
+        let entry = match proxy.cache.meta.lookup(&key).await {
+            Ok(Some(entry)) => entry,
+            Ok(None) => continue,
+            Err(e) => return e.into_response(),
+        };
+        if let Err(e) = proxy.cache.meta.forget(&key).await {
+            return e.into_response();
+        }
+        entries += 1;
+        freed += proxy.cache.release_blob(&entry.digest).await;
     }
-    let freed = proxy.cache.release_blob(&entry.digest).await;
-    tracing::info!(key = path.key(), freed, "admin: removed");
-    Json(json!({ "removed": true, "freed_bytes": freed })).into_response()
+    tracing::info!(key = path.key(), entries, freed, "admin: removed");
+    Json(json!({ "removed": entries > 0, "entries": entries, "freed_bytes": freed }))
+        .into_response()
 }
 
 /// `POST /-/cache/{remote}/purge`: forgets every path of a remote.

@@ -75,18 +75,24 @@ async fn artifact(
     if uri.path().contains("__mirrorcache_test_panic_in_handler__") {
         panic!("test panic in a handler");
     }
-    let (remote, result) = match resolve(&proxy, &method, &uri) {
+    let (remote, varies, result) = match resolve(&proxy, &method, &uri) {
         Ok((remote, path)) => {
+            let varies = !remote.config.kind.variants(path.path()).is_empty();
             let result = serve(&proxy, &remote, &path, &method, &headers).await;
-            (Some(remote), result)
+            (Some(remote), varies, result)
         }
-        Err(error) => (None, Err(error)),
+        Err(error) => (None, false, Err(error)),
     };
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let (response, cache, mirror) = match result {
+    let (mut response, cache, mirror) = match result {
         Ok(served) => (served.response, Some(served.cache), served.mirror),
         Err(error) => (error.into_response(), None, None),
     };
+    // Every answer for a content-negotiated path (hit, miss, 304, 404,
+    // error) depends on `Accept`.
+    if varies {
+        respond::vary_on_accept(&mut response);
+    }
     let bytes: u64 = response
         .headers()
         .get(header::CONTENT_LENGTH)
@@ -350,7 +356,7 @@ impl ArtifactRequest<'_> {
                 limit,
             });
         }
-        let base = public_base(&self.proxy.server, self.headers);
+        let base = public_base(&self.proxy.server(), self.headers);
         let rewrite = Rewrite::new(&self.remote.config, &base);
         let bytes = blob
             .read_all(entry.size)

@@ -143,6 +143,14 @@ pub fn absent(status: u16, cache: CacheStatus) -> Response {
     response
 }
 
+/// Marks a response of a content-negotiated path, so that a cache between
+/// the client and us keeps the variants apart as we do.
+pub fn vary_on_accept(response: &mut Response) {
+    response
+        .headers_mut()
+        .insert(header::VARY, HeaderValue::from_static("Accept"));
+}
+
 fn content_type(value: Option<&str>) -> HeaderValue {
     value
         .and_then(|v| HeaderValue::from_str(v).ok())

@@ -58,7 +58,7 @@ impl Running {
         // A fill whose clients are all gone still runs: let it commit, so the
         // bytes already fetched are not fetched again after the restart.
         if tokio::time::timeout(
-            self.proxy.server.shutdown_timeout,
+            self.proxy.server().shutdown_timeout,
             self.proxy.fills.wait_idle(),
         )
         .await
@@ -74,8 +74,10 @@ impl Running {
 }
 
 async fn serve(listener: TcpListener, proxy: Arc<Proxy>, stop: impl Future<Output = ()>) {
-    let config = proxy.server.clone();
-    let router = super::router(proxy);
+    // Read once: the listener's settings apply at start only (a reload
+    // that changes them is refused); `shutdown_timeout` is read when needed.
+    let config = proxy.server();
+    let router = super::router(proxy.clone());
     let limit = Arc::new(Semaphore::new(config.max_connections));
     let graceful = GracefulShutdown::new();
     let mut http = hyper::server::conn::http1::Builder::new();
@@ -112,8 +114,9 @@ async fn serve(listener: TcpListener, proxy: Arc<Proxy>, stop: impl Future<Outpu
         });
     }
     drop(listener);
+    let timeout = proxy.server().shutdown_timeout;
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections closed"),
-        () = tokio::time::sleep(config.shutdown_timeout) => tracing::warn!(timeout = ?config.shutdown_timeout, "shutdown timeout reached; closing remaining connections"),
+        () = tokio::time::sleep(timeout) => tracing::warn!(?timeout, "shutdown timeout reached; closing remaining connections"),
     }
 }

@@ -87,29 +87,28 @@ impl RemoteKind {
         }
     }
 
-    /// The variant a request asks for, for content-negotiated documents.
+    /// Every variant `path` is cached as, the default first; empty when the
+    /// path is not content-negotiated. Its responses carry `Vary: Accept`.
+    pub fn variants(self, path: &str) -> &'static [Variant] {
+        match self {
+            RemoteKind::Pypi if self.is_document(path) => &[PYPI_HTML, PYPI_JSON],
+            RemoteKind::Npm if self.is_document(path) => &[NPM_FULL, NPM_ABBREVIATED],
+            _ => &[],
+        }
+    }
+
+    /// The variant a request asks for, for content-negotiated documents: the
+    /// other variant when `Accept` names its media type, else the default.
     pub fn variant(self, path: &str, request: &HeaderMap) -> Option<Variant> {
         let accept = request
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())
             .unwrap_or("");
-        match self {
-            RemoteKind::Pypi if self.is_document(path) => {
-                Some(if accept.contains("application/vnd.pypi.simple.v1+json") {
-                    PYPI_JSON
-                } else {
-                    PYPI_HTML
-                })
-            }
-            RemoteKind::Npm if self.is_document(path) => {
-                Some(if accept.contains("application/vnd.npm.install-v1+json") {
-                    NPM_ABBREVIATED
-                } else {
-                    NPM_FULL
-                })
-            }
-            _ => None,
-        }
+        let (default, others) = self.variants(path).split_first()?;
+        let asked = others
+            .iter()
+            .find(|v| accept.contains(v.accept.split(',').next().unwrap_or(v.accept)));
+        Some(*asked.unwrap_or(default))
     }
 }
 
@@ -157,6 +156,40 @@ mod tests {
                 "{kind:?} {path} immutable"
             );
             assert_eq!(kind.is_document(path), document, "{kind:?} {path} document");
+        }
+    }
+
+    #[test]
+    fn accept_picks_the_variant_of_documents_only() {
+        use RemoteKind::*;
+        let accept = |value: &str| {
+            let mut headers = HeaderMap::new();
+            headers.insert(header::ACCEPT, value.parse().unwrap());
+            headers
+        };
+        for (kind, path, value, suffix) in [
+            (Pypi, "simple/six/", "", Some("html")),
+            (Pypi, "simple/six/", "text/html", Some("html")),
+            (
+                Pypi,
+                "simple/six/",
+                "application/vnd.pypi.simple.v1+json",
+                Some("json"),
+            ),
+            (Npm, "left-pad", "application/json", Some("full")),
+            (
+                Npm,
+                "left-pad",
+                "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8",
+                Some("abbreviated"),
+            ),
+            (Npm, "left-pad/-/left-pad-1.0.0.tgz", "", None),
+            (Pypi, "~files/packages/six.whl", "", None),
+            (Cargo, "config.json", "", None),
+        ] {
+            let variant = kind.variant(path, &accept(value)).map(|v| v.suffix);
+            assert_eq!(variant, suffix, "{kind:?} {path} {value}");
+            assert_eq!(kind.variants(path).is_empty(), suffix.is_none());
         }
     }
 }

@@ -58,8 +58,10 @@ async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
             }}
         })
         .to_string();
+        // npm asks for `@scope%2fname`; the proxy normalises the escape to
+        // `%2F` (RFC 3986 §6.2.2.1), which registries treat alike.
         registry.put_typed(
-            &format!("/{}", name.replace('/', "%2f")),
+            &format!("/{}", name.replace('/', "%2F")),
             packument.clone(),
             "application/json",
         );

@@ -3,14 +3,7 @@
 use std::process::Command;
 
 fn check(text: &str) -> (i32, String) {
-    let dir = tempfile::tempdir().unwrap();
-    let path = dir.path().join("c.toml");
-    std::fs::write(&path, text).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
-        .args(["check", "--config"])
-        .arg(&path)
-        .output()
-        .unwrap();
+    let out = crate::support::binary::check(text);
     (
         out.status.code().unwrap(),
         String::from_utf8_lossy(&out.stderr).into_owned(),

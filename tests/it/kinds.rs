@@ -154,7 +154,7 @@ async fn npm_tarballs_and_cargo_dl_point_through_the_proxy() {
         "{{\"name\":\"@s/p\",\"versions\":{{\"1.0.0\":{{\"dist\":{{\"tarball\":\"{}/@s/p/-/p-1.0.0.tgz\"}}}}}}}}",
         registry.url("")
     );
-    registry.put_typed("/@s%2fp", packument, "application/json");
+    registry.put_typed("/@s%2Fp", packument, "application/json");
     registry.put_typed(
         "/config.json",
         format!(

@@ -8,6 +8,7 @@ mod config_check;
 mod failover;
 mod fanout;
 mod hardening;
+mod hardening_keys;
 mod kinds;
 mod metadata;
 mod operations;

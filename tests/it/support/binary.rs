@@ -85,3 +85,15 @@ impl Drop for BinaryProxy {
         let _ = self.child.wait();
     }
 }
+
+/// Runs `mirrorcache check` on `config_text`, written to a temp file.
+pub fn check(config_text: &str) -> std::process::Output {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("c.toml");
+    std::fs::write(&path, config_text).unwrap();
+    Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(["check", "--config"])
+        .arg(&path)
+        .output()
+        .unwrap()
+}
