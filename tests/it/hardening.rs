@@ -147,3 +147,107 @@ async fn late_arrivals_around_the_commit_make_one_upstream_request() {
     }
     proxy.stop().await;
 }
+
+/// Starts a proxy with extra `[server]` keys; returns it with its temp dir.
+async fn start_with_server_keys(
+    server_keys: &str,
+    remotes: &str,
+) -> (mirrorcache::http::server::Running, tempfile::TempDir) {
+    let dir = tempfile::tempdir().unwrap();
+    let text = crate::support::proxy::config_text(dir.path(), remotes)
+        .replace("[server]\n", &format!("[server]\n{server_keys}\n"));
+    (crate::support::proxy::start_text(&text).await, dir)
+}
+
+/// Beyond `max_fills` a miss gets 503 with Retry-After; a fill whose client
+/// went away still finishes (and counts until then), warming the cache.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn fills_beyond_max_fills_get_503_and_an_abandoned_fill_still_finishes() {
+    let mirror = MirrorServer::start().await;
+    let big = test_bytes(1024 * 1024, 3);
+    mirror.put("/m/big", big.clone());
+    mirror.put("/m/small", test_bytes(100, 4));
+    // 16 pieces, 50 ms apart: the fill of /big takes about 0.8 s.
+    mirror.set_fault(Fault::SlowBody(Duration::from_millis(50)));
+    let (running, _dir) = start_with_server_keys("max_fills = 1", &remote("r", &[&mirror], "")).await;
+    let base = format!("http://{}", running.local_addr);
+    let client = reqwest::Client::new();
+    // Start /big and walk away once its head is in.
+    let response = client.get(format!("{base}/r/big")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    drop(response);
+    let busy = client.get(format!("{base}/r/small")).send().await.unwrap();
+    assert_eq!(busy.status(), 503);
+    assert_eq!(busy.headers()["retry-after"], "1");
+    running.proxy.fills.wait_idle().await;
+    let (status, cache, bytes) = get(&client, &format!("{base}/r/big")).await;
+    assert_eq!((status, cache.as_str()), (200, "HIT"), "the abandoned fill finished");
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&big));
+    assert_eq!(get(&client, &format!("{base}/r/small")).await.0, 200);
+    assert_eq!(mirror.hits("/m/big"), 1);
+    running.shutdown().await;
+}
+
+/// A client that reads nothing is dropped after `send_timeout`, freeing its
+/// connection slot; the fill it was reading completes and is cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_nothing_is_dropped_after_send_timeout() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(16 * 1024 * 1024, 5);
+    mirror.put("/m/big", body.clone());
+    let (running, _dir) = start_with_server_keys(
+        "send_timeout = \"300ms\"\nmax_connections = 1",
+        &remote("r", &[&mirror], ""),
+    )
+    .await;
+    let addr = running.local_addr;
+    let mut stalled = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stalled
+        .write_all(b"GET /r/big HTTP/1.1\r\nhost: x\r\n\r\n")
+        .await
+        .unwrap();
+    // Read nothing while the socket buffers fill and the timeout passes.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut received = Vec::new();
+    let read = tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut received)).await;
+    assert!(read.is_ok(), "the connection was closed");
+    assert!(
+        received.len() < body.len(),
+        "got {} of {} bytes: the stalled client was cut off",
+        received.len(),
+        body.len()
+    );
+    // The slot is free again, and the fill went on to completion.
+    running.proxy.fills.wait_idle().await;
+    let client = reqwest::Client::new();
+    let (status, cache, bytes) = get(&client, &format!("http://{addr}/r/big")).await;
+    assert_eq!((status, cache.as_str()), (200, "HIT"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+    assert_eq!(mirror.hits("/m/big"), 1);
+    running.shutdown().await;
+}
+
+/// A panic in a fill ends it as failed (502) and frees the key; a panic in a
+/// handler answers 500; the server goes on serving. (The panics are reached
+/// through a path marker that only debug builds act on.)
+#[tokio::test]
+async fn panics_in_a_fill_or_a_handler_are_contained() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/ok", test_bytes(100, 6));
+    let proxy = TestProxy::start(&remote("r", &[&mirror], "")).await;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        let url = proxy.url("/r/__mirrorcache_test_panic_in_fill__");
+        let status = tokio::time::timeout(Duration::from_secs(10), get(&client, &url))
+            .await
+            .expect("a panicked fill must not leave its key joined to a dead fill")
+            .0;
+        assert_eq!(status, 502);
+    }
+    assert_eq!(proxy.running.proxy.fills.len(), 0);
+    let url = proxy.url("/r/__mirrorcache_test_panic_in_handler__");
+    assert_eq!(get(&client, &url).await.0, 500);
+    assert_eq!(get(&client, &proxy.url("/r/ok")).await.0, 200);
+    proxy.stop().await;
+}
