@@ -117,6 +117,21 @@ async fn fill(
         Fetched::Body(body) => body,
     };
     cache.meta.forget_absent(path);
+    // gzip and deflate were decoded by the client, which then drops the
+    // header; what is left is an encoding the proxy cannot undo, and encoded
+    // bytes are never stored or served as the artifact.
+    if let Some(encoding) = upstream
+        .response
+        .headers()
+        .get(axum::http::header::CONTENT_ENCODING)
+        .filter(|e| !e.as_bytes().eq_ignore_ascii_case(b"identity"))
+    {
+        let error = format!(
+            "the mirror sent Content-Encoding {:?}, which cannot be stored",
+            String::from_utf8_lossy(encoding.as_bytes())
+        );
+        return Err(broken_body(remote, upstream.set, upstream.mirror_idx, error));
+    }
 
     let (head, validators) = head_of(&upstream.response, upstream.mirror.base());
     let max_body = remote.config.max_body_size;

@@ -223,7 +223,11 @@ fn request_for(
     accept: Option<&str>,
 ) -> reqwest::RequestBuilder {
     let url = set.mirrors[mirror_idx].url_for(path);
-    let mut request = authorize(remote.client.get(url), &remote.config.auth);
+    // The cache stores and hashes the bytes of the artifact itself. A mirror
+    // that encodes anyway is decoded by the client (gzip, deflate); any
+    // other encoding is refused by the fill.
+    let mut request = authorize(remote.client.get(url), &remote.config.auth)
+        .header(header::ACCEPT_ENCODING, "identity");
     if let Some(accept) = accept {
         request = request.header(header::ACCEPT, accept);
     }

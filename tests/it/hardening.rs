@@ -251,3 +251,32 @@ async fn panics_in_a_fill_or_a_handler_are_contained() {
     assert_eq!(get(&client, &proxy.url("/r/ok")).await.0, 200);
     proxy.stop().await;
 }
+
+/// A mirror that gzips whatever it is asked: the client gets the artifact's
+/// own bytes (decoded), on the miss and on the hit; an encoding the proxy
+/// cannot decode is a 502 and nothing is cached.
+#[tokio::test]
+async fn encoded_upstream_bodies_are_never_served_as_identity() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(300_000, 8);
+    mirror.put("/m/a.bin", body.clone());
+    mirror.put("/m/b.bin", body.clone());
+    let proxy = TestProxy::start(&remote("r", &[&mirror], "")).await;
+    // A client that does not decode, as curl without --compressed.
+    let client = reqwest::Client::builder().no_gzip().build().unwrap();
+    mirror.set_fault(Fault::Encoded("gzip"));
+    for expect in ["MISS", "HIT"] {
+        let response = client.get(proxy.url("/r/a.bin")).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-cache-status"], expect);
+        assert!(response.headers().get("content-encoding").is_none());
+        assert_eq!(sha256_hex(&response.bytes().await.unwrap()), sha256_hex(&body));
+    }
+    mirror.set_fault(Fault::Encoded("br"));
+    assert_eq!(get(&client, &proxy.url("/r/b.bin")).await.0, 502);
+    mirror.set_fault(Fault::None);
+    let (status, cache, bytes) = get(&client, &proxy.url("/r/b.bin")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"), "nothing was cached");
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+    proxy.stop().await;
+}

@@ -32,6 +32,9 @@ pub enum Fault {
     Truncate(usize),
     /// Announce this many extra bytes in Content-Length, then send the real body.
     LongerContentLength(u64),
+    /// Answer with this Content-Encoding whatever the request accepts: the
+    /// body gzipped for "gzip", the bytes as they are (mislabelled) otherwise.
+    Encoded(&'static str),
 }
 
 struct File {
@@ -262,6 +265,22 @@ async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: Header
             builder
                 .header(header::CONTENT_LENGTH, len)
                 .body(Body::from_stream(stream))
+                .unwrap()
+        }
+        Fault::Encoded(encoding) => {
+            let body = if encoding == "gzip" {
+                use std::io::Write;
+                let mut gz =
+                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                gz.write_all(&bytes).unwrap();
+                Bytes::from(gz.finish().unwrap())
+            } else {
+                bytes
+            };
+            builder
+                .header(header::CONTENT_ENCODING, encoding)
+                .header(header::CONTENT_LENGTH, body.len())
+                .body(Body::from(body))
                 .unwrap()
         }
         _ => builder
