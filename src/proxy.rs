@@ -149,6 +149,11 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
             "server.max_connections",
             o.server.max_connections != n.server.max_connections,
         ),
+        ("server.max_fills", o.server.max_fills != n.server.max_fills),
+        (
+            "server.send_timeout",
+            o.server.send_timeout != n.server.send_timeout,
+        ),
         ("log.format", o.log.format != n.log.format),
         ("log.level", o.log.level != n.log.level),
         ("storage.path", o.storage.path != n.storage.path),
