@@ -14,7 +14,6 @@ use subtle::ConstantTimeEq;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
-use crate::cache::Digest;
 
 /// `None` when the request may go on; else the refusal.
 fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
@@ -71,13 +70,13 @@ pub async fn delete(State(proxy): State<Arc<Proxy>>, uri: Uri, headers: HeaderMa
         Ok(entry) => entry,
         Err(e) => return e.into_response(),
     };
-    let Some(entry) = entry else {
+    if entry.is_none() {
         return Json(json!({ "removed": false })).into_response();
-    };
-    if let Err(e) = proxy.cache.meta.forget(&path).await {
-        return e.into_response();
     }
-    let freed = proxy.cache.release_blob(&entry.digest).await;
+    let freed = match proxy.cache.forget_entry(&path).await {
+        Ok(freed) => freed,
+        Err(e) => return e.into_response(),
+    };
     tracing::info!(key = path.key(), freed, "admin: removed");
     Json(json!({ "removed": true, "freed_bytes": freed })).into_response()
 }
@@ -94,14 +93,10 @@ pub async fn purge(
     if proxy.remote(&remote).is_none() {
         return ProxyError::UnknownRemote(remote).into_response();
     }
-    let digests = match proxy.cache.meta.forget_remote(&remote).await {
-        Ok(d) => d,
+    let (blobs, freed) = match proxy.cache.forget_remote(&remote).await {
+        Ok(done) => done,
         Err(e) => return e.into_response(),
     };
-    let mut freed = 0;
-    for digest in digests.iter().filter_map(|d| Digest::from_hex(d)) {
-        freed += proxy.cache.release_blob(&digest).await;
-    }
-    tracing::info!(remote, blobs = digests.len(), freed, "admin: purged");
-    Json(json!({ "remote": remote, "blobs": digests.len(), "freed_bytes": freed })).into_response()
+    tracing::info!(remote, blobs, freed, "admin: purged");
+    Json(json!({ "remote": remote, "blobs": blobs, "freed_bytes": freed })).into_response()
 }
