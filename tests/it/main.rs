@@ -8,6 +8,7 @@ mod config_check;
 mod failover;
 mod fanout;
 mod kinds;
+mod lifetime;
 mod metadata;
 mod operations;
 mod path_safety;
