@@ -7,11 +7,19 @@
 //! is checked and the hash computed, and makes the bytes visible under their
 //! digest: a rename locally, an upload to S3. Hits stream from wherever the
 //! blob lives; a byte range is passed through to S3 as a ranged GET.
+//!
+//! Deleting is immediate on local disk (a reader holds an open file, which
+//! outlives the unlink) and deferred on S3, which has no unlink-while-open:
+//! [`S3Blobs::remove`] leaves a tombstone, and the object is deleted
+//! `storage.delete_delay` later unless it was uploaded again meanwhile, so a
+//! read that another instance (or this one) started before the removal has
+//! that long to finish.
 
 use std::fs::File;
+use std::collections::VecDeque;
 use std::io;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -156,13 +164,14 @@ fn local_stream(file: Arc<File>, start: u64, len: u64) -> BoxStream<'static, io:
 ///
 /// Contract: `open` of a digest that was never committed, or was removed,
 /// fails with `NotFound` (the caller treats it as a miss); `remove` of an
-/// absent blob is not an error and frees 0 bytes; `size` is this instance's
-/// count of committed bytes.
+/// absent blob is not an error and frees 0 bytes; a blob being read when it
+/// is removed can still be read to its end (for at least `delete_delay` on
+/// S3). Counting bytes is not the store's business but the
+/// [`super::Cache`]'s, under the digest's lock.
 pub trait BlobStore: Send + Sync {
     fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<()>>;
     fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>>;
     fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>>;
-    fn size(&self) -> u64;
 }
 
 /// Blobs on local disk, in the content store itself.
@@ -196,17 +205,31 @@ impl BlobStore for LocalBlobs {
                 .map_err(io::Error::other)?
         })
     }
-
-    fn size(&self) -> u64 {
-        self.0.size()
-    }
 }
 
 /// Blobs in an S3-compatible bucket, under `prefix/ab/cd/<sha256>`.
 pub struct S3Blobs {
     store: Arc<dyn ObjectStore>,
     prefix: String,
-    bytes: AtomicU64,
+    delete_delay: Duration,
+    /// Objects to delete, oldest first; a task of their own deletes them
+    /// when due. Held in memory: a restart forgets them, and the objects stay
+    /// in the bucket unreferenced (and uncounted).
+    tombstones: Arc<Mutex<VecDeque<Tombstone>>>,
+}
+
+struct Tombstone {
+    due: tokio::time::Instant,
+    location: ObjectPath,
+    /// The object's modification time when it was removed: a later one means
+    /// it was uploaded again (by any instance) and must stay.
+    modified_ms: i64,
+}
+
+/// An object's `Last-Modified` (unix ms), compared for equality only: no
+/// clock but the bucket's is involved.
+fn modified_ms(meta: &object_store::ObjectMeta) -> i64 {
+    meta.last_modified.timestamp_millis()
 }
 
 impl S3Blobs {
@@ -235,17 +258,19 @@ impl S3Blobs {
         let blobs = S3Blobs {
             store,
             prefix,
-            bytes: AtomicU64::new(0),
+            delete_delay: config.delete_delay,
+            tombstones: Arc::default(),
         };
-        // Count what is there (and prove the bucket answers) before serving.
+        // Prove the bucket answers before serving.
         let mut listing = blobs
             .store
             .list(Some(&ObjectPath::from(blobs.prefix.as_str())));
-        let mut total = 0;
-        while let Some(meta) = listing.next().await {
-            total += meta?.size;
-        }
-        blobs.bytes.store(total, Ordering::Relaxed);
+        listing.next().await.transpose()?;
+        drop(listing);
+        tokio::spawn(reap(
+            blobs.store.clone(),
+            Arc::downgrade(&blobs.tombstones),
+        ));
         Ok(blobs)
     }
 
@@ -274,7 +299,13 @@ impl BlobStore for S3Blobs {
                 writer.write_all(&chunk?).await?;
             }
             writer.shutdown().await?;
-            self.bytes.fetch_add(len, Ordering::Relaxed);
+            // Uploaded again: a pending deletion of this instance's is void
+            // (another instance's sees the new modification time).
+            let location = self.location(&digest);
+            self.tombstones
+                .lock()
+                .expect("tombstones poisoned")
+                .retain(|t| t.location != location);
             drop(temp);
             Ok(())
         })
@@ -297,22 +328,55 @@ impl BlobStore for S3Blobs {
     fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>> {
         Box::pin(async move {
             let location = self.location(digest);
-            let size = match self.store.head(&location).await {
-                Ok(meta) => meta.size,
+            let meta = match self.store.head(&location).await {
+                Ok(meta) => meta,
                 Err(object_store::Error::NotFound { .. }) => return Ok(0),
                 Err(e) => return Err(io::Error::other(e)),
             };
-            self.store
-                .delete(&location)
-                .await
-                .map_err(io::Error::other)?;
-            self.bytes
-                .fetch_sub(size.min(self.size()), Ordering::Relaxed);
-            Ok(size)
+            let mut tombstones = self.tombstones.lock().expect("tombstones poisoned");
+            if !tombstones.iter().any(|t| t.location == location) {
+                tombstones.push_back(Tombstone {
+                    due: tokio::time::Instant::now() + self.delete_delay,
+                    location,
+                    modified_ms: modified_ms(&meta),
+                });
+            }
+            Ok(meta.size)
         })
     }
+}
 
-    fn size(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
+/// Deletes tombstoned objects when they are due, unless they were uploaded
+/// again since; runs until the `S3Blobs` is dropped.
+async fn reap(store: Arc<dyn ObjectStore>, tombstones: Weak<Mutex<VecDeque<Tombstone>>>) {
+    const IDLE: Duration = Duration::from_secs(1);
+    loop {
+        let Some(queue) = tombstones.upgrade() else { return };
+        let now = tokio::time::Instant::now();
+        let (due, next) = {
+            let mut queue = queue.lock().expect("tombstones poisoned");
+            let mut due = Vec::new();
+            while queue.front().is_some_and(|t| t.due <= now) {
+                due.extend(queue.pop_front());
+            }
+            (due, queue.front().map(|t| t.due))
+        };
+        drop(queue);
+        for tombstone in due {
+            match store.head(&tombstone.location).await {
+                Ok(meta) if modified_ms(&meta) == tombstone.modified_ms => {
+                    if let Err(error) = store.delete(&tombstone.location).await {
+                        tracing::warn!(%error, location = %tombstone.location, "could not delete a blob");
+                    }
+                }
+                // Uploaded again, or already gone.
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(error) => {
+                    tracing::warn!(%error, location = %tombstone.location, "could not check a blob before deleting it; keeping it");
+                }
+            }
+        }
+        let wait = next.map_or(IDLE, |at| at.saturating_duration_since(now).min(IDLE));
+        tokio::time::sleep(wait).await;
     }
 }

@@ -3,18 +3,22 @@
 //!
 //! Hits only touch an atomic in their in-memory entry; every `FLUSH_INTERVAL`
 //! (and before each eviction round) the touched times go to the database in
-//! one transaction. Eviction deletes rows oldest-access first, then each blob
-//! no row references any more, until the store is back under 90% of the
-//! limit. On local disk a blob being read is never cut short: readers hold
-//! an open file, and Unix frees a deleted file's data only on its last close
-//! (with S3 blobs shared by instances this is not yet guaranteed).
+//! one transaction. Each round re-derives the committed size from the
+//! database (see [`super::budget`]). Eviction counts committed bytes plus the
+//! bytes of fills in progress: when they exceed the limit it deletes rows
+//! oldest-access first, then each blob no row references any more, and stops
+//! as soon as they are back under 90% of the limit (the low-water mark), so
+//! a round never frees more than the last blob below it. A blob being read is
+//! never cut short: on local disk readers hold an open file, and Unix frees a
+//! deleted file's data only on its last close; on S3 the object is deleted
+//! `delete_delay` later ([`super::blobs`]).
 
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::Mutex;
 
-use super::{Cache, Digest};
+use super::{Budget, Cache};
 use crate::error::ProxyError;
 
 /// How often access times are written and the size is checked.
@@ -23,36 +27,36 @@ const FLUSH_INTERVAL: Duration = Duration::from_secs(30);
 const BATCH: i64 = 256;
 
 pub struct Evictor {
-    max_size: u64,
-    /// Shared so the evictor's task can wait without keeping the cache alive.
-    wake: Arc<Notify>,
+    budget: Arc<Budget>,
+    /// One round at a time (the background task's and any caller's): two
+    /// rounds side by side would each free down to the low-water mark.
+    round: Mutex<()>,
 }
 
 impl Evictor {
-    pub fn new(max_size: u64) -> Evictor {
+    pub fn new(budget: Arc<Budget>) -> Evictor {
         Evictor {
-            max_size,
-            wake: Arc::new(Notify::new()),
+            budget,
+            round: Mutex::new(()),
         }
     }
 
     /// `storage.max_size`.
     pub fn max_size(&self) -> u64 {
-        self.max_size
+        self.budget.max()
     }
 
-    /// Wakes the evictor if the store has outgrown its limit.
-    pub fn wake_if_over(&self, store_size: u64) {
-        if store_size > self.max_size {
-            self.wake.notify_one();
-        }
+    /// Wakes the evictor if committed plus in-progress bytes are over the
+    /// limit. (Commits and reservations already do this.)
+    pub fn wake_if_over(&self) {
+        self.budget.wake_if_over();
     }
 
     /// Runs until the cache is dropped.
     pub async fn run(cache: Weak<Cache>) {
         loop {
             let Some(c) = cache.upgrade() else { return };
-            let wake = c.evictor.wake.clone();
+            let wake = c.evictor.budget.wake();
             drop(c);
             tokio::select! {
                 () = wake.notified() => {}
@@ -67,34 +71,49 @@ impl Evictor {
     }
 }
 
-/// Flushes access times, then evicts until the store is under 90% of the limit
-/// (only when it is over the limit).
+/// The low-water mark eviction stops at: 90% of `max`.
+pub fn low_water(max: u64) -> u64 {
+    max / 10 * 9
+}
+
+/// Flushes access times and re-derives the committed size, then, when the
+/// store (committed plus in progress) is over the limit, evicts until it is
+/// under the low-water mark.
 pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
+    let _one_round = cache.evictor.round.lock().await;
     cache.meta.flush_access_times().await?;
-    let max = cache.evictor.max_size;
-    if cache.size() <= max {
+    cache.rederive_size().await?;
+    let budget = &cache.evictor.budget;
+    let max = budget.max();
+    if budget.total() <= max {
         return Ok(());
     }
-    let target = max / 10 * 9;
+    let target = low_water(max);
     let (mut entries, mut bytes) = (0u64, 0u64);
-    'rounds: while cache.size() > target {
+    'rounds: while budget.total() > target {
         let rows = cache.meta.least_recently_used(BATCH).await?;
         if rows.is_empty() {
             break;
         }
         for row in rows {
-            cache.meta.forget_row(&row.remote, &row.path).await?;
+            // Releases the digest the delete removed, not the one listed:
+            // the row may have been replaced in between.
+            bytes += cache.forget_row(&row.remote, &row.path).await?;
             entries += 1;
-            if let Some(digest) = Digest::from_hex(&row.digest) {
-                bytes += cache.release_blob(&digest).await;
-            }
-            if cache.size() <= target {
+            if budget.total() <= target {
                 break 'rounds;
             }
         }
     }
     cache.metrics.evictions.inc_by(entries);
     cache.metrics.evicted_bytes.inc_by(bytes);
-    tracing::info!(entries, bytes, store = cache.size(), max, "evicted");
+    tracing::info!(
+        entries,
+        bytes,
+        store = budget.committed(),
+        in_progress = budget.in_progress(),
+        max,
+        "evicted"
+    );
     Ok(())
 }

@@ -138,8 +138,8 @@ pub fn entry_cache(max_entries: u64) -> EntryCache {
 pub type NegativeCache = moka::sync::Cache<String, (u16, i64)>;
 
 pub struct MetadataStore {
-    pool: AnyPool,
-    cache: EntryCache,
+    pub(super) pool: AnyPool,
+    pub(super) cache: EntryCache,
     negative: NegativeCache,
     /// While the database is failing, the request path skips it until this
     /// time (unix ms) instead of waiting out a connect timeout per request:
@@ -238,7 +238,7 @@ impl MetadataStore {
         }
     }
 
-    async fn shared_changed(&self, key: &str, entry: Option<&Entry>) {
+    pub(super) async fn shared_changed(&self, key: &str, entry: Option<&Entry>) {
         if let Some(cluster) = self.cluster.get() {
             cluster.changed(key, entry).await;
         }
@@ -354,15 +354,7 @@ impl MetadataStore {
 
     /// Drops the entry for `path` (its blob is gone, or it was purged).
     pub async fn forget(&self, path: &ArtifactPath) -> Result<(), ProxyError> {
-        self.cache.invalidate(path.key());
-        sqlx::query("DELETE FROM entries WHERE remote = $1 AND path = $2")
-            .bind(path.remote())
-            .bind(path.stored_path())
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
-        self.shared_changed(path.key(), None).await;
-        Ok(())
+        self.forget_row(path.remote(), path.stored_path()).await
     }
 
     fn check_available(&self) -> Result<(), ProxyError> {
@@ -464,37 +456,10 @@ impl MetadataStore {
             .collect())
     }
 
-    /// Deletes one row by its parts (maintenance paths hold rows, not requests).
+    /// Deletes one row by its parts (maintenance paths hold rows, not
+    /// requests).
     pub async fn forget_row(&self, remote: &str, path: &str) -> Result<(), ProxyError> {
-        let key = format!("{remote}/{path}");
-        self.cache.invalidate(&key);
-        sqlx::query("DELETE FROM entries WHERE remote = $1 AND path = $2")
-            .bind(remote)
-            .bind(path)
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
-        self.shared_changed(&key, None).await;
-        Ok(())
-    }
-
-    /// Deletes every row of `remote`; returns the digests they referenced.
-    pub async fn forget_remote(&self, remote: &str) -> Result<Vec<String>, ProxyError> {
-        let digests: Vec<(String,)> =
-            sqlx::query_as("SELECT DISTINCT digest FROM entries WHERE remote = $1")
-                .bind(remote)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(db_error)?;
-        sqlx::query("DELETE FROM entries WHERE remote = $1")
-            .bind(remote)
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
-        self.invalidate_local(cluster::ALL);
-        self.shared_changed(cluster::ALL, None).await;
-        tracing::debug!(remote, "purged");
-        Ok(digests.into_iter().map(|(d,)| d).collect())
+        self.forget_row_of(remote, path, None).await.map(drop)
     }
 
     /// Whether any row still references the blob `digest` (hex).
@@ -509,14 +474,7 @@ impl MetadataStore {
 
     /// Deletes every row that references `digest` (hex); returns how many.
     pub async fn forget_digest(&self, digest: &str) -> Result<u64, ProxyError> {
-        let done = sqlx::query("DELETE FROM entries WHERE digest = $1")
-            .bind(digest)
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
-        self.invalidate_local(cluster::ALL);
-        self.shared_changed(cluster::ALL, None).await;
-        Ok(done.rows_affected())
+        self.forget_remote_digest(None, digest).await
     }
 
     /// Whether the database answers (for readiness).
@@ -540,7 +498,7 @@ impl MetadataStore {
     }
 }
 
-fn db_error(e: sqlx::Error) -> ProxyError {
+pub(super) fn db_error(e: sqlx::Error) -> ProxyError {
     ProxyError::Metadata(e.to_string())
 }
 

@@ -11,23 +11,34 @@
 //! **Invariant:** this room knows nothing of HTTP requests, remotes' mirrors
 //! or the fill; it imports only `config`, `error`, `path`, `clock` and
 //! `metrics`.
+//!
+//! **Invariant: never a row without its blob.** A blob is committed and its
+//! row recorded ([`Cache::commit_entry`]), and a blob's references checked
+//! and the blob deleted ([`Cache::release_blob`]), each under the lock of
+//! the digest's stripe: a release cannot fall between a commit's rename and
+//! its row. The same lock makes the size accounting exact ([`budget`]).
 
 pub mod blobs;
+pub mod budget;
 pub mod cluster;
 pub mod evict;
 pub mod meta;
+mod refs;
 pub mod store;
 pub mod verify;
 
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
+use tokio::sync::{Mutex, MutexGuard, RwLock};
 
 use crate::config::Config;
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
+use crate::path::ArtifactPath;
 pub use blobs::{Blob, BlobStore, HotBlobs};
 use blobs::{LocalBlobs, S3Blobs};
+pub use budget::Budget;
 use cluster::Cluster;
 pub use evict::Evictor;
 pub use meta::{Entry, MetadataStore};
@@ -42,10 +53,29 @@ pub struct Cache {
     hot: HotBlobs,
     pub meta: MetadataStore,
     pub evictor: Evictor,
+    /// Committed and in-progress bytes against `storage.max_size`.
+    budget: Arc<Budget>,
+    /// One lock per stripe of digests, held across a commit and its row, and
+    /// across a reference check and the deletion. Tokio mutexes: they are
+    /// held across awaits (the upload, the queries).
+    digest_locks: Box<[Mutex<()>]>,
+    /// One lock per stripe of paths, held by a commit from reading the row
+    /// it replaces to writing its own, so two commits of one path cannot
+    /// both miss the other's digest (and leave it unreleased). Taken before
+    /// the digest's lock.
+    path_locks: Box<[Mutex<()>]>,
+    /// Held shared by every change of the committed count, exclusively while
+    /// it is re-derived from the database, so no change is lost or counted
+    /// twice by a re-derivation.
+    accounting: RwLock<()>,
     /// Redis coordination, when `[redis]` is configured.
     cluster: OnceLock<Arc<Cluster>>,
     pub metrics: Arc<Metrics>,
 }
+
+/// Stripes of the digest lock: enough that unrelated commits rarely wait on
+/// each other, few enough to cost nothing.
+const DIGEST_STRIPES: usize = 64;
 
 impl Cache {
     /// Opens the store (cleaning temp files of dead processes), connects and
@@ -53,7 +83,9 @@ impl Cache {
     /// cluster when `[redis]` is set, and starts the evictor.
     pub async fn open(config: &Config, metrics: Arc<Metrics>) -> anyhow::Result<Arc<Cache>> {
         let store_path = config.storage.path.clone();
-        let store = tokio::task::spawn_blocking(move || ContentStore::open(&store_path))
+        let budget = Arc::new(Budget::new(config.storage.max_size));
+        let store_budget = budget.clone();
+        let store = tokio::task::spawn_blocking(move || ContentStore::open(&store_path, store_budget))
             .await?
             .with_context(|| {
                 format!(
@@ -87,10 +119,18 @@ impl Cache {
                 config.storage.memory_object_max,
             ),
             meta,
-            evictor: Evictor::new(config.storage.max_size),
+            evictor: Evictor::new(budget.clone()),
+            budget,
+            digest_locks: (0..DIGEST_STRIPES).map(|_| Mutex::new(())).collect(),
+            path_locks: (0..DIGEST_STRIPES).map(|_| Mutex::new(())).collect(),
+            accounting: RwLock::new(()),
             cluster: OnceLock::new(),
             metrics,
         });
+        cache
+            .rederive_size()
+            .await
+            .context("counting the stored bytes in the metadata database")?;
         if let Some(redis) = &config.redis {
             let weak = Arc::downgrade(&cache);
             let cluster = Cluster::start(redis, cache.metrics.redis_errors.clone(), move |key| {
@@ -103,7 +143,7 @@ impl Cache {
             let _ = cache.cluster.set(cluster);
         }
         tokio::spawn(Evictor::run(Arc::downgrade(&cache)));
-        cache.evictor.wake_if_over(cache.size());
+        cache.budget.wake_if_over();
         Ok(cache)
     }
 
@@ -112,20 +152,65 @@ impl Cache {
         self.cluster.get()
     }
 
-    /// Bytes of committed blobs.
+    /// Bytes of committed blobs: each digest the metadata references, once.
     pub fn size(&self) -> u64 {
-        self.blobs.size()
+        self.budget.committed()
     }
 
-    /// Bytes of blobs committed to the local disk store (0 when blobs live
-    /// in S3).
-    pub fn local_size(&self) -> u64 {
-        self.store.size()
+    /// Committed bytes plus the bytes of fills in progress.
+    pub fn budget(&self) -> &Budget {
+        &self.budget
+    }
+
+    /// Bytes of blobs on the local disk store (0 when blobs live in S3),
+    /// counted by walking it. Blocking: for tools and tests.
+    pub fn local_size(&self) -> std::io::Result<u64> {
+        self.store.bytes_on_disk()
     }
 
     /// `storage.max_size`.
     pub fn max_size(&self) -> u64 {
-        self.evictor.max_size()
+        self.budget.max()
+    }
+
+    /// Sets the committed count from the database, the source of truth: at
+    /// start-up, and by every eviction round (which also picks up what other
+    /// instances sharing the database committed and deleted).
+    pub async fn rederive_size(&self) -> Result<u64, ProxyError> {
+        let _exclusive = self.accounting.write().await;
+        let bytes = self.meta.stored_bytes().await?;
+        self.budget.set_committed(bytes);
+        Ok(bytes)
+    }
+
+    fn path_lock(&self, path: &ArtifactPath) -> &Mutex<()> {
+        // FNV-1a: any spread will do.
+        let hash = path.key().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        &self.path_locks[hash as usize % self.path_locks.len()]
+    }
+
+    fn digest_stripe(&self, digest: &Digest) -> usize {
+        u16::from_le_bytes([digest.0[0], digest.0[1]]) as usize % self.digest_locks.len()
+    }
+
+    fn digest_lock(&self, digest: &Digest) -> &Mutex<()> {
+        &self.digest_locks[self.digest_stripe(digest)]
+    }
+
+    /// Locks the stripes of `a` and `b` (once if they share one), lower
+    /// stripe first so two callers never wait on each other in a circle.
+    async fn lock_digests(&self, a: &Digest, b: Option<&Digest>) -> Vec<MutexGuard<'_, ()>> {
+        let mut stripes = vec![self.digest_stripe(a)];
+        stripes.extend(b.map(|b| self.digest_stripe(b)));
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut guards = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            guards.push(self.digest_locks[stripe].lock().await);
+        }
+        guards
     }
 
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
@@ -143,34 +228,163 @@ impl Cache {
         // Read whole anyway, so check it: a blob damaged on disk is never
         // served from memory; it is dropped and fetched again.
         if Digest::of(&bytes) != *digest {
-            tracing::error!(?digest, "corrupt blob on disk; dropping it");
+            tracing::error!(?digest, "corrupt blob on disk; dropping it and its rows");
             self.hot.remove(digest);
-            let _ = self.blobs.remove(digest).await;
+            let _counting = self.accounting.read().await;
+            let _digest = self.digest_lock(digest).lock().await;
+            if self.meta.forget_digest(&digest.to_hex()).await.is_ok() {
+                self.delete_blob(digest).await;
+            }
             return Err(std::io::ErrorKind::NotFound.into());
         }
         self.hot.insert(*digest, bytes.clone());
         Ok(Blob::Memory(bytes))
     }
 
-    /// Makes a fully written temp file visible as the blob `digest`.
-    pub async fn commit(&self, temp: TempBlob, digest: Digest) -> std::io::Result<()> {
-        self.blobs.commit(temp, digest).await
+    /// Makes a fully written, hashed temp file the entry for `path`: the
+    /// blob `entry.digest` (fsync and rename, or the upload), then its row,
+    /// both under the digest's lock, so no release of the same digest can
+    /// fall in between. If the row cannot be written, a blob nothing else
+    /// references is deleted again. A digest's first row adds its size to
+    /// the store's count; further rows add nothing. A row it replaces had
+    /// its blob released (deleted if nothing else references it).
+    pub async fn commit_entry(
+        &self,
+        temp: TempBlob,
+        path: &ArtifactPath,
+        entry: Entry,
+    ) -> Result<Arc<Entry>, ProxyError> {
+        let (digest, size) = (entry.digest, entry.size);
+        let _counting = self.accounting.read().await;
+        let _path = self.path_lock(path).lock().await;
+        let replaced = self
+            .meta
+            .stored_digest(path.remote(), path.stored_path())
+            .await
+            .inspect_err(|_| {
+                self.metrics.metadata_errors.inc();
+            })?
+            .and_then(|hex| Digest::from_hex(&hex))
+            .filter(|old| *old != digest);
+        // The replaced row's digest is locked too: its reference goes away
+        // here, and its release must follow before anyone looks at it.
+        let _locked = self.lock_digests(&digest, replaced.as_ref()).await;
+        let counted = self
+            .meta
+            .digest_referenced(&digest.to_hex())
+            .await
+            .inspect_err(|_| {
+                self.metrics.metadata_errors.inc();
+            })?;
+        self.blobs
+            .commit(temp, digest)
+            .await
+            .map_err(|e| ProxyError::Store(format!("committing the blob: {e}")))?;
+        match self.meta.record(path, entry).await {
+            Ok(entry) => {
+                if !counted {
+                    self.budget.add_committed(size);
+                }
+                if let Some(old) = replaced {
+                    self.release_held(&old).await;
+                }
+                Ok(entry)
+            }
+            Err(error) => {
+                self.metrics.metadata_errors.inc();
+                if !counted {
+                    self.delete_blob(&digest).await;
+                }
+                Err(error)
+            }
+        }
     }
 
     /// Deletes the blob if no metadata row references it any more; returns
-    /// the bytes freed.
+    /// the bytes freed. The check and the deletion hold the digest's lock,
+    /// so a commit of the same digest happens wholly before (and the blob
+    /// stays) or wholly after (and puts it back).
     pub async fn release_blob(&self, digest: &Digest) -> u64 {
+        let _counting = self.accounting.read().await;
+        let _digest = self.digest_lock(digest).lock().await;
+        self.release_held(digest).await
+    }
+
+    /// [`Cache::release_blob`] for a caller that holds the digest's lock and
+    /// a shared `accounting` (across the deletion of the row and this
+    /// release, so neither a commit nor a re-derivation ever sees the row
+    /// gone and the blob still counted).
+    async fn release_held(&self, digest: &Digest) -> u64 {
         match self.meta.digest_referenced(&digest.to_hex()).await {
-            Ok(false) => {
-                self.hot.remove(digest);
-                self.blobs.remove(digest).await.unwrap_or_else(|error| {
-                    tracing::warn!(%error, "could not delete a blob");
-                    0
-                })
-            }
+            Ok(false) => self.delete_blob(digest).await,
             Ok(true) => 0,
             Err(error) => {
                 tracing::warn!(%error, "cannot tell whether a blob is still referenced; keeping it");
+                0
+            }
+        }
+    }
+
+    /// Drops the entry for `path` and releases its blob (the one the deleted
+    /// row referenced); returns the bytes freed.
+    pub async fn forget_entry(&self, path: &ArtifactPath) -> Result<u64, ProxyError> {
+        self.forget_row(path.remote(), path.stored_path()).await
+    }
+
+    /// [`Cache::forget_entry`] by the row's parts (eviction holds rows).
+    /// Every row is deleted under its digest's lock, then that blob
+    /// released under the same lock.
+    pub async fn forget_row(&self, remote: &str, path: &str) -> Result<u64, ProxyError> {
+        let _counting = self.accounting.read().await;
+        loop {
+            let Some(hex) = self.meta.stored_digest(remote, path).await? else {
+                return Ok(0);
+            };
+            let Some(digest) = Digest::from_hex(&hex) else {
+                self.meta.forget_row(remote, path).await?;
+                return Ok(0);
+            };
+            let _digest = self.digest_lock(&digest).lock().await;
+            if self.meta.forget_row_of(remote, path, Some(&hex)).await? {
+                return Ok(self.release_held(&digest).await);
+            }
+            // Replaced since it was read: look again.
+        }
+    }
+
+    /// Drops every entry of `remote` (rows recorded while this runs may
+    /// stay) and releases their blobs, digest by digest under its lock;
+    /// returns how many digests the rows referenced and the bytes freed.
+    pub async fn forget_remote(&self, remote: &str) -> Result<(usize, u64), ProxyError> {
+        let _counting = self.accounting.read().await;
+        let digests = self.meta.remote_digests(remote).await?;
+        let mut freed = 0;
+        for hex in &digests {
+            match Digest::from_hex(hex) {
+                Some(digest) => {
+                    let _digest = self.digest_lock(&digest).lock().await;
+                    self.meta.forget_remote_digest(Some(remote), hex).await?;
+                    freed += self.release_held(&digest).await;
+                }
+                None => {
+                    self.meta.forget_remote_digest(Some(remote), hex).await?;
+                }
+            }
+        }
+        Ok((digests.len(), freed))
+    }
+
+    /// Deletes an unreferenced blob and uncounts it. The caller holds the
+    /// digest's lock and a shared `accounting`.
+    async fn delete_blob(&self, digest: &Digest) -> u64 {
+        self.hot.remove(digest);
+        match self.blobs.remove(digest).await {
+            Ok(freed) => {
+                self.budget.sub_committed(freed);
+                freed
+            }
+            Err(error) => {
+                tracing::warn!(%error, "could not delete a blob");
                 0
             }
         }
@@ -200,3 +414,6 @@ pub fn redact_url(url: &str) -> String {
         _ => url.to_string(),
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -4,16 +4,29 @@
 //! `tmp/` for fills in progress (same filesystem, so the commit is one atomic
 //! rename). **Invariant:** nothing outside this module knows a blob's path;
 //! everyone else holds a [`Digest`] or an open handle.
+//!
+//! Temp files have an owner that dies with its process: each store that
+//! fills holds an exclusive `flock` on `tmp/<owner>.lock` for its lifetime
+//! and names its temp files `<owner>-<n>`. The kernel drops the lock when the
+//! process dies, however it dies, and whether or not it is reaped or its PID
+//! reused; at start-up a temp file whose owner's lock can be taken (or is
+//! missing) belongs to a dead fill and is removed.
 
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::collections::HashMap;
+use std::os::unix::fs::MetadataExt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
 
+use rustix::fs::{flock, FlockOperation};
 use sha2::{Digest as _, Sha256};
+
+use super::budget::Budget;
 
 /// A blob's identity: the sha256 of its bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -45,81 +58,80 @@ pub struct ContentStore {
     blobs: PathBuf,
     tmp: PathBuf,
     next_temp: AtomicU64,
-    /// Bytes of committed blobs on disk: counted at open, then kept by
-    /// `commit` and `remove_blob`.
-    bytes: AtomicU64,
+    /// This store's claim on its temp files; `None` for tools that only read
+    /// (`verify`) and create none.
+    owner: Option<Owner>,
+    /// Where temp files reserve their bytes against `storage.max_size`.
+    budget: Arc<Budget>,
+}
+
+/// The lock that says this process's temp files are alive.
+struct Owner {
+    name: String,
+    /// Held (`LOCK_EX`) for the store's lifetime; the kernel releases it when
+    /// the process dies. Never read: holding it open is its job.
+    _lock: File,
+    lock_path: PathBuf,
 }
 
 impl ContentStore {
-    /// Opens (creating if needed) the store at `root`, and removes temp files
-    /// left by a previous process: they are fills that never committed.
-    pub fn open(root: &Path) -> io::Result<ContentStore> {
-        ContentStore::open_with(root, true)
+    /// Opens (creating if needed) the store at `root` for filling, with temp
+    /// files counted against `budget`; removes the temp files of dead owners:
+    /// fills that never committed.
+    pub fn open(root: &Path, budget: Arc<Budget>) -> io::Result<ContentStore> {
+        let (blobs, tmp) = dirs(root)?;
+        let owner = Owner::claim(&tmp)?;
+        let removed = remove_dead_temp_files(&tmp, &owner.name)?;
+        if removed > 0 {
+            tracing::info!(removed, "removed temp files left by dead processes");
+        }
+        Ok(ContentStore {
+            blobs,
+            tmp,
+            next_temp: AtomicU64::new(0),
+            owner: Some(owner),
+            budget,
+        })
     }
 
     /// Opens the store without touching `tmp/`: for tools that run beside a
     /// live server (`verify`), whose fills own those files.
     pub fn open_existing(root: &Path) -> io::Result<ContentStore> {
-        ContentStore::open_with(root, false)
-    }
-
-    fn open_with(root: &Path, clean_temp: bool) -> io::Result<ContentStore> {
-        let blobs = root.join("blobs");
-        let tmp = root.join("tmp");
-        fs::create_dir_all(&blobs)?;
-        fs::create_dir_all(&tmp)?;
-        let mut removed = 0;
-        for entry in fs::read_dir(&tmp)?.filter(|_| clean_temp) {
-            let entry = entry?;
-            // Temp files are named `{pid}-{n}`: leave those of a live process
-            // (another instance sharing this store); the rest are fills that
-            // died with their process.
-            let name = entry.file_name();
-            let pid = name
-                .to_str()
-                .and_then(|n| n.split('-').next())
-                .and_then(|p| p.parse::<u32>().ok());
-            let alive = pid.is_some_and(|p| {
-                p != std::process::id() && Path::new(&format!("/proc/{p}")).exists()
-            });
-            if !alive {
-                fs::remove_file(entry.path())?;
-                removed += 1;
-            }
-        }
-        if removed > 0 {
-            tracing::info!(removed, "removed temp files left by an earlier run");
-        }
-        let store = ContentStore {
+        let (blobs, tmp) = dirs(root)?;
+        Ok(ContentStore {
             blobs,
             tmp,
             next_temp: AtomicU64::new(0),
-            bytes: AtomicU64::new(0),
-        };
-        let mut bytes = 0;
-        store.for_each_blob(|_, len| bytes += len)?;
-        store.bytes.store(bytes, Ordering::Relaxed);
-        Ok(store)
+            owner: None,
+            budget: Arc::new(Budget::new(u64::MAX)),
+        })
     }
 
-    /// Bytes of committed blobs.
-    pub fn size(&self) -> u64 {
-        self.bytes.load(Ordering::Relaxed)
-    }
-
-    /// Calls `visit(digest, len)` for every committed blob. Blocking.
-    pub fn for_each_blob(&self, mut visit: impl FnMut(Digest, u64)) -> io::Result<()> {
+    /// Calls `visit(digest, metadata)` for every committed blob. Blocking.
+    pub fn for_each_blob(&self, mut visit: impl FnMut(Digest, &fs::Metadata)) -> io::Result<()> {
         for a in fs::read_dir(&self.blobs)? {
             for b in fs::read_dir(a?.path())? {
                 for blob in fs::read_dir(b?.path())? {
                     let blob = blob?;
                     if let Some(digest) = blob.file_name().to_str().and_then(Digest::from_hex) {
-                        visit(digest, blob.metadata()?.len());
+                        match blob.metadata() {
+                            Ok(meta) => visit(digest, &meta),
+                            // Deleted since it was listed.
+                            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                            Err(e) => return Err(e),
+                        }
                     }
                 }
             }
         }
         Ok(())
+    }
+
+    /// Bytes of committed blobs on disk, counted by walking them. Blocking.
+    pub fn bytes_on_disk(&self) -> io::Result<u64> {
+        let mut bytes = 0;
+        self.for_each_blob(|_, meta| bytes += meta.len())?;
+        Ok(bytes)
     }
 
     /// Re-reads a blob and returns the sha256 of what is on disk. Blocking.
@@ -135,10 +147,13 @@ impl ContentStore {
         self.blobs.join(&hex[0..2]).join(&hex[2..4]).join(hex)
     }
 
-    /// Creates an empty temp file for a fill.
+    /// Creates an empty temp file for a fill, named after this store's owner.
     pub fn create_temp(&self) -> io::Result<TempBlob> {
+        let owner = self.owner.as_ref().ok_or_else(|| {
+            io::Error::new(io::ErrorKind::Unsupported, "store opened read-only")
+        })?;
         let n = self.next_temp.fetch_add(1, Ordering::Relaxed);
-        let path = self.tmp.join(format!("{}-{n}", std::process::id()));
+        let path = self.tmp.join(format!("{}-{n}", owner.name));
         let file = OpenOptions::new()
             .read(true)
             .write(true)
@@ -148,26 +163,24 @@ impl ContentStore {
             path,
             file: Arc::new(file),
             committed: false,
+            reserved: AtomicU64::new(0),
+            budget: self.budget.clone(),
         })
     }
 
     /// Makes a fully written temp file visible as the blob `digest`: fsync the
-    /// data, rename it into place, fsync the directory. Blocking.
+    /// data, rename it into place, fsync the directory. Blocking. (Counting
+    /// its bytes is the caller's, under the digest's lock.)
     pub fn commit(&self, mut temp: TempBlob, digest: &Digest) -> io::Result<()> {
         temp.file.sync_all()?;
-        let len = temp.file.metadata()?.len();
         let dest = self.blob_path(digest);
         let dir = dest.parent().expect("blob paths have a parent");
         if !dir.is_dir() {
             fs::create_dir_all(dir)?;
         }
-        let existed = dest.exists();
         fs::rename(&temp.path, &dest)?;
         temp.committed = true;
         File::open(dir)?.sync_all()?;
-        if !existed {
-            self.bytes.fetch_add(len, Ordering::Relaxed);
-        }
         Ok(())
     }
 
@@ -187,11 +200,7 @@ impl ContentStore {
             Err(e) => return Err(e),
         };
         match fs::remove_file(&path) {
-            Ok(()) => {
-                self.bytes
-                    .fetch_sub(len.min(self.size()), Ordering::Relaxed);
-                Ok(len)
-            }
+            Ok(()) => Ok(len),
             Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(0),
             Err(e) => Err(e),
         }
@@ -211,12 +220,121 @@ pub fn read_at(file: &File, pos: u64, n: usize) -> io::Result<bytes::Bytes> {
     Ok(bytes::Bytes::from(buf))
 }
 
+fn dirs(root: &Path) -> io::Result<(PathBuf, PathBuf)> {
+    let (blobs, tmp) = (root.join("blobs"), root.join("tmp"));
+    fs::create_dir_all(&blobs)?;
+    fs::create_dir_all(&tmp)?;
+    Ok((blobs, tmp))
+}
+
+impl Owner {
+    /// Creates and locks `tmp/<owner>.lock` under a name no other store
+    /// (in this process or another, now or before) has used.
+    fn claim(tmp: &Path) -> io::Result<Owner> {
+        static CLAIMS: AtomicU64 = AtomicU64::new(0);
+        loop {
+            let nanos = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map(|d| d.as_nanos())
+                .unwrap_or(0);
+            let n = CLAIMS.fetch_add(1, Ordering::Relaxed);
+            let name = format!("{}.{nanos:x}.{n}", std::process::id());
+            let lock_path = tmp.join(format!("{name}.lock"));
+            let lock = OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(&lock_path)?;
+            flock(&lock, FlockOperation::NonBlockingLockExclusive)?;
+            // Another store's start-up may have found the file before it was
+            // locked, taken it for a dead owner's and removed it: then this
+            // lock guards nothing, and we start again.
+            let held = lock.metadata()?;
+            match fs::metadata(&lock_path) {
+                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
+                    return Ok(Owner {
+                        name,
+                        _lock: lock,
+                        lock_path,
+                    })
+                }
+                Ok(_) => continue,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+impl Drop for ContentStore {
+    fn drop(&mut self) {
+        // The file goes first and the lock (closed with the field) after, so
+        // no one ever finds it unlocked while our temp files could exist.
+        if let Some(owner) = &self.owner {
+            let _ = fs::remove_file(&owner.lock_path);
+        }
+    }
+}
+
+/// Removes the temp files (and lock files) in `tmp` whose owner is dead:
+/// its lock file is missing or can be locked. Keeps those of `own` and of
+/// every owner whose lock is held. Returns how many temp files went.
+fn remove_dead_temp_files(tmp: &Path, own: &str) -> io::Result<usize> {
+    let mut dead: HashMap<String, bool> = HashMap::new();
+    let mut is_dead = |owner: &str| {
+        *dead
+            .entry(owner.to_string())
+            .or_insert_with(|| owner_is_dead(tmp, owner))
+    };
+    let mut removed = 0;
+    let mut dead_locks = Vec::new();
+    for entry in fs::read_dir(tmp)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if let Some(owner) = name.strip_suffix(".lock") {
+            if owner != own && is_dead(owner) {
+                dead_locks.push(name.to_string());
+            }
+            continue;
+        }
+        let owner = name.split('-').next().unwrap_or(name);
+        if owner != own && is_dead(owner) {
+            match fs::remove_file(tmp.join(name)) {
+                Ok(()) => removed += 1,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+    // Lock files last, so a dead owner's temp files are never left without one.
+    for name in dead_locks {
+        let _ = fs::remove_file(tmp.join(name));
+    }
+    Ok(removed)
+}
+
+/// Whether the owner of `tmp/<owner>.lock` is gone: the file is missing, or
+/// its exclusive lock can be taken (then it is released again at once).
+fn owner_is_dead(tmp: &Path, owner: &str) -> bool {
+    let file = match File::open(tmp.join(format!("{owner}.lock"))) {
+        Ok(file) => file,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
+        // Cannot tell: keep its files.
+        Err(_) => return false,
+    };
+    flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
+}
+
 /// A fill's temp file. Dropped without [`ContentStore::commit`], it deletes
-/// itself, so a failed fill leaves nothing behind.
+/// itself, so a failed fill leaves nothing behind. Its bytes count against
+/// `storage.max_size` (as in progress) until it is dropped, committed or not.
 pub struct TempBlob {
     path: PathBuf,
     file: Arc<File>,
     committed: bool,
+    /// Bytes counted in `budget` for this file: the reservation, grown by
+    /// writes past it.
+    reserved: AtomicU64,
+    budget: Arc<Budget>,
 }
 
 impl TempBlob {
@@ -226,24 +344,40 @@ impl TempBlob {
         self.file.clone()
     }
 
-    /// Reserves `len` bytes on disk up front, so a full disk is found before
-    /// the first byte is streamed rather than in the middle. Blocking.
+    /// Reserves `len` bytes up front, against `storage.max_size` (refused
+    /// when fills in progress would then hold more than it) and on disk, so
+    /// a full store or disk is found before the first byte is streamed
+    /// rather than in the middle. Blocking.
     pub fn reserve(&self, len: u64) -> io::Result<()> {
         if len == 0 {
             return Ok(());
         }
+        if !self.budget.reserve(len) {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "fills in progress already hold storage.max_size",
+            ));
+        }
+        self.reserved.fetch_add(len, Ordering::Relaxed);
         rustix::fs::fallocate(&*self.file, rustix::fs::FallocateFlags::empty(), 0, len)
             .map_err(io::Error::from)
     }
 
-    /// Writes `bytes` at `offset`. Blocking.
+    /// Writes `bytes` at `offset`; bytes past the reservation are counted as
+    /// in progress too. Blocking.
     pub fn write_at(&self, bytes: &[u8], offset: u64) -> io::Result<()> {
+        let end = offset + bytes.len() as u64;
+        let before = self.reserved.fetch_max(end, Ordering::Relaxed);
+        if end > before {
+            self.budget.grow(end - before);
+        }
         self.file.write_all_at(bytes, offset)
     }
 }
 
 impl Drop for TempBlob {
     fn drop(&mut self) {
+        self.budget.unreserve(*self.reserved.get_mut());
         if !self.committed {
             let _ = fs::remove_file(&self.path);
         }

@@ -3,10 +3,16 @@
 //! with their rows, so a corrupt blob is never served once found.
 //!
 //! Safe beside a running server: it never touches `tmp/`, and anything it
-//! removes is, to the server, a miss that is fetched again.
+//! removes is, to the server, a miss that is fetched again. It never removes
+//! a blob a fill is committing: the disk is listed *before* the rows are
+//! read (a blob renamed into place after the listing is not looked at), a
+//! blob without a row counts as unreferenced only once it is older than
+//! [`UNREFERENCED_GRACE`] (a fill between its rename and its row is not),
+//! and each removal re-checks the database just before it.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
+use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
@@ -21,8 +27,16 @@ pub struct Report {
     pub corrupt: Vec<String>,
     pub missing: Vec<String>,
     pub unreferenced: Vec<String>,
+    /// Blobs without a row but younger than the grace period: probably a
+    /// fill between its rename and its row; left alone.
+    pub recent: usize,
     pub removed: bool,
 }
+
+/// How old a blob without a row must be before `verify` calls it
+/// unreferenced: far longer than any fill takes from its rename to its row
+/// (an fsync of the directory and one insert).
+pub const UNREFERENCED_GRACE: Duration = Duration::from_secs(3600);
 
 impl Report {
     pub fn is_clean(&self) -> bool {
@@ -43,12 +57,13 @@ impl fmt::Display for Report {
         }
         write!(
             f,
-            "checked {} blobs ({} bytes): {} corrupt, {} missing, {} unreferenced{}",
+            "checked {} blobs ({} bytes): {} corrupt, {} missing, {} unreferenced ({} recent left alone){}",
             self.checked,
             self.bytes,
             self.corrupt.len(),
             self.missing.len(),
             self.unreferenced.len(),
+            self.recent,
             if self.removed && !self.is_clean() {
                 "; removed"
             } else {
@@ -70,12 +85,22 @@ pub async fn run(config: &Config, remove: bool) -> anyhow::Result<Report> {
     let meta = MetadataStore::connect(&config.metadata.url, 1)
         .await
         .context("opening the metadata database")?;
+    let store = std::sync::Arc::new(store);
+    // The disk first, then the rows: a blob committed after the listing is
+    // not in it, one committed before has its row by the time they are read
+    // (or is recent).
+    let s = store.clone();
+    let on_disk = tokio::task::spawn_blocking(move || {
+        let mut all = Vec::new();
+        s.for_each_blob(|d, m| all.push((d.to_hex(), m.modified().ok())))
+            .map(|()| all)
+    })
+    .await??;
     let rows = meta.all_rows().await?;
     let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
     for row in &rows {
         sizes.insert(row.digest.clone(), row.size);
     }
-    let store = std::sync::Arc::new(store);
     let mut report = Report::default();
     for (hex, size) in &sizes {
         let Some(digest) = Digest::from_hex(hex) else {
@@ -93,22 +118,43 @@ pub async fn run(config: &Config, remove: bool) -> anyhow::Result<Report> {
         }
     }
     let referenced: HashSet<&String> = sizes.keys().collect();
-    let s = store.clone();
-    let on_disk = tokio::task::spawn_blocking(move || {
-        let mut all = Vec::new();
-        s.for_each_blob(|d, _| all.push(d.to_hex())).map(|()| all)
-    })
-    .await??;
-    report.unreferenced = on_disk
-        .into_iter()
-        .filter(|d| !referenced.contains(d))
-        .collect();
+    let now = SystemTime::now();
+    for (hex, modified) in on_disk {
+        if referenced.contains(&hex) {
+            continue;
+        }
+        let age = modified.and_then(|m| now.duration_since(m).ok());
+        if age.is_some_and(|age| age >= UNREFERENCED_GRACE) {
+            report.unreferenced.push(hex);
+        } else {
+            report.recent += 1;
+        }
+    }
 
     if remove {
-        for hex in report.corrupt.iter().chain(&report.missing) {
+        // Each decision is checked again just before it is acted on: a fill
+        // may have committed the same bytes since they were looked at.
+        for hex in &report.corrupt {
+            let Some(digest) = Digest::from_hex(hex) else {
+                meta.forget_digest(hex).await?;
+                continue;
+            };
+            if rehash(&store, digest).await?.is_some_and(|d| d == digest) {
+                continue;
+            }
             meta.forget_digest(hex).await?;
+            store.remove_blob(&digest)?;
         }
-        for hex in report.corrupt.iter().chain(&report.unreferenced) {
+        for hex in &report.missing {
+            let Some(digest) = Digest::from_hex(hex) else { continue };
+            if rehash(&store, digest).await?.is_none() {
+                meta.forget_digest(hex).await?;
+            }
+        }
+        for hex in &report.unreferenced {
+            if meta.digest_referenced(hex).await? {
+                continue;
+            }
             if let Some(digest) = Digest::from_hex(hex) {
                 store.remove_blob(&digest)?;
             }
@@ -117,4 +163,14 @@ pub async fn run(config: &Config, remove: bool) -> anyhow::Result<Report> {
     }
     meta.close().await;
     Ok(report)
+}
+
+/// The sha256 of the blob `digest` as it is on disk now; `None` if it is gone.
+async fn rehash(store: &std::sync::Arc<ContentStore>, digest: Digest) -> anyhow::Result<Option<Digest>> {
+    let s = store.clone();
+    match tokio::task::spawn_blocking(move || s.rehash(&digest)).await? {
+        Ok(found) => Ok(Some(found)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
 }

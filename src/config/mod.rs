@@ -101,6 +101,9 @@ pub struct S3Config {
     /// Unset: taken from `AWS_ACCESS_KEY_ID` / `AWS_SECRET_ACCESS_KEY`.
     pub access_key_id: Option<String>,
     pub secret_access_key: Option<Secret>,
+    /// How long an object stays in the bucket after its last row went, so
+    /// that reads other instances started on it can finish.
+    pub delete_delay: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -108,6 +108,7 @@ pub(super) struct RawStorage {
     pub(super) region: String,
     pub(super) access_key_id: Option<String>,
     pub(super) secret_access_key: Option<String>,
+    pub(super) delete_delay: HumanDuration,
 }
 
 impl Default for RawStorage {
@@ -122,6 +123,7 @@ impl Default for RawStorage {
             region: "us-east-1".to_string(),
             access_key_id: None,
             secret_access_key: None,
+            delete_delay: HumanDuration(Duration::from_secs(3600)),
         }
     }
 }

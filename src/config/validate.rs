@@ -115,6 +115,7 @@ impl Validator<'_> {
                             region: raw.storage.region,
                             access_key_id: raw.storage.access_key_id,
                             secret_access_key: raw.storage.secret_access_key.map(Secret),
+                            delete_delay: raw.storage.delete_delay.0,
                         })
                     }
                     Some(url) => {

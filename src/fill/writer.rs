@@ -303,14 +303,8 @@ async fn commit(
     stale: Option<&Entry>,
 ) {
     let (digest, size) = (entry.digest, entry.size);
-    if let Err(error) = cache.commit(temp, digest).await {
-        tracing::warn!(key = path.key(), %error, "could not commit the blob; served uncached");
-        return;
-    }
-    if let Err(error) = cache.meta.record(path, entry).await {
-        cache.metrics.metadata_errors.inc();
-        tracing::warn!(key = path.key(), %error, "metadata unavailable; served uncached");
-        cache.release_blob(&digest).await;
+    if let Err(error) = cache.commit_entry(temp, path, entry).await {
+        tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
         return;
     }
     tracing::debug!(key = path.key(), ?digest, bytes = size, "filled");
@@ -318,7 +312,6 @@ async fn commit(
         // The entry was replaced: its old blob may now be unreferenced.
         cache.release_blob(&old.digest).await;
     }
-    cache.evictor.wake_if_over(cache.size());
 }
 
 /// Waits (up to `lock_wait`) for another instance's fill of `path` to land in

@@ -14,7 +14,6 @@ use subtle::ConstantTimeEq;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
-use crate::cache::Digest;
 
 /// `None` when the request may go on; else the refusal.
 fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
@@ -74,16 +73,16 @@ pub async fn delete(State(proxy): State<Arc<Proxy>>, uri: Uri, headers: HeaderMa
     let (mut entries, mut freed) = (0, 0);
     for key in keys {
         proxy.cache.meta.forget_absent(&key);
-        let entry = match proxy.cache.meta.lookup(&key).await {
-            Ok(Some(entry)) => entry,
+        match proxy.cache.meta.lookup(&key).await {
+            Ok(Some(_)) => {}
             Ok(None) => continue,
             Err(e) => return e.into_response(),
-        };
-        if let Err(e) = proxy.cache.meta.forget(&key).await {
-            return e.into_response();
+        }
+        match proxy.cache.forget_entry(&key).await {
+            Ok(bytes) => freed += bytes,
+            Err(e) => return e.into_response(),
         }
         entries += 1;
-        freed += proxy.cache.release_blob(&entry.digest).await;
     }
     tracing::info!(key = path.key(), entries, freed, "admin: removed");
     Json(json!({ "removed": entries > 0, "entries": entries, "freed_bytes": freed }))
@@ -102,14 +101,10 @@ pub async fn purge(
     if proxy.remote(&remote).is_none() {
         return ProxyError::UnknownRemote(remote).into_response();
     }
-    let digests = match proxy.cache.meta.forget_remote(&remote).await {
-        Ok(d) => d,
+    let (blobs, freed) = match proxy.cache.forget_remote(&remote).await {
+        Ok(done) => done,
         Err(e) => return e.into_response(),
     };
-    let mut freed = 0;
-    for digest in digests.iter().filter_map(|d| Digest::from_hex(d)) {
-        freed += proxy.cache.release_blob(&digest).await;
-    }
-    tracing::info!(remote, blobs = digests.len(), freed, "admin: purged");
-    Json(json!({ "remote": remote, "blobs": digests.len(), "freed_bytes": freed })).into_response()
+    tracing::info!(remote, blobs, freed, "admin: purged");
+    Json(json!({ "remote": remote, "blobs": blobs, "freed_bytes": freed })).into_response()
 }

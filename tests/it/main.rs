@@ -10,6 +10,7 @@ mod fanout;
 mod hardening;
 mod hardening_keys;
 mod kinds;
+mod lifetime;
 mod metadata;
 mod operations;
 mod path_safety;

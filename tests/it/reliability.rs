@@ -216,9 +216,7 @@ async fn too_big_for_the_store_is_streamed_through_and_not_cached() {
     assert_eq!(mirror.hits("/m/huge"), 2);
     assert_eq!(running.proxy.cache.size(), 0);
     assert_eq!(
-        std::fs::read_dir(dir.path().join("store/tmp"))
-            .unwrap()
-            .count(),
+        crate::support::proxy::temp_files_in(&dir.path().join("store")),
         0
     );
     running.shutdown().await;
@@ -276,7 +274,7 @@ async fn a_full_disk_streams_through_and_keeps_nothing() {
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
     running.proxy.fills.wait_idle().await;
-    assert_eq!(std::fs::read_dir(store.join("tmp")).unwrap().count(), 0);
+    assert_eq!(crate::support::proxy::temp_files_in(&store), 0);
     assert_eq!(running.proxy.cache.size(), 0);
     // What fits is still cached.
     get(&client, &format!("http://{}/r/small", running.local_addr))
@@ -321,11 +319,7 @@ async fn kill_9_during_ten_fills_loses_nothing_and_serves_nothing_partial() {
         })
         .collect();
     wait_until("10 fills to start", async || mirror.total() >= before + 10).await;
-    let temp_files = || {
-        std::fs::read_dir(dir.path().join("store/tmp"))
-            .unwrap()
-            .count()
-    };
+    let temp_files = || crate::support::proxy::temp_files_in(&dir.path().join("store"));
     wait_until("the fills' temp files", async || temp_files() >= 10).await;
     proxy.kill_hard();
     for f in fetches {

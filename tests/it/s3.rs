@@ -45,7 +45,7 @@ async fn blobs_live_in_s3_and_hits_and_ranges_stream_from_it() {
     running.proxy.fills.wait_idle().await;
     assert_eq!(running.proxy.cache.size(), body.len() as u64);
     // Nothing committed on local disk: the blob is in the bucket.
-    assert_eq!(running.proxy.cache.local_size(), 0);
+    assert_eq!(running.proxy.cache.local_size().unwrap(), 0);
     running.shutdown().await;
 
     // A new instance with an empty local disk, the mirror gone: hits from S3.

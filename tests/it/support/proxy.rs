@@ -50,11 +50,10 @@ impl TestProxy {
         self.running.proxy.fills.wait_idle().await;
     }
 
-    /// Files in the store's temp dir (fills in progress or left behind).
+    /// Temp files in the store's temp dir (fills in progress or left
+    /// behind), not counting the owners' `.lock` files.
     pub fn temp_files(&self) -> usize {
-        std::fs::read_dir(self.dir.join("store/tmp"))
-            .map(|d| d.count())
-            .unwrap_or(0)
+        temp_files_in(&self.dir.join("store"))
     }
 
     pub async fn stop(self) -> Option<tempfile::TempDir> {
@@ -63,11 +62,35 @@ impl TestProxy {
     }
 }
 
+/// Temp files in `store/tmp`, not counting the owners' `.lock` files.
+pub fn temp_files_in(store: &Path) -> usize {
+    std::fs::read_dir(store.join("tmp"))
+        .map(|d| {
+            d.filter(|e| {
+                e.as_ref()
+                    .map_or(true, |e| !e.file_name().to_string_lossy().ends_with(".lock"))
+            })
+            .count()
+        })
+        .unwrap_or(0)
+}
+
 /// Starts a proxy from a whole config text (for tests that change more than
 /// the remotes).
 pub async fn start_text(text: &str) -> Running {
     let config = Config::parse(text, "test.toml").unwrap();
     Running::start(&config).await.unwrap()
+}
+
+/// `POST /-/cache/{remote}/purge` with the admin token `token`; asserts 200.
+pub async fn purge(client: &reqwest::Client, base: &str, remote: &str, token: &str) {
+    let response = client
+        .post(format!("{base}/-/cache/{remote}/purge"))
+        .bearer_auth(token)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
 }
 
 /// `GET url` parsed as JSON (`/-/status`).
