@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::proxy::get;
+use crate::support::proxy::{get, get_text};
 use crate::support::{sha256_hex, test_bytes, Fault, MirrorServer, TestProxy};
 
 fn remote(name: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
@@ -73,14 +73,7 @@ async fn a_hung_mirror_costs_a_hedge_delay_not_the_first_byte_timeout() {
     assert!(slowest < Duration::from_secs(10), "slowest {slowest:?}");
     // Three lost hedges eject it; later requests skip it until a probe.
     assert!(hung.total() <= 5, "hung mirror got {}", hung.total());
-    let metrics = client
-        .get(proxy.url("/-/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = get_text(&client, &proxy.url("/-/metrics")).await;
     let hedges = metric(&metrics, "mirrorcache_upstream_hedges_total");
     assert!(hedges >= 3.0, "hedges counted: {hedges}");
     assert_eq!(metric(&metrics, "mirrorcache_upstream_fetches_total"), 30.0);

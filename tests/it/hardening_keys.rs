@@ -8,7 +8,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use crate::metadata::PgDatabase;
-use crate::support::proxy::{config_text, get};
+use crate::support::proxy::{config_text, get, get_text};
 use crate::support::{sha256_hex, test_bytes, BinaryProxy, MirrorServer, S3Server, TestProxy};
 
 /// `[server]` keys added to a `config_text`.
@@ -473,14 +473,7 @@ async fn sighup_applies_server_keys_and_refuses_restart_only_keys() {
     };
     let client = reqwest::Client::new();
     let page = async || {
-        client
-            .get(proxy.url("/py/simple/proj/"))
-            .send()
-            .await
-            .unwrap()
-            .text()
-            .await
-            .unwrap()
+        get_text(&client, &proxy.url("/py/simple/proj/")).await
     };
     let delete_with = async |token: &str| {
         let response = client

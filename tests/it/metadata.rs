@@ -13,7 +13,7 @@ use sqlx::Executor;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
 
-use crate::support::proxy::{config_text, get};
+use crate::support::proxy::{config_text, get, get_text};
 use crate::support::{available, wait_until, MirrorServer};
 
 const POSTGRES: &str = "127.0.0.1:5432";
@@ -276,14 +276,7 @@ async fn postgres_lost_while_running_keeps_serving_and_recovers() {
         );
         running.proxy.fills.wait_idle().await;
     }
-    let metrics = client
-        .get(url("/-/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = get_text(&client, &url("/-/metrics")).await;
     assert!(
         !metrics.contains("mirrorcache_metadata_errors_total 0"),
         "{metrics}"

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::support::proxy::{config_text, get, get_json};
+use crate::support::proxy::{config_text, get, get_json, get_text};
 use crate::support::{
     available, sha256_hex, test_bytes, wait_until, BinaryProxy, Fault, MirrorServer, TestProxy,
 };
@@ -148,14 +148,7 @@ async fn eviction_keeps_the_store_under_max_size_least_recently_used_first() {
             );
         }
     }
-    let metrics = client
-        .get(url("/-/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = get_text(&client, &url("/-/metrics")).await;
     assert!(
         metrics.contains("mirrorcache_evictions_total 2"),
         "{metrics}"

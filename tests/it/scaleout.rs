@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use crate::metadata::PgDatabase;
-use crate::support::proxy::get;
+use crate::support::proxy::{get, get_text};
 use crate::support::{
     available, sha256_hex, test_bytes, wait_until, BinaryProxy, Fault, MirrorServer, S3Server,
 };
@@ -217,14 +217,7 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
         1,
         "the lock works again once redis is back"
     );
-    let metrics = client
-        .get(a.url("/-/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = get_text(&client, &a.url("/-/metrics")).await;
     assert!(
         !metrics.contains("mirrorcache_redis_errors_total 0"),
         "the outage was counted"

@@ -6,7 +6,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 
-use crate::support::proxy::{config_text, get};
+use crate::support::proxy::{config_text, get, get_text};
 use crate::support::{wait_until, BinaryProxy, MirrorServer, TestProxy};
 
 fn remote(mirror: &MirrorServer, extra: &str) -> String {
@@ -275,22 +275,8 @@ async fn upstream_credentials_are_sent_and_never_shown() {
     let (status, _, body) = get(&client, &proxy.url("/anon/private")).await;
     assert_eq!(status, 502);
     let body = String::from_utf8_lossy(&body.unwrap()).into_owned();
-    let status = client
-        .get(proxy.url("/-/status"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let metrics = client
-        .get(proxy.url("/-/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let status = get_text(&client, &proxy.url("/-/status")).await;
+    let metrics = get_text(&client, &proxy.url("/-/metrics")).await;
     // The request lines reach the log file a moment after the responses.
     wait_until("the request lines in the log", async || {
         let log = proxy.log();

@@ -89,14 +89,7 @@ impl Selection for Fastest {
         // A stable sort over an order that starts at a per-thread turn: equal
         // scores (idle mirrors with faded estimates) take turns.
         let mut order = AttemptOrder::rotated(n_mirrors, next_turn() % n_mirrors);
-        let idx = order.as_mut_slice();
-        for i in 1..idx.len() {
-            let mut j = i;
-            while j > 0 && score[idx[j - 1] as usize] > score[idx[j] as usize] {
-                idx.swap(j - 1, j);
-                j -= 1;
-            }
-        }
+        order.sort_by_score(&score);
         order
     }
 }

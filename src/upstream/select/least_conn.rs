@@ -27,14 +27,7 @@ impl Selection for LeastConn {
         }
         let start = next_turn() % n;
         let mut order = AttemptOrder::rotated(n, start);
-        let idx = order.as_mut_slice();
-        for i in 1..idx.len() {
-            let mut j = i;
-            while j > 0 && loads[idx[j - 1] as usize] > loads[idx[j] as usize] {
-                idx.swap(j - 1, j);
-                j -= 1;
-            }
-        }
+        order.sort_by_score(&loads);
         order
     }
 }

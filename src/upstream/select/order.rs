@@ -115,6 +115,20 @@ impl AttemptOrder {
 
     /// `0, 1, …, n-1`: list order, with nothing to compute.
     #[inline]
+    /// Sorts the order by `score[mirror]`, lowest first, stably: mirrors
+    /// with equal scores keep the rotation the order started with, so ties
+    /// take turns. An insertion sort: at most 16 mirrors, no allocation.
+    pub fn sort_by_score<T: PartialOrd>(&mut self, score: &[T]) {
+        let idx = self.as_mut_slice();
+        for i in 1..idx.len() {
+            let mut j = i;
+            while j > 0 && score[idx[j - 1] as usize] > score[idx[j] as usize] {
+                idx.swap(j - 1, j);
+                j -= 1;
+            }
+        }
+    }
+
     pub fn list_order(n: usize) -> AttemptOrder {
         debug_assert!(n <= MAX_MIRRORS);
         const LIST_ORDER: [u8; MAX_MIRRORS] =

@@ -93,10 +93,14 @@ pub async fn purge(client: &reqwest::Client, base: &str, remote: &str, token: &s
     assert_eq!(response.status(), 200);
 }
 
+/// `GET url`'s body as text (`/-/metrics`).
+pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
+    client.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// `GET url` parsed as JSON (`/-/status`).
 pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
-    let text = client.get(url).send().await.unwrap().text().await.unwrap();
-    serde_json::from_str(&text).unwrap()
+    serde_json::from_str(&get_text(client, url).await).unwrap()
 }
 
 /// Fetches `url`, returning status, X-Cache-Status and the body (or the body error).
