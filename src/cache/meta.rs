@@ -303,7 +303,8 @@ impl MetadataStore {
         path: &ArtifactPath,
         entry: Entry,
     ) -> Result<Arc<Entry>, ProxyError> {
-        self.check_available()?;
+        // Always tried, even while lookups back off: one write per fill, off
+        // the clients' path, and the entry is what makes the fill worth it.
         sqlx::query(
             "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access) \
              VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
@@ -366,8 +367,14 @@ impl MetadataStore {
         Ok(())
     }
 
-    /// Maps a database error on the request path and backs off from the database.
+    /// Maps a database error on the request path and backs off from the
+    /// database. Not for a pool that is merely busy (every connection taken
+    /// by a herd of lookups): that is load, not an outage, and backing off
+    /// would drop the fills' entries for the whole back-off.
     fn failed(&self, e: sqlx::Error) -> ProxyError {
+        if matches!(e, sqlx::Error::PoolTimedOut) {
+            return db_error(e);
+        }
         if self
             .unavailable_until_ms
             .swap(now_ms() + BACKOFF_MS, Ordering::Relaxed)
