@@ -71,8 +71,10 @@ async fn a_hung_mirror_costs_a_hedge_delay_not_the_first_byte_timeout() {
     // Never the first-byte timeout: each request costs at most a hedge delay
     // (capped at 2 s) plus the work, with room for a loaded machine.
     assert!(slowest < Duration::from_secs(10), "slowest {slowest:?}");
-    // Three lost hedges eject it; later requests skip it until a probe.
-    assert!(hung.total() <= 5, "hung mirror got {}", hung.total());
+    // Three lost races eject it; later requests skip it but for a probe after
+    // each cooldown (and, on a loaded machine, a hedge from a slow healthy
+    // mirror may land there too).
+    assert!(hung.total() <= 8, "hung mirror got {}", hung.total());
     let metrics = get_text(&client, &proxy.url("/-/metrics")).await;
     let hedges = metric(&metrics, "mirrorcache_upstream_hedges_total");
     assert!(hedges >= 3.0, "hedges counted: {hedges}");
