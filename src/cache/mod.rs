@@ -15,6 +15,7 @@
 pub mod blobs;
 pub mod cluster;
 pub mod evict;
+pub mod listing;
 pub mod meta;
 pub mod store;
 pub mod verify;

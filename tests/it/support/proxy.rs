@@ -70,6 +70,11 @@ pub async fn start_text(text: &str) -> Running {
     Running::start(&config).await.unwrap()
 }
 
+/// `GET url`'s body as text (`/-/metrics`, `/-/`).
+pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
+    client.get(url).send().await.unwrap().text().await.unwrap()
+}
+
 /// `GET url` parsed as JSON (`/-/status`).
 pub async fn get_json(client: &reqwest::Client, url: &str) -> serde_json::Value {
     let text = client.get(url).send().await.unwrap().text().await.unwrap();
