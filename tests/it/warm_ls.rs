@@ -270,3 +270,96 @@ async fn ls_lists_entries_with_hit_counts_written_in_batches() {
     );
     assert!(ls(&["nothing"]).contains("0 entries"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_resolves_requirements_through_the_simple_page_and_reads_go_sum() {
+    let (index, files, go) = (
+        MirrorServer::start().await,
+        MirrorServer::start().await,
+        MirrorServer::start().await,
+    );
+    let (wheel, sdist, six) = (test_bytes(900, 5), test_bytes(800, 6), test_bytes(700, 7));
+    let link = |file: &str, bytes: &[u8]| {
+        format!(
+            "<a href=\"{}/packages/{file}#sha256={}\">{file}</a><br/>",
+            files.url(""),
+            sha256_hex(bytes)
+        )
+    };
+    index.put_typed(
+        "/simple/mc-alpha/",
+        format!(
+            "<html><body>{}{}{}</body></html>",
+            link("mc_alpha-1.0-py3-none-any.whl", &wheel),
+            link("mc-alpha-1.0.tar.gz", &sdist),
+            link("mc_alpha-0.9-py3-none-any.whl", b"old"),
+        ),
+        "text/html",
+    );
+    index.put_typed(
+        "/simple/six/",
+        link("six-1.16.0-py2.py3-none-any.whl", &six),
+        "text/html",
+    );
+    files.put("/packages/mc_alpha-1.0-py3-none-any.whl", wheel.clone());
+    files.put("/packages/mc-alpha-1.0.tar.gz", sdist.clone());
+    files.put("/packages/six-1.16.0-py2.py3-none-any.whl", six.clone());
+    go.put("/golang.org/x/!text/@v/v0.3.0.zip", test_bytes(600, 8));
+    go.put(
+        "/golang.org/x/!text/@v/v0.3.0.mod",
+        b"module golang.org/x/Text\n".to_vec(),
+    );
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\n\n\
+         [[remote]]\nname = \"go\"\nkind = \"go\"\nmirrors = [\"{}\"]\n",
+        index.url(""),
+        files.url(""),
+        go.url(""),
+    ))
+    .await;
+    let dir = tempfile::tempdir().unwrap();
+    // The hash pins the wheel only; six, without a hash, gets every file of
+    // its version (checked against the page's #sha256).
+    let requirements = write(
+        dir.path(),
+        "requirements.txt",
+        &format!(
+            "# pip-compile\nMC_Alpha==1.0 \\\n    --hash=sha256:{}\nsix==1.16.0\n",
+            sha256_hex(&wheel)
+        ),
+    );
+    let summary = warm::run(&options(&proxy, "pypi", vec![requirements]))
+        .await
+        .unwrap();
+    assert_eq!((summary.fetched, summary.failed.len()), (2, 0), "{summary}");
+    assert_eq!(files.hits("/packages/mc_alpha-1.0-py3-none-any.whl"), 1);
+    assert_eq!(files.hits("/packages/mc-alpha-1.0.tar.gz"), 0);
+    assert_eq!(files.hits("/packages/six-1.16.0-py2.py3-none-any.whl"), 1);
+
+    let missing = write(dir.path(), "more/requirements.txt", "mc-alpha==2.0\n");
+    let summary = warm::run(&options(&proxy, "pypi", vec![missing]))
+        .await
+        .unwrap();
+    assert_eq!(summary.failed.len(), 1, "{summary}");
+    assert!(
+        summary.failed[0].1.contains("no file of mc-alpha==2.0"),
+        "{summary}"
+    );
+
+    let go_sum = write(
+        dir.path(),
+        "go.sum",
+        "golang.org/x/Text v0.3.0 h1:g61tztE5qeGQ89tm6NTjjM9VPIm088od1l6aSorWRWg=\n\
+         golang.org/x/Text v0.3.0/go.mod h1:NqM8EUOU14njkJ3fqMW+pc6Ldnwhi/IjpwHt7yyuwOQ=\n",
+    );
+    let summary = warm::run(&options(&proxy, "go", vec![go_sum]))
+        .await
+        .unwrap();
+    assert_eq!((summary.fetched, summary.failed.len()), (2, 0), "{summary}");
+    proxy.settle().await;
+    go.stop();
+    let client = reqwest::Client::new();
+    let (status, cache, _) = get(&client, &proxy.url("/go/golang.org/x/!text/@v/v0.3.0.zip")).await;
+    assert_eq!((status, cache.as_str()), (200, "HIT"));
+    proxy.stop().await;
+}

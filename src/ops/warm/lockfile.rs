@@ -25,6 +25,15 @@ pub enum Location {
     Path(String),
     /// A crate, at the remote's `config.json` download URL.
     Crate { name: String, version: String },
+    /// A Python distribution pinned with `==`: every file of that version on
+    /// the remote's simple page (those with one of `hashes` when given).
+    Pinned {
+        name: String,
+        version: String,
+        hashes: Vec<String>,
+    },
+    /// A URL on the server (a file a simple page links to).
+    Url(String),
 }
 
 /// What the body's digest must be.
@@ -32,6 +41,8 @@ pub enum Location {
 pub enum Check {
     /// sha256, as lowercase hex (Cargo.lock's `checksum`).
     Sha256(String),
+    /// One of these sha256 values (requirements.txt's `--hash`).
+    Sha256Any(Vec<String>),
     /// A Subresource Integrity value (`sha512-…`, npm's `integrity`):
     /// algorithm and digest.
     Integrity(&'static str, Vec<u8>),
@@ -46,6 +57,7 @@ pub enum Kind {
     PackageLock,
     CargoLock,
     GoSum,
+    Requirements,
 }
 
 impl Kind {
@@ -54,6 +66,7 @@ impl Kind {
             "package-lock.json" | "npm-shrinkwrap.json" => Some(Kind::PackageLock),
             "Cargo.lock" => Some(Kind::CargoLock),
             "go.sum" => Some(Kind::GoSum),
+            name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
     }
@@ -63,13 +76,14 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
         Kind::PackageLock => package_lock(&text),
         Kind::CargoLock => cargo_lock(&text),
         Kind::GoSum => go_sum(&text),
+        Kind::Requirements => requirements(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }
@@ -242,6 +256,80 @@ pub fn go_sum(text: &str) -> Result<Vec<Artifact>, Failure> {
     Ok(artifacts)
 }
 
+/// `requirements.txt` with every requirement pinned with `==` (as
+/// `pip freeze` and `pip-compile` write them), with `--hash=sha256:…` when
+/// present. Continuation lines are joined; comments, blank lines and option
+/// lines (`--index-url`, `-r other.txt`) are skipped; extras and environment
+/// markers do not change what is fetched.
+pub fn requirements(text: &str) -> Result<Vec<Artifact>, Failure> {
+    let mut artifacts = Vec::new();
+    let mut logical = String::new();
+    let mut first_line = 0;
+    for (idx, raw) in text.lines().enumerate() {
+        if logical.is_empty() {
+            first_line = idx + 1;
+        }
+        let line = match raw.find(" #") {
+            Some(at) => &raw[..at],
+            None if raw.trim_start().starts_with('#') => "",
+            None => raw,
+        };
+        if let Some(continued) = line.trim_end().strip_suffix('\\') {
+            logical.push_str(continued);
+            logical.push(' ');
+            continue;
+        }
+        logical.push_str(line);
+        let requirement = std::mem::take(&mut logical);
+        if let Some(artifact) = pinned(requirement.trim()).map_err(|m| (first_line, m))? {
+            artifacts.push(artifact);
+        }
+    }
+    Ok(artifacts)
+}
+
+/// One logical requirement line; `None` for a blank or option line.
+fn pinned(line: &str) -> Result<Option<Artifact>, String> {
+    if line.is_empty() || line.starts_with('-') {
+        return Ok(None);
+    }
+    let mut words = line.split_whitespace();
+    let spec = words.next().unwrap_or_default();
+    let mut hashes = Vec::new();
+    for option in words {
+        match option.strip_prefix("--hash=") {
+            Some(hash) => match hash.strip_prefix("sha256:") {
+                Some(hex) if hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+                    hashes.push(hex.to_ascii_lowercase())
+                }
+                _ => return Err(format!("`{option}`: only sha256 hashes are checked")),
+            },
+            // An environment marker after `;` or a lone `;`.
+            None => break,
+        }
+    }
+    let spec = spec.split(';').next().unwrap_or_default();
+    let Some((name, version)) = spec.split_once("==") else {
+        return Err(format!(
+            "`{spec}` is not pinned with ==: warm fetches exact versions"
+        ));
+    };
+    let name = name.split('[').next().unwrap_or_default().trim();
+    let version = version.trim_start_matches('=').trim();
+    if name.is_empty() || version.is_empty() || version.contains(['*', ',']) {
+        return Err(format!("`{spec}` is not pinned to one version"));
+    }
+    Ok(Some(Artifact {
+        name: format!("{name}=={version}"),
+        location: Location::Pinned {
+            name: name.to_string(),
+            version: version.to_string(),
+            hashes,
+        },
+        check: Check::Unchecked,
+    }))
+}
+
 /// The module proxy's case encoding: each capital letter becomes `!` and the
 /// letter in lower case.
 fn go_escape(module: &str) -> String {
@@ -324,6 +412,29 @@ mod tests {
                 check: Check::Sha256(sum),
             }]
         );
+    }
+
+    #[test]
+    fn requirements_are_pinned_with_their_hashes() {
+        let hash = "AB".repeat(32);
+        let text = format!(
+            "# frozen\n--index-url https://pypi.org/simple\n\nrequests[socks]==2.31.0 \\\n    --hash=sha256:{hash}\n\
+             six==1.16.0 ; python_version >= \"3\"  # why\n"
+        );
+        let artifacts = requirements(&text).unwrap();
+        assert_eq!(artifacts.len(), 2);
+        assert_eq!(
+            artifacts[0].location,
+            Location::Pinned {
+                name: "requests".into(),
+                version: "2.31.0".into(),
+                hashes: vec![hash.to_lowercase()]
+            }
+        );
+        assert_eq!(artifacts[1].name, "six==1.16.0");
+        let (line, message) = requirements("a==1\n\nflask>=2\n").unwrap_err();
+        assert_eq!(line, 3);
+        assert!(message.contains("not pinned with =="), "{message}");
     }
 
     #[test]

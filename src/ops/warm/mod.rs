@@ -3,7 +3,8 @@
 //! can install afterwards with every mirror down.
 //!
 //! Every file is read first; one that cannot be read stops the command
-//! before anything is fetched. Then the artifacts are fetched `jobs` at a
+//! before anything is fetched. Python pins are then resolved to the files
+//! their simple page links to. Then the artifacts are fetched `jobs` at a
 //! time, each body checked against the lockfile's digest; the server's
 //! `X-Cache-Status` tells an artifact already cached from one fetched now.
 
@@ -72,6 +73,10 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
         .build()
         .context("building the HTTP client")?;
     let places = Places::learn(&client, &server, &options.remote, &artifacts).await?;
+    let (artifacts, unresolved) = resolve_pins(&client, &places, artifacts, options.jobs).await;
+    for (name, why) in &unresolved {
+        println!("FAILED {name}: {why}");
+    }
     let progress = Arc::new(Progress::with_terminal(
         "artifacts",
         artifacts.len() as u64,
@@ -102,6 +107,7 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
         .await;
     progress.finish();
     let mut summary = Summary::default();
+    summary.failed.extend(unresolved);
     for (name, result) in results {
         match result {
             Ok(Outcome::Fetched(_)) => summary.fetched += 1,
@@ -177,6 +183,8 @@ impl Places {
     /// The URL on the server of `artifact`.
     fn url_of(&self, artifact: &Artifact) -> Result<String, String> {
         match &artifact.location {
+            Location::Url(url) => Ok(url.clone()),
+            Location::Pinned { .. } => Err("a pin not resolved to files".into()),
             Location::Path(path) => Ok(format!("{}/{path}", self.base)),
             Location::Resolved(url) => {
                 if let Some(rest) = url.strip_prefix(&format!("{}/", self.base)) {
@@ -276,9 +284,157 @@ async fn fetch(
     })
 }
 
+/// Replaces each Python pin by the files its simple page links to; the pins
+/// that cannot be resolved come back as (name, why).
+async fn resolve_pins(
+    client: &reqwest::Client,
+    places: &Places,
+    artifacts: Vec<Artifact>,
+    jobs: usize,
+) -> (Vec<Artifact>, Vec<(String, String)>) {
+    let resolved: Vec<(String, Result<Vec<Artifact>, String>)> =
+        futures_util::stream::iter(artifacts.into_iter().map(|artifact| async move {
+            match &artifact.location {
+                Location::Pinned {
+                    name,
+                    version,
+                    hashes,
+                } => {
+                    let files = pypi_files(client, places, name, version, hashes).await;
+                    (artifact.name, files)
+                }
+                _ => (artifact.name.clone(), Ok(vec![artifact])),
+            }
+        }))
+        .buffered(jobs.max(1))
+        .collect()
+        .await;
+    let (mut found, mut failed) = (Vec::new(), Vec::new());
+    for (name, result) in resolved {
+        match result {
+            Ok(artifacts) => found.extend(artifacts),
+            Err(why) => failed.push((name, why)),
+        }
+    }
+    (found, failed)
+}
+
+/// The files of `name==version` on the remote's simple page (PEP 503), those
+/// with one of `hashes` when given.
+async fn pypi_files(
+    client: &reqwest::Client,
+    places: &Places,
+    name: &str,
+    version: &str,
+    hashes: &[String],
+) -> Result<Vec<Artifact>, String> {
+    let page_url = format!("{}/simple/{}/", places.base, pep503(name));
+    let response = client
+        .get(&page_url)
+        .header("accept", "text/html")
+        .send()
+        .await
+        .map_err(|e| format!("{page_url}: {}", e.without_url()))?;
+    if !response.status().is_success() {
+        return Err(format!(
+            "{page_url}: the server answered {}",
+            response.status().as_u16()
+        ));
+    }
+    let page = response
+        .text()
+        .await
+        .map_err(|e| format!("{page_url}: {}", e.without_url()))?;
+    let base = url::Url::parse(&page_url).map_err(|e| e.to_string())?;
+    let mut files = Vec::new();
+    for href in hrefs(&page) {
+        let Ok(url) = base.join(&href) else { continue };
+        let file = url
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if distribution_of(&file) != Some((pep503(name), version)) {
+            continue;
+        }
+        let fragment = url
+            .fragment()
+            .and_then(|f| f.strip_prefix("sha256="))
+            .map(str::to_ascii_lowercase);
+        let check = match (&fragment, hashes.is_empty()) {
+            (Some(sha), false) if hashes.contains(sha) => Check::Sha256Any(hashes.to_vec()),
+            (_, false) => continue,
+            (Some(sha), true) => Check::Sha256(sha.clone()),
+            (None, true) => Check::Unchecked,
+        };
+        let mut url = url;
+        url.set_fragment(None);
+        if !url.as_str().starts_with(&format!("{}/", places.base)) {
+            return Err(format!("{page_url} links {file} off the server"));
+        }
+        files.push(Artifact {
+            name: file,
+            location: Location::Url(url.into()),
+            check,
+        });
+    }
+    if files.is_empty() {
+        return Err(format!(
+            "no file of {name}=={version}{} on {page_url}",
+            if hashes.is_empty() {
+                ""
+            } else {
+                " with a listed hash"
+            }
+        ));
+    }
+    Ok(files)
+}
+
+/// PEP 503's normalised project name.
+fn pep503(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// (normalised project, version) of a wheel or sdist file name.
+fn distribution_of(file: &str) -> Option<(String, &str)> {
+    let (project, version) = match file.strip_suffix(".whl") {
+        Some(stem) => {
+            let mut parts = stem.split('-');
+            (parts.next()?, parts.next()?)
+        }
+        None => [".tar.gz", ".zip", ".tar.bz2"]
+            .iter()
+            .find_map(|ext| file.strip_suffix(ext))?
+            .rsplit_once('-')?,
+    };
+    Some((pep503(project), version))
+}
+
+/// The `href` values of a simple page's anchors, `&amp;` decoded.
+fn hrefs(page: &str) -> Vec<String> {
+    page.split("href=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(|href| href.replace("&amp;", "&"))
+        .collect()
+}
+
 fn check(check: &Check, body: &[u8]) -> Result<(), String> {
     let matches = match check {
         Check::Unchecked => true,
+        Check::Sha256Any(hexes) => hexes.contains(&hex::encode(sha2::Sha256::digest(body))),
         Check::Sha256(hex) => hex::encode(sha2::Sha256::digest(body)) == *hex,
         Check::Integrity("sha512", digest) => sha2::Sha512::digest(body).as_slice() == digest,
         Check::Integrity(_, digest) => sha2::Sha256::digest(body).as_slice() == digest,
@@ -293,6 +449,24 @@ fn check(check: &Check, body: &[u8]) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn simple_page_files_are_matched_by_normalised_name_and_version() {
+        assert_eq!(pep503("Foo_Bar..baz"), "foo-bar-baz");
+        assert_eq!(
+            distribution_of("Foo_Bar-1.0-py3-none-any.whl"),
+            Some(("foo-bar".into(), "1.0"))
+        );
+        assert_eq!(
+            distribution_of("foo-bar-1.0.tar.gz"),
+            Some(("foo-bar".into(), "1.0"))
+        );
+        assert_eq!(distribution_of("foo-1.0.exe"), None);
+        assert_eq!(
+            hrefs("<a href=\"../../p/a.whl#sha256=ab\">a</a><a href=\"x?a=1&amp;b=2\">"),
+            ["../../p/a.whl#sha256=ab", "x?a=1&b=2"]
+        );
+    }
 
     #[test]
     fn crate_urls_follow_cargo_markers() {
