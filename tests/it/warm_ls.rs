@@ -269,6 +269,28 @@ async fn ls_lists_entries_with_hit_counts_written_in_batches() {
         "{table}"
     );
     assert!(ls(&["nothing"]).contains("0 entries"));
+
+    // verify without a terminal: no bar, no control characters, and an end
+    // line with the counts.
+    let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(["verify", "--config"])
+        .arg(&config_path)
+        .output()
+        .unwrap();
+    let (stdout, stderr) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert!(out.status.success(), "{stdout}{stderr}");
+    let end = stdout.lines().last().unwrap();
+    assert!(
+        end.starts_with("checked 3 blobs (1530 bytes): 0 corrupt, 0 missing, 0 unreferenced in "),
+        "{end}"
+    );
+    assert!(
+        !stderr.contains('\x1b') && !stderr.contains('\r'),
+        "{stderr:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
