@@ -69,6 +69,11 @@ async fn warm_fills_the_cache_from_npm_and_cargo_lockfiles_so_installs_need_no_m
     );
     let krate = test_bytes(3000, 3);
     files.put("/crates/leaf/0.1.0/download", krate.clone());
+    index.put_typed(
+        "/le/af/leaf",
+        "{\"name\":\"leaf\",\"vers\":\"0.1.0\"}\n",
+        "text/plain",
+    );
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n\n\
          [[remote]]\nname = \"cargo\"\nkind = \"cargo\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\n",
@@ -102,7 +107,9 @@ async fn warm_fills_the_cache_from_npm_and_cargo_lockfiles_so_installs_need_no_m
     let summary = warm::run(&options(&proxy, "cargo", vec![cargo_lock]))
         .await
         .unwrap();
-    assert_eq!((summary.fetched, summary.cached), (1, 0), "{summary}");
+    // The crate, and its index file (cargo reads it even with a lockfile).
+    assert_eq!((summary.fetched, summary.failed.len()), (2, 0), "{summary}");
+    assert_eq!(index.hits("/le/af/leaf"), 1);
     proxy.settle().await;
     // Again: everything is already cached.
     let summary = warm::run(&options(&proxy, "npm", vec![lock]))
@@ -331,6 +338,10 @@ async fn warm_resolves_requirements_through_the_simple_page_and_reads_go_sum() {
         "/golang.org/x/!text/@v/v0.3.0.mod",
         b"module golang.org/x/Text\n".to_vec(),
     );
+    go.put(
+        "/golang.org/x/!text/@v/v0.3.0.info",
+        b"{\"Version\":\"v0.3.0\"}".to_vec(),
+    );
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\n\n\
          [[remote]]\nname = \"go\"\nkind = \"go\"\nmirrors = [\"{}\"]\n",
@@ -377,7 +388,7 @@ async fn warm_resolves_requirements_through_the_simple_page_and_reads_go_sum() {
     let summary = warm::run(&options(&proxy, "go", vec![go_sum]))
         .await
         .unwrap();
-    assert_eq!((summary.fetched, summary.failed.len()), (2, 0), "{summary}");
+    assert_eq!((summary.fetched, summary.failed.len()), (3, 0), "{summary}");
     proxy.settle().await;
     go.stop();
     let client = reqwest::Client::new();

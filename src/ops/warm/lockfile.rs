@@ -188,14 +188,16 @@ struct CargoPackage {
     checksum: Option<String>,
 }
 
-/// `Cargo.lock`: every package from a registry, with its `checksum`. Path and
-/// git dependencies are not in a registry and are skipped.
+/// `Cargo.lock`: every package from a registry, with its `checksum`, and the
+/// sparse index file of each crate (cargo reads it even with a lockfile).
+/// Path and git dependencies are not in a registry and are skipped.
 pub fn cargo_lock(text: &str) -> Result<Vec<Artifact>, Failure> {
     let lock: CargoLock = toml::from_str(text).map_err(|e| {
         let line = e.span().map_or(1, |span| line_at(text, span.start));
         (line, e.message().to_string())
     })?;
     let mut artifacts = Vec::new();
+    let mut indexed = std::collections::BTreeSet::new();
     for package in lock.package {
         let from_registry = package
             .source
@@ -219,6 +221,14 @@ pub fn cargo_lock(text: &str) -> Result<Vec<Artifact>, Failure> {
                 ),
             ));
         }
+        let lower = package.name.to_ascii_lowercase();
+        if indexed.insert(lower.clone()) {
+            artifacts.push(Artifact {
+                name: format!("{} (index)", package.name),
+                location: Location::Path(format!("{}/{lower}", cargo_prefix(&lower))),
+                check: Check::Unchecked,
+            });
+        }
         artifacts.push(Artifact {
             name: format!("{}@{}", package.name, package.version),
             location: Location::Crate {
@@ -231,7 +241,19 @@ pub fn cargo_lock(text: &str) -> Result<Vec<Artifact>, Failure> {
     Ok(artifacts)
 }
 
-/// `go.sum`: each `module version h1:…` line names the module's `.zip`, each
+/// Cargo's index directory of a crate: `1`, `2`, `3/{first}`, or
+/// `{first two}/{next two}`.
+pub fn cargo_prefix(name: &str) -> String {
+    match name.len() {
+        1 => "1".to_string(),
+        2 => "2".to_string(),
+        3 => format!("3/{}", &name[..1]),
+        _ => format!("{}/{}", &name[..2], &name[2..4]),
+    }
+}
+
+/// `go.sum`: each `module version h1:…` line names the module's `.zip` and
+/// `.info` (which `go mod download` reads too), each
 /// `module version/go.mod h1:…` line its `.mod`.
 pub fn go_sum(text: &str) -> Result<Vec<Artifact>, Failure> {
     let mut artifacts = Vec::new();
@@ -240,15 +262,20 @@ pub fn go_sum(text: &str) -> Result<Vec<Artifact>, Failure> {
         match fields.as_slice() {
             [] => continue,
             [module, version, hash] if hash.starts_with("h1:") => {
-                let (version, file) = match version.strip_suffix("/go.mod") {
-                    Some(v) => (v, format!("{v}.mod")),
-                    None => (*version, format!("{version}.zip")),
+                let (version, kinds): (&str, &[&str]) = match version.strip_suffix("/go.mod") {
+                    Some(v) => (v, &["mod"]),
+                    None => (version, &["zip", "info"]),
                 };
-                artifacts.push(Artifact {
-                    name: format!("{module}@{version} {}", &file[version.len()..]),
-                    location: Location::Path(format!("{}/@v/{file}", go_escape(module))),
-                    check: Check::Unchecked,
-                });
+                for kind in kinds {
+                    artifacts.push(Artifact {
+                        name: format!("{module}@{version} .{kind}"),
+                        location: Location::Path(format!(
+                            "{}/@v/{version}.{kind}",
+                            go_escape(module)
+                        )),
+                        check: Check::Unchecked,
+                    });
+                }
             }
             _ => return Err((idx + 1, "expected `module version h1:hash`".to_string())),
         }
@@ -403,14 +430,21 @@ mod tests {
         let artifacts = cargo_lock(&text).unwrap();
         assert_eq!(
             artifacts,
-            [Artifact {
-                name: "serde@1.0.0".into(),
-                location: Location::Crate {
-                    name: "serde".into(),
-                    version: "1.0.0".into()
+            [
+                Artifact {
+                    name: "serde (index)".into(),
+                    location: Location::Path("se/rd/serde".into()),
+                    check: Check::Unchecked,
                 },
-                check: Check::Sha256(sum),
-            }]
+                Artifact {
+                    name: "serde@1.0.0".into(),
+                    location: Location::Crate {
+                        name: "serde".into(),
+                        version: "1.0.0".into()
+                    },
+                    check: Check::Sha256(sum),
+                },
+            ]
         );
     }
 
@@ -449,6 +483,10 @@ mod tests {
         );
         assert_eq!(
             artifacts[1].location,
+            Location::Path("github.com/!burnt!sushi/toml/@v/v1.2.0.info".into())
+        );
+        assert_eq!(
+            artifacts[2].location,
             Location::Path("github.com/!burnt!sushi/toml/@v/v1.2.0.mod".into())
         );
     }

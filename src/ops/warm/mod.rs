@@ -239,12 +239,7 @@ fn crate_url(dl: &str, name: &str, version: &str, checksum: &str) -> String {
     if !markers.iter().any(|m| dl.contains(m)) {
         return format!("{dl}/{name}/{version}/download");
     }
-    let prefix = match name.len() {
-        1 => "1".to_string(),
-        2 => "2".to_string(),
-        3 => format!("3/{}", &name[..1]),
-        _ => format!("{}/{}", &name[..2], &name[2..4]),
-    };
+    let prefix = lockfile::cargo_prefix(name);
     dl.replace("{crate}", name)
         .replace("{version}", version)
         .replace("{lowerprefix}", &prefix.to_lowercase())
