@@ -11,9 +11,11 @@ mod support;
 mod apt;
 mod browser;
 mod cargo_registry;
+mod fixtures;
 mod go;
 mod npm;
 mod pip;
+mod warm;
 
 use std::path::Path;
 use std::process::Command;

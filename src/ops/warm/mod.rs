@@ -324,9 +324,16 @@ async fn pypi_files(
     hashes: &[String],
 ) -> Result<Vec<Artifact>, String> {
     let page_url = format!("{}/simple/{}/", places.base, pep503(name));
-    let response = client
+    // The page is cached per variant: ask for the one pip asks for (JSON
+    // first), and warm the HTML one too, for the other tools.
+    let _ = client
         .get(&page_url)
         .header("accept", "text/html")
+        .send()
+        .await;
+    let response = client
+        .get(&page_url)
+        .header("accept", PIP_ACCEPT)
         .send()
         .await
         .map_err(|e| format!("{page_url}: {}", e.without_url()))?;
@@ -336,13 +343,22 @@ async fn pypi_files(
             response.status().as_u16()
         ));
     }
+    let json = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().ends_with(b"json"));
     let page = response
         .text()
         .await
         .map_err(|e| format!("{page_url}: {}", e.without_url()))?;
+    let links = if json {
+        json_links(&page).map_err(|e| format!("{page_url}: {e}"))?
+    } else {
+        hrefs(&page)
+    };
     let base = url::Url::parse(&page_url).map_err(|e| e.to_string())?;
     let mut files = Vec::new();
-    for href in hrefs(&page) {
+    for href in links {
         let Ok(url) = base.join(&href) else { continue };
         let file = url
             .path()
@@ -385,6 +401,27 @@ async fn pypi_files(
         ));
     }
     Ok(files)
+}
+
+/// The `Accept` header pip sends for a simple page (PEP 691).
+const PIP_ACCEPT: &str = "application/vnd.pypi.simple.v1+json, \
+     application/vnd.pypi.simple.v1+html; q=0.1, text/html; q=0.01";
+
+/// The files of a PEP 691 JSON simple page, as `url#sha256=…` links.
+fn json_links(page: &str) -> Result<Vec<String>, serde_json::Error> {
+    let page: serde_json::Value = serde_json::from_str(page)?;
+    Ok(page["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|file| {
+            let url = file["url"].as_str()?;
+            Some(match file["hashes"]["sha256"].as_str() {
+                Some(sha) => format!("{url}#sha256={sha}"),
+                None => url.to_string(),
+            })
+        })
+        .collect())
 }
 
 /// PEP 503's normalised project name.
@@ -457,6 +494,10 @@ mod tests {
             Some(("foo-bar".into(), "1.0"))
         );
         assert_eq!(distribution_of("foo-1.0.exe"), None);
+        assert_eq!(
+            json_links(r#"{"files": [{"url": "a.whl", "hashes": {"sha256": "ab"}}, {"url": "b.zip", "hashes": {}}]}"#).unwrap(),
+            ["a.whl#sha256=ab", "b.zip"]
+        );
         assert_eq!(
             hrefs("<a href=\"../../p/a.whl#sha256=ab\">a</a><a href=\"x?a=1&amp;b=2\">"),
             ["../../p/a.whl#sha256=ab", "x?a=1&b=2"]
