@@ -183,6 +183,16 @@ mod tests {
     use super::*;
 
     #[test]
+    fn both_bar_templates_are_valid() {
+        for bytes in [0, 4096] {
+            let progress = Progress::with_terminal("artifacts", 2, bytes, true);
+            progress.advance(1024, true);
+            progress.println("a line above the bar");
+            progress.finish();
+        }
+    }
+
+    #[test]
     fn the_plain_summary_counts_items_and_bytes() {
         let progress = Progress::with_terminal("blobs", 4, 4096, false);
         progress.advance(1024, true);

@@ -1,6 +1,7 @@
 //! Tiny packages built on the spot with the real tools (npm pack, cargo
 //! package, pip wheel), shared by the client tests.
 
+use std::io::Write;
 use std::path::Path;
 use std::process::Command;
 
@@ -133,4 +134,35 @@ pub fn assert_leaf_downloaded(home: &Path) {
         .unwrap()
         .path();
     assert!(cached.join("mc_leaf-0.1.0.crate").exists());
+}
+
+/// A Go module zip: each file as `{module}@{version}/{name}`.
+pub fn module_zip(module: &str, version: &str, files: &[(&str, &str)]) -> Vec<u8> {
+    // A module zip holds `{module}@{version}/{file}`; python's zipfile is on
+    // every machine that runs these tests (pip needs it).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.zip");
+    let mut script = String::from("import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w')\n");
+    for (name, text) in files {
+        script.push_str(&format!(
+            "z.writestr({:?}, {:?})\n",
+            format!("{module}@{version}/{name}"),
+            text
+        ));
+    }
+    script.push_str("z.close()\n");
+    let mut child = Command::new("python3")
+        .arg("-")
+        .arg(&out)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    std::fs::read(out).unwrap()
 }
