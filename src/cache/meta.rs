@@ -100,10 +100,10 @@ impl Entry {
         }
     }
 
-    /// Notes a hit. At most one store per second per entry, so hot entries
-    /// do not bounce a cache line between cores.
+    /// Notes a hit: one relaxed add to the hit count (for `ls`; the remote's
+    /// request counter already costs the hit path the same), and the access
+    /// time stored at most once per second per entry.
     pub fn touch(&self, now_ms: i64) {
-        // One relaxed add, like the remote's request counter beside it.
         self.pending_hits.fetch_add(1, Ordering::Relaxed);
         if now_ms - self.last_access_ms.load(Ordering::Relaxed) >= 1000 {
             self.last_access_ms.store(now_ms, Ordering::Relaxed);
