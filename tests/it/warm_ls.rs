@@ -396,3 +396,68 @@ async fn warm_resolves_requirements_through_the_simple_page_and_reads_go_sum() {
     assert_eq!((status, cache.as_str()), (200, "HIT"));
     proxy.stop().await;
 }
+
+/// What `ls` reads, the same on either backend: prefix filters (with `_` and
+/// `%`, wildcards to LIKE, taken literally) and hits added in batches.
+async fn listing(url: &str) {
+    use mirrorcache::cache::{Digest, Entry, MetadataStore};
+    use mirrorcache::path::ArtifactPath;
+    let meta = MetadataStore::connect(url, 100).await.unwrap();
+    for (n, path) in [
+        "/r/a_b/1.tgz",
+        "/r/a_b/2.tgz",
+        "/r/axb/3.tgz",
+        "/s/a_b/4.tgz",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let entry = Entry::new(
+            Digest([n as u8; 32]),
+            10 + n as u64,
+            None,
+            None,
+            None,
+            1_000,
+        );
+        meta.record(&ArtifactPath::parse(path).unwrap(), entry)
+            .await
+            .unwrap();
+    }
+    let hot = meta
+        .lookup(&ArtifactPath::parse("/r/a_b/2.tgz").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    for at in [5_000, 5_001, 9_000] {
+        hot.touch(at);
+    }
+    assert_eq!(meta.flush_access_times().await.unwrap(), 1);
+    hot.touch(9_500);
+    assert_eq!(meta.flush_access_times().await.unwrap(), 1);
+    assert_eq!(meta.flush_access_times().await.unwrap(), 0);
+    let rows = meta.list(Some("r"), "a_b/").await.unwrap();
+    let got: Vec<(&str, u64, i64)> = rows
+        .iter()
+        .map(|r| (r.path.as_str(), r.hits, r.last_access_ms))
+        .collect();
+    assert_eq!(got, [("a_b/1.tgz", 0, 1_000), ("a_b/2.tgz", 4, 9_000)]);
+    assert_eq!(meta.list(None, "a_b/").await.unwrap().len(), 3);
+    assert_eq!(meta.list(Some("r"), "").await.unwrap().len(), 3);
+    assert!(meta.list(Some("r"), "a%").await.unwrap().is_empty());
+    meta.close().await;
+}
+
+#[tokio::test]
+async fn listing_on_sqlite() {
+    let dir = tempfile::tempdir().unwrap();
+    listing(&format!("sqlite://{}/meta.db", dir.path().display())).await;
+}
+
+#[tokio::test]
+async fn listing_on_postgres() {
+    let Some(db) = crate::metadata::PgDatabase::create().await else {
+        return;
+    };
+    listing(&db.url).await;
+}
