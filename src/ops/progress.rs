@@ -47,7 +47,7 @@ impl Progress {
             let (len, template) = if bytes_total > 0 {
                 (bytes_total, "{wide_bar} {binary_bytes}/{binary_total_bytes} {binary_bytes_per_sec} ETA {eta} · {msg}")
             } else {
-                (items_total, "{wide_bar} {pos}/{len} {per_sec} ETA {eta} · {msg}")
+                (items_total, "{wide_bar} {per_sec} ETA {eta} · {msg}")
             };
             let bar = ProgressBar::with_draw_target(Some(len), ProgressDrawTarget::stderr());
             bar.set_style(
@@ -138,12 +138,17 @@ impl Progress {
 
     fn set_message(&self) {
         if let Some(bar) = &self.bar {
-            bar.set_message(format!(
+            let mut message = format!(
                 "{}/{} {}",
                 self.items_done.load(Ordering::Relaxed),
                 self.items_total,
                 self.what
-            ));
+            );
+            if self.bytes_total == 0 {
+                // The bar counts items: say the bytes here (warm).
+                message += &format!(", {}", size(self.bytes_done.load(Ordering::Relaxed)));
+            }
+            bar.set_message(message);
         }
     }
 }
