@@ -2,6 +2,8 @@
 # Installs what the tests use beyond the machine's services, when missing:
 # for the real-client suite (tests/clients) pip's `wheel` (fixture wheels with
 # setuptools < 70), dpkg-dev (dpkg-scanpackages), apt and Debian's golang;
+# for the unit check systemd's `systemd-analyze`; for the browser test
+# Debian's `chromium-headless-shell`;
 # for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
 set -uo pipefail
@@ -10,6 +12,11 @@ need_apt=()
 command -v dpkg-scanpackages >/dev/null || need_apt+=(dpkg-dev)
 command -v apt-get >/dev/null || need_apt+=(apt)
 command -v go >/dev/null || need_apt+=(golang-go)
+# `systemd-analyze verify` checks contrib/mirrorcache.service (tests/it/service.rs).
+command -v systemd-analyze >/dev/null || need_apt+=(systemd)
+# The dashboard in a browser (tests/clients/browser.rs): ~95 MB to download,
+# about 20 s to install.
+command -v chromium-headless-shell >/dev/null || need_apt+=(chromium-headless-shell)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive

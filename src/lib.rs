@@ -14,6 +14,8 @@
 //!   variants, URL rewriting, the cache policy.
 //! - [`proxy`] wires the rooms together from a validated [`config`];
 //!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use.
+//! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
+//!   the progress display of `verify`); only `main` imports it.
 
 pub mod cache;
 pub mod clock;
@@ -23,6 +25,7 @@ pub mod fill;
 pub mod http;
 pub mod kind;
 pub mod metrics;
+pub mod ops;
 pub mod path;
 pub mod proxy;
 pub mod upstream;

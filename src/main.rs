@@ -1,4 +1,4 @@
-//! The `mirrorcache` command: `serve`, `check`, `verify`.
+//! The `mirrorcache` command: `serve`, `check`, `verify`, `ls`, `warm`.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -53,6 +53,37 @@ enum Command {
         #[arg(long)]
         remove: bool,
     },
+    /// List cached entries (size, age, last access, hits) from the metadata
+    /// database, all or those of REMOTE whose path starts with PREFIX.
+    Ls {
+        #[arg(
+            long,
+            env = "MIRRORCACHE_CONFIG",
+            default_value = "config/mirrorcache.toml"
+        )]
+        config: PathBuf,
+        /// REMOTE or REMOTE/PREFIX.
+        filter: Option<String>,
+        /// A JSON array instead of a table.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Fetch every artifact that lockfiles name through a running server
+    /// (package-lock.json v2/v3, Cargo.lock, go.sum). Exit 1 if any failed,
+    /// 2 if a lockfile cannot be read (then nothing is fetched).
+    Warm {
+        /// The server's base URL, e.g. http://127.0.0.1:8080.
+        #[arg(long)]
+        server: String,
+        /// The remote the artifacts are fetched through.
+        #[arg(long)]
+        remote: String,
+        /// Artifacts fetched at a time.
+        #[arg(long, default_value_t = 8)]
+        jobs: usize,
+        #[arg(required = true)]
+        files: Vec<PathBuf>,
+    },
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {
@@ -71,6 +102,23 @@ fn runtime() -> tokio::runtime::Runtime {
 
 fn main() -> ExitCode {
     match Cli::parse().command {
+        Command::Ls {
+            config,
+            filter,
+            json,
+        } => ls(&config, filter.as_deref(), json),
+        Command::Warm {
+            server,
+            remote,
+            jobs,
+            files,
+        } => warm(mirrorcache::ops::warm::Options {
+            server,
+            remote,
+            files,
+            jobs,
+            terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        }),
         Command::Check { config: path } => match load(&path) {
             Ok(c) => {
                 println!("{}: ok ({} remotes)", path.display(), c.remotes.len());
@@ -100,20 +148,55 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            match runtime().block_on(mirrorcache::cache::verify::run(&config, remove)) {
-                Ok(report) => {
-                    println!("{report}");
-                    if report.is_clean() || report.removed {
-                        ExitCode::SUCCESS
-                    } else {
-                        ExitCode::FAILURE
-                    }
-                }
-                Err(e) => {
-                    eprintln!("error: {e:#}");
-                    ExitCode::from(2)
-                }
+            let started = std::time::Instant::now();
+            let observer = mirrorcache::ops::progress::VerifyProgress::default();
+            let verified = runtime().block_on(mirrorcache::cache::verify::run_observed(
+                &config, remove, &observer,
+            ));
+            observer.finish();
+            exit_with(verified, |report| {
+                println!("{report} in {:.1} s", started.elapsed().as_secs_f64());
+                report.is_clean() || report.removed
+            })
+        }
+    }
+}
+
+fn ls(path: &Path, filter: Option<&str>, json: bool) -> ExitCode {
+    let config = match load(path) {
+        Ok(c) => c,
+        Err(code) => return code,
+    };
+    exit_with(
+        runtime().block_on(mirrorcache::ops::ls::list(&config, filter)),
+        |rows| mirrorcache::ops::ls::print(&rows, json, &mut std::io::stdout().lock()).is_ok(),
+    )
+}
+
+fn warm(options: mirrorcache::ops::warm::Options) -> ExitCode {
+    exit_with(
+        runtime().block_on(mirrorcache::ops::warm::run(&options)),
+        |summary| {
+            println!("{summary}");
+            summary.failed.is_empty()
+        },
+    )
+}
+
+/// An operator command's exit: 0 when `done` says all went well, 1 when it
+/// found problems, 2 (with the error on stderr) when it could not run.
+fn exit_with<T>(result: anyhow::Result<T>, done: impl FnOnce(T) -> bool) -> ExitCode {
+    match result {
+        Ok(value) => {
+            if done(value) {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::FAILURE
             }
+        }
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::from(2)
         }
     }
 }

@@ -12,7 +12,6 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 
-
 /// How a request was answered, as `X-Cache-Status` and the request metrics
 /// say it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -45,6 +44,13 @@ pub struct RemoteLabels {
     pub remote: String,
 }
 
+/// Where served bytes came from: the store, or a mirror (through a fill).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SourceLabels {
+    pub remote: String,
+    pub source: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MirrorLabels {
     pub remote: String,
@@ -60,6 +66,7 @@ pub struct Metrics {
     registry: Registry,
     requests: Family<RequestLabels, Counter>,
     bytes_served: Family<RemoteLabels, Counter>,
+    bytes_served_by_source: Family<SourceLabels, Counter>,
     upstream_first_byte: Family<MirrorLabels, Histogram, fn() -> Histogram>,
     upstream_failures: Family<MirrorLabels, Counter>,
     upstream_fetches: Family<RemoteLabels, Counter>,
@@ -74,6 +81,8 @@ pub struct Metrics {
     pub fills_in_progress: Gauge,
     pub metadata_errors: Counter,
     pub redis_errors: Counter,
+    /// The last few failures, for the dashboard.
+    pub recent_errors: RecentErrors,
 }
 
 /// The counters of one remote, resolved once.
@@ -85,6 +94,8 @@ pub struct RemoteCounters {
     stale: Counter,
     error: Counter,
     bytes: Counter,
+    bytes_from_cache: Counter,
+    bytes_from_upstream: Counter,
     /// Upstream fetches (one per fill that went to the mirrors).
     pub fetches: Counter,
     /// Attempts started beside a mirror that had not answered in time.
@@ -102,6 +113,27 @@ impl RemoteCounters {
         }
         .inc();
         self.bytes.inc_by(bytes);
+        let source = match cache {
+            // A revalidated or stale answer is the stored body too.
+            Some(CacheStatus::Hit | CacheStatus::Revalidated | CacheStatus::Stale) => {
+                &self.bytes_from_cache
+            }
+            Some(CacheStatus::Miss) => &self.bytes_from_upstream,
+            None => return,
+        };
+        source.inc_by(bytes);
+    }
+
+    /// The counts the dashboard and `/-/status` show, read now.
+    pub fn snapshot(&self) -> RemoteCounts {
+        let (hits, total) = self.hits_and_total();
+        RemoteCounts {
+            hits,
+            misses: total - hits,
+            errors: self.error.get(),
+            bytes_from_cache: self.bytes_from_cache.get(),
+            bytes_from_upstream: self.bytes_from_upstream.get(),
+        }
     }
 
     /// (hits, all answered requests) for the hit ratio.
@@ -111,11 +143,71 @@ impl RemoteCounters {
     }
 }
 
+/// A remote's request and byte counts at one moment.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct RemoteCounts {
+    /// Answered from the store (HIT, REVALIDATED, STALE).
+    pub hits: u64,
+    pub misses: u64,
+    /// Requests answered with an error.
+    pub errors: u64,
+    /// Body bytes announced to clients, by where they came from.
+    pub bytes_from_cache: u64,
+    pub bytes_from_upstream: u64,
+}
+
 /// The metrics of one mirror of one remote, resolved once.
 #[derive(Clone, Debug)]
 pub struct MirrorMetrics {
     pub first_byte: Histogram,
     pub failures: Counter,
+    /// The process's ring of recent errors, where failed attempts are noted.
+    pub recent_errors: RecentErrors,
+}
+
+/// How many errors [`RecentErrors`] keeps.
+pub const RECENT_ERRORS: usize = 20;
+
+/// One failure as the dashboard lists it. `what` is an error's display text,
+/// which never holds a secret (the rule of the logs).
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct RecentError {
+    pub at_ms: i64,
+    /// The remote, or the remote and mirror URL.
+    pub source: String,
+    pub what: String,
+}
+
+/// The last [`RECENT_ERRORS`] failures, newest last. Written only on failure
+/// paths (a failed attempt, a 5xx answer), never on a hit.
+#[derive(Clone, Debug, Default)]
+pub struct RecentErrors {
+    // A std mutex: held to push or copy, never across an await.
+    ring: std::sync::Arc<std::sync::Mutex<std::collections::VecDeque<RecentError>>>,
+}
+
+impl RecentErrors {
+    pub fn push(&self, at_ms: i64, source: String, what: String) {
+        let mut ring = self.ring.lock().expect("recent errors poisoned");
+        if ring.len() == RECENT_ERRORS {
+            ring.pop_front();
+        }
+        ring.push_back(RecentError {
+            at_ms,
+            source,
+            what,
+        });
+    }
+
+    /// The errors kept, oldest first.
+    pub fn list(&self) -> Vec<RecentError> {
+        self.ring
+            .lock()
+            .expect("recent errors poisoned")
+            .iter()
+            .cloned()
+            .collect()
+    }
 }
 
 impl Default for Metrics {
@@ -138,6 +230,12 @@ impl Metrics {
             "served_bytes",
             "Body bytes announced to clients",
             bytes_served.clone(),
+        );
+        let bytes_served_by_source = Family::<SourceLabels, Counter>::default();
+        registry.register(
+            "bytes_served",
+            "Body bytes announced to clients, by source: cache (HIT, REVALIDATED, STALE) or upstream (MISS)",
+            bytes_served_by_source.clone(),
         );
         let upstream_first_byte =
             Family::<MirrorLabels, Histogram, fn() -> Histogram>::new_with_constructor(
@@ -230,6 +328,7 @@ impl Metrics {
             registry,
             requests,
             bytes_served,
+            bytes_served_by_source,
             upstream_first_byte,
             upstream_failures,
             upstream_fetches,
@@ -244,6 +343,7 @@ impl Metrics {
             fills_in_progress,
             metadata_errors,
             redis_errors,
+            recent_errors: RecentErrors::default(),
         }
     }
 
@@ -266,6 +366,8 @@ impl Metrics {
             stale: counter("STALE"),
             error: counter("error"),
             bytes: self.bytes_served.get_or_create(&labels).clone(),
+            bytes_from_cache: self.by_source(remote, "cache"),
+            bytes_from_upstream: self.by_source(remote, "upstream"),
             fetches: self.upstream_fetches.get_or_create(&labels).clone(),
             hedges: self.upstream_hedges.get_or_create(&labels).clone(),
         }
@@ -279,7 +381,17 @@ impl Metrics {
         MirrorMetrics {
             first_byte: self.upstream_first_byte.get_or_create(&labels).clone(),
             failures: self.upstream_failures.get_or_create(&labels).clone(),
+            recent_errors: self.recent_errors.clone(),
         }
+    }
+
+    fn by_source(&self, remote: &str, source: &'static str) -> Counter {
+        self.bytes_served_by_source
+            .get_or_create(&SourceLabels {
+                remote: remote.to_string(),
+                source,
+            })
+            .clone()
     }
 
     /// The Prometheus text exposition of every metric.

@@ -9,7 +9,7 @@
 //! and applied at start-up by sqlx's migrator.
 
 use std::borrow::Cow;
-use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
@@ -44,6 +44,8 @@ pub struct Entry {
     last_access_ms: AtomicI64,
     /// The `last_access_ms` the database has.
     flushed_access_ms: AtomicI64,
+    /// Hits not yet added to the row's `hits` (written with the access times).
+    pending_hits: AtomicU64,
 }
 
 impl Clone for Entry {
@@ -60,6 +62,7 @@ impl Clone for Entry {
             last_modified_time: self.last_modified_time,
             last_access_ms: AtomicI64::new(self.last_access_ms.load(Ordering::Relaxed)),
             flushed_access_ms: AtomicI64::new(self.flushed_access_ms.load(Ordering::Relaxed)),
+            pending_hits: AtomicU64::new(self.pending_hits.load(Ordering::Relaxed)),
         }
     }
 }
@@ -93,12 +96,15 @@ impl Entry {
             last_modified_time,
             last_access_ms: AtomicI64::new(fetched_at_ms),
             flushed_access_ms: AtomicI64::new(fetched_at_ms),
+            pending_hits: AtomicU64::new(0),
         }
     }
 
-    /// Notes a hit. At most one store per second per entry, so hot entries
-    /// do not bounce a cache line between cores.
+    /// Notes a hit: one relaxed add to the hit count (for `ls`; the remote's
+    /// request counter already costs the hit path the same), and the access
+    /// time stored at most once per second per entry.
     pub fn touch(&self, now_ms: i64) {
+        self.pending_hits.fetch_add(1, Ordering::Relaxed);
         if now_ms - self.last_access_ms.load(Ordering::Relaxed) >= 1000 {
             self.last_access_ms.store(now_ms, Ordering::Relaxed);
         }
@@ -111,13 +117,22 @@ impl Entry {
 }
 
 fn migrator() -> Migrator {
-    let migrations = vec![Migration::new(
-        1,
-        Cow::Borrowed("entries"),
-        MigrationType::Simple,
-        Cow::Borrowed(include_str!("../../migrations/0001_entries.sql")),
-        false,
-    )];
+    let migrations = vec![
+        Migration::new(
+            1,
+            Cow::Borrowed("entries"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0001_entries.sql")),
+            false,
+        ),
+        Migration::new(
+            3,
+            Cow::Borrowed("hits"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0003_hits.sql")),
+            false,
+        ),
+    ];
     Migrator {
         migrations: Cow::Owned(migrations),
         ..Migrator::DEFAULT
@@ -400,24 +415,28 @@ impl MetadataStore {
         self.negative.invalidate(path.key());
     }
 
-    /// Writes the access times of hot entries touched since the last flush,
-    /// in one transaction. Returns how many rows it updated.
+    /// Writes the access times and hit counts of hot entries touched since
+    /// the last flush, in one transaction. Returns how many rows it updated.
     pub async fn flush_access_times(&self) -> Result<usize, ProxyError> {
         let mut touched = Vec::new();
         for (key, entry) in self.cache.iter() {
             let last = entry.last_access_ms.load(Ordering::Relaxed);
-            if last > entry.flushed_access_ms.load(Ordering::Relaxed) {
-                touched.push((key, entry, last));
+            let hits = entry.pending_hits.load(Ordering::Relaxed);
+            if last > entry.flushed_access_ms.load(Ordering::Relaxed) || hits > 0 {
+                touched.push((key, entry, last, hits));
             }
         }
         if touched.is_empty() {
             return Ok(0);
         }
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        for (key, _, last) in &touched {
+        for (key, _, last, hits) in &touched {
             let (remote, path) = key.split_once('/').unwrap_or((key.as_str(), ""));
-            sqlx::query("UPDATE entries SET last_access = $1 WHERE remote = $2 AND path = $3")
+            sqlx::query(
+                "UPDATE entries SET last_access = $1, hits = hits + $2 WHERE remote = $3 AND path = $4",
+            )
                 .bind(*last)
+                .bind(*hits as i64)
                 .bind(remote)
                 .bind(path)
                 .execute(&mut *tx)
@@ -425,8 +444,10 @@ impl MetadataStore {
                 .map_err(db_error)?;
         }
         tx.commit().await.map_err(db_error)?;
-        for (_, entry, last) in &touched {
+        for (_, entry, last, hits) in &touched {
             entry.flushed_access_ms.store(*last, Ordering::Relaxed);
+            // Hits counted while the transaction ran stay pending.
+            entry.pending_hits.fetch_sub(*hits, Ordering::Relaxed);
         }
         Ok(touched.len())
     }
@@ -502,6 +523,13 @@ impl MetadataStore {
 
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+impl MetadataStore {
+    /// The pool, for the queries of [`super::listing`].
+    pub(super) fn pool(&self) -> &AnyPool {
+        &self.pool
     }
 }
 

@@ -22,6 +22,7 @@ pub mod blobs;
 pub mod budget;
 pub mod cluster;
 pub mod evict;
+pub mod listing;
 pub mod meta;
 mod refs;
 pub mod store;

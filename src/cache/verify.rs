@@ -73,7 +73,29 @@ impl fmt::Display for Report {
     }
 }
 
+/// What `verify` reports as it goes (the command shows it as progress).
+pub trait Observer: Sync {
+    /// Before the first blob: how many blobs and bytes will be re-hashed.
+    fn start(&self, _blobs: u64, _bytes: u64) {}
+    /// One blob re-hashed (or found missing), of `bytes` bytes.
+    fn blob_done(&self, _bytes: u64) {}
+}
+
+/// Reports nothing.
+pub struct Silent;
+
+impl Observer for Silent {}
+
 pub async fn run(config: &Config, remove: bool) -> anyhow::Result<Report> {
+    run_observed(config, remove, &Silent).await
+}
+
+/// [`run`], telling `observer` how far it got.
+pub async fn run_observed(
+    config: &Config,
+    remove: bool,
+    observer: &dyn Observer,
+) -> anyhow::Result<Report> {
     if let Some(s3) = &config.storage.s3 {
         anyhow::bail!(
             "verify re-hashes the local store only; blobs of this config are in {}",
@@ -102,6 +124,7 @@ pub async fn run(config: &Config, remove: bool) -> anyhow::Result<Report> {
         sizes.insert(row.digest.clone(), row.size);
     }
     let mut report = Report::default();
+    observer.start(sizes.len() as u64, sizes.values().sum());
     for (hex, size) in &sizes {
         let Some(digest) = Digest::from_hex(hex) else {
             report.corrupt.push(hex.clone());
@@ -116,6 +139,7 @@ pub async fn run(config: &Config, remove: bool) -> anyhow::Result<Report> {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => report.missing.push(hex.clone()),
             Err(e) => return Err(e).with_context(|| format!("reading blob {hex}")),
         }
+        observer.blob_done(*size);
     }
     let referenced: HashSet<&String> = sizes.keys().collect();
     let now = SystemTime::now();

@@ -85,6 +85,20 @@ pub enum FillState {
     Failed(ProxyError),
 }
 
+/// One fill in progress as the dashboard shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FillProgress {
+    /// `remote/path`.
+    pub key: String,
+    pub stage: &'static str,
+    /// Body bytes written so far.
+    pub written: u64,
+    /// The announced length, when the mirror gave one.
+    pub total: Option<u64>,
+    /// Base URL of the mirror sending it.
+    pub mirror: Option<String>,
+}
+
 /// The fills in progress, keyed by `remote/path`, with what a fill uses.
 pub struct FillRegistry {
     // A std mutex, not a Tokio one: it is held only to look up or insert,
@@ -183,6 +197,55 @@ impl FillRegistry {
             }
             idle.await;
         }
+    }
+
+    /// What each fill in progress has done so far, sorted by key (for the
+    /// dashboard). Copies the receivers under the lock, reads them after it.
+    pub fn snapshot(&self) -> Vec<FillProgress> {
+        let fills: Vec<(String, watch::Receiver<FillState>)> = self
+            .fills
+            .lock()
+            .expect("fill registry poisoned")
+            .iter()
+            .map(|(key, rx)| (key.clone(), rx.clone()))
+            .collect();
+        let mut progress: Vec<FillProgress> = fills
+            .into_iter()
+            .map(|(key, rx)| {
+                let (stage, written, total, mirror) = match &*rx.borrow() {
+                    FillState::Connecting => ("connecting", 0, None, None),
+                    FillState::Streaming { head, written, .. } => (
+                        "streaming",
+                        *written,
+                        head.content_length,
+                        Some(head.mirror.clone()),
+                    ),
+                    FillState::Complete { head, entry, .. } => (
+                        "committing",
+                        entry.size,
+                        Some(entry.size),
+                        Some(head.mirror.clone()),
+                    ),
+                    FillState::Bypass { head, .. } => (
+                        "streaming through",
+                        0,
+                        head.content_length,
+                        Some(head.mirror.clone()),
+                    ),
+                    FillState::Revalidated(_) | FillState::Shared(_) => ("done", 0, None, None),
+                    FillState::Failed(_) => ("failed", 0, None, None),
+                };
+                FillProgress {
+                    key,
+                    stage,
+                    written,
+                    total,
+                    mirror,
+                }
+            })
+            .collect();
+        progress.sort_by(|a, b| a.key.cmp(&b.key));
+        progress
     }
 
     /// Takes a finished fill out of the map.

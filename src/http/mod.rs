@@ -4,10 +4,12 @@
 //! `error::ProxyError::status`.
 
 mod admin;
+mod dashboard;
 mod ops;
 mod respond;
 mod send_timeout;
 pub mod server;
+pub mod snapshot;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,6 +36,7 @@ pub use crate::metrics::CacheStatus;
 /// The application router. Tests call it directly with `oneshot`.
 pub fn router(proxy: Arc<Proxy>) -> Router {
     Router::new()
+        .route("/-/", get(dashboard::dashboard))
         .route("/-/health", get(ops::health))
         .route("/-/ready", get(ops::ready))
         .route("/-/status", get(ops::status))
@@ -86,7 +89,16 @@ async fn artifact(
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let (mut response, cache, mirror) = match result {
         Ok(served) => (served.response, Some(served.cache), served.mirror),
-        Err(error) => (error.into_response(), None, None),
+        Err(error) => {
+            if error.status().is_server_error() {
+                proxy.metrics.recent_errors.push(
+                    now_ms(),
+                    remote.as_ref().map_or_else(|| "-".to_string(), |r| r.name.clone()),
+                    format!("{} {}: {error}", error.status().as_u16(), uri.path()),
+                );
+            }
+            (error.into_response(), None, None)
+        }
     };
     // Every answer for a content-negotiated path (hit, miss, 304, 404,
     // error) depends on `Accept`.

@@ -69,6 +69,10 @@ impl Running {
                 "shutdown timeout reached with fills in progress; they are dropped"
             );
         }
+        // Access times and hit counts noted since the last flush.
+        if let Err(error) = self.proxy.cache.meta.flush_access_times().await {
+            tracing::warn!(%error, "could not write access times at shutdown");
+        }
         self.proxy.cache.meta.close().await;
     }
 }

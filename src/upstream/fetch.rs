@@ -343,6 +343,11 @@ pub fn record_failure(
     error: &dyn std::fmt::Display,
 ) {
     set.metrics[mirror_idx].failures.inc();
+    set.metrics[mirror_idx].recent_errors.push(
+        now_ms(),
+        format!("{} {}", remote.name, set.mirrors[mirror_idx].base()),
+        error.to_string(),
+    );
     if let Some(cooldown) = set.health[mirror_idx].record_failure(&remote.config.health, now_ms()) {
         tracing::warn!(remote = %remote.name, mirror = set.mirrors[mirror_idx].base(), ?cooldown, %error, "mirror ejected");
     }

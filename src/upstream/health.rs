@@ -100,6 +100,11 @@ impl MirrorHealth {
     pub fn consecutive_failures(&self) -> u32 {
         self.consecutive_failures.load(Ordering::Relaxed)
     }
+
+    /// When the cooldown ends (unix ms), while ejected or on probation.
+    pub fn ejected_until_ms(&self) -> Option<i64> {
+        Some(self.ejected_until_ms.load(Ordering::Acquire)).filter(|&until| until != 0)
+    }
 }
 
 /// Health by mirror URL, shared by every remote and kept across reloads.

@@ -3,9 +3,6 @@
 
 use std::process::Command;
 
-use serde_json::json;
-
-use crate::support::{sha256_hex, MirrorServer, TestProxy};
 use crate::{report, run, version, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -13,35 +10,10 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
     let cargo_version = version("cargo", "--version").expect("cargo runs the tests, so it is here");
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    let leaf = w.join("mc_leaf");
-    write(
-        &leaf.join("Cargo.toml"),
-        "[package]\nname = \"mc_leaf\"\nversion = \"0.1.0\"\nedition = \"2021\"\ndescription = \"test\"\nlicense = \"MIT\"\n",
-    );
-    write(&leaf.join("src/lib.rs"), "pub fn leaf() -> u32 { 1 }\n");
-    run(Command::new("cargo")
-        .args(["package", "--allow-dirty", "--no-verify", "--quiet"])
-        .current_dir(&leaf)
-        .env("CARGO_HOME", w.join("packhome"))
-        .env("CARGO_TARGET_DIR", w.join("packtarget")));
-    let krate = std::fs::read(w.join("packtarget/package/mc_leaf-0.1.0.crate")).unwrap();
+    let krate = crate::fixtures::cargo_leaf(w);
 
-    let index = MirrorServer::start().await;
-    let files = MirrorServer::start().await;
-    index.put_typed(
-        "/config.json",
-        json!({"dl": files.url("/crates"), "api": index.url("")}).to_string(),
-        "application/json",
-    );
-    let line = json!({"name": "mc_leaf", "vers": "0.1.0", "deps": [], "cksum": sha256_hex(&krate), "features": {}, "yanked": false});
-    index.put_typed("/mc/_l/mc_leaf", format!("{line}\n"), "text/plain");
-    files.put_typed("/crates/mc_leaf/0.1.0/download", krate, "application/x-tar");
-    let proxy = TestProxy::start(&format!(
-        "[[remote]]\nname = \"cargo\"\nkind = \"cargo\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\n",
-        index.url(""),
-        files.url("/crates")
-    ))
-    .await;
+    let (index, files) = crate::fixtures::cargo_origins(&krate).await;
+    let proxy = crate::fixtures::cargo_proxy(&index, &files).await;
     let registry = format!("sparse+{}", proxy.url("/cargo/"));
 
     let round = |n: usize| {
@@ -60,13 +32,7 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
             .arg("fetch")
             .current_dir(&project)
             .env("CARGO_HOME", &home));
-        let cached = std::fs::read_dir(home.join("registry/cache"))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
-        assert!(cached.join("mc_leaf-0.1.0.crate").exists());
+        crate::fixtures::assert_leaf_downloaded(&home);
     };
     tokio::task::block_in_place(|| round(1));
     let first = index.total() + files.total();

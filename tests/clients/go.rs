@@ -4,41 +4,10 @@
 //! `MIRRORCACHE_REQUIRE_SERVICES=1` (as `.ci/run` sets, after trying to
 //! install golang-go).
 
-use std::io::Write;
 use std::process::Command;
 
 use crate::support::{available, MirrorServer, TestProxy};
 use crate::{report, run, version, write};
-
-fn module_zip(module: &str, version: &str, files: &[(&str, &str)]) -> Vec<u8> {
-    // A module zip holds `{module}@{version}/{file}`; python's zipfile is on
-    // every machine that runs these tests (pip needs it).
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("m.zip");
-    let mut script = String::from("import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w')\n");
-    for (name, text) in files {
-        script.push_str(&format!(
-            "z.writestr({:?}, {:?})\n",
-            format!("{module}@{version}/{name}"),
-            text
-        ));
-    }
-    script.push_str("z.close()\n");
-    let mut child = Command::new("python3")
-        .arg("-")
-        .arg(&out)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
-    std::fs::read(out).unwrap()
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn go_mod_download_through_the_proxy_then_from_the_cache_alone() {
@@ -50,7 +19,7 @@ async fn go_mod_download_through_the_proxy_then_from_the_cache_alone() {
     let w = work.path();
     let module = "example.com/mchello";
     let go_mod = format!("module {module}\n\ngo 1.19\n");
-    let zip = module_zip(
+    let zip = crate::fixtures::module_zip(
         module,
         "v1.0.0",
         &[

@@ -1,5 +1,5 @@
 //! The slow suite: real package-manager clients (pip, npm, cargo, apt-get,
-//! go) in throwaway homes, through the proxy, against fixture registries
+//! go) in throwaway homes, and the dashboard in headless Chromium, through the proxy, against fixture registries
 //! built on the spot from tiny packages and served on 127.0.0.1. Each client
 //! runs twice: once with the origins up, once with every origin stopped
 //! (served from the cache), and the origins' request logs show the second
@@ -9,10 +9,13 @@
 mod support;
 
 mod apt;
+mod browser;
 mod cargo_registry;
+mod fixtures;
 mod go;
 mod npm;
 mod pip;
+mod warm;
 
 use std::path::Path;
 use std::process::Command;

@@ -5,44 +5,29 @@ use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::{available, MirrorServer, TestProxy};
-use crate::{report, run, version, write};
+use crate::support::{MirrorServer, TestProxy};
+use crate::{report, run, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
-    let Some(npm) = version("npm", "--version") else {
-        available("npm", false);
+    let Some(npm) = crate::fixtures::tool("npm", "--version") else {
         return;
     };
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let registry = MirrorServer::start().await;
-    std::fs::create_dir_all(w.join("packs")).unwrap();
     let packages = [
         ("mc-a", json!({"mc-b": "^1.0.0", "@mc/c": "^1.0.0"})),
         ("mc-b", json!({})),
         ("@mc/c", json!({})),
     ];
     for (name, deps) in &packages {
-        let dir = w.join("src").join(name.replace('/', "__"));
-        write(
-            &dir.join("package.json"),
-            &json!({"name": name, "version": "1.0.0", "dependencies": deps, "main": "index.js"})
-                .to_string(),
-        );
-        write(&dir.join("index.js"), "module.exports = 1;\n");
-        let packed = run(Command::new("npm")
-            .args(["pack", "--json", "--pack-destination"])
-            .arg(w.join("packs"))
-            .current_dir(&dir)
-            .env("HOME", w.join("packhome")));
-        let packed: serde_json::Value = serde_json::from_str(&packed).unwrap();
-        let file_name = packed[0]["filename"].as_str().unwrap().to_string();
+        let (tarball, packed) = crate::fixtures::npm_pack(w, name, deps);
         let bare = name.rsplit('/').next().unwrap();
         let tarball_path = format!("/{name}/-/{bare}-1.0.0.tgz");
         registry.put_typed(
             &tarball_path,
-            std::fs::read(w.join("packs").join(&file_name)).unwrap(),
+            tarball,
             "application/octet-stream",
         );
         let packument = json!({
@@ -52,8 +37,8 @@ async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
                 "name": name, "version": "1.0.0", "dependencies": deps,
                 "dist": {
                     "tarball": registry.url(&tarball_path),
-                    "shasum": packed[0]["shasum"],
-                    "integrity": packed[0]["integrity"],
+                    "shasum": packed["shasum"],
+                    "integrity": packed["integrity"],
                 }
             }}
         })

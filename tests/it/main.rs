@@ -5,6 +5,7 @@ mod support;
 
 mod cache;
 mod config_check;
+mod dashboard;
 mod failover;
 mod fanout;
 mod hardening;
@@ -18,3 +19,5 @@ mod reliability;
 mod s3;
 mod scaleout;
 mod security;
+mod service;
+mod warm_ls;

@@ -93,7 +93,7 @@ pub async fn purge(client: &reqwest::Client, base: &str, remote: &str, token: &s
     assert_eq!(response.status(), 200);
 }
 
-/// `GET url`'s body as text (`/-/metrics`).
+/// `GET url`'s body as text (`/-/metrics`, `/-/`).
 pub async fn get_text(client: &reqwest::Client, url: &str) -> String {
     client.get(url).send().await.unwrap().text().await.unwrap()
 }

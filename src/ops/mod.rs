@@ -1,0 +1,15 @@
+//! The operators' room: the commands an operator runs beside the server,
+//! each a library function that `main` calls and the tests call too.
+//!
+//! - [`ls`]: what is cached, with size, age, last access and hits.
+//! - [`progress`]: the progress display of long work (`verify`, `warm`): an
+//!   indicatif bar on a terminal, plain lines otherwise (CI logs).
+//! - [`warm`]: fetches every artifact that lockfiles name through a running
+//!   server.
+//!
+//! The room sits above `cache` and `config` and is imported by nothing but
+//! `main`; the dashboard (`/-/`) is a handler and lives in `http`.
+
+pub mod ls;
+pub mod progress;
+pub mod warm;

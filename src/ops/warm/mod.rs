@@ -1,0 +1,532 @@
+//! `mirrorcache warm --server URL --remote NAME FILE…`: fetches every
+//! artifact that lockfiles name through a running server, so that clients
+//! can install afterwards with every mirror down.
+//!
+//! Every file is read first; one that cannot be read stops the command
+//! before anything is fetched. Python pins are then resolved to the files
+//! their simple page links to. Then the artifacts are fetched `jobs` at a
+//! time, each body checked against the lockfile's digest; the server's
+//! `X-Cache-Status` tells an artifact already cached from one fetched now.
+
+pub mod lockfile;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use anyhow::Context;
+use futures_util::StreamExt;
+use sha2::Digest as _;
+
+use super::progress::Progress;
+use lockfile::{Artifact, Check, Location};
+
+pub struct Options {
+    /// The server's base URL (`http://127.0.0.1:8080`).
+    pub server: String,
+    pub remote: String,
+    pub files: Vec<PathBuf>,
+    pub jobs: usize,
+    /// A progress bar (a terminal) rather than one line per artifact.
+    pub terminal: bool,
+}
+
+/// What became of each artifact.
+#[derive(Debug, Default)]
+pub struct Summary {
+    pub fetched: usize,
+    pub cached: usize,
+    /// (artifact, why).
+    pub failed: Vec<(String, String)>,
+}
+
+impl std::fmt::Display for Summary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} fetched, {} already cached, {} failed",
+            self.fetched,
+            self.cached,
+            self.failed.len()
+        )?;
+        for (name, why) in &self.failed {
+            write!(f, "\nfailed: {name}: {why}")?;
+        }
+        Ok(())
+    }
+}
+
+enum Outcome {
+    Fetched(u64),
+    Cached(u64),
+}
+
+/// Reads every lockfile, then fetches what they name. An error is a
+/// lockfile that cannot be read or a server that cannot say where
+/// artifacts are; a failed artifact is counted in the summary.
+pub async fn run(options: &Options) -> anyhow::Result<Summary> {
+    let mut artifacts = Vec::new();
+    for file in &options.files {
+        artifacts.extend(lockfile::read(file).map_err(anyhow::Error::msg)?);
+    }
+    let server = options.server.trim_end_matches('/').to_string();
+    let client = reqwest::Client::builder()
+        .build()
+        .context("building the HTTP client")?;
+    let places = Places::learn(&client, &server, &options.remote, &artifacts).await?;
+    let (artifacts, unresolved) = resolve_pins(&client, &places, artifacts, options.jobs).await;
+    for (name, why) in &unresolved {
+        println!("FAILED {name}: {why}");
+    }
+    let progress = Arc::new(Progress::with_terminal(
+        "artifacts",
+        artifacts.len() as u64,
+        0,
+        options.terminal,
+    ));
+    let results: Vec<(String, Result<Outcome, String>)> =
+        futures_util::stream::iter(artifacts.into_iter().map(|artifact| {
+            let (client, places, progress) = (&client, &places, progress.clone());
+            async move {
+                let result = fetch(client, places, &artifact).await;
+                let (line, bytes) = match &result {
+                    Ok(Outcome::Fetched(n)) => {
+                        (format!("fetched {} ({n} bytes)", artifact.name), *n)
+                    }
+                    Ok(Outcome::Cached(n)) => (format!("cached {} ({n} bytes)", artifact.name), *n),
+                    Err(why) => (format!("FAILED {}: {why}", artifact.name), 0),
+                };
+                if !options.terminal || result.is_err() {
+                    progress.println(&line);
+                }
+                progress.advance(bytes, true);
+                (artifact.name, result)
+            }
+        }))
+        .buffer_unordered(options.jobs.max(1))
+        .collect()
+        .await;
+    progress.finish();
+    let mut summary = Summary::default();
+    summary.failed.extend(unresolved);
+    for (name, result) in results {
+        match result {
+            Ok(Outcome::Fetched(_)) => summary.fetched += 1,
+            Ok(Outcome::Cached(_)) => summary.cached += 1,
+            Err(why) => summary.failed.push((name, why)),
+        }
+    }
+    summary.failed.sort();
+    Ok(summary)
+}
+
+/// Where the remote's artifacts are on the server.
+struct Places {
+    /// `{server}/{remote}`.
+    base: String,
+    /// The remote's mirror URLs (from `/-/status`), which npm's `resolved`
+    /// URLs start with.
+    mirrors: Vec<String>,
+    /// The crate download URL template, from the remote's `config.json`.
+    crate_dl: Option<String>,
+}
+
+impl Places {
+    async fn learn(
+        client: &reqwest::Client,
+        server: &str,
+        remote: &str,
+        artifacts: &[Artifact],
+    ) -> anyhow::Result<Places> {
+        let status = get_json(client, &format!("{server}/-/status")).await?;
+        let Some(found) = status["remotes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|r| r["name"] == remote)
+        else {
+            anyhow::bail!("the server has no remote named {remote:?}");
+        };
+        let mirrors = found["mirrors"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|m| m["url"].as_str().map(str::to_string))
+            .collect();
+        let base = format!("{server}/{remote}");
+        let crate_dl = if artifacts
+            .iter()
+            .any(|a| matches!(a.location, Location::Crate { .. }))
+        {
+            let config = get_json(client, &format!("{base}/config.json"))
+                .await
+                .context("the crate download URL")?;
+            let dl = config["dl"]
+                .as_str()
+                .context("config.json has no `dl`")?
+                .to_string();
+            if !dl.starts_with(&format!("{base}/")) {
+                anyhow::bail!(
+                    "config.json's `dl` ({dl}) is not on the server: crates would not be cached"
+                );
+            }
+            Some(dl)
+        } else {
+            None
+        };
+        Ok(Places {
+            base,
+            mirrors,
+            crate_dl,
+        })
+    }
+
+    /// The URL on the server of `artifact`.
+    fn url_of(&self, artifact: &Artifact) -> Result<String, String> {
+        match &artifact.location {
+            Location::Url(url) => Ok(url.clone()),
+            Location::Pinned { .. } => Err("a pin not resolved to files".into()),
+            Location::Path(path) => Ok(format!("{}/{path}", self.base)),
+            Location::Resolved(url) => {
+                if let Some(rest) = url.strip_prefix(&format!("{}/", self.base)) {
+                    return Ok(format!("{}/{rest}", self.base));
+                }
+                for mirror in &self.mirrors {
+                    if let Some(rest) = url.strip_prefix(&format!("{mirror}/")) {
+                        return Ok(format!("{}/{rest}", self.base));
+                    }
+                }
+                // Another registry host: npm's tarball paths are the same on
+                // every registry.
+                let parsed = url::Url::parse(url).map_err(|e| format!("resolved URL: {e}"))?;
+                Ok(format!("{}{}", self.base, parsed.path()))
+            }
+            Location::Crate { name, version } => {
+                let dl = self.crate_dl.as_deref().ok_or("no crate download URL")?;
+                let checksum = match &artifact.check {
+                    Check::Sha256(hex) => hex.as_str(),
+                    _ => "",
+                };
+                Ok(crate_url(dl, name, version, checksum))
+            }
+        }
+    }
+}
+
+/// `GET url` as JSON.
+async fn get_json(client: &reqwest::Client, url: &str) -> anyhow::Result<serde_json::Value> {
+    let body = client
+        .get(url)
+        .send()
+        .await
+        .and_then(|r| r.error_for_status())
+        .with_context(|| format!("fetching {url}"))?
+        .bytes()
+        .await
+        .with_context(|| format!("reading {url}"))?;
+    serde_json::from_slice(&body).with_context(|| format!("{url} is not JSON"))
+}
+
+/// Cargo's download URL: `dl` with its markers replaced, or
+/// `{dl}/{crate}/{version}/download` when it has none.
+fn crate_url(dl: &str, name: &str, version: &str, checksum: &str) -> String {
+    let markers = [
+        "{crate}",
+        "{version}",
+        "{prefix}",
+        "{lowerprefix}",
+        "{sha256-checksum}",
+    ];
+    if !markers.iter().any(|m| dl.contains(m)) {
+        return format!("{dl}/{name}/{version}/download");
+    }
+    let prefix = lockfile::cargo_prefix(name);
+    dl.replace("{crate}", name)
+        .replace("{version}", version)
+        .replace("{lowerprefix}", &prefix.to_lowercase())
+        .replace("{prefix}", &prefix)
+        .replace("{sha256-checksum}", checksum)
+}
+
+async fn fetch(
+    client: &reqwest::Client,
+    places: &Places,
+    artifact: &Artifact,
+) -> Result<Outcome, String> {
+    let url = places.url_of(artifact)?;
+    let response = client
+        .get(&url)
+        .send()
+        .await
+        .map_err(|e| format!("{url}: {}", e.without_url()))?;
+    let status = response.status();
+    if !status.is_success() {
+        return Err(format!("{url}: the server answered {}", status.as_u16()));
+    }
+    let cached = response
+        .headers()
+        .get("x-cache-status")
+        .is_some_and(|v| v.as_bytes() == b"HIT");
+    let body = response
+        .bytes()
+        .await
+        .map_err(|e| format!("{url}: body broke off: {}", e.without_url()))?;
+    check(&artifact.check, &body).map_err(|why| format!("{url}: {why}"))?;
+    let size = body.len() as u64;
+    Ok(if cached {
+        Outcome::Cached(size)
+    } else {
+        Outcome::Fetched(size)
+    })
+}
+
+/// Replaces each Python pin by the files its simple page links to; the pins
+/// that cannot be resolved come back as (name, why).
+async fn resolve_pins(
+    client: &reqwest::Client,
+    places: &Places,
+    artifacts: Vec<Artifact>,
+    jobs: usize,
+) -> (Vec<Artifact>, Vec<(String, String)>) {
+    let resolved: Vec<(String, Result<Vec<Artifact>, String>)> =
+        futures_util::stream::iter(artifacts.into_iter().map(|artifact| async move {
+            match &artifact.location {
+                Location::Pinned {
+                    name,
+                    version,
+                    hashes,
+                } => {
+                    let files = pypi_files(client, places, name, version, hashes).await;
+                    (artifact.name, files)
+                }
+                _ => (artifact.name.clone(), Ok(vec![artifact])),
+            }
+        }))
+        .buffered(jobs.max(1))
+        .collect()
+        .await;
+    let (mut found, mut failed) = (Vec::new(), Vec::new());
+    for (name, result) in resolved {
+        match result {
+            Ok(artifacts) => found.extend(artifacts),
+            Err(why) => failed.push((name, why)),
+        }
+    }
+    (found, failed)
+}
+
+/// The files of `name==version` on the remote's simple page (PEP 503), those
+/// with one of `hashes` when given.
+async fn pypi_files(
+    client: &reqwest::Client,
+    places: &Places,
+    name: &str,
+    version: &str,
+    hashes: &[String],
+) -> Result<Vec<Artifact>, String> {
+    let page_url = format!("{}/simple/{}/", places.base, pep503(name));
+    // The page is cached per variant: ask for the one pip asks for (JSON
+    // first), and warm the HTML one too, for the other tools.
+    let _ = client
+        .get(&page_url)
+        .header("accept", "text/html")
+        .send()
+        .await;
+    let response = client
+        .get(&page_url)
+        .header("accept", PIP_ACCEPT)
+        .send()
+        .await
+        .map_err(|e| format!("{page_url}: {}", e.without_url()))?;
+    if !response.status().is_success() {
+        return Err(format!(
+            "{page_url}: the server answered {}",
+            response.status().as_u16()
+        ));
+    }
+    let json = response
+        .headers()
+        .get("content-type")
+        .is_some_and(|v| v.as_bytes().ends_with(b"json"));
+    let page = response
+        .text()
+        .await
+        .map_err(|e| format!("{page_url}: {}", e.without_url()))?;
+    let links = if json {
+        json_links(&page).map_err(|e| format!("{page_url}: {e}"))?
+    } else {
+        hrefs(&page)
+    };
+    let base = url::Url::parse(&page_url).map_err(|e| e.to_string())?;
+    let mut files = Vec::new();
+    for href in links {
+        let Ok(url) = base.join(&href) else { continue };
+        let file = url
+            .path()
+            .rsplit('/')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        if distribution_of(&file) != Some((pep503(name), version)) {
+            continue;
+        }
+        let fragment = url
+            .fragment()
+            .and_then(|f| f.strip_prefix("sha256="))
+            .map(str::to_ascii_lowercase);
+        let check = match (&fragment, hashes.is_empty()) {
+            (Some(sha), false) if hashes.contains(sha) => Check::Sha256Any(hashes.to_vec()),
+            (_, false) => continue,
+            (Some(sha), true) => Check::Sha256(sha.clone()),
+            (None, true) => Check::Unchecked,
+        };
+        let mut url = url;
+        url.set_fragment(None);
+        if !url.as_str().starts_with(&format!("{}/", places.base)) {
+            return Err(format!("{page_url} links {file} off the server"));
+        }
+        files.push(Artifact {
+            name: file,
+            location: Location::Url(url.into()),
+            check,
+        });
+    }
+    if files.is_empty() {
+        return Err(format!(
+            "no file of {name}=={version}{} on {page_url}",
+            if hashes.is_empty() {
+                ""
+            } else {
+                " with a listed hash"
+            }
+        ));
+    }
+    Ok(files)
+}
+
+/// The `Accept` header pip sends for a simple page (PEP 691).
+const PIP_ACCEPT: &str = "application/vnd.pypi.simple.v1+json, \
+     application/vnd.pypi.simple.v1+html; q=0.1, text/html; q=0.01";
+
+/// The files of a PEP 691 JSON simple page, as `url#sha256=…` links.
+fn json_links(page: &str) -> Result<Vec<String>, serde_json::Error> {
+    let page: serde_json::Value = serde_json::from_str(page)?;
+    Ok(page["files"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|file| {
+            let url = file["url"].as_str()?;
+            Some(match file["hashes"]["sha256"].as_str() {
+                Some(sha) => format!("{url}#sha256={sha}"),
+                None => url.to_string(),
+            })
+        })
+        .collect())
+}
+
+/// PEP 503's normalised project name.
+fn pep503(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// (normalised project, version) of a wheel or sdist file name.
+fn distribution_of(file: &str) -> Option<(String, &str)> {
+    let (project, version) = match file.strip_suffix(".whl") {
+        Some(stem) => {
+            let mut parts = stem.split('-');
+            (parts.next()?, parts.next()?)
+        }
+        None => [".tar.gz", ".zip", ".tar.bz2"]
+            .iter()
+            .find_map(|ext| file.strip_suffix(ext))?
+            .rsplit_once('-')?,
+    };
+    Some((pep503(project), version))
+}
+
+/// The `href` values of a simple page's anchors, `&amp;` decoded.
+fn hrefs(page: &str) -> Vec<String> {
+    page.split("href=\"")
+        .skip(1)
+        .filter_map(|rest| rest.split('"').next())
+        .map(|href| href.replace("&amp;", "&"))
+        .collect()
+}
+
+fn check(check: &Check, body: &[u8]) -> Result<(), String> {
+    let matches = match check {
+        Check::Unchecked => true,
+        Check::Sha256Any(hexes) => hexes.contains(&hex::encode(sha2::Sha256::digest(body))),
+        Check::Sha256(hex) => hex::encode(sha2::Sha256::digest(body)) == *hex,
+        Check::Integrity("sha512", digest) => sha2::Sha512::digest(body).as_slice() == digest,
+        Check::Integrity(_, digest) => sha2::Sha256::digest(body).as_slice() == digest,
+    };
+    if matches {
+        Ok(())
+    } else {
+        Err("digest does not match the lockfile".into())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn simple_page_files_are_matched_by_normalised_name_and_version() {
+        assert_eq!(pep503("Foo_Bar..baz"), "foo-bar-baz");
+        assert_eq!(
+            distribution_of("Foo_Bar-1.0-py3-none-any.whl"),
+            Some(("foo-bar".into(), "1.0"))
+        );
+        assert_eq!(
+            distribution_of("foo-bar-1.0.tar.gz"),
+            Some(("foo-bar".into(), "1.0"))
+        );
+        assert_eq!(distribution_of("foo-1.0.exe"), None);
+        assert_eq!(
+            json_links(r#"{"files": [{"url": "a.whl", "hashes": {"sha256": "ab"}}, {"url": "b.zip", "hashes": {}}]}"#).unwrap(),
+            ["a.whl#sha256=ab", "b.zip"]
+        );
+        assert_eq!(
+            hrefs("<a href=\"../../p/a.whl#sha256=ab\">a</a><a href=\"x?a=1&amp;b=2\">"),
+            ["../../p/a.whl#sha256=ab", "x?a=1&b=2"]
+        );
+    }
+
+    #[test]
+    fn crate_urls_follow_cargo_markers() {
+        assert_eq!(
+            crate_url("http://p/c/~files", "serde", "1.0.0", ""),
+            "http://p/c/~files/serde/1.0.0/download"
+        );
+        assert_eq!(
+            crate_url(
+                "http://p/c/{prefix}/{crate}/{crate}-{version}.crate",
+                "Abcd",
+                "1",
+                ""
+            ),
+            "http://p/c/Ab/cd/Abcd/Abcd-1.crate"
+        );
+        assert_eq!(
+            crate_url(
+                "http://p/{lowerprefix}/{crate}?{sha256-checksum}",
+                "Abc",
+                "1",
+                "ff"
+            ),
+            "http://p/3/a/Abc?ff"
+        );
+    }
+}

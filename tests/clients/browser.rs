@@ -1,0 +1,129 @@
+//! The dashboard in a real browser: Debian's headless Chromium loads `/-/`
+//! while a slow fill runs, its rendered DOM (`--dump-dom`, after the inline
+//! script ran) names the remotes and shows the fill's progress bar, and its
+//! screenshot is not blank. With `MIRRORCACHE_SCREENSHOT=PATH` the
+//! screenshot is also copied there (how `docs/dashboard.png` is made).
+
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use scraper::{Html, Selector};
+
+use crate::support::proxy::get_json;
+use crate::support::{available, test_bytes, wait_until, Fault, MirrorServer, TestProxy};
+use crate::{run, version};
+
+const CHROMIUM: &str = "chromium-headless-shell";
+
+/// Runs the browser on `url` with `args`, within a minute.
+fn browse(profile: &Path, args: &[&str], url: &str) -> String {
+    run(Command::new("timeout")
+        .arg("60")
+        .arg(CHROMIUM)
+        // Root (as CI runs) needs --no-sandbox; no GPU in a container.
+        .args(["--no-sandbox", "--disable-gpu", "--hide-scrollbars"])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg("--window-size=1100,900")
+        .args(args)
+        .arg(url))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dashboard_renders_in_a_browser_during_a_slow_fill() {
+    // Installed by .ci/tools.sh (Debian's chromium-headless-shell).
+    if !available(CHROMIUM, version(CHROMIUM, "--version").is_some()) {
+        return;
+    }
+    let (npm, pypi) = (MirrorServer::start().await, MirrorServer::start().await);
+    npm.put("/m/left-pad/-/left-pad-1.3.0.tgz", test_bytes(40_000, 1));
+    npm.put("/m/big/-/big-1.0.0.tgz", test_bytes(4 << 20, 2));
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n\n\
+         [[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\", \"{}\"]\n",
+        npm.url("/m"),
+        pypi.url("/a"),
+        pypi.url("/b"),
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    for _ in 0..3 {
+        crate::support::proxy::get(&client, &proxy.url("/npm/left-pad/-/left-pad-1.3.0.tgz"))
+            .await
+            .2
+            .unwrap();
+        proxy.settle().await;
+    }
+    npm.set_fault(Fault::SlowBody(Duration::from_millis(200)));
+    let download = tokio::spawn({
+        let (client, url) = (client.clone(), proxy.url("/npm/big/-/big-1.0.0.tgz"));
+        async move {
+            crate::support::proxy::get(&client, &url)
+                .await
+                .2
+                .map(|b| b.len())
+        }
+    });
+    wait_until("the fill to have written something", async || {
+        let status = get_json(&client, &proxy.url("/-/status")).await;
+        status["fills"][0]["written"].as_u64().unwrap_or(0) > 0
+    })
+    .await;
+
+    let work = tempfile::tempdir().unwrap();
+    let url = proxy.url("/-/");
+    let dom =
+        tokio::task::block_in_place(|| browse(&work.path().join("p1"), &["--dump-dom"], &url));
+    let html = Html::parse_document(&dom);
+    let names: Vec<String> = html
+        .select(&Selector::parse("tr[data-remote] td.name").unwrap())
+        .map(|e| e.text().collect())
+        .collect();
+    assert_eq!(names, ["npm", "pypi"], "{dom}");
+    let bar = Selector::parse("#fills-body tr.fill progress").unwrap();
+    let bar = html
+        .select(&bar)
+        .next()
+        .unwrap_or_else(|| panic!("no fill in {dom}"));
+    assert_eq!(bar.value().attr("max"), Some("4194304"));
+    assert!(dom.contains("npm/big/-/big-1.0.0.tgz"), "{dom}");
+
+    let shot = work.path().join("dashboard.png");
+    let blank = work.path().join("blank.png");
+    tokio::task::block_in_place(|| {
+        browse(
+            &work.path().join("p2"),
+            &[&format!("--screenshot={}", shot.display())],
+            &url,
+        );
+        browse(
+            &work.path().join("p3"),
+            &[&format!("--screenshot={}", blank.display())],
+            "about:blank",
+        );
+    });
+    let (png, blank) = (
+        std::fs::read(&shot).unwrap(),
+        std::fs::read(&blank).unwrap(),
+    );
+    assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "not a PNG");
+    // No pixel decoder here: a blank page of the same size compresses to a
+    // few KiB; text, tables and bars make the image several times larger.
+    assert!(
+        png.len() > 4 * blank.len(),
+        "the screenshot looks blank: {} bytes against {} for about:blank",
+        png.len(),
+        blank.len()
+    );
+    if let Ok(keep) = std::env::var("MIRRORCACHE_SCREENSHOT") {
+        std::fs::copy(&shot, keep).unwrap();
+    }
+    println!(
+        "CLIENT-REPORT {CHROMIUM}: dashboard screenshot {} bytes",
+        png.len()
+    );
+
+    npm.set_fault(Fault::None);
+    assert_eq!(download.await.unwrap().unwrap(), 4 << 20);
+    proxy.stop().await;
+}

@@ -1,0 +1,168 @@
+//! Tiny packages built on the spot with the real tools (npm pack, cargo
+//! package, pip wheel), shared by the client tests.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::Command;
+
+use crate::support::{available, sha256_hex, MirrorServer, TestProxy};
+use crate::{run, write};
+
+/// `npm pack` of `name`@1.0.0 with these dependencies, in `w/src`; returns the
+/// tarball and npm's report of it (`filename`, `shasum`, `integrity`).
+pub fn npm_pack(w: &Path, name: &str, deps: &serde_json::Value) -> (Vec<u8>, serde_json::Value) {
+    let dir = w.join("src").join(name.replace('/', "__"));
+    write(
+        &dir.join("package.json"),
+        &serde_json::json!({"name": name, "version": "1.0.0", "dependencies": deps, "main": "index.js"})
+            .to_string(),
+    );
+    write(&dir.join("index.js"), "module.exports = 1;\n");
+    std::fs::create_dir_all(w.join("packs")).unwrap();
+    let packed = run(Command::new("npm")
+        .args(["pack", "--json", "--pack-destination"])
+        .arg(w.join("packs"))
+        .current_dir(&dir)
+        .env("HOME", w.join("packhome")));
+    let packed: serde_json::Value = serde_json::from_str(&packed).unwrap();
+    let file_name = packed[0]["filename"].as_str().unwrap();
+    let bytes = std::fs::read(w.join("packs").join(file_name)).unwrap();
+    (bytes, packed[0].clone())
+}
+
+/// `cargo package` of the crate `mc_leaf` 0.1.0, in `w`; returns the .crate.
+pub fn cargo_leaf(w: &Path) -> Vec<u8> {
+    let leaf = w.join("mc_leaf");
+    write(
+        &leaf.join("Cargo.toml"),
+        "[package]\nname = \"mc_leaf\"\nversion = \"0.1.0\"\nedition = \"2021\"\ndescription = \"test\"\nlicense = \"MIT\"\n",
+    );
+    write(&leaf.join("src/lib.rs"), "pub fn leaf() -> u32 { 1 }\n");
+    run(Command::new("cargo")
+        .args(["package", "--allow-dirty", "--no-verify", "--quiet"])
+        .current_dir(&leaf)
+        .env("CARGO_HOME", w.join("packhome"))
+        .env("CARGO_TARGET_DIR", w.join("packtarget")));
+    std::fs::read(w.join("packtarget/package/mc_leaf-0.1.0.crate")).unwrap()
+}
+
+/// Whether fixture wheels can be built (`wheel`, or setuptools >= 70); says
+/// SKIPPED, or fails under MIRRORCACHE_REQUIRE_SERVICES, when not.
+pub fn can_build_wheels() -> bool {
+    let can_build = Command::new("python3")
+        .args(["-c", "import setuptools, sys\ntry:\n import wheel\nexcept ImportError:\n sys.exit(int(setuptools.__version__.split('.')[0]) < 70)"])
+        .status()
+        .is_ok_and(|s| s.success());
+    available(
+        "python's `wheel` package (pip install wheel), to build fixture wheels",
+        can_build,
+    )
+}
+
+/// `pip wheel` of `name` 1.0 (module `name` with `_`) requiring `deps` (a
+/// Python list), into `w/dist`; returns the wheel's file name and bytes.
+pub fn pip_wheel(w: &Path, name: &str, deps: &str) -> (String, Vec<u8>) {
+    let module = name.replace('-', "_");
+    write(
+        &w.join(name).join("setup.py"),
+        &format!("from setuptools import setup\nsetup(name='{name}', version='1.0', py_modules=['{module}'], install_requires={deps})\n"),
+    );
+    write(&w.join(name).join(format!("{module}.py")), "VALUE = 1\n");
+    run(Command::new("pip")
+        .args([
+            "wheel",
+            "--no-deps",
+            "--no-build-isolation",
+            "--disable-pip-version-check",
+            "-q",
+            "-w",
+        ])
+        .arg(w.join("dist"))
+        .arg(w.join(name))
+        .env("PIP_CONFIG_FILE", "/dev/null"));
+    let file = format!("{module}-1.0-py3-none-any.whl");
+    let bytes = std::fs::read(w.join("dist").join(&file)).unwrap();
+    (file, bytes)
+}
+
+/// The version line of `tool`, or `None` after a loud skip (or a failure
+/// under MIRRORCACHE_REQUIRE_SERVICES) when it is missing.
+pub fn tool(tool: &str, arg: &str) -> Option<String> {
+    let found = crate::version(tool, arg);
+    if found.is_none() {
+        available(tool, false);
+    }
+    found
+}
+
+/// A sparse cargo registry serving `mc_leaf` 0.1.0 as crates.io is laid out:
+/// the index (with `config.json`) on one origin, downloads on another
+/// (`/crates/{name}/{version}/download`). Returns (index, files).
+pub async fn cargo_origins(krate: &[u8]) -> (MirrorServer, MirrorServer) {
+    let (index, files) = (MirrorServer::start().await, MirrorServer::start().await);
+    index.put_typed(
+        "/config.json",
+        serde_json::json!({"dl": files.url("/crates"), "api": index.url("")}).to_string(),
+        "application/json",
+    );
+    let line = serde_json::json!({"name": "mc_leaf", "vers": "0.1.0", "deps": [], "cksum": sha256_hex(krate), "features": {}, "yanked": false});
+    index.put_typed("/mc/_l/mc_leaf", format!("{line}\n"), "text/plain");
+    files.put_typed(
+        "/crates/mc_leaf/0.1.0/download",
+        krate.to_vec(),
+        "application/x-tar",
+    );
+    (index, files)
+}
+
+/// A proxy with one `cargo` remote over [`cargo_origins`].
+pub async fn cargo_proxy(index: &MirrorServer, files: &MirrorServer) -> TestProxy {
+    TestProxy::start(&format!(
+        "[[remote]]\nname = \"cargo\"\nkind = \"cargo\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\n",
+        index.url(""),
+        files.url("/crates")
+    ))
+    .await
+}
+
+/// Fails unless cargo, with `CARGO_HOME=home`, downloaded `mc_leaf` 0.1.0.
+pub fn assert_leaf_downloaded(home: &Path) {
+    let cached = std::fs::read_dir(home.join("registry/cache"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    assert!(cached.join("mc_leaf-0.1.0.crate").exists());
+}
+
+/// A Go module zip: each file as `{module}@{version}/{name}`.
+pub fn module_zip(module: &str, version: &str, files: &[(&str, &str)]) -> Vec<u8> {
+    // A module zip holds `{module}@{version}/{file}`; python's zipfile is on
+    // every machine that runs these tests (pip needs it).
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("m.zip");
+    let mut script = String::from("import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w')\n");
+    for (name, text) in files {
+        script.push_str(&format!(
+            "z.writestr({:?}, {:?})\n",
+            format!("{module}@{version}/{name}"),
+            text
+        ));
+    }
+    script.push_str("z.close()\n");
+    let mut child = Command::new("python3")
+        .arg("-")
+        .arg(&out)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(script.as_bytes())
+        .unwrap();
+    assert!(child.wait().unwrap().success());
+    std::fs::read(out).unwrap()
+}
