@@ -13,6 +13,7 @@ mod kinds;
 mod metadata;
 mod operations;
 mod path_safety;
+mod registries;
 mod reliability;
 mod s3;
 mod scaleout;
