@@ -21,6 +21,8 @@ pub enum CacheStatus {
     Miss,
     Revalidated,
     Stale,
+    /// An API route proxied uncached.
+    Pass,
 }
 
 impl CacheStatus {
@@ -30,6 +32,7 @@ impl CacheStatus {
             CacheStatus::Miss => "MISS",
             CacheStatus::Revalidated => "REVALIDATED",
             CacheStatus::Stale => "STALE",
+            CacheStatus::Pass => "PASS",
         }
     }
 }
@@ -83,6 +86,7 @@ pub struct RemoteCounters {
     miss: Counter,
     revalidated: Counter,
     stale: Counter,
+    pass: Counter,
     error: Counter,
     bytes: Counter,
     /// Upstream fetches (one per fill that went to the mirrors).
@@ -98,6 +102,7 @@ impl RemoteCounters {
             Some(CacheStatus::Miss) => &self.miss,
             Some(CacheStatus::Revalidated) => &self.revalidated,
             Some(CacheStatus::Stale) => &self.stale,
+            Some(CacheStatus::Pass) => &self.pass,
             None => &self.error,
         }
         .inc();
@@ -264,6 +269,7 @@ impl Metrics {
             miss: counter("MISS"),
             revalidated: counter("REVALIDATED"),
             stale: counter("STALE"),
+            pass: counter("PASS"),
             error: counter("error"),
             bytes: self.bytes_served.get_or_create(&labels).clone(),
             fetches: self.upstream_fetches.get_or_create(&labels).clone(),

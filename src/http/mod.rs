@@ -5,6 +5,7 @@
 
 mod admin;
 mod ops;
+mod pass;
 mod respond;
 mod send_timeout;
 pub mod server;
@@ -12,6 +13,7 @@ pub mod server;
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
@@ -68,6 +70,7 @@ async fn artifact(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    body: Body,
 ) -> Response {
     let started = Instant::now();
     // Lets tests reach the panic path of a handler (debug builds only).
@@ -77,8 +80,15 @@ async fn artifact(
     }
     let (remote, varies, result) = match resolve(&proxy, &method, &uri) {
         Ok((remote, path)) => {
-            let varies = !remote.config.kind.variants(path.path()).is_empty();
-            let result = serve(&proxy, &remote, &path, &method, &headers).await;
+            let kind = remote.config.kind;
+            let varies = !kind.variants(path.path()).is_empty();
+            let result = match kind.pass_through(path.path()) {
+                Some(api) => pass::forward(&remote, &path, api, &method, &uri, &headers, body).await,
+                None if method == Method::GET || method == Method::HEAD => {
+                    serve(&proxy, &remote, &path, &method, &headers).await
+                }
+                None => Err(refusal(&method)),
+            };
             (Some(remote), varies, result)
         }
         Err(error) => (None, false, Err(error)),
@@ -133,10 +143,19 @@ fn resolve(
     let remote = proxy
         .remote(path.remote())
         .ok_or_else(|| ProxyError::UnknownRemote(path.remote().to_string()))?;
-    if method != Method::GET && method != Method::HEAD {
-        return Err(ProxyError::MethodNotAllowed);
-    }
     Ok((remote, path))
+}
+
+/// The answer to a method a path does not take: writes (`npm publish` is a
+/// PUT, `cargo publish` a PUT, `twine upload` a POST, unpublishing and
+/// yanking DELETEs) are told this is a read-only cache; anything else is a
+/// plain 405.
+fn refusal(method: &Method) -> ProxyError {
+    if [Method::PUT, Method::POST, Method::DELETE, Method::PATCH].contains(method) {
+        ProxyError::ReadOnly
+    } else {
+        ProxyError::MethodNotAllowed
+    }
 }
 
 /// One artifact request, resolved to its remote and cache key.

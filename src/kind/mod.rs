@@ -11,13 +11,35 @@
 pub mod policy;
 pub mod rewrite;
 
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, Method};
 
 use crate::config::RemoteKind;
 
 /// Paths under this prefix are served by the remote's `files` mirrors
 /// (`/{remote}/~files/{path}` → `{files_mirror}/{path}`).
 pub const FILES_PREFIX: &str = "~files/";
+
+/// An API endpoint proxied to the remote's mirrors and never cached: each
+/// answer is computed for the request (an audit of the client's lockfile, a
+/// search), so a cached copy would be wrong for the next client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassThrough {
+    /// Whether the endpoint takes POST (with a body) besides GET and HEAD.
+    pub post: bool,
+}
+
+impl PassThrough {
+    pub fn allows(self, method: &Method) -> bool {
+        method == Method::GET || method == Method::HEAD || (self.post && method == Method::POST)
+    }
+}
+
+/// npm's audit endpoints: POSTs of the client's dependency tree.
+const NPM_AUDIT: [&str; 3] = [
+    "-/npm/v1/security/advisories/bulk",
+    "-/npm/v1/security/audits",
+    "-/npm/v1/security/audits/quick",
+];
 
 /// One variant of a content-negotiated document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -73,10 +95,33 @@ impl RemoteKind {
         }
     }
 
+    /// The API endpoint `path` is, if it is one: proxied uncached, with the
+    /// query string. npm's audits and search; cargo's web API (`cargo search`,
+    /// `cargo info`), read-only, except crate downloads, which are artifacts.
+    pub fn pass_through(self, path: &str) -> Option<PassThrough> {
+        match self {
+            RemoteKind::Npm if NPM_AUDIT.contains(&path) => Some(PassThrough { post: true }),
+            RemoteKind::Npm if path == "-/v1/search" => Some(PassThrough { post: false }),
+            RemoteKind::Cargo
+                if (path == "api/v1/crates" || path.starts_with("api/v1/crates/"))
+                    && !path.ends_with("/download") =>
+            {
+                Some(PassThrough { post: false })
+            }
+            _ => None,
+        }
+    }
+
     /// Whether `path` is an index document whose absolute URLs are rewritten.
     pub fn is_document(self, path: &str) -> bool {
         match self {
-            RemoteKind::Pypi => path == "simple/" || path.starts_with("simple/"),
+            // The simple pages, and the JSON API (`pypi/{project}/json`,
+            // `pypi/{project}/{version}/json`), whose `urls` name the files host.
+            RemoteKind::Pypi => {
+                path == "simple/"
+                    || path.starts_with("simple/")
+                    || (path.starts_with("pypi/") && path.ends_with("/json"))
+            }
             // Packuments: `/{name}`, `/@scope%2f{name}`, `/@scope/{name}`;
             // not tarballs (`/-/`) nor registry endpoints (`-/…`).
             RemoteKind::Npm => {
@@ -91,7 +136,7 @@ impl RemoteKind {
     /// path is not content-negotiated. Its responses carry `Vary: Accept`.
     pub fn variants(self, path: &str) -> &'static [Variant] {
         match self {
-            RemoteKind::Pypi if self.is_document(path) => &[PYPI_HTML, PYPI_JSON],
+            RemoteKind::Pypi if path.starts_with("simple/") => &[PYPI_HTML, PYPI_JSON],
             RemoteKind::Npm if self.is_document(path) => &[NPM_FULL, NPM_ABBREVIATED],
             _ => &[],
         }
@@ -128,6 +173,8 @@ mod tests {
                 false,
             ),
             (Pypi, "~files/packages/ab/six.whl.metadata", true, false),
+            (Pypi, "pypi/six/json", false, true),
+            (Pypi, "pypi/six/1.16.0/json", false, true),
             (Npm, "left-pad", false, true),
             (Npm, "@scope%2fname", false, true),
             (Npm, "@scope/name", false, true),
@@ -160,6 +207,35 @@ mod tests {
     }
 
     #[test]
+    fn api_endpoints_pass_through_and_artifacts_do_not() {
+        use RemoteKind::*;
+        let (post, get) = (Some(PassThrough { post: true }), Some(PassThrough { post: false }));
+        for (kind, path, expected) in [
+            (Npm, "-/npm/v1/security/advisories/bulk", post),
+            (Npm, "-/npm/v1/security/audits", post),
+            (Npm, "-/npm/v1/security/audits/quick", post),
+            (Npm, "-/v1/search", get),
+            (Npm, "-/v1/search/more", None),
+            (Npm, "left-pad", None),
+            (Npm, "-/npm/v1/security/audits/quick/x", None),
+            (Cargo, "api/v1/crates", get),
+            (Cargo, "api/v1/crates/serde", get),
+            (Cargo, "api/v1/crates/serde/1.0.0/download", None),
+            (Cargo, "api/v1/crates-and-more", None),
+            (Cargo, "config.json", None),
+            (Pypi, "pypi/six/json", None),
+            (Generic, "-/v1/search", None),
+            (Go, "api/v1/crates", None),
+        ] {
+            assert_eq!(kind.pass_through(path), expected, "{kind:?} {path}");
+        }
+        assert!(get.unwrap().allows(&Method::HEAD));
+        assert!(!get.unwrap().allows(&Method::POST));
+        assert!(post.unwrap().allows(&Method::POST));
+        assert!(!post.unwrap().allows(&Method::PUT));
+    }
+
+    #[test]
     fn accept_picks_the_variant_of_documents_only() {
         use RemoteKind::*;
         let accept = |value: &str| {
@@ -186,6 +262,7 @@ mod tests {
             (Npm, "left-pad/-/left-pad-1.0.0.tgz", "", None),
             (Pypi, "~files/packages/six.whl", "", None),
             (Cargo, "config.json", "", None),
+            (Pypi, "pypi/six/json", "application/json", None),
         ] {
             let variant = kind.variant(path, &accept(value)).map(|v| v.suffix);
             assert_eq!(variant, suffix, "{kind:?} {path} {value}");

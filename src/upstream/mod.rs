@@ -14,6 +14,7 @@
 pub mod fetch;
 pub mod health;
 pub mod hedge;
+pub mod pass;
 pub mod probe;
 pub mod select;
 

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -34,6 +34,16 @@ pub enum Fault {
     LongerContentLength(u64),
 }
 
+/// One request as the mirror received it (for pass-through checks).
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub method: String,
+    /// Path and query string.
+    pub target: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
 struct File {
     bytes: Bytes,
     etag: String,
@@ -47,6 +57,7 @@ pub struct MirrorState {
     fault: Mutex<Fault>,
     hits: Mutex<HashMap<String, usize>>,
     total: AtomicUsize,
+    last: Mutex<Option<Received>>,
 }
 
 pub struct MirrorServer {
@@ -65,10 +76,13 @@ impl MirrorServer {
             fault: Mutex::new(Fault::None),
             hits: Mutex::default(),
             total: AtomicUsize::new(0),
+            last: Mutex::default(),
         });
         let router = axum::Router::new()
             .fallback(handle)
-            .with_state(state.clone());
+            .with_state(state.clone())
+            // Bodies of any size (the proxy's own limit is under test).
+            .layer(axum::extract::DefaultBodyLimit::disable());
         let mut tasks = JoinSet::new();
         // Accepts inside the JoinSet too, so `stop` ends the listener and
         // every open connection at once: the mirror is really down.
@@ -150,6 +164,11 @@ impl MirrorServer {
             .unwrap_or(0)
     }
 
+    /// The last request received, with its method, query string, headers and body.
+    pub fn last_request(&self) -> Option<Received> {
+        self.state.last.lock().unwrap().clone()
+    }
+
     /// Requests received in all.
     pub fn total(&self) -> usize {
         self.state.total.load(Ordering::SeqCst)
@@ -177,8 +196,20 @@ impl Drop for ConnsGuard {
     }
 }
 
-async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: HeaderMap) -> Response {
+async fn handle(
+    State(state): State<Arc<MirrorState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let path = uri.path().to_string();
+    *state.last.lock().unwrap() = Some(Received {
+        method: method.to_string(),
+        target: uri.path_and_query().map_or(path.clone(), |p| p.to_string()),
+        headers: headers.clone(),
+        body,
+    });
     state.total.fetch_add(1, Ordering::SeqCst);
     *state.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
     let required = state.required_auth.lock().unwrap().clone();
