@@ -83,6 +83,16 @@ async fn artifact(
             let kind = remote.config.kind;
             let varies = !kind.variants(path.path()).is_empty();
             let result = match kind.pass_through(path.path()) {
+                // The checksum database is served here (GOPROXY protocol).
+                None if kind.is_sumdb_supported(path.path()) && remote.sumdb.is_some() => {
+                    match method {
+                        Method::GET | Method::HEAD => Ok(Served::hit(
+                            respond::empty_ok(CacheStatus::Hit),
+                            CacheStatus::Hit,
+                        )),
+                        _ => Err(refusal(&method)),
+                    }
+                }
                 Some(api) => pass::forward(&remote, &path, api, &method, &uri, &headers, body).await,
                 None if method == Method::GET || method == Method::HEAD => {
                     serve(&proxy, &remote, &path, &method, &headers).await

@@ -41,6 +41,21 @@ const NPM_AUDIT: [&str; 3] = [
     "-/npm/v1/security/audits/quick",
 ];
 
+/// Paths under this prefix of a go remote are its checksum database's
+/// (`/{remote}/sumdb/{db}/{rest}` → `{sumdb_mirror}/{rest}`), as the GOPROXY
+/// protocol lets a proxy serve `GOSUMDB`.
+pub const SUMDB_PREFIX: &str = "sumdb/";
+
+/// For a go remote, `sumdb/{db}/{rest}` split into the database's name and
+/// the path within it.
+pub fn sumdb_path(kind: RemoteKind, path: &str) -> Option<(&str, &str)> {
+    if kind != RemoteKind::Go {
+        return None;
+    }
+    let (db, rest) = path.strip_prefix(SUMDB_PREFIX)?.split_once('/')?;
+    (!db.is_empty() && !rest.is_empty()).then_some((db, rest))
+}
+
 /// One variant of a content-negotiated document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Variant {
@@ -89,9 +104,14 @@ impl RemoteKind {
                 path.starts_with("pool/")
                     || (path.starts_with("dists/") && path.contains("/by-hash/"))
             }
-            RemoteKind::Go => [".info", ".mod", ".zip"]
-                .iter()
-                .any(|ext| path.ends_with(ext)),
+            // Checksum database: lookups and tiles never change once
+            // published (the tree only grows); `latest` does.
+            RemoteKind::Go => match sumdb_path(self, path) {
+                Some((_, rest)) => rest.starts_with("lookup/") || rest.starts_with("tile/"),
+                None => [".info", ".mod", ".zip"]
+                    .iter()
+                    .any(|ext| path.ends_with(ext)),
+            },
         }
     }
 
@@ -110,6 +130,12 @@ impl RemoteKind {
             }
             _ => None,
         }
+    }
+
+    /// Whether `path` is the GOPROXY protocol's `sumdb/{db}/supported`, which
+    /// a proxy that serves the checksum database answers 200 itself.
+    pub fn is_sumdb_supported(self, path: &str) -> bool {
+        sumdb_path(self, path).is_some_and(|(_, rest)| rest == "supported")
     }
 
     /// Whether `path` is an index document whose absolute URLs are rewritten.
@@ -196,6 +222,12 @@ mod tests {
             (Go, "golang.org/x/text/@latest", false, false),
             (Go, "golang.org/x/text/@v/v0.3.0.zip", true, false),
             (Go, "golang.org/x/text/@v/v0.3.0.mod", true, false),
+            (Go, "sumdb/sum.golang.org/latest", false, false),
+            (Go, "sumdb/sum.golang.org/lookup/golang.org/x/text@v0.3.0", true, false),
+            (Go, "sumdb/sum.golang.org/tile/8/0/x001/234", true, false),
+            (Go, "sumdb/sum.golang.org/tile/8/1/000.p/5", true, false),
+            (Go, "sumdb/sum.golang.org/supported", false, false),
+            (Generic, "sumdb/sum.golang.org/tile/8/0/000", false, false),
         ] {
             assert_eq!(
                 kind.is_immutable(path),
@@ -233,6 +265,21 @@ mod tests {
         assert!(!get.unwrap().allows(&Method::POST));
         assert!(post.unwrap().allows(&Method::POST));
         assert!(!post.unwrap().allows(&Method::PUT));
+    }
+
+    #[test]
+    fn sumdb_paths_of_go_remotes_only() {
+        use RemoteKind::*;
+        assert_eq!(
+            sumdb_path(Go, "sumdb/sum.golang.org/lookup/m@v1.0.0"),
+            Some(("sum.golang.org", "lookup/m@v1.0.0"))
+        );
+        assert_eq!(sumdb_path(Go, "sumdb/sum.golang.org/"), None);
+        assert_eq!(sumdb_path(Go, "sumdb//latest"), None);
+        assert_eq!(sumdb_path(Generic, "sumdb/sum.golang.org/latest"), None);
+        assert!(Go.is_sumdb_supported("sumdb/sum.golang.org/supported"));
+        assert!(!Go.is_sumdb_supported("sumdb/sum.golang.org/supported/x"));
+        assert!(!Npm.is_sumdb_supported("sumdb/sum.golang.org/supported"));
     }
 
     #[test]

@@ -293,3 +293,65 @@ async fn pypi_json_api_is_a_rewritten_document_with_revalidation() {
     assert_eq!((status, cache.as_str()), (200, "STALE"));
     proxy.stop().await;
 }
+
+/// Go's checksum database through a go remote: `supported` is answered here,
+/// lookups and tiles are fetched from the `sumdb` mirrors once and cached for
+/// good, `latest` is revalidated; with `sumdb = []` the paths go to the index
+/// mirrors as they are.
+#[tokio::test]
+async fn go_checksum_database_routes_and_caching() {
+    let (origin, sumdb) = (MirrorServer::start().await, MirrorServer::start().await);
+    let lookup = "/lookup/example.com/m@v1.0.0";
+    sumdb.put_typed(lookup, "1\nexample.com/m v1.0.0 h1:x=\n", "text/plain");
+    sumdb.put("/tile/8/0/000", b"tile".to_vec());
+    sumdb.put_typed("/latest", "go.sum database tree\n1\n", "text/plain");
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"go\"\nkind = \"go\"\nmirrors = [\"{}\"]\nsumdb = [\"{}\"]\n\
+         revalidate_after = \"0s\"\n",
+        origin.url(""),
+        sumdb.url("")
+    ))
+    .await;
+    let db = proxy.url("/go/sumdb/sum.golang.org");
+    let (status, _, _) = get_text(&format!("{db}/supported")).await;
+    assert_eq!(status, 200);
+    assert_eq!(sumdb.total() + origin.total(), 0, "supported is ours");
+    for path in [lookup, "/tile/8/0/000", "/latest"] {
+        let (status, cache, _) = get_text(&format!("{db}{path}")).await;
+        assert_eq!((status, cache.as_str()), (200, "MISS"), "{path}");
+    }
+    proxy.settle().await;
+    for (path, expected) in [
+        (lookup, "HIT"),
+        ("/tile/8/0/000", "HIT"),
+        ("/latest", "REVALIDATED"),
+    ] {
+        let (status, cache, _) = get_text(&format!("{db}{path}")).await;
+        assert_eq!((status, cache.as_str()), (200, expected), "{path}");
+    }
+    assert_eq!((sumdb.hits(lookup), sumdb.hits("/latest")), (1, 2));
+    assert_eq!(origin.total(), 0);
+    sumdb.stop();
+    let (_, cache, _) = get_text(&format!("{db}{lookup}")).await;
+    assert_eq!(cache, "HIT");
+    let (status, cache, _) = get_text(&format!("{db}/latest")).await;
+    assert_eq!((status, cache.as_str()), (200, "STALE"));
+    proxy.stop().await;
+
+    // No `sumdb` mirrors: the index mirror is asked, `supported` included.
+    origin.put("/sumdb/sum.golang.org/supported", Vec::new());
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"go\"\nkind = \"go\"\nmirrors = [\"{}\"]\nsumdb = []\n",
+        origin.url("")
+    ))
+    .await;
+    let (status, _, _) = get_text(&proxy.url("/go/sumdb/sum.golang.org/supported")).await;
+    assert_eq!(status, 200);
+    assert_eq!(origin.hits("/sumdb/sum.golang.org/supported"), 1);
+    proxy.stop().await;
+
+    // Only a go remote has one.
+    let text = "[[remote]]\nname = \"n\"\nkind = \"npm\"\nmirrors = [\"http://127.0.0.1:1\"]\nsumdb = [\"http://127.0.0.1:2\"]\n";
+    let error = mirrorcache::config::Config::parse(text, "t.toml").unwrap_err().to_string();
+    assert!(error.contains("remote[0].sumdb"), "{error}");
+}
