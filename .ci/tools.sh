@@ -2,6 +2,7 @@
 # Installs what the tests use beyond the machine's services, when missing:
 # for the real-client suite (tests/clients) pip's `wheel` (fixture wheels with
 # setuptools < 70), dpkg-dev (dpkg-scanpackages), apt and Debian's golang;
+# pnpm and yarn 1 (the npm registry), uv and poetry (PyPI);
 # for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
 set -uo pipefail
@@ -20,4 +21,15 @@ command -v moto_server >/dev/null || python3 -m pip install -q --disable-pip-ver
     || echo "WARNING: could not install moto (the S3 tests need moto_server)"
 python3 -c 'import wheel' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check wheel \
     || echo "WARNING: could not install the wheel package"
+# Pinned: the versions the client tests were written against (pnpm 12.4.2 is
+# the release known to install cleanly here).
+command -v pnpm >/dev/null || npm install -g --no-fund --no-audit pnpm@12.4.2 >/dev/null \
+    || echo "WARNING: could not install pnpm"
+command -v yarn >/dev/null || npm install -g --no-fund --no-audit yarn@1.22.22 >/dev/null \
+    || echo "WARNING: could not install yarn"
+command -v uv >/dev/null || python3 -m pip install -q --disable-pip-version-check uv \
+    || echo "WARNING: could not install uv"
+command -v poetry >/dev/null || python3 -m pip install -q --disable-pip-version-check poetry \
+    || echo "WARNING: could not install poetry"
+echo "tools: pnpm $(pnpm --version 2>/dev/null || echo absent), yarn $(yarn --version 2>/dev/null || echo absent), $(uv --version 2>/dev/null || echo 'uv absent'), $(poetry --version 2>/dev/null || echo 'poetry absent')"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"

@@ -1,5 +1,7 @@
 //! cargo fetch through a `cargo` remote (sparse protocol) whose `config.json`
-//! points downloads at a separate files origin, as crates.io's does.
+//! points downloads at a separate files origin, as crates.io's does — spelt
+//! with an upper-case host and an explicit port, which the proxy must still
+//! recognise as its own mirrors' — and `cargo search` through its `api`.
 
 use std::process::Command;
 
@@ -28,18 +30,28 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
 
     let index = MirrorServer::start().await;
     let files = MirrorServer::start().await;
+    let (index_port, files_port) = (index.addr.port(), files.addr.port());
     index.put_typed(
         "/config.json",
-        json!({"dl": files.url("/crates"), "api": index.url("")}).to_string(),
+        json!({"dl": format!("HTTP://LocalHost:{files_port}/crates"),
+               "api": format!("http://LOCALHOST:{index_port}/")})
+        .to_string(),
+        "application/json",
+    );
+    index.put_typed(
+        "/api/v1/crates",
+        json!({"crates": [{"name": "mc_leaf", "max_version": "0.1.0",
+                           "description": "found by the fixture search"}],
+               "meta": {"total": 1}})
+        .to_string(),
         "application/json",
     );
     let line = json!({"name": "mc_leaf", "vers": "0.1.0", "deps": [], "cksum": sha256_hex(&krate), "features": {}, "yanked": false});
     index.put_typed("/mc/_l/mc_leaf", format!("{line}\n"), "text/plain");
     files.put_typed("/crates/mc_leaf/0.1.0/download", krate, "application/x-tar");
     let proxy = TestProxy::start(&format!(
-        "[[remote]]\nname = \"cargo\"\nkind = \"cargo\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\n",
-        index.url(""),
-        files.url("/crates")
+        "[[remote]]\nname = \"cargo\"\nkind = \"cargo\"\nmirrors = [\"http://localhost:{index_port}\"]\n\
+         files = [\"http://localhost:{files_port}/crates\"]\n",
     ))
     .await;
     let registry = format!("sparse+{}", proxy.url("/cargo/"));
@@ -67,9 +79,18 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
             .unwrap()
             .path();
         assert!(cached.join("mc_leaf-0.1.0.crate").exists());
+        // The web API is passed through, uncached: only while the origin is up.
+        if n == 1 {
+            let found = run(Command::new("cargo")
+                .args(["search", "--index", &registry, "mc_leaf"])
+                .current_dir(&project)
+                .env("CARGO_HOME", &home));
+            assert!(found.contains("found by the fixture search"), "{found}");
+        }
     };
     tokio::task::block_in_place(|| round(1));
     let first = index.total() + files.total();
+    assert_eq!(index.hits("/api/v1/crates"), 1, "{:?}", index.requests());
     assert_eq!(
         files.hits("/crates/mc_leaf/0.1.0/download"),
         1,

@@ -12,6 +12,7 @@ mod apt;
 mod cargo_registry;
 mod go;
 mod npm;
+mod npm_api;
 mod pip;
 
 use std::path::Path;
@@ -43,6 +44,14 @@ pub fn version(tool: &str, arg: &str) -> Option<String> {
             .trim()
             .to_string()
     })
+}
+
+/// The client's version, or None after a loud skip (a failure under
+/// `MIRRORCACHE_REQUIRE_SERVICES=1`) when it is not installed.
+pub fn client(tool: &str, arg: &str) -> Option<String> {
+    let found = version(tool, arg);
+    support::available(&format!("{tool} (installed by .ci/tools.sh)"), found.is_some());
+    found
 }
 
 pub fn write(path: &Path, text: &str) {

@@ -1,6 +1,7 @@
 //! npm install of a package with a plain and a scoped dependency, through an
 //! `npm` remote whose packuments point their tarballs at the registry.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::json;
@@ -17,13 +18,63 @@ async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let registry = MirrorServer::start().await;
-    std::fs::create_dir_all(w.join("packs")).unwrap();
     let packages = [
         ("mc-a", json!({"mc-b": "^1.0.0", "@mc/c": "^1.0.0"})),
         ("mc-b", json!({})),
         ("@mc/c", json!({})),
     ];
-    for (name, deps) in &packages {
+    publish(w, &registry, &packages);
+    let proxy = npm_proxy(&registry).await;
+    let registry_url = proxy.url("/npm/");
+
+    let round = |n: usize| {
+        let project = consumer_project(w, n);
+        run(Command::new("npm")
+            .args([
+                "install",
+                "--no-audit",
+                "--no-fund",
+                "--registry",
+                &registry_url,
+                "--cache",
+            ])
+            .arg(w.join(format!("cache{n}")))
+            .arg("mc-a")
+            .current_dir(&project)
+            .env("HOME", w.join(format!("home{n}"))));
+        for installed in ["mc-a", "mc-b", "@mc/c"] {
+            assert!(
+                project
+                    .join("node_modules")
+                    .join(installed)
+                    .join("index.js")
+                    .exists(),
+                "{installed} not installed"
+            );
+        }
+    };
+    tokio::task::block_in_place(|| round(1));
+    let first = registry.total();
+    assert_eq!(
+        registry.hits("/mc-a/-/mc-a-1.0.0.tgz"),
+        1,
+        "{:?}",
+        registry.requests()
+    );
+    registry.stop();
+    tokio::task::block_in_place(|| round(2));
+    let second = registry.total() - first;
+    assert_eq!(second, 0);
+    report("npm", &npm, first, second);
+    proxy.stop().await;
+}
+
+/// Packs each of `packages` (name, dependencies) at version 1.0.0 with
+/// `npm pack` and serves its packument (at `/{name}` and `/@scope%2Fname`)
+/// and tarball from `registry`, as the npm registry does.
+pub fn publish(w: &Path, registry: &MirrorServer, packages: &[(&str, serde_json::Value)]) {
+    std::fs::create_dir_all(w.join("packs")).unwrap();
+    for (name, deps) in packages {
         let dir = w.join("src").join(name.replace('/', "__"));
         write(
             &dir.join("package.json"),
@@ -67,55 +118,23 @@ async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
         );
         registry.put_typed(&format!("/{name}"), packument, "application/json");
     }
-    let proxy = TestProxy::start(&format!(
+}
+
+/// A proxy with one `npm` remote named `npm` in front of `registry`.
+pub async fn npm_proxy(registry: &MirrorServer) -> TestProxy {
+    TestProxy::start(&format!(
         "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n",
         registry.url("")
     ))
-    .await;
-    let registry_url = proxy.url("/npm/");
+    .await
+}
 
-    let round = |n: usize| {
-        let project = w.join(format!("project{n}"));
-        write(
-            &project.join("package.json"),
-            &json!({"name": "consumer", "version": "0.0.0", "private": true}).to_string(),
-        );
-        run(Command::new("npm")
-            .args([
-                "install",
-                "--no-audit",
-                "--no-fund",
-                "--registry",
-                &registry_url,
-                "--cache",
-            ])
-            .arg(w.join(format!("cache{n}")))
-            .arg("mc-a")
-            .current_dir(&project)
-            .env("HOME", w.join(format!("home{n}"))));
-        for installed in ["mc-a", "mc-b", "@mc/c"] {
-            assert!(
-                project
-                    .join("node_modules")
-                    .join(installed)
-                    .join("index.js")
-                    .exists(),
-                "{installed} not installed"
-            );
-        }
-    };
-    tokio::task::block_in_place(|| round(1));
-    let first = registry.total();
-    assert_eq!(
-        registry.hits("/mc-a/-/mc-a-1.0.0.tgz"),
-        1,
-        "{:?}",
-        registry.requests()
+/// An empty project `project{n}` in `w` to install into.
+pub fn consumer_project(w: &Path, n: usize) -> PathBuf {
+    let project = w.join(format!("project{n}"));
+    write(
+        &project.join("package.json"),
+        &json!({"name": "consumer", "version": "0.0.0", "private": true}).to_string(),
     );
-    registry.stop();
-    tokio::task::block_in_place(|| round(2));
-    let second = registry.total() - first;
-    assert_eq!(second, 0);
-    report("npm", &npm, first, second);
-    proxy.stop().await;
+    project
 }
