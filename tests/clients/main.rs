@@ -13,6 +13,7 @@ mod cargo_registry;
 mod go;
 mod npm;
 mod npm_api;
+mod npm_family;
 mod pip;
 
 use std::path::Path;
