@@ -15,6 +15,7 @@ mod npm;
 mod npm_api;
 mod npm_family;
 mod pip;
+mod python_tools;
 
 use std::path::Path;
 use std::process::Command;

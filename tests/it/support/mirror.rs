@@ -52,6 +52,9 @@ struct File {
 
 pub struct MirrorState {
     files: Mutex<HashMap<String, File>>,
+    /// Content-negotiated files: (path, a media type the `Accept` header must
+    /// name) → file, served before `files` when the request asks for it.
+    negotiated: Mutex<HashMap<(String, &'static str), File>>,
     /// `Authorization` header value every request must carry, if set.
     required_auth: Mutex<Option<String>>,
     fault: Mutex<Fault>,
@@ -72,6 +75,7 @@ impl MirrorServer {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(MirrorState {
             files: Mutex::default(),
+            negotiated: Mutex::default(),
             required_auth: Mutex::default(),
             fault: Mutex::new(Fault::None),
             hits: Mutex::default(),
@@ -132,6 +136,23 @@ impl MirrorServer {
             .lock()
             .unwrap()
             .insert(path.to_string(), file);
+    }
+
+    /// Serves `bytes` at `path` to requests whose `Accept` names `media_type`
+    /// (as a PEP 691 index serves JSON), typed as that media type.
+    pub fn put_negotiated(&self, path: &str, media_type: &'static str, bytes: impl Into<Bytes>) {
+        let bytes = bytes.into();
+        let etag = format!("\"{}\"", &super::sha256_hex(&bytes)[..16]);
+        let file = File {
+            bytes,
+            etag,
+            content_type: media_type,
+        };
+        self.state
+            .negotiated
+            .lock()
+            .unwrap()
+            .insert((path.to_string(), media_type), file);
     }
 
     /// Every path requested so far, with counts, sorted.
@@ -229,9 +250,18 @@ async fn handle(
     if let Fault::SlowFirstByte(delay) = fault {
         tokio::time::sleep(delay).await;
     }
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let (bytes, etag, content_type) = {
+        let negotiated = state.negotiated.lock().unwrap();
         let files = state.files.lock().unwrap();
-        match files.get(&path) {
+        let asked = negotiated
+            .iter()
+            .find(|((p, media_type), _)| *p == path && accept.contains(media_type))
+            .map(|(_, f)| f);
+        match asked.or_else(|| files.get(&path)) {
             Some(f) => (f.bytes.clone(), f.etag.clone(), f.content_type),
             None => return StatusCode::NOT_FOUND.into_response(),
         }
