@@ -56,6 +56,17 @@ pub fn sumdb_path(kind: RemoteKind, path: &str) -> Option<(&str, &str)> {
     (!db.is_empty() && !rest.is_empty()).then_some((db, rest))
 }
 
+/// Whether `path` is under a cargo registry's web API, `api/v1/crates`,
+/// which a registry may serve below a prefix of its own (`config.json`'s
+/// `api`, e.g. `artifactory/api/cargo/{repo}`).
+fn is_cargo_api(path: &str) -> bool {
+    const API: &str = "api/v1/crates";
+    path.match_indices(API).any(|(at, _)| {
+        (at == 0 || path[..at].ends_with('/'))
+            && matches!(path[at + API.len()..].chars().next(), None | Some('/'))
+    })
+}
+
 /// One variant of a content-negotiated document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Variant {
@@ -122,10 +133,7 @@ impl RemoteKind {
         match self {
             RemoteKind::Npm if NPM_AUDIT.contains(&path) => Some(PassThrough { post: true }),
             RemoteKind::Npm if path == "-/v1/search" => Some(PassThrough { post: false }),
-            RemoteKind::Cargo
-                if (path == "api/v1/crates" || path.starts_with("api/v1/crates/"))
-                    && !path.ends_with("/download") =>
-            {
+            RemoteKind::Cargo if is_cargo_api(path) && !path.ends_with("/download") => {
                 Some(PassThrough { post: false })
             }
             _ => None,
@@ -254,6 +262,9 @@ mod tests {
             (Cargo, "api/v1/crates/serde", get),
             (Cargo, "api/v1/crates/serde/1.0.0/download", None),
             (Cargo, "api/v1/crates-and-more", None),
+            (Cargo, "artifactory/api/cargo/crates-io/api/v1/crates", get),
+            (Cargo, "artifactory/api/cargo/crates-io/v1/crates/itoa/1.0.19/download", None),
+            (Cargo, "myapi/v1/crates", None),
             (Cargo, "config.json", None),
             (Pypi, "pypi/six/json", None),
             (Generic, "-/v1/search", None),
