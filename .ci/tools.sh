@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs what the tests use beyond the machine's services, when missing:
 # for the real-client suite (tests/clients) pip's `wheel` (fixture wheels with
-# setuptools < 70), dpkg-dev (dpkg-scanpackages), apt and Debian's golang;
+# setuptools < 70), dpkg-dev (dpkg-scanpackages), apt, Debian's golang and
+# golang-golang-x-mod-dev (a signed checksum database fixture);
 # pnpm and yarn 1 (the npm registry), uv and poetry (PyPI);
 # for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
@@ -11,6 +12,8 @@ need_apt=()
 command -v dpkg-scanpackages >/dev/null || need_apt+=(dpkg-dev)
 command -v apt-get >/dev/null || need_apt+=(apt)
 command -v go >/dev/null || need_apt+=(golang-go)
+# The go checksum database fixture (tests/clients/sumdb) builds on x/mod's sumdb.
+[ -d /usr/share/gocode/src/golang.org/x/mod/sumdb ] || need_apt+=(golang-golang-x-mod-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
