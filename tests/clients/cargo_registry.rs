@@ -89,6 +89,26 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
         }
     };
     tokio::task::block_in_place(|| round(1));
+    // cargo publish through the proxy: refused, and cargo says why.
+    let new_crate = w.join("mc_new");
+    write(
+        &new_crate.join("Cargo.toml"),
+        "[package]\nname = \"mc_new\"\nversion = \"0.1.0\"\nedition = \"2021\"\ndescription = \"test\"\nlicense = \"MIT\"\n",
+    );
+    write(&new_crate.join("src/lib.rs"), "");
+    let publish = Command::new("cargo")
+        .args(["publish", "--no-verify", "--allow-dirty", "--token", "test-token", "--index"])
+        .arg(&registry)
+        .current_dir(&new_crate)
+        .env("CARGO_HOME", w.join("publishhome"))
+        .env("CARGO_TARGET_DIR", w.join("packtarget"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&publish.stderr);
+    assert!(!publish.status.success());
+    assert!(said.contains("405") && said.contains("read-only cache"), "{said}");
+    let shown = said.lines().find(|l| l.contains("read-only")).unwrap_or_default();
+    println!("PUBLISH-REFUSED cargo: {shown}");
     let first = index.total() + files.total();
     assert_eq!(index.hits("/api/v1/crates"), 1, "{:?}", index.requests());
     assert_eq!(

@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::npm::{consumer_project, npm_proxy, publish};
 use crate::support::MirrorServer;
-use crate::{client, report, run};
+use crate::{client, report, run, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn npm_audit_and_search_through_the_proxy() {
@@ -81,6 +81,25 @@ async fn npm_audit_and_search_through_the_proxy() {
     assert!(search_ok, "{search}");
     assert!(search.contains("found by the fixture search"), "{search}");
     assert_eq!(registry.hits("/-/npm/v1/security/advisories/bulk"), 1);
+    // npm publish through the proxy: refused, and npm says why.
+    let package = w.join("mc-new");
+    let token_key = format!("{}:_authToken", registry_url.trim_start_matches("http:"));
+    write(&package.join(".npmrc"), &format!("{token_key}=test-token\n"));
+    write(
+        &package.join("package.json"),
+        &json!({"name": "mc-new", "version": "1.0.0"}).to_string(),
+    );
+    let publish = Command::new("npm")
+        .args(["publish", "--registry", &registry_url, "--fetch-retries=0"])
+        .current_dir(&package)
+        .env("HOME", w.join("publishhome"))
+        .output()
+        .unwrap();
+    let said = String::from_utf8_lossy(&publish.stderr);
+    assert!(!publish.status.success());
+    assert!(said.contains("405") && said.contains("read-only cache"), "{said}");
+    let shown = said.lines().find(|l| l.contains("read-only")).unwrap_or_default();
+    println!("PUBLISH-REFUSED npm: {shown}");
     assert_eq!(registry.hits("/-/v1/search"), 1);
     let first = registry.total();
     registry.stop();
