@@ -48,7 +48,9 @@ pub enum ProxyError {
     MethodNotAllowed,
     /// A write (publish, unpublish, yank, login): said plainly, in a body
     /// npm and cargo both show their users.
-    #[error("mirrorcache is a read-only cache: publish to the registry itself, not through the proxy")]
+    #[error(
+        "mirrorcache is a read-only cache: publish to the registry itself, not through the proxy"
+    )]
     ReadOnly,
     #[error("request body over the limit of {limit} bytes")]
     RequestTooLarge { limit: usize },

@@ -98,7 +98,12 @@ fn parse_authority(text: &str) -> Option<(String, String, u16, usize)> {
     if host.is_empty() {
         return None;
     }
-    Some((scheme, host.to_ascii_lowercase(), port, start + authority_len))
+    Some((
+        scheme,
+        host.to_ascii_lowercase(),
+        port,
+        start + authority_len,
+    ))
 }
 
 /// The length of the prefix of `path` (which follows an authority) that
@@ -221,27 +226,52 @@ mod tests {
         ]);
         for (from, to) in [
             // Explicit default ports, upper-case hosts and schemes.
-            ("https://index.crates.io:443/api/v1/crates", "http://p/c/api/v1/crates"),
+            (
+                "https://index.crates.io:443/api/v1/crates",
+                "http://p/c/api/v1/crates",
+            ),
             ("https://INDEX.Crates.IO/api", "http://p/c/api"),
             ("HTTPS://index.crates.io:/x", "http://p/c/x"),
-            ("https://STATIC.crates.io:443/crates/{crate}/{version}/download", "http://p/c/~files/{crate}/{version}/download"),
+            (
+                "https://STATIC.crates.io:443/crates/{crate}/{version}/download",
+                "http://p/c/~files/{crate}/{version}/download",
+            ),
             ("http://127.0.0.1:8081/reg/x.tgz", "http://p/r/x.tgz"),
             ("http://127.0.0.1:8081/reg", "http://p/r"),
             // The longer base wins on a shared host.
             ("https://static.crates.io/crates", "http://p/c/~files"),
             // Not the same origin, or not the same path segments: untouched.
             ("http://index.crates.io/api", "http://index.crates.io/api"),
-            ("https://index.crates.io:8443/api", "https://index.crates.io:8443/api"),
-            ("https://index.crates.io.evil/api", "https://index.crates.io.evil/api"),
-            ("https://user@index.crates.io/api", "https://user@index.crates.io/api"),
+            (
+                "https://index.crates.io:8443/api",
+                "https://index.crates.io:8443/api",
+            ),
+            (
+                "https://index.crates.io.evil/api",
+                "https://index.crates.io.evil/api",
+            ),
+            (
+                "https://user@index.crates.io/api",
+                "https://user@index.crates.io/api",
+            ),
             ("http://127.0.0.1:80/reg/x", "http://127.0.0.1:80/reg/x"),
-            ("http://127.0.0.1:8081/reg2/x", "http://127.0.0.1:8081/reg2/x"),
+            (
+                "http://127.0.0.1:8081/reg2/x",
+                "http://127.0.0.1:8081/reg2/x",
+            ),
             ("http://127.0.0.1:8081/Reg/x", "http://127.0.0.1:8081/Reg/x"),
-            ("http://127.0.0.1:80811/reg/x", "http://127.0.0.1:80811/reg/x"),
+            (
+                "http://127.0.0.1:80811/reg/x",
+                "http://127.0.0.1:80811/reg/x",
+            ),
             ("httpx", "httpx"),
             ("http", "http"),
         ] {
-            assert_eq!(r.apply(&format!("\"{from}\"")), format!("\"{to}\""), "{from}");
+            assert_eq!(
+                r.apply(&format!("\"{from}\"")),
+                format!("\"{to}\""),
+                "{from}"
+            );
         }
         let r = rewrite(&[("http://[::1]:8080/", "http://p/v6")]);
         assert_eq!(r.apply("'http://[::1]:8080/a'"), "'http://p/v6/a'");

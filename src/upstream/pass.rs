@@ -91,7 +91,10 @@ pub async fn forward(remote: &Remote, request: Forward<'_>) -> Result<Answer, Pr
             Ok(Err(e)) => AttemptError::Request(e.without_url().to_string()),
             Err(_) => AttemptError::FirstByteTimeout(remote.config.first_byte_timeout),
         };
-        mirror.observe_first_byte(remote.config.first_byte_timeout, set.selector.first_byte_decay());
+        mirror.observe_first_byte(
+            remote.config.first_byte_timeout,
+            set.selector.first_byte_decay(),
+        );
         record_failure(remote, set, mirror_idx, &error);
         tracing::debug!(remote = %remote.name, mirror = mirror.base(), %error, "pass-through attempt failed");
         last = Some(error);

@@ -8,7 +8,7 @@ use std::process::Command;
 use serde_json::json;
 
 use crate::support::{sha256_hex, MirrorServer, TestProxy};
-use crate::{report, run, version, write};
+use crate::{assert_refused_as_read_only, report, run, version, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
@@ -96,19 +96,22 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
         "[package]\nname = \"mc_new\"\nversion = \"0.1.0\"\nedition = \"2021\"\ndescription = \"test\"\nlicense = \"MIT\"\n",
     );
     write(&new_crate.join("src/lib.rs"), "");
-    let publish = Command::new("cargo")
-        .args(["publish", "--no-verify", "--allow-dirty", "--token", "test-token", "--index"])
-        .arg(&registry)
-        .current_dir(&new_crate)
-        .env("CARGO_HOME", w.join("publishhome"))
-        .env("CARGO_TARGET_DIR", w.join("packtarget"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&publish.stderr);
-    assert!(!publish.status.success());
-    assert!(said.contains("405") && said.contains("read-only cache"), "{said}");
-    let shown = said.lines().find(|l| l.contains("read-only")).unwrap_or_default();
-    println!("PUBLISH-REFUSED cargo: {shown}");
+    assert_refused_as_read_only(
+        "cargo",
+        Command::new("cargo")
+            .args([
+                "publish",
+                "--no-verify",
+                "--allow-dirty",
+                "--token",
+                "test-token",
+                "--index",
+            ])
+            .arg(&registry)
+            .current_dir(&new_crate)
+            .env("CARGO_HOME", w.join("publishhome"))
+            .env("CARGO_TARGET_DIR", w.join("packtarget")),
+    );
     let first = index.total() + files.total();
     assert_eq!(index.hits("/api/v1/crates"), 1, "{:?}", index.requests());
     assert_eq!(

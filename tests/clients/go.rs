@@ -69,7 +69,11 @@ async fn module_origin() -> (MirrorServer, String, Vec<u8>) {
         go_mod.clone(),
         "text/plain",
     );
-    origin.put_typed(&format!("/{module}/@v/v1.0.0.zip"), zip.clone(), "application/zip");
+    origin.put_typed(
+        &format!("/{module}/@v/v1.0.0.zip"),
+        zip.clone(),
+        "application/zip",
+    );
     (origin, go_mod, zip)
 }
 
@@ -158,9 +162,16 @@ impl Drop for SumDb {
 
 /// The proxy's upstream fetches for the `go` remote so far (its own metric).
 async fn upstream_fetches(proxy: &TestProxy) -> usize {
-    let text = reqwest::get(proxy.url("/-/metrics")).await.unwrap().text().await.unwrap();
+    let text = reqwest::get(proxy.url("/-/metrics"))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     text.lines()
-        .find(|l| l.starts_with("mirrorcache_upstream_fetches_total{") && l.contains("remote=\"go\""))
+        .find(|l| {
+            l.starts_with("mirrorcache_upstream_fetches_total{") && l.contains("remote=\"go\"")
+        })
         .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .unwrap_or(0.0) as usize
 }
@@ -178,7 +189,10 @@ async fn go_mod_download_verified_by_a_signed_checksum_database_through_the_prox
         return;
     };
     let x_mod = Path::new("/usr/share/gocode/src/golang.org/x/mod/sumdb").is_dir();
-    if !available("Debian's golang-golang-x-mod-dev (the checksum database fixture)", x_mod) {
+    if !available(
+        "Debian's golang-golang-x-mod-dev (the checksum database fixture)",
+        x_mod,
+    ) {
         return;
     }
     let work = tempfile::tempdir().unwrap();
@@ -189,7 +203,10 @@ async fn go_mod_download_verified_by_a_signed_checksum_database_through_the_prox
     run(Command::new("go")
         .args(["build", "-o"])
         .arg(w.join("sumdb-fixture"))
-        .arg(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/clients/sumdb/main.go"))
+        .arg(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/tests/clients/sumdb/main.go"
+        ))
         .env("GO111MODULE", "off")
         .env("GOPATH", "/usr/share/gocode")
         .env("GOCACHE", w.join("buildcache")));

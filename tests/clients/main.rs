@@ -56,6 +56,17 @@ pub fn client(tool: &str, arg: &str) -> Option<String> {
     found
 }
 
+/// Runs a publish `cmd` that the proxy must refuse: it fails, and the client
+/// prints the proxy's read-only-cache 405 (the line is printed for the notes).
+pub fn assert_refused_as_read_only(client: &str, cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("405") && said.contains("read-only cache"), "{said}");
+    let shown = said.lines().find(|l| l.contains("read-only")).unwrap_or_default();
+    println!("PUBLISH-REFUSED {client}: {shown}");
+}
+
 pub fn write(path: &Path, text: &str) {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(path, text).unwrap();

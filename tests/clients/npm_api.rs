@@ -11,7 +11,7 @@ use serde_json::json;
 
 use crate::npm::{consumer_project, npm_proxy, publish};
 use crate::support::MirrorServer;
-use crate::{client, report, run, write};
+use crate::{assert_refused_as_read_only, client, report, run, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn npm_audit_and_search_through_the_proxy() {
@@ -55,7 +55,13 @@ async fn npm_audit_and_search_through_the_proxy() {
         let npm = |args: &[&str]| {
             let mut cmd = Command::new("npm");
             cmd.args(args)
-                .args(["--no-fund", "--fetch-retries=0", "--registry", &registry_url, "--cache"])
+                .args([
+                    "--no-fund",
+                    "--fetch-retries=0",
+                    "--registry",
+                    &registry_url,
+                    "--cache",
+                ])
                 .arg(w.join(format!("cache{n}")))
                 .current_dir(&project)
                 .env("HOME", w.join(format!("home{n}")));
@@ -71,7 +77,10 @@ async fn npm_audit_and_search_through_the_proxy() {
                 String::from_utf8_lossy(&o.stderr)
             )
         };
-        ((audit.status.success(), text(&audit)), (search.status.success(), text(&search)))
+        (
+            (audit.status.success(), text(&audit)),
+            (search.status.success(), text(&search)),
+        )
     };
     let ((audit_ok, audit), (search_ok, search)) = tokio::task::block_in_place(|| round(1));
     // npm audit exits 1 when it found something, and shows what.
@@ -84,28 +93,30 @@ async fn npm_audit_and_search_through_the_proxy() {
     // npm publish through the proxy: refused, and npm says why.
     let package = w.join("mc-new");
     let token_key = format!("{}:_authToken", registry_url.trim_start_matches("http:"));
-    write(&package.join(".npmrc"), &format!("{token_key}=test-token\n"));
+    write(
+        &package.join(".npmrc"),
+        &format!("{token_key}=test-token\n"),
+    );
     write(
         &package.join("package.json"),
         &json!({"name": "mc-new", "version": "1.0.0"}).to_string(),
     );
-    let publish = Command::new("npm")
-        .args(["publish", "--registry", &registry_url, "--fetch-retries=0"])
-        .current_dir(&package)
-        .env("HOME", w.join("publishhome"))
-        .output()
-        .unwrap();
-    let said = String::from_utf8_lossy(&publish.stderr);
-    assert!(!publish.status.success());
-    assert!(said.contains("405") && said.contains("read-only cache"), "{said}");
-    let shown = said.lines().find(|l| l.contains("read-only")).unwrap_or_default();
-    println!("PUBLISH-REFUSED npm: {shown}");
+    assert_refused_as_read_only(
+        "npm",
+        Command::new("npm")
+            .args(["publish", "--registry", &registry_url, "--fetch-retries=0"])
+            .current_dir(&package)
+            .env("HOME", w.join("publishhome")),
+    );
     assert_eq!(registry.hits("/-/v1/search"), 1);
     let first = registry.total();
     registry.stop();
     let ((audit_ok, audit), (search_ok, search)) = tokio::task::block_in_place(|| round(2));
     // Never cached: with the origin gone there is no audit and no search.
-    assert!(!audit_ok && !audit.contains("Mirrorcache test advisory"), "{audit}");
+    assert!(
+        !audit_ok && !audit.contains("Mirrorcache test advisory"),
+        "{audit}"
+    );
     assert!(!search_ok, "{search}");
     assert!(search.contains("502"), "{search}");
     let second = registry.total() - first;

@@ -31,7 +31,12 @@ async fn two_rounds(w: &Path, round: impl Fn(usize, &str, &str)) -> (usize, usiz
     let (registry_url, origin) = (proxy.url("/npm/"), registry.url(""));
     tokio::task::block_in_place(|| round(1, &registry_url, &origin));
     let first = registry.total();
-    assert_eq!(registry.hits("/mc-a/-/mc-a-1.0.0.tgz"), 1, "{:?}", registry.requests());
+    assert_eq!(
+        registry.hits("/mc-a/-/mc-a-1.0.0.tgz"),
+        1,
+        "{:?}",
+        registry.requests()
+    );
     registry.stop();
     tokio::task::block_in_place(|| round(2, &registry_url, &origin));
     let second = registry.total() - first;
@@ -44,7 +49,10 @@ async fn two_rounds(w: &Path, round: impl Fn(usize, &str, &str)) -> (usize, usiz
 fn assert_installed(project: &Path) {
     let a = std::fs::canonicalize(project.join("node_modules/mc-a")).expect("mc-a installed");
     assert!(a.join("index.js").exists());
-    assert!(a.parent().unwrap().join("@mc/c/index.js").exists(), "@mc/c not installed");
+    assert!(
+        a.parent().unwrap().join("@mc/c/index.js").exists(),
+        "@mc/c not installed"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -68,7 +76,10 @@ async fn pnpm_add_through_the_proxy_then_from_the_cache_alone() {
         assert_installed(&project);
         let lock = std::fs::read_to_string(project.join("pnpm-lock.yaml")).unwrap();
         assert!(lock.contains("mc-b@1.0.0"), "{lock}");
-        assert!(!lock.contains(origin), "the lockfile names the origin:\n{lock}");
+        assert!(
+            !lock.contains(origin),
+            "the lockfile names the origin:\n{lock}"
+        );
     })
     .await;
     assert_eq!(second, 0);
@@ -85,7 +96,14 @@ async fn yarn_add_through_the_proxy_then_from_the_cache_alone() {
     let (first, second) = two_rounds(w, |n, registry, origin| {
         let project = consumer_project(w, n);
         run(Command::new("yarn")
-            .args(["add", "mc-a", "--non-interactive", "--no-progress", "--registry", registry])
+            .args([
+                "add",
+                "mc-a",
+                "--non-interactive",
+                "--no-progress",
+                "--registry",
+                registry,
+            ])
             .arg("--cache-folder")
             .arg(w.join(format!("yarncache{n}")))
             .current_dir(&project)
@@ -97,7 +115,10 @@ async fn yarn_add_through_the_proxy_then_from_the_cache_alone() {
             lock.contains(&format!("resolved \"{registry}mc-a/-/mc-a-1.0.0.tgz")),
             "{lock}"
         );
-        assert!(!lock.contains(origin), "the lockfile names the origin:\n{lock}");
+        assert!(
+            !lock.contains(origin),
+            "the lockfile names the origin:\n{lock}"
+        );
     })
     .await;
     assert_eq!(second, 0);

@@ -160,7 +160,11 @@ impl PypiFixture {
             });
             let page = format!("/simple/{project}/");
             index.put_typed(&page, html, "text/html");
-            index.put_negotiated(&page, "application/vnd.pypi.simple.v1+json", json.to_string());
+            index.put_negotiated(
+                &page,
+                "application/vnd.pypi.simple.v1+json",
+                json.to_string(),
+            );
             files.put_typed(
                 &format!("/packages/{file_name}.metadata"),
                 metadata,

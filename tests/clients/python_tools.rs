@@ -12,9 +12,9 @@ use crate::{client, report, run, write};
 
 fn find(dir: &Path, name: &str) -> bool {
     std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries.flatten().any(|e| {
-            e.file_name() == name || (e.path().is_dir() && find(&e.path(), name))
-        })
+        entries
+            .flatten()
+            .any(|e| e.file_name() == name || (e.path().is_dir() && find(&e.path(), name)))
     })
 }
 
@@ -27,27 +27,33 @@ async fn uv_pip_install_through_the_proxy_then_from_the_cache_alone() {
         return;
     };
     let w = fixture.work.path().to_path_buf();
-    let (first, second) = fixture.two_rounds(|n, index_url| {
-        let target = w.join(format!("uvtarget{n}"));
-        run(Command::new("uv")
-            .args(["pip", "install", "--no-config", "--python", "python3"])
-            .args(["--index-url", index_url, "--target"])
-            .arg(&target)
-            .arg("mc-alpha")
-            .env("UV_CACHE_DIR", w.join(format!("uvcache{n}")))
-            .env("HOME", w.join(format!("home{n}"))));
-        assert!(target.join("mc_beta.py").exists());
-        if n == 1 {
-            // uv asked for the JSON pages (PEP 691): the proxy fetched that variant.
-            let asked = fixture.index.last_request().unwrap();
-            let accept = asked.headers["accept"].to_str().unwrap();
-            assert!(accept.contains("application/vnd.pypi.simple.v1+json"), "{accept}");
-        }
-    })
-    .await;
+    let (first, second) = fixture
+        .two_rounds(|n, index_url| {
+            let target = w.join(format!("uvtarget{n}"));
+            run(Command::new("uv")
+                .args(["pip", "install", "--no-config", "--python", "python3"])
+                .args(["--index-url", index_url, "--target"])
+                .arg(&target)
+                .arg("mc-alpha")
+                .env("UV_CACHE_DIR", w.join(format!("uvcache{n}")))
+                .env("HOME", w.join(format!("home{n}"))));
+            assert!(target.join("mc_beta.py").exists());
+            if n == 1 {
+                // uv asked for the JSON pages (PEP 691): the proxy fetched that variant.
+                let asked = fixture.index.last_request().unwrap();
+                let accept = asked.headers["accept"].to_str().unwrap();
+                assert!(
+                    accept.contains("application/vnd.pypi.simple.v1+json"),
+                    "{accept}"
+                );
+            }
+        })
+        .await;
     // ...and read the metadata files (PEP 658) rather than the wheels for resolution.
     assert_eq!(
-        fixture.files.hits("/packages/mc_alpha-1.0-py3-none-any.whl.metadata"),
+        fixture
+            .files
+            .hits("/packages/mc_alpha-1.0-py3-none-any.whl.metadata"),
         1,
         "{:?}",
         fixture.files.requests()

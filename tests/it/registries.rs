@@ -8,7 +8,11 @@ use crate::support::{Fault, MirrorServer, TestProxy};
 
 async fn get_text(url: &str) -> (u16, String, String) {
     let (status, cache, body) = get(&reqwest::Client::new(), url).await;
-    (status, cache, String::from_utf8_lossy(&body.unwrap()).into_owned())
+    (
+        status,
+        cache,
+        String::from_utf8_lossy(&body.unwrap()).into_owned(),
+    )
 }
 
 /// A cargo `config.json` whose `dl` names a files mirror with an explicit
@@ -59,7 +63,10 @@ async fn config_json_links_are_rewritten_however_the_origin_is_spelled() {
         .replace("{crate}", "mc")
         .replace("{version}", "1.0.0");
     let (status, cache, body) = get_text(&dl).await;
-    assert_eq!((status, cache.as_str(), body.as_str()), (200, "MISS", "crate bytes"));
+    assert_eq!(
+        (status, cache.as_str(), body.as_str()),
+        (200, "MISS", "crate bytes")
+    );
     proxy.settle().await;
     files.stop();
     let (status, cache, _) = get_text(&dl).await;
@@ -83,7 +90,11 @@ async fn npm_audit_and_search_pass_through_with_failover_and_are_never_cached() 
         advisories,
         "application/json",
     );
-    good.put_typed("/-/v1/search", r#"{"objects":[],"total":0}"#, "application/json");
+    good.put_typed(
+        "/-/v1/search",
+        r#"{"objects":[],"total":0}"#,
+        "application/json",
+    );
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\", \"{}\"]\n\
          username = \"reader\"\npassword = \"s3cret\"\n",
@@ -197,7 +208,10 @@ async fn publish_is_refused_as_a_read_only_cache() {
         (reqwest::Method::PUT, "/npm/left-pad"),
         (reqwest::Method::DELETE, "/npm/left-pad/-rev/1"),
         (reqwest::Method::PUT, "/cargo/api/v1/crates/new"),
-        (reqwest::Method::DELETE, "/cargo/api/v1/crates/serde/1.0.0/yank"),
+        (
+            reqwest::Method::DELETE,
+            "/cargo/api/v1/crates/serde/1.0.0/yank",
+        ),
         (reqwest::Method::POST, "/npm/left-pad"),
     ] {
         let response = client
@@ -207,7 +221,8 @@ async fn publish_is_refused_as_a_read_only_cache() {
             .await
             .unwrap();
         assert_eq!(response.status(), 405, "{method} {path}");
-        let body: serde_json::Value = serde_json::from_str(&response.text().await.unwrap()).unwrap();
+        let body: serde_json::Value =
+            serde_json::from_str(&response.text().await.unwrap()).unwrap();
         let message = body["error"].as_str().unwrap();
         assert!(message.contains("read-only cache"), "{message}");
         assert_eq!(body["errors"][0]["detail"], message);
@@ -281,7 +296,10 @@ async fn pypi_json_api_is_a_rewritten_document_with_revalidation() {
     let (status, cache, body) = get_text(&url).await;
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert!(
-        body.contains(&format!("\"url\":\"{}/pypi/~files/packages/ab/six-1.0.tar.gz\"", proxy.base)),
+        body.contains(&format!(
+            "\"url\":\"{}/pypi/~files/packages/ab/six-1.0.tar.gz\"",
+            proxy.base
+        )),
         "{body}"
     );
     proxy.settle().await;
@@ -352,6 +370,8 @@ async fn go_checksum_database_routes_and_caching() {
 
     // Only a go remote has one.
     let text = "[[remote]]\nname = \"n\"\nkind = \"npm\"\nmirrors = [\"http://127.0.0.1:1\"]\nsumdb = [\"http://127.0.0.1:2\"]\n";
-    let error = mirrorcache::config::Config::parse(text, "t.toml").unwrap_err().to_string();
+    let error = mirrorcache::config::Config::parse(text, "t.toml")
+        .unwrap_err()
+        .to_string();
     assert!(error.contains("remote[0].sumdb"), "{error}");
 }
