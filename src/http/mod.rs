@@ -78,11 +78,12 @@ async fn artifact(
     if uri.path().contains("__mirrorcache_test_panic_in_handler__") {
         panic!("test panic in a handler");
     }
-    let (remote, varies, result) = match resolve(&proxy, &method, &uri) {
+    let (remote, varies, takes_post, result) = match resolve(&proxy, &method, &uri) {
         Ok((remote, path)) => {
             let kind = remote.config.kind;
             let varies = !kind.variants(path.path()).is_empty();
-            let result = match kind.pass_through(path.path()) {
+            let api = kind.pass_through(path.path());
+            let result = match api {
                 // The checksum database is served here (GOPROXY protocol).
                 None if kind.is_sumdb_supported(path.path()) && remote.sumdb.is_some() => {
                     match method {
@@ -99,15 +100,20 @@ async fn artifact(
                 }
                 None => Err(refusal(&method)),
             };
-            (Some(remote), varies, result)
+            (Some(remote), varies, api.is_some_and(|a| a.post), result)
         }
-        Err(error) => (None, false, Err(error)),
+        Err(error) => (None, false, false, Err(error)),
     };
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let (mut response, cache, mirror) = match result {
         Ok(served) => (served.response, Some(served.cache), served.mirror),
         Err(error) => (error.into_response(), None, None),
     };
+    if takes_post && response.status() == axum::http::StatusCode::METHOD_NOT_ALLOWED {
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD, POST"));
+    }
     // Every answer for a content-negotiated path (hit, miss, 304, 404,
     // error) depends on `Accept`.
     if varies {

@@ -150,6 +150,14 @@ async fn npm_audit_and_search_pass_through_with_failover_and_are_never_cached() 
         .await
         .unwrap();
     assert_eq!(response.status(), 405);
+    let response = client
+        .put(proxy.url("/npm/-/npm/v1/security/audits"))
+        .body("x")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 405);
+    assert_eq!(response.headers()["allow"], "GET, HEAD, POST");
     let (status, cache, _) = get_text(&proxy.url("/npm/-/npm/v1/security/audits/quick")).await;
     assert_eq!((status, cache.as_str()), (404, "PASS"));
     proxy.stop().await;
