@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests use beyond the machine's services, when missing:
 # for the real-client suite (tests/clients) pip's `wheel` (fixture wheels with
-# setuptools < 70), dpkg-dev (dpkg-scanpackages), apt and Debian's golang;
+# setuptools < 70), dpkg-dev (dpkg-scanpackages), apt, Debian's golang and
+# golang-golang-x-mod-dev (a signed checksum database fixture);
+# pnpm and yarn 1 (the npm registry), uv and poetry (PyPI);
 # for the unit check systemd's `systemd-analyze`; for the browser test
 # Debian's `chromium-headless-shell`;
 # for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
@@ -17,6 +19,8 @@ command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 # The dashboard in a browser (tests/clients/browser.rs): ~95 MB to download,
 # about 20 s to install.
 command -v chromium-headless-shell >/dev/null || need_apt+=(chromium-headless-shell)
+# The go checksum database fixture (tests/clients/sumdb) builds on x/mod's sumdb.
+[ -d /usr/share/gocode/src/golang.org/x/mod/sumdb ] || need_apt+=(golang-golang-x-mod-dev)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -27,4 +31,15 @@ command -v moto_server >/dev/null || python3 -m pip install -q --disable-pip-ver
     || echo "WARNING: could not install moto (the S3 tests need moto_server)"
 python3 -c 'import wheel' 2>/dev/null || python3 -m pip install -q --disable-pip-version-check wheel \
     || echo "WARNING: could not install the wheel package"
+# Pinned: the versions the client tests were written against (pnpm 12.4.2 is
+# the release known to install cleanly here).
+command -v pnpm >/dev/null || npm install -g --no-fund --no-audit pnpm@12.4.2 >/dev/null \
+    || echo "WARNING: could not install pnpm"
+command -v yarn >/dev/null || npm install -g --no-fund --no-audit yarn@1.22.22 >/dev/null \
+    || echo "WARNING: could not install yarn"
+command -v uv >/dev/null || python3 -m pip install -q --disable-pip-version-check uv \
+    || echo "WARNING: could not install uv"
+command -v poetry >/dev/null || python3 -m pip install -q --disable-pip-version-check poetry \
+    || echo "WARNING: could not install poetry"
+echo "tools: pnpm $(pnpm --version 2>/dev/null || echo absent), yarn $(yarn --version 2>/dev/null || echo absent), $(uv --version 2>/dev/null || echo 'uv absent'), $(poetry --version 2>/dev/null || echo 'poetry absent')"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"

@@ -46,6 +46,14 @@ pub enum ProxyError {
     UnknownRemote(String),
     #[error("method not allowed")]
     MethodNotAllowed,
+    /// A write (publish, unpublish, yank, login): said plainly, in a body
+    /// npm and cargo both show their users.
+    #[error(
+        "mirrorcache is a read-only cache: publish to the registry itself, not through the proxy"
+    )]
+    ReadOnly,
+    #[error("request body over the limit of {limit} bytes")]
+    RequestTooLarge { limit: usize },
     #[error("not found on any mirror")]
     NotFound { status: u16 },
     #[error("every mirror failed ({attempts} attempts); last: {last}")]
@@ -71,7 +79,9 @@ impl ProxyError {
         match self {
             ProxyError::BadPath(_)
             | ProxyError::UnknownRemote(_)
-            | ProxyError::MethodNotAllowed => Side::Downstream,
+            | ProxyError::MethodNotAllowed
+            | ProxyError::ReadOnly
+            | ProxyError::RequestTooLarge { .. } => Side::Downstream,
             ProxyError::NotFound { .. }
             | ProxyError::MirrorsFailed { .. }
             | ProxyError::MirrorsBusy
@@ -98,7 +108,8 @@ impl ProxyError {
         match self {
             ProxyError::BadPath(_) => StatusCode::BAD_REQUEST,
             ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
-            ProxyError::MethodNotAllowed => StatusCode::METHOD_NOT_ALLOWED,
+            ProxyError::MethodNotAllowed | ProxyError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
+            ProxyError::RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
             ProxyError::NotFound { status } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND)
             }
@@ -135,7 +146,15 @@ impl IntoResponse for ProxyError {
         } else {
             tracing::warn!(error = %self, side = ?self.side(), retryable = self.retryable(), "request failed");
         }
-        let mut response = (status, format!("{}\n", self.client_message())).into_response();
+        let mut response = if matches!(self, ProxyError::ReadOnly) {
+            // npm prints `error`, cargo prints `errors[].detail`.
+            let message = self.client_message();
+            axum::Json(serde_json::json!({"error": message, "errors": [{"detail": message}]}))
+                .into_response()
+        } else {
+            (status, format!("{}\n", self.client_message())).into_response()
+        };
+        *response.status_mut() = status;
         if status == StatusCode::METHOD_NOT_ALLOWED {
             response
                 .headers_mut()

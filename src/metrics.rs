@@ -20,6 +20,8 @@ pub enum CacheStatus {
     Miss,
     Revalidated,
     Stale,
+    /// An API route proxied uncached.
+    Pass,
 }
 
 impl CacheStatus {
@@ -29,6 +31,7 @@ impl CacheStatus {
             CacheStatus::Miss => "MISS",
             CacheStatus::Revalidated => "REVALIDATED",
             CacheStatus::Stale => "STALE",
+            CacheStatus::Pass => "PASS",
         }
     }
 }
@@ -92,6 +95,7 @@ pub struct RemoteCounters {
     miss: Counter,
     revalidated: Counter,
     stale: Counter,
+    pass: Counter,
     error: Counter,
     bytes: Counter,
     bytes_from_cache: Counter,
@@ -109,6 +113,7 @@ impl RemoteCounters {
             Some(CacheStatus::Miss) => &self.miss,
             Some(CacheStatus::Revalidated) => &self.revalidated,
             Some(CacheStatus::Stale) => &self.stale,
+            Some(CacheStatus::Pass) => &self.pass,
             None => &self.error,
         }
         .inc();
@@ -118,7 +123,8 @@ impl RemoteCounters {
             Some(CacheStatus::Hit | CacheStatus::Revalidated | CacheStatus::Stale) => {
                 &self.bytes_from_cache
             }
-            Some(CacheStatus::Miss) => &self.bytes_from_upstream,
+            // A pass-through API answer comes from upstream, uncached.
+            Some(CacheStatus::Miss | CacheStatus::Pass) => &self.bytes_from_upstream,
             None => return,
         };
         source.inc_by(bytes);
@@ -364,6 +370,7 @@ impl Metrics {
             miss: counter("MISS"),
             revalidated: counter("REVALIDATED"),
             stale: counter("STALE"),
+            pass: counter("PASS"),
             error: counter("error"),
             bytes: self.bytes_served.get_or_create(&labels).clone(),
             bytes_from_cache: self.by_source(remote, "cache"),

@@ -147,6 +147,15 @@ impl RemoteKind {
         }
     }
 
+    /// Mirrors of the checksum database the go command checks modules
+    /// against (`GOSUMDB`, by default `sum.golang.org`); go remotes only.
+    pub fn default_sumdb(self) -> &'static [&'static str] {
+        match self {
+            RemoteKind::Go => &["https://sum.golang.org"],
+            _ => &[],
+        }
+    }
+
     /// The separate download host of the public registry, when it has one.
     pub fn default_files(self) -> &'static [&'static str] {
         match self {
@@ -175,6 +184,9 @@ pub struct RemoteConfig {
     /// Mirrors of the separate download host (pypi's files host, cargo's
     /// `dl`); served under `/{name}/~files/…`. Empty when there is none.
     pub files: Vec<Url>,
+    /// Mirrors of the go checksum database, served under
+    /// `/{name}/sumdb/{db}/…` (go remotes only; empty = none).
+    pub sumdb: Vec<Url>,
     /// Index documents rewritten in memory are refused (502) beyond this size.
     pub max_document_size: u64,
     pub strategy: Strategy,

@@ -152,6 +152,7 @@ pub(super) struct RawRemote {
     pub(super) kind: Spanned<String>,
     pub(super) mirrors: Spanned<Vec<Spanned<String>>>,
     pub(super) files: Option<Spanned<Vec<Spanned<String>>>>,
+    pub(super) sumdb: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default = "default_max_document_size")]
     pub(super) max_document_size: HumanSize,
     #[serde(default = "default_strategy")]

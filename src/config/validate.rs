@@ -215,16 +215,25 @@ impl Validator<'_> {
             }
         };
         let mirrors = self.mirror_list(&format!("remote[{i}].mirrors"), &raw.mirrors)?;
-        let files = match &raw.files {
-            // `files = []` says: this registry has no separate files host.
-            Some(files) if files.get_ref().is_empty() => Vec::new(),
-            Some(files) => self.mirror_list(&format!("remote[{i}].files"), files)?,
-            None => kind
-                .default_files()
-                .iter()
-                .map(|u| Url::parse(u).expect("default URLs parse"))
-                .collect(),
-        };
+        // `files = []` says: this registry has no separate files host.
+        let files = self.optional_mirror_list(
+            &format!("remote[{i}].files"),
+            raw.files.as_ref(),
+            kind.default_files(),
+        )?;
+        if let (Some(list), false) = (&raw.sumdb, kind == RemoteKind::Go) {
+            return self.error(
+                format!("remote[{i}].sumdb"),
+                list.span(),
+                "only a go remote has a checksum database",
+            );
+        }
+        // `sumdb = []`: `sumdb/…` paths go to the index mirrors as they are.
+        let sumdb = self.optional_mirror_list(
+            &format!("remote[{i}].sumdb"),
+            raw.sumdb.as_ref(),
+            kind.default_sumdb(),
+        )?;
         let max_document_size = raw.max_document_size.0;
         let max_attempts = match raw.max_attempts {
             None => mirrors.len(),
@@ -270,6 +279,7 @@ impl Validator<'_> {
             kind,
             mirrors,
             files,
+            sumdb,
             max_document_size,
             strategy: raw.strategy,
             latency_decay: raw.latency_decay.0,
@@ -299,6 +309,23 @@ impl Validator<'_> {
     }
 
     /// A list of 1..=MAX_MIRRORS distinct http(s) base URLs.
+    /// A list of mirrors that may be absent (then `default`) or empty (none).
+    fn optional_mirror_list(
+        &self,
+        key: &str,
+        list: Option<&Spanned<Vec<Spanned<String>>>>,
+        default: &[&str],
+    ) -> Result<Vec<Url>, ConfigError> {
+        match list {
+            Some(list) if list.get_ref().is_empty() => Ok(Vec::new()),
+            Some(list) => self.mirror_list(key, list),
+            None => Ok(default
+                .iter()
+                .map(|u| Url::parse(u).expect("default URLs parse"))
+                .collect()),
+        }
+    }
+
     fn mirror_list(
         &self,
         key: &str,

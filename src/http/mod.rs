@@ -6,6 +6,7 @@
 mod admin;
 mod dashboard;
 mod ops;
+mod pass;
 mod respond;
 mod send_timeout;
 pub mod server;
@@ -14,6 +15,7 @@ pub mod snapshot;
 use std::sync::Arc;
 use std::time::Instant;
 
+use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
@@ -71,6 +73,7 @@ async fn artifact(
     method: Method,
     uri: Uri,
     headers: HeaderMap,
+    body: Body,
 ) -> Response {
     let started = Instant::now();
     // Lets tests reach the panic path of a handler (debug builds only).
@@ -78,13 +81,31 @@ async fn artifact(
     if uri.path().contains("__mirrorcache_test_panic_in_handler__") {
         panic!("test panic in a handler");
     }
-    let (remote, varies, result) = match resolve(&proxy, &method, &uri) {
+    let (remote, varies, takes_post, result) = match resolve(&proxy, &method, &uri) {
         Ok((remote, path)) => {
-            let varies = !remote.config.kind.variants(path.path()).is_empty();
-            let result = serve(&proxy, &remote, &path, &method, &headers).await;
-            (Some(remote), varies, result)
+            let kind = remote.config.kind;
+            let varies = !kind.variants(path.path()).is_empty();
+            let api = kind.pass_through(path.path());
+            let result = match api {
+                // The checksum database is served here (GOPROXY protocol).
+                None if kind.is_sumdb_supported(path.path()) && remote.sumdb.is_some() => {
+                    match method {
+                        Method::GET | Method::HEAD => Ok(Served::hit(
+                            respond::empty_ok(CacheStatus::Hit),
+                            CacheStatus::Hit,
+                        )),
+                        _ => Err(refusal(&method)),
+                    }
+                }
+                Some(api) => pass::forward(&remote, &path, api, &method, &uri, &headers, body).await,
+                None if method == Method::GET || method == Method::HEAD => {
+                    serve(&proxy, &remote, &path, &method, &headers).await
+                }
+                None => Err(refusal(&method)),
+            };
+            (Some(remote), varies, api.is_some_and(|a| a.post), result)
         }
-        Err(error) => (None, false, Err(error)),
+        Err(error) => (None, false, false, Err(error)),
     };
     let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
     let (mut response, cache, mirror) = match result {
@@ -100,6 +121,11 @@ async fn artifact(
             (error.into_response(), None, None)
         }
     };
+    if takes_post && response.status() == axum::http::StatusCode::METHOD_NOT_ALLOWED {
+        response
+            .headers_mut()
+            .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD, POST"));
+    }
     // Every answer for a content-negotiated path (hit, miss, 304, 404,
     // error) depends on `Accept`.
     if varies {
@@ -145,10 +171,19 @@ fn resolve(
     let remote = proxy
         .remote(path.remote())
         .ok_or_else(|| ProxyError::UnknownRemote(path.remote().to_string()))?;
-    if method != Method::GET && method != Method::HEAD {
-        return Err(ProxyError::MethodNotAllowed);
-    }
     Ok((remote, path))
+}
+
+/// The answer to a method a path does not take: writes (`npm publish` is a
+/// PUT, `cargo publish` a PUT, `twine upload` a POST, unpublishing and
+/// yanking DELETEs) are told this is a read-only cache; anything else is a
+/// plain 405.
+fn refusal(method: &Method) -> ProxyError {
+    if [Method::PUT, Method::POST, Method::DELETE, Method::PATCH].contains(method) {
+        ProxyError::ReadOnly
+    } else {
+        ProxyError::MethodNotAllowed
+    }
 }
 
 /// One artifact request, resolved to its remote and cache key.

@@ -143,6 +143,16 @@ pub fn absent(status: u16, cache: CacheStatus) -> Response {
     response
 }
 
+/// An empty 200 the proxy answers itself (the GOPROXY protocol's
+/// `sumdb/{db}/supported`).
+pub fn empty_ok(cache: CacheStatus) -> Response {
+    let mut response = StatusCode::OK.into_response();
+    response
+        .headers_mut()
+        .insert(X_CACHE_STATUS, status_header(cache));
+    response
+}
+
 /// Marks a response of a content-negotiated path, so that a cache between
 /// the client and us keeps the variants apart as we do.
 pub fn vary_on_accept(response: &mut Response) {

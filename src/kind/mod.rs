@@ -11,13 +11,61 @@
 pub mod policy;
 pub mod rewrite;
 
-use axum::http::{header, HeaderMap};
+use axum::http::{header, HeaderMap, Method};
 
 use crate::config::RemoteKind;
 
 /// Paths under this prefix are served by the remote's `files` mirrors
 /// (`/{remote}/~files/{path}` → `{files_mirror}/{path}`).
 pub const FILES_PREFIX: &str = "~files/";
+
+/// An API endpoint proxied to the remote's mirrors and never cached: each
+/// answer is computed for the request (an audit of the client's lockfile, a
+/// search), so a cached copy would be wrong for the next client.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PassThrough {
+    /// Whether the endpoint takes POST (with a body) besides GET and HEAD.
+    pub post: bool,
+}
+
+impl PassThrough {
+    pub fn allows(self, method: &Method) -> bool {
+        method == Method::GET || method == Method::HEAD || (self.post && method == Method::POST)
+    }
+}
+
+/// npm's audit endpoints: POSTs of the client's dependency tree.
+const NPM_AUDIT: [&str; 3] = [
+    "-/npm/v1/security/advisories/bulk",
+    "-/npm/v1/security/audits",
+    "-/npm/v1/security/audits/quick",
+];
+
+/// Paths under this prefix of a go remote are its checksum database's
+/// (`/{remote}/sumdb/{db}/{rest}` → `{sumdb_mirror}/{rest}`), as the GOPROXY
+/// protocol lets a proxy serve `GOSUMDB`.
+pub const SUMDB_PREFIX: &str = "sumdb/";
+
+/// For a go remote, `sumdb/{db}/{rest}` split into the database's name and
+/// the path within it.
+pub fn sumdb_path(kind: RemoteKind, path: &str) -> Option<(&str, &str)> {
+    if kind != RemoteKind::Go {
+        return None;
+    }
+    let (db, rest) = path.strip_prefix(SUMDB_PREFIX)?.split_once('/')?;
+    (!db.is_empty() && !rest.is_empty()).then_some((db, rest))
+}
+
+/// Whether `path` is under a cargo registry's web API, `api/v1/crates`,
+/// which a registry may serve below a prefix of its own (`config.json`'s
+/// `api`, e.g. `artifactory/api/cargo/{repo}`).
+fn is_cargo_api(path: &str) -> bool {
+    const API: &str = "api/v1/crates";
+    path.match_indices(API).any(|(at, _)| {
+        (at == 0 || path[..at].ends_with('/'))
+            && matches!(path[at + API.len()..].chars().next(), None | Some('/'))
+    })
+}
 
 /// One variant of a content-negotiated document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -67,16 +115,47 @@ impl RemoteKind {
                 path.starts_with("pool/")
                     || (path.starts_with("dists/") && path.contains("/by-hash/"))
             }
-            RemoteKind::Go => [".info", ".mod", ".zip"]
-                .iter()
-                .any(|ext| path.ends_with(ext)),
+            // Checksum database: lookups and tiles never change once
+            // published (the tree only grows); `latest` does.
+            RemoteKind::Go => match sumdb_path(self, path) {
+                Some((_, rest)) => rest.starts_with("lookup/") || rest.starts_with("tile/"),
+                None => [".info", ".mod", ".zip"]
+                    .iter()
+                    .any(|ext| path.ends_with(ext)),
+            },
         }
+    }
+
+    /// The API endpoint `path` is, if it is one: proxied uncached, with the
+    /// query string. npm's audits and search; cargo's web API (`cargo search`,
+    /// `cargo info`), read-only, except crate downloads, which are artifacts.
+    pub fn pass_through(self, path: &str) -> Option<PassThrough> {
+        match self {
+            RemoteKind::Npm if NPM_AUDIT.contains(&path) => Some(PassThrough { post: true }),
+            RemoteKind::Npm if path == "-/v1/search" => Some(PassThrough { post: false }),
+            RemoteKind::Cargo if is_cargo_api(path) && !path.ends_with("/download") => {
+                Some(PassThrough { post: false })
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether `path` is the GOPROXY protocol's `sumdb/{db}/supported`, which
+    /// a proxy that serves the checksum database answers 200 itself.
+    pub fn is_sumdb_supported(self, path: &str) -> bool {
+        sumdb_path(self, path).is_some_and(|(_, rest)| rest == "supported")
     }
 
     /// Whether `path` is an index document whose absolute URLs are rewritten.
     pub fn is_document(self, path: &str) -> bool {
         match self {
-            RemoteKind::Pypi => path == "simple/" || path.starts_with("simple/"),
+            // The simple pages, and the JSON API (`pypi/{project}/json`,
+            // `pypi/{project}/{version}/json`), whose `urls` name the files host.
+            RemoteKind::Pypi => {
+                path == "simple/"
+                    || path.starts_with("simple/")
+                    || (path.starts_with("pypi/") && path.ends_with("/json"))
+            }
             // Packuments: `/{name}`, `/@scope%2f{name}`, `/@scope/{name}`;
             // not tarballs (`/-/`) nor registry endpoints (`-/…`).
             RemoteKind::Npm => {
@@ -91,7 +170,7 @@ impl RemoteKind {
     /// path is not content-negotiated. Its responses carry `Vary: Accept`.
     pub fn variants(self, path: &str) -> &'static [Variant] {
         match self {
-            RemoteKind::Pypi if self.is_document(path) => &[PYPI_HTML, PYPI_JSON],
+            RemoteKind::Pypi if path.starts_with("simple/") => &[PYPI_HTML, PYPI_JSON],
             RemoteKind::Npm if self.is_document(path) => &[NPM_FULL, NPM_ABBREVIATED],
             _ => &[],
         }
@@ -128,6 +207,8 @@ mod tests {
                 false,
             ),
             (Pypi, "~files/packages/ab/six.whl.metadata", true, false),
+            (Pypi, "pypi/six/json", false, true),
+            (Pypi, "pypi/six/1.16.0/json", false, true),
             (Npm, "left-pad", false, true),
             (Npm, "@scope%2fname", false, true),
             (Npm, "@scope/name", false, true),
@@ -149,6 +230,12 @@ mod tests {
             (Go, "golang.org/x/text/@latest", false, false),
             (Go, "golang.org/x/text/@v/v0.3.0.zip", true, false),
             (Go, "golang.org/x/text/@v/v0.3.0.mod", true, false),
+            (Go, "sumdb/sum.golang.org/latest", false, false),
+            (Go, "sumdb/sum.golang.org/lookup/golang.org/x/text@v0.3.0", true, false),
+            (Go, "sumdb/sum.golang.org/tile/8/0/x001/234", true, false),
+            (Go, "sumdb/sum.golang.org/tile/8/1/000.p/5", true, false),
+            (Go, "sumdb/sum.golang.org/supported", false, false),
+            (Generic, "sumdb/sum.golang.org/tile/8/0/000", false, false),
         ] {
             assert_eq!(
                 kind.is_immutable(path),
@@ -157,6 +244,53 @@ mod tests {
             );
             assert_eq!(kind.is_document(path), document, "{kind:?} {path} document");
         }
+    }
+
+    #[test]
+    fn api_endpoints_pass_through_and_artifacts_do_not() {
+        use RemoteKind::*;
+        let (post, get) = (Some(PassThrough { post: true }), Some(PassThrough { post: false }));
+        for (kind, path, expected) in [
+            (Npm, "-/npm/v1/security/advisories/bulk", post),
+            (Npm, "-/npm/v1/security/audits", post),
+            (Npm, "-/npm/v1/security/audits/quick", post),
+            (Npm, "-/v1/search", get),
+            (Npm, "-/v1/search/more", None),
+            (Npm, "left-pad", None),
+            (Npm, "-/npm/v1/security/audits/quick/x", None),
+            (Cargo, "api/v1/crates", get),
+            (Cargo, "api/v1/crates/serde", get),
+            (Cargo, "api/v1/crates/serde/1.0.0/download", None),
+            (Cargo, "api/v1/crates-and-more", None),
+            (Cargo, "artifactory/api/cargo/crates-io/api/v1/crates", get),
+            (Cargo, "artifactory/api/cargo/crates-io/v1/crates/itoa/1.0.19/download", None),
+            (Cargo, "myapi/v1/crates", None),
+            (Cargo, "config.json", None),
+            (Pypi, "pypi/six/json", None),
+            (Generic, "-/v1/search", None),
+            (Go, "api/v1/crates", None),
+        ] {
+            assert_eq!(kind.pass_through(path), expected, "{kind:?} {path}");
+        }
+        assert!(get.unwrap().allows(&Method::HEAD));
+        assert!(!get.unwrap().allows(&Method::POST));
+        assert!(post.unwrap().allows(&Method::POST));
+        assert!(!post.unwrap().allows(&Method::PUT));
+    }
+
+    #[test]
+    fn sumdb_paths_of_go_remotes_only() {
+        use RemoteKind::*;
+        assert_eq!(
+            sumdb_path(Go, "sumdb/sum.golang.org/lookup/m@v1.0.0"),
+            Some(("sum.golang.org", "lookup/m@v1.0.0"))
+        );
+        assert_eq!(sumdb_path(Go, "sumdb/sum.golang.org/"), None);
+        assert_eq!(sumdb_path(Go, "sumdb//latest"), None);
+        assert_eq!(sumdb_path(Generic, "sumdb/sum.golang.org/latest"), None);
+        assert!(Go.is_sumdb_supported("sumdb/sum.golang.org/supported"));
+        assert!(!Go.is_sumdb_supported("sumdb/sum.golang.org/supported/x"));
+        assert!(!Npm.is_sumdb_supported("sumdb/sum.golang.org/supported"));
     }
 
     #[test]
@@ -186,6 +320,7 @@ mod tests {
             (Npm, "left-pad/-/left-pad-1.0.0.tgz", "", None),
             (Pypi, "~files/packages/six.whl", "", None),
             (Cargo, "config.json", "", None),
+            (Pypi, "pypi/six/json", "application/json", None),
         ] {
             let variant = kind.variant(path, &accept(value)).map(|v| v.suffix);
             assert_eq!(variant, suffix, "{kind:?} {path} {value}");

@@ -26,6 +26,7 @@ pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Err
         .mirrors
         .iter()
         .chain(&config.files)
+        .chain(&config.sumdb)
         .map(|u| {
             (
                 u.host_str().unwrap_or_default().to_ascii_lowercase(),

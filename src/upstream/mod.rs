@@ -14,6 +14,7 @@
 pub mod fetch;
 pub mod health;
 pub mod hedge;
+pub mod pass;
 pub mod probe;
 pub mod select;
 
@@ -23,7 +24,7 @@ use url::Url;
 
 use crate::config::RemoteConfig;
 use crate::kind::policy::CachePolicy;
-use crate::kind::FILES_PREFIX;
+use crate::kind::{sumdb_path, FILES_PREFIX};
 use crate::metrics::{Metrics, MirrorMetrics, RemoteCounters};
 use health::{HealthRegistry, MirrorHealth};
 use select::{GaugeRegistry, Mirror, Selector};
@@ -70,6 +71,8 @@ pub struct Remote {
     pub index: MirrorSet,
     /// The files host's mirrors, serving `/{name}/~files/…`.
     pub files: Option<MirrorSet>,
+    /// The go checksum database's mirrors, serving `/{name}/sumdb/{db}/…`.
+    pub sumdb: Option<MirrorSet>,
     pub counters: RemoteCounters,
     pub policy: CachePolicy,
     pub client: reqwest::Client,
@@ -87,6 +90,8 @@ impl Remote {
             index: MirrorSet::new(config, &config.mirrors, gauges, health, metrics),
             files: (!config.files.is_empty())
                 .then(|| MirrorSet::new(config, &config.files, gauges, health, metrics)),
+            sumdb: (!config.sumdb.is_empty())
+                .then(|| MirrorSet::new(config, &config.sumdb, gauges, health, metrics)),
             counters: metrics.remote_counters(&config.name),
             policy: CachePolicy::new(config),
             client: fetch::client_for(config)?,
@@ -95,14 +100,21 @@ impl Remote {
     }
 
     /// The mirror set that serves `path`, and the path to ask it for.
+    /// Without a `sumdb` set, `sumdb/…` goes to the index mirrors as it is
+    /// (proxy.golang.org serves the checksum database that way too).
     pub fn route<'p>(&self, path: &'p str) -> (&MirrorSet, &'p str) {
-        match (path.strip_prefix(FILES_PREFIX), &self.files) {
-            (Some(rest), Some(files)) => (files, rest),
-            _ => (&self.index, path),
+        if let (Some(files), Some(rest)) = (&self.files, path.strip_prefix(FILES_PREFIX)) {
+            return (files, rest);
         }
+        if let (Some(sumdb), Some((_db, rest))) = (&self.sumdb, sumdb_path(self.config.kind, path)) {
+            return (sumdb, rest);
+        }
+        (&self.index, path)
     }
 
     pub fn mirror_sets(&self) -> impl Iterator<Item = &MirrorSet> {
-        std::iter::once(&self.index).chain(self.files.as_ref())
+        std::iter::once(&self.index)
+            .chain(self.files.as_ref())
+            .chain(self.sumdb.as_ref())
     }
 }

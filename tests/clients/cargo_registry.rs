@@ -1,19 +1,59 @@
 //! cargo fetch through a `cargo` remote (sparse protocol) whose `config.json`
-//! points downloads at a separate files origin, as crates.io's does.
+//! points downloads at a separate files origin, as crates.io's does — spelt
+//! with an upper-case host and an explicit port, which the proxy must still
+//! recognise as its own mirrors' — and `cargo search` through its `api`.
 
 use std::process::Command;
 
-use crate::{report, run, version, write};
+use serde_json::json;
+
+use crate::support::{sha256_hex, MirrorServer, TestProxy};
+use crate::{assert_refused_as_read_only, report, run, version, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
     let cargo_version = version("cargo", "--version").expect("cargo runs the tests, so it is here");
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    let krate = crate::fixtures::cargo_leaf(w);
+    let leaf = w.join("mc_leaf");
+    write(
+        &leaf.join("Cargo.toml"),
+        "[package]\nname = \"mc_leaf\"\nversion = \"0.1.0\"\nedition = \"2021\"\ndescription = \"test\"\nlicense = \"MIT\"\n",
+    );
+    write(&leaf.join("src/lib.rs"), "pub fn leaf() -> u32 { 1 }\n");
+    run(Command::new("cargo")
+        .args(["package", "--allow-dirty", "--no-verify", "--quiet"])
+        .current_dir(&leaf)
+        .env("CARGO_HOME", w.join("packhome"))
+        .env("CARGO_TARGET_DIR", w.join("packtarget")));
+    let krate = std::fs::read(w.join("packtarget/package/mc_leaf-0.1.0.crate")).unwrap();
 
-    let (index, files) = crate::fixtures::cargo_origins(&krate).await;
-    let proxy = crate::fixtures::cargo_proxy(&index, &files).await;
+    let index = MirrorServer::start().await;
+    let files = MirrorServer::start().await;
+    let (index_port, files_port) = (index.addr.port(), files.addr.port());
+    index.put_typed(
+        "/config.json",
+        json!({"dl": format!("HTTP://LocalHost:{files_port}/crates"),
+               "api": format!("http://LOCALHOST:{index_port}/")})
+        .to_string(),
+        "application/json",
+    );
+    index.put_typed(
+        "/api/v1/crates",
+        json!({"crates": [{"name": "mc_leaf", "max_version": "0.1.0",
+                           "description": "found by the fixture search"}],
+               "meta": {"total": 1}})
+        .to_string(),
+        "application/json",
+    );
+    let line = json!({"name": "mc_leaf", "vers": "0.1.0", "deps": [], "cksum": sha256_hex(&krate), "features": {}, "yanked": false});
+    index.put_typed("/mc/_l/mc_leaf", format!("{line}\n"), "text/plain");
+    files.put_typed("/crates/mc_leaf/0.1.0/download", krate, "application/x-tar");
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"cargo\"\nkind = \"cargo\"\nmirrors = [\"http://localhost:{index_port}\"]\n\
+         files = [\"http://localhost:{files_port}/crates\"]\n",
+    ))
+    .await;
     let registry = format!("sparse+{}", proxy.url("/cargo/"));
 
     let round = |n: usize| {
@@ -32,10 +72,48 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
             .arg("fetch")
             .current_dir(&project)
             .env("CARGO_HOME", &home));
-        crate::fixtures::assert_leaf_downloaded(&home);
+        let cached = std::fs::read_dir(home.join("registry/cache"))
+            .unwrap()
+            .next()
+            .unwrap()
+            .unwrap()
+            .path();
+        assert!(cached.join("mc_leaf-0.1.0.crate").exists());
+        // The web API is passed through, uncached: only while the origin is up.
+        if n == 1 {
+            let found = run(Command::new("cargo")
+                .args(["search", "--index", &registry, "mc_leaf"])
+                .current_dir(&project)
+                .env("CARGO_HOME", &home));
+            assert!(found.contains("found by the fixture search"), "{found}");
+        }
     };
     tokio::task::block_in_place(|| round(1));
+    // cargo publish through the proxy: refused, and cargo says why.
+    let new_crate = w.join("mc_new");
+    write(
+        &new_crate.join("Cargo.toml"),
+        "[package]\nname = \"mc_new\"\nversion = \"0.1.0\"\nedition = \"2021\"\ndescription = \"test\"\nlicense = \"MIT\"\n",
+    );
+    write(&new_crate.join("src/lib.rs"), "");
+    assert_refused_as_read_only(
+        "cargo",
+        Command::new("cargo")
+            .args([
+                "publish",
+                "--no-verify",
+                "--allow-dirty",
+                "--token",
+                "test-token",
+                "--index",
+            ])
+            .arg(&registry)
+            .current_dir(&new_crate)
+            .env("CARGO_HOME", w.join("publishhome"))
+            .env("CARGO_TARGET_DIR", w.join("packtarget")),
+    );
     let first = index.total() + files.total();
+    assert_eq!(index.hits("/api/v1/crates"), 1, "{:?}", index.requests());
     assert_eq!(
         files.hits("/crates/mc_leaf/0.1.0/download"),
         1,

@@ -14,7 +14,10 @@ mod cargo_registry;
 mod fixtures;
 mod go;
 mod npm;
+mod npm_api;
+mod npm_family;
 mod pip;
+mod python_tools;
 mod warm;
 
 use std::path::Path;
@@ -46,6 +49,25 @@ pub fn version(tool: &str, arg: &str) -> Option<String> {
             .trim()
             .to_string()
     })
+}
+
+/// The client's version, or None after a loud skip (a failure under
+/// `MIRRORCACHE_REQUIRE_SERVICES=1`) when it is not installed.
+pub fn client(tool: &str, arg: &str) -> Option<String> {
+    let found = version(tool, arg);
+    support::available(&format!("{tool} (installed by .ci/tools.sh)"), found.is_some());
+    found
+}
+
+/// Runs a publish `cmd` that the proxy must refuse: it fails, and the client
+/// prints the proxy's read-only-cache 405 (the line is printed for the notes).
+pub fn assert_refused_as_read_only(client: &str, cmd: &mut Command) {
+    let out = cmd.output().unwrap();
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success());
+    assert!(said.contains("405") && said.contains("read-only cache"), "{said}");
+    let shown = said.lines().find(|l| l.contains("read-only")).unwrap_or_default();
+    println!("PUBLISH-REFUSED {client}: {shown}");
 }
 
 pub fn write(path: &Path, text: &str) {

@@ -1,16 +1,18 @@
 //! npm install of a package with a plain and a scoped dependency, through an
 //! `npm` remote whose packuments point their tarballs at the registry.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use serde_json::json;
 
-use crate::support::{MirrorServer, TestProxy};
-use crate::{report, run, write};
+use crate::support::{available, MirrorServer, TestProxy};
+use crate::{report, run, version, write};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
-    let Some(npm) = crate::fixtures::tool("npm", "--version") else {
+    let Some(npm) = version("npm", "--version") else {
+        available("npm", false);
         return;
     };
     let work = tempfile::tempdir().unwrap();
@@ -21,50 +23,12 @@ async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
         ("mc-b", json!({})),
         ("@mc/c", json!({})),
     ];
-    for (name, deps) in &packages {
-        let (tarball, packed) = crate::fixtures::npm_pack(w, name, deps);
-        let bare = name.rsplit('/').next().unwrap();
-        let tarball_path = format!("/{name}/-/{bare}-1.0.0.tgz");
-        registry.put_typed(
-            &tarball_path,
-            tarball,
-            "application/octet-stream",
-        );
-        let packument = json!({
-            "name": name,
-            "dist-tags": {"latest": "1.0.0"},
-            "versions": {"1.0.0": {
-                "name": name, "version": "1.0.0", "dependencies": deps,
-                "dist": {
-                    "tarball": registry.url(&tarball_path),
-                    "shasum": packed["shasum"],
-                    "integrity": packed["integrity"],
-                }
-            }}
-        })
-        .to_string();
-        // npm asks for `@scope%2fname`; the proxy normalises the escape to
-        // `%2F` (RFC 3986 §6.2.2.1), which registries treat alike.
-        registry.put_typed(
-            &format!("/{}", name.replace('/', "%2F")),
-            packument.clone(),
-            "application/json",
-        );
-        registry.put_typed(&format!("/{name}"), packument, "application/json");
-    }
-    let proxy = TestProxy::start(&format!(
-        "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n",
-        registry.url("")
-    ))
-    .await;
+    publish(w, &registry, &packages);
+    let proxy = npm_proxy(&registry).await;
     let registry_url = proxy.url("/npm/");
 
     let round = |n: usize| {
-        let project = w.join(format!("project{n}"));
-        write(
-            &project.join("package.json"),
-            &json!({"name": "consumer", "version": "0.0.0", "private": true}).to_string(),
-        );
+        let project = consumer_project(w, n);
         run(Command::new("npm")
             .args([
                 "install",
@@ -103,4 +67,74 @@ async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
     assert_eq!(second, 0);
     report("npm", &npm, first, second);
     proxy.stop().await;
+}
+
+/// Packs each of `packages` (name, dependencies) at version 1.0.0 with
+/// `npm pack` and serves its packument (at `/{name}` and `/@scope%2Fname`)
+/// and tarball from `registry`, as the npm registry does.
+pub fn publish(w: &Path, registry: &MirrorServer, packages: &[(&str, serde_json::Value)]) {
+    std::fs::create_dir_all(w.join("packs")).unwrap();
+    for (name, deps) in packages {
+        let dir = w.join("src").join(name.replace('/', "__"));
+        write(
+            &dir.join("package.json"),
+            &json!({"name": name, "version": "1.0.0", "dependencies": deps, "main": "index.js"})
+                .to_string(),
+        );
+        write(&dir.join("index.js"), "module.exports = 1;\n");
+        let packed = run(Command::new("npm")
+            .args(["pack", "--json", "--pack-destination"])
+            .arg(w.join("packs"))
+            .current_dir(&dir)
+            .env("HOME", w.join("packhome")));
+        let packed: serde_json::Value = serde_json::from_str(&packed).unwrap();
+        let file_name = packed[0]["filename"].as_str().unwrap().to_string();
+        let bare = name.rsplit('/').next().unwrap();
+        let tarball_path = format!("/{name}/-/{bare}-1.0.0.tgz");
+        registry.put_typed(
+            &tarball_path,
+            std::fs::read(w.join("packs").join(&file_name)).unwrap(),
+            "application/octet-stream",
+        );
+        let packument = json!({
+            "name": name,
+            "dist-tags": {"latest": "1.0.0"},
+            "versions": {"1.0.0": {
+                "name": name, "version": "1.0.0", "dependencies": deps,
+                "dist": {
+                    "tarball": registry.url(&tarball_path),
+                    "shasum": packed[0]["shasum"],
+                    "integrity": packed[0]["integrity"],
+                }
+            }}
+        })
+        .to_string();
+        // npm asks for `@scope%2fname`; the proxy normalises the escape to
+        // `%2F` (RFC 3986 §6.2.2.1), which registries treat alike.
+        registry.put_typed(
+            &format!("/{}", name.replace('/', "%2F")),
+            packument.clone(),
+            "application/json",
+        );
+        registry.put_typed(&format!("/{name}"), packument, "application/json");
+    }
+}
+
+/// A proxy with one `npm` remote named `npm` in front of `registry`.
+pub async fn npm_proxy(registry: &MirrorServer) -> TestProxy {
+    TestProxy::start(&format!(
+        "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n",
+        registry.url("")
+    ))
+    .await
+}
+
+/// An empty project `project{n}` in `w` to install into.
+pub fn consumer_project(w: &Path, n: usize) -> PathBuf {
+    let project = w.join(format!("project{n}"));
+    write(
+        &project.join("package.json"),
+        &json!({"name": "consumer", "version": "0.0.0", "private": true}).to_string(),
+    );
+    project
 }

@@ -15,6 +15,7 @@ mod lifetime;
 mod metadata;
 mod operations;
 mod path_safety;
+mod registries;
 mod reliability;
 mod s3;
 mod scaleout;

@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, StatusCode, Uri};
+use axum::http::{header, HeaderMap, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -37,6 +37,16 @@ pub enum Fault {
     Encoded(&'static str),
 }
 
+/// One request as the mirror received it (for pass-through checks).
+#[derive(Clone, Debug)]
+pub struct Received {
+    pub method: String,
+    /// Path and query string.
+    pub target: String,
+    pub headers: HeaderMap,
+    pub body: Bytes,
+}
+
 struct File {
     bytes: Bytes,
     etag: String,
@@ -45,11 +55,15 @@ struct File {
 
 pub struct MirrorState {
     files: Mutex<HashMap<String, File>>,
+    /// Content-negotiated files: (path, a media type the `Accept` header must
+    /// name) → file, served before `files` when the request asks for it.
+    negotiated: Mutex<HashMap<(String, &'static str), File>>,
     /// `Authorization` header value every request must carry, if set.
     required_auth: Mutex<Option<String>>,
     fault: Mutex<Fault>,
     hits: Mutex<HashMap<String, usize>>,
     total: AtomicUsize,
+    last: Mutex<Option<Received>>,
 }
 
 pub struct MirrorServer {
@@ -64,14 +78,18 @@ impl MirrorServer {
         let addr = listener.local_addr().unwrap();
         let state = Arc::new(MirrorState {
             files: Mutex::default(),
+            negotiated: Mutex::default(),
             required_auth: Mutex::default(),
             fault: Mutex::new(Fault::None),
             hits: Mutex::default(),
             total: AtomicUsize::new(0),
+            last: Mutex::default(),
         });
         let router = axum::Router::new()
             .fallback(handle)
-            .with_state(state.clone());
+            .with_state(state.clone())
+            // Bodies of any size (the proxy's own limit is under test).
+            .layer(axum::extract::DefaultBodyLimit::disable());
         let mut tasks = JoinSet::new();
         // Accepts inside the JoinSet too, so `stop` ends the listener and
         // every open connection at once: the mirror is really down.
@@ -123,6 +141,23 @@ impl MirrorServer {
             .insert(path.to_string(), file);
     }
 
+    /// Serves `bytes` at `path` to requests whose `Accept` names `media_type`
+    /// (as a PEP 691 index serves JSON), typed as that media type.
+    pub fn put_negotiated(&self, path: &str, media_type: &'static str, bytes: impl Into<Bytes>) {
+        let bytes = bytes.into();
+        let etag = format!("\"{}\"", &super::sha256_hex(&bytes)[..16]);
+        let file = File {
+            bytes,
+            etag,
+            content_type: media_type,
+        };
+        self.state
+            .negotiated
+            .lock()
+            .unwrap()
+            .insert((path.to_string(), media_type), file);
+    }
+
     /// Every path requested so far, with counts, sorted.
     pub fn requests(&self) -> Vec<(String, usize)> {
         let hits = self.state.hits.lock().unwrap();
@@ -153,6 +188,11 @@ impl MirrorServer {
             .unwrap_or(0)
     }
 
+    /// The last request received, with its method, query string, headers and body.
+    pub fn last_request(&self) -> Option<Received> {
+        self.state.last.lock().unwrap().clone()
+    }
+
     /// Requests received in all.
     pub fn total(&self) -> usize {
         self.state.total.load(Ordering::SeqCst)
@@ -180,8 +220,20 @@ impl Drop for ConnsGuard {
     }
 }
 
-async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: HeaderMap) -> Response {
+async fn handle(
+    State(state): State<Arc<MirrorState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let path = uri.path().to_string();
+    *state.last.lock().unwrap() = Some(Received {
+        method: method.to_string(),
+        target: uri.path_and_query().map_or(path.clone(), |p| p.to_string()),
+        headers: headers.clone(),
+        body,
+    });
     state.total.fetch_add(1, Ordering::SeqCst);
     *state.hits.lock().unwrap().entry(path.clone()).or_default() += 1;
     let required = state.required_auth.lock().unwrap().clone();
@@ -201,9 +253,18 @@ async fn handle(State(state): State<Arc<MirrorState>>, uri: Uri, headers: Header
     if let Fault::SlowFirstByte(delay) = fault {
         tokio::time::sleep(delay).await;
     }
+    let accept = headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
     let (bytes, etag, content_type) = {
+        let negotiated = state.negotiated.lock().unwrap();
         let files = state.files.lock().unwrap();
-        match files.get(&path) {
+        let asked = negotiated
+            .iter()
+            .find(|((p, media_type), _)| *p == path && accept.contains(media_type))
+            .map(|(_, f)| f);
+        match asked.or_else(|| files.get(&path)) {
             Some(f) => (f.bytes.clone(), f.etag.clone(), f.content_type),
             None => return StatusCode::NOT_FOUND.into_response(),
         }

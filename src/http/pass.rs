@@ -1,0 +1,109 @@
+//! The pass-through API routes of a kind (`RemoteKind::pass_through`): the
+//! request is checked (method, body size), forwarded with its query string by
+//! `upstream::pass::forward` (failover, the remote's credentials), and the
+//! answer streamed back as it comes, marked `X-Cache-Status: PASS`. Nothing is
+//! cached, and nothing of the client's own credentials goes upstream.
+
+use axum::body::Body;
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
+use axum::response::Response;
+
+use super::Served;
+use crate::error::ProxyError;
+use crate::fill;
+use crate::kind::PassThrough;
+use crate::metrics::CacheStatus;
+use crate::path::ArtifactPath;
+use crate::upstream::pass::{self, Forward};
+use crate::upstream::Remote;
+
+/// The largest request body forwarded (npm's audit of a big lockfile is a few
+/// MiB); larger ones get 413 without going upstream.
+pub const MAX_REQUEST_BODY: usize = 16 * 1024 * 1024;
+
+/// Request headers that travel upstream. Not `Authorization` or cookies (the
+/// remote's own credentials are added upstream), not hop-by-hop headers.
+/// `Content-Encoding` goes with the body it describes, which is passed as
+/// sent (npm gzips its audit bodies).
+const REQUEST_HEADERS: [HeaderName; 4] = [
+    header::ACCEPT,
+    header::CONTENT_TYPE,
+    header::CONTENT_ENCODING,
+    header::USER_AGENT,
+];
+
+/// Response headers that travel back.
+const RESPONSE_HEADERS: [HeaderName; 5] = [
+    header::CONTENT_TYPE,
+    header::CONTENT_ENCODING,
+    header::CONTENT_LENGTH,
+    header::CACHE_CONTROL,
+    header::ETAG,
+];
+
+pub(super) async fn forward(
+    remote: &Remote,
+    path: &ArtifactPath,
+    api: PassThrough,
+    method: &Method,
+    uri: &Uri,
+    headers: &HeaderMap,
+    body: Body,
+) -> Result<Served, ProxyError> {
+    if !api.allows(method) {
+        return Err(super::refusal(method));
+    }
+    let too_large = ProxyError::RequestTooLarge {
+        limit: MAX_REQUEST_BODY,
+    };
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|len| len > MAX_REQUEST_BODY as u64) {
+        return Err(too_large);
+    }
+    let body = axum::body::to_bytes(body, MAX_REQUEST_BODY)
+        .await
+        .map_err(|_| too_large)?;
+    let mut forwarded = HeaderMap::new();
+    for name in REQUEST_HEADERS {
+        if let Some(value) = headers.get(&name) {
+            forwarded.insert(name, value.clone());
+        }
+    }
+    // npm's own headers (`npm-command`, `npm-session`, …) say what the call is for.
+    for (name, value) in headers {
+        if name.as_str().starts_with("npm-") {
+            forwarded.insert(name.clone(), value.clone());
+        }
+    }
+    let answer = pass::forward(
+        remote,
+        Forward {
+            method: method.clone(),
+            path: path.path(),
+            query: uri.query(),
+            headers: forwarded,
+            body,
+        },
+    )
+    .await?;
+    let mut response = Response::builder().status(answer.response.status());
+    for name in RESPONSE_HEADERS {
+        if let Some(value) = answer.response.headers().get(&name) {
+            response = response.header(name, value.clone());
+        }
+    }
+    let response = response
+        .header("x-cache-status", HeaderValue::from_static("PASS"))
+        .body(Body::from_stream(fill::passthrough(
+            answer.response,
+            remote.config.idle_timeout,
+        )))
+        .map_err(|e| ProxyError::Store(e.to_string()))?;
+    Ok(Served {
+        response,
+        cache: CacheStatus::Pass,
+        mirror: Some(answer.mirror),
+    })
+}
