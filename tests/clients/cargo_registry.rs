@@ -15,18 +15,7 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
     let cargo_version = version("cargo", "--version").expect("cargo runs the tests, so it is here");
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    let leaf = w.join("mc_leaf");
-    write(
-        &leaf.join("Cargo.toml"),
-        "[package]\nname = \"mc_leaf\"\nversion = \"0.1.0\"\nedition = \"2021\"\ndescription = \"test\"\nlicense = \"MIT\"\n",
-    );
-    write(&leaf.join("src/lib.rs"), "pub fn leaf() -> u32 { 1 }\n");
-    run(Command::new("cargo")
-        .args(["package", "--allow-dirty", "--no-verify", "--quiet"])
-        .current_dir(&leaf)
-        .env("CARGO_HOME", w.join("packhome"))
-        .env("CARGO_TARGET_DIR", w.join("packtarget")));
-    let krate = std::fs::read(w.join("packtarget/package/mc_leaf-0.1.0.crate")).unwrap();
+    let krate = crate::fixtures::cargo_leaf(w);
 
     let index = MirrorServer::start().await;
     let files = MirrorServer::start().await;

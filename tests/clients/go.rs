@@ -4,42 +4,11 @@
 //! `MIRRORCACHE_REQUIRE_SERVICES=1` (as `.ci/run` sets, after trying to
 //! install golang-go).
 
-use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::{available, MirrorServer, TestProxy};
 use crate::{report, run, version, write};
-
-fn module_zip(module: &str, version: &str, files: &[(&str, &str)]) -> Vec<u8> {
-    // A module zip holds `{module}@{version}/{file}`; python's zipfile is on
-    // every machine that runs these tests (pip needs it).
-    let dir = tempfile::tempdir().unwrap();
-    let out = dir.path().join("m.zip");
-    let mut script = String::from("import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w')\n");
-    for (name, text) in files {
-        script.push_str(&format!(
-            "z.writestr({:?}, {:?})\n",
-            format!("{module}@{version}/{name}"),
-            text
-        ));
-    }
-    script.push_str("z.close()\n");
-    let mut child = Command::new("python3")
-        .arg("-")
-        .arg(&out)
-        .stdin(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(script.as_bytes())
-        .unwrap();
-    assert!(child.wait().unwrap().success());
-    std::fs::read(out).unwrap()
-}
 
 /// The fixture module, at v1.0.0.
 const MODULE: &str = "example.com/mchello";
@@ -49,7 +18,7 @@ const MODULE: &str = "example.com/mchello";
 async fn module_origin() -> (MirrorServer, String, Vec<u8>) {
     let module = MODULE;
     let go_mod = format!("module {module}\n\ngo 1.19\n");
-    let zip = module_zip(
+    let zip = crate::fixtures::module_zip(
         module,
         "v1.0.0",
         &[

@@ -73,29 +73,11 @@ async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
 /// `npm pack` and serves its packument (at `/{name}` and `/@scope%2Fname`)
 /// and tarball from `registry`, as the npm registry does.
 pub fn publish(w: &Path, registry: &MirrorServer, packages: &[(&str, serde_json::Value)]) {
-    std::fs::create_dir_all(w.join("packs")).unwrap();
     for (name, deps) in packages {
-        let dir = w.join("src").join(name.replace('/', "__"));
-        write(
-            &dir.join("package.json"),
-            &json!({"name": name, "version": "1.0.0", "dependencies": deps, "main": "index.js"})
-                .to_string(),
-        );
-        write(&dir.join("index.js"), "module.exports = 1;\n");
-        let packed = run(Command::new("npm")
-            .args(["pack", "--json", "--pack-destination"])
-            .arg(w.join("packs"))
-            .current_dir(&dir)
-            .env("HOME", w.join("packhome")));
-        let packed: serde_json::Value = serde_json::from_str(&packed).unwrap();
-        let file_name = packed[0]["filename"].as_str().unwrap().to_string();
+        let (tarball, packed) = crate::fixtures::npm_pack(w, name, deps);
         let bare = name.rsplit('/').next().unwrap();
         let tarball_path = format!("/{name}/-/{bare}-1.0.0.tgz");
-        registry.put_typed(
-            &tarball_path,
-            std::fs::read(w.join("packs").join(&file_name)).unwrap(),
-            "application/octet-stream",
-        );
+        registry.put_typed(&tarball_path, tarball, "application/octet-stream");
         let packument = json!({
             "name": name,
             "dist-tags": {"latest": "1.0.0"},
@@ -103,8 +85,8 @@ pub fn publish(w: &Path, registry: &MirrorServer, packages: &[(&str, serde_json:
                 "name": name, "version": "1.0.0", "dependencies": deps,
                 "dist": {
                     "tarball": registry.url(&tarball_path),
-                    "shasum": packed[0]["shasum"],
-                    "integrity": packed[0]["integrity"],
+                    "shasum": packed["shasum"],
+                    "integrity": packed["integrity"],
                 }
             }}
         })

@@ -6,7 +6,7 @@
 use std::process::Command;
 
 use crate::support::{available, sha256_hex, MirrorServer, TestProxy};
-use crate::{report, run, version, write};
+use crate::{report, run, version};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pip_through_the_proxy_then_from_the_cache_alone() {
@@ -95,37 +95,13 @@ impl PypiFixture {
     /// `None` after a loud skip when the wheels cannot be built here.
     pub async fn start() -> Option<PypiFixture> {
         // Building the fixture wheels needs `wheel` (or setuptools >= 70).
-        let can_build = Command::new("python3")
-            .args(["-c", "import setuptools, sys\ntry:\n import wheel\nexcept ImportError:\n sys.exit(int(setuptools.__version__.split('.')[0]) < 70)"])
-            .status()
-            .is_ok_and(|s| s.success());
-        if !available(
-            "python's `wheel` package (pip install wheel), to build fixture wheels",
-            can_build,
-        ) {
+        if !crate::fixtures::can_build_wheels() {
             return None;
         }
         let work = tempfile::tempdir().unwrap();
         let w = work.path();
         for (name, deps) in [("mc-alpha", "['mc-beta']"), ("mc-beta", "[]")] {
-            let module = name.replace('-', "_");
-            write(
-                &w.join(name).join("setup.py"),
-                &format!("from setuptools import setup\nsetup(name='{name}', version='1.0', py_modules=['{module}'], install_requires={deps})\n"),
-            );
-            write(&w.join(name).join(format!("{module}.py")), "VALUE = 1\n");
-            run(Command::new("pip")
-                .args([
-                    "wheel",
-                    "--no-deps",
-                    "--no-build-isolation",
-                    "--disable-pip-version-check",
-                    "-q",
-                    "-w",
-                ])
-                .arg(w.join("dist"))
-                .arg(w.join(name))
-                .env("PIP_CONFIG_FILE", "/dev/null"));
+            crate::fixtures::pip_wheel(w, name, deps);
         }
 
         let index = MirrorServer::start().await;
