@@ -147,6 +147,32 @@ impl ContentStore {
         self.blobs.join(&hex[0..2]).join(&hex[2..4]).join(hex)
     }
 
+    /// Creates a temp file for a fill with `len` bytes reserved
+    /// ([`TempBlob::reserve`]). The budget is taken before the file exists, so
+    /// a fill refused for want of room never shows a temp file at all.
+    pub fn create_temp_for(&self, len: u64) -> io::Result<TempBlob> {
+        if len > 0 && !self.budget.reserve(len) {
+            return Err(io::Error::new(
+                io::ErrorKind::StorageFull,
+                "fills in progress already hold storage.max_size",
+            ));
+        }
+        let temp = match self.create_temp() {
+            Ok(temp) => temp,
+            Err(e) => {
+                self.budget.unreserve(len);
+                return Err(e);
+            }
+        };
+        // Counted from here on, and given back when the temp file goes.
+        temp.reserved.store(len, Ordering::Relaxed);
+        if len > 0 {
+            rustix::fs::fallocate(&*temp.file, rustix::fs::FallocateFlags::empty(), 0, len)
+                .map_err(io::Error::from)?;
+        }
+        Ok(temp)
+    }
+
     /// Creates an empty temp file for a fill, named after this store's owner.
     pub fn create_temp(&self) -> io::Result<TempBlob> {
         let owner = self.owner.as_ref().ok_or_else(|| {

@@ -217,11 +217,7 @@ async fn open_temp(cache: &Cache, announced: u64) -> Result<TempBlob, String> {
         return Err(format!("{announced} bytes is more than storage.max_size"));
     }
     cache
-        .store_blocking(move |store| {
-            let temp = store.create_temp()?;
-            temp.reserve(announced)?;
-            Ok(temp)
-        })
+        .store_blocking(move |store| store.create_temp_for(announced))
         .await
         .map_err(|e| e.to_string())
 }
