@@ -15,8 +15,8 @@
 //! read that another instance (or this one) started before the removal has
 //! that long to finish.
 
-use std::fs::File;
 use std::collections::VecDeque;
+use std::fs::File;
 use std::io;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
@@ -28,8 +28,8 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
-use crate::config::S3Config;
 use super::store::{self, ContentStore, Digest, TempBlob};
+use crate::config::S3Config;
 
 /// Bytes read from a local blob at a time: large enough that a 1 MiB hit is
 /// four reads, small enough that 64 connections in flight stay within the
@@ -267,10 +267,7 @@ impl S3Blobs {
             .list(Some(&ObjectPath::from(blobs.prefix.as_str())));
         listing.next().await.transpose()?;
         drop(listing);
-        tokio::spawn(reap(
-            blobs.store.clone(),
-            Arc::downgrade(&blobs.tombstones),
-        ));
+        tokio::spawn(reap(blobs.store.clone(), Arc::downgrade(&blobs.tombstones)));
         Ok(blobs)
     }
 
@@ -351,7 +348,9 @@ impl BlobStore for S3Blobs {
 async fn reap(store: Arc<dyn ObjectStore>, tombstones: Weak<Mutex<VecDeque<Tombstone>>>) {
     const IDLE: Duration = Duration::from_secs(1);
     loop {
-        let Some(queue) = tombstones.upgrade() else { return };
+        let Some(queue) = tombstones.upgrade() else {
+            return;
+        };
         let now = tokio::time::Instant::now();
         let (due, next) = {
             let mut queue = queue.lock().expect("tombstones poisoned");

@@ -19,9 +19,9 @@ use prometheus_client::metrics::counter::Counter;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
-use crate::config::RedisConfig;
 use super::meta::Entry;
 use super::store::Digest;
+use crate::config::RedisConfig;
 
 const CHANNEL: &str = "mirrorcache:invalidate";
 /// Invalidation message meaning "drop every cached entry" (purges).

@@ -19,10 +19,10 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 
 use super::cluster::{self, Cluster};
-use crate::error::ProxyError;
-use crate::path::ArtifactPath;
 use super::store::Digest;
 pub use crate::clock::now_ms;
+use crate::error::ProxyError;
+use crate::path::ArtifactPath;
 
 /// One cached artifact as the hit path needs it, header values prepared once.
 #[derive(Debug)]

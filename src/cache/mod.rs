@@ -86,14 +86,15 @@ impl Cache {
         let store_path = config.storage.path.clone();
         let budget = Arc::new(Budget::new(config.storage.max_size));
         let store_budget = budget.clone();
-        let store = tokio::task::spawn_blocking(move || ContentStore::open(&store_path, store_budget))
-            .await?
-            .with_context(|| {
-                format!(
-                    "opening the content store at {}",
-                    config.storage.path.display()
-                )
-            })?;
+        let store =
+            tokio::task::spawn_blocking(move || ContentStore::open(&store_path, store_budget))
+                .await?
+                .with_context(|| {
+                    format!(
+                        "opening the content store at {}",
+                        config.storage.path.display()
+                    )
+                })?;
         let meta = MetadataStore::connect(&config.metadata.url, config.metadata.cache_entries)
             .await
             .with_context(|| {

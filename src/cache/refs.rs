@@ -9,7 +9,11 @@ use crate::error::ProxyError;
 
 impl MetadataStore {
     /// The digest (hex) the row of `remote`/`path` references, if any.
-    pub async fn stored_digest(&self, remote: &str, path: &str) -> Result<Option<String>, ProxyError> {
+    pub async fn stored_digest(
+        &self,
+        remote: &str,
+        path: &str,
+    ) -> Result<Option<String>, ProxyError> {
         let row: Option<(String,)> =
             sqlx::query_as("SELECT digest FROM entries WHERE remote = $1 AND path = $2")
                 .bind(remote)
@@ -56,13 +60,18 @@ impl MetadataStore {
 
     /// Deletes the rows (of `remote`, when given) that reference `digest`
     /// (hex); returns how many.
-    pub async fn forget_remote_digest(&self, remote: Option<&str>, digest: &str) -> Result<u64, ProxyError> {
-        let done = sqlx::query("DELETE FROM entries WHERE ($1 IS NULL OR remote = $1) AND digest = $2")
-            .bind(remote.map(str::to_string))
-            .bind(digest)
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
+    pub async fn forget_remote_digest(
+        &self,
+        remote: Option<&str>,
+        digest: &str,
+    ) -> Result<u64, ProxyError> {
+        let done =
+            sqlx::query("DELETE FROM entries WHERE ($1 IS NULL OR remote = $1) AND digest = $2")
+                .bind(remote.map(str::to_string))
+                .bind(digest)
+                .execute(&self.pool)
+                .await
+                .map_err(db_error)?;
         self.invalidate_local(cluster::ALL);
         self.shared_changed(cluster::ALL, None).await;
         Ok(done.rows_affected())

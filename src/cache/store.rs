@@ -12,13 +12,13 @@
 //! reused; at start-up a temp file whose owner's lock can be taken (or is
 //! missing) belongs to a dead fill and is removed.
 
+use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::path::{Path, PathBuf};
-use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -175,9 +175,10 @@ impl ContentStore {
 
     /// Creates an empty temp file for a fill, named after this store's owner.
     pub fn create_temp(&self) -> io::Result<TempBlob> {
-        let owner = self.owner.as_ref().ok_or_else(|| {
-            io::Error::new(io::ErrorKind::Unsupported, "store opened read-only")
-        })?;
+        let owner = self
+            .owner
+            .as_ref()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "store opened read-only"))?;
         let n = self.next_temp.fetch_add(1, Ordering::Relaxed);
         let path = self.tmp.join(format!("{}-{n}", owner.name));
         let file = OpenOptions::new()

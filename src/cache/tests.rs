@@ -43,7 +43,9 @@ async fn open(dir: &std::path::Path) -> Arc<Cache> {
         d = dir.display()
     );
     let config = Config::parse(&text, "test").unwrap();
-    Cache::open(&config, Arc::new(Metrics::new())).await.unwrap()
+    Cache::open(&config, Arc::new(Metrics::new()))
+        .await
+        .unwrap()
 }
 
 async fn commit(cache: &Cache, path: u64, n: u64) {
@@ -90,7 +92,12 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
             let mut tasks = Vec::new();
             for _ in 0..12 {
                 let cache = cache.clone();
-                let (op, path, n, hold) = (rng.below(10), rng.below(PATHS), rng.below(BODIES), rng.below(3));
+                let (op, path, n, hold) = (
+                    rng.below(10),
+                    rng.below(PATHS),
+                    rng.below(BODIES),
+                    rng.below(3),
+                );
                 tasks.push(tokio::spawn(async move {
                     match op {
                         0..=5 => commit(&cache, path, n).await,
@@ -109,7 +116,11 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
                 task.await.unwrap();
             }
             let (count, truth, disk) = views(&cache).await;
-            assert_eq!((count, count), (truth, disk), "seed {seed}: count, database, disk");
+            assert_eq!(
+                (count, count),
+                (truth, disk),
+                "seed {seed}: count, database, disk"
+            );
             assert_eq!(cache.budget().in_progress(), 0, "seed {seed}");
             for p in 0..PATHS {
                 let path = ArtifactPath::parse(&format!("/r/p{p}")).unwrap();
@@ -126,7 +137,10 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
             evict::evict(&cache).await.unwrap();
             let after = cache.size();
             if before > MAX {
-                assert!(after <= low_water(MAX), "seed {seed}: {after} over the low-water mark");
+                assert!(
+                    after <= low_water(MAX),
+                    "seed {seed}: {after} over the low-water mark"
+                );
                 assert!(
                     after + biggest > low_water(MAX),
                     "seed {seed}: evicted to {after}, below the low-water mark less one blob"

@@ -16,9 +16,9 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
-use crate::config::Config;
 use super::meta::MetadataStore;
 use super::store::{ContentStore, Digest};
+use crate::config::Config;
 
 #[derive(Debug, Default)]
 pub struct Report {
@@ -170,7 +170,9 @@ pub async fn run_observed(
             store.remove_blob(&digest)?;
         }
         for hex in &report.missing {
-            let Some(digest) = Digest::from_hex(hex) else { continue };
+            let Some(digest) = Digest::from_hex(hex) else {
+                continue;
+            };
             if rehash(&store, digest).await?.is_none() {
                 meta.forget_digest(hex).await?;
             }
@@ -190,7 +192,10 @@ pub async fn run_observed(
 }
 
 /// The sha256 of the blob `digest` as it is on disk now; `None` if it is gone.
-async fn rehash(store: &std::sync::Arc<ContentStore>, digest: Digest) -> anyhow::Result<Option<Digest>> {
+async fn rehash(
+    store: &std::sync::Arc<ContentStore>,
+    digest: Digest,
+) -> anyhow::Result<Option<Digest>> {
     let s = store.clone();
     match tokio::task::spawn_blocking(move || s.rehash(&digest)).await? {
         Ok(found) => Ok(Some(found)),

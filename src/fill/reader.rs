@@ -83,10 +83,11 @@ pub fn body(
                 Step::Read(available) => {
                     let n = (available - pos).min(READ_CHUNK as u64) as usize;
                     let file = reader.file.clone();
-                    let read =
-                        tokio::task::spawn_blocking(move || crate::cache::store::read_at(&file, pos, n))
-                            .await
-                            .unwrap_or_else(|e| Err(io::Error::other(e)));
+                    let read = tokio::task::spawn_blocking(move || {
+                        crate::cache::store::read_at(&file, pos, n)
+                    })
+                    .await
+                    .unwrap_or_else(|e| Err(io::Error::other(e)));
                     match &read {
                         Ok(_) => reader.pos += n as u64,
                         Err(_) => reader.done = true,

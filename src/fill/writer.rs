@@ -130,7 +130,12 @@ async fn fill(
             "the mirror sent Content-Encoding {:?}, which cannot be stored",
             String::from_utf8_lossy(encoding.as_bytes())
         );
-        return Err(broken_body(remote, upstream.set, upstream.mirror_idx, error));
+        return Err(broken_body(
+            remote,
+            upstream.set,
+            upstream.mirror_idx,
+            error,
+        ));
     }
 
     let (head, validators) = head_of(&upstream.response, upstream.mirror.base());
@@ -239,11 +244,21 @@ async fn download(
         let chunk = match next.await {
             Err(_) => {
                 let error = format!("no data for {:?}", remote.config.idle_timeout);
-                return Err(broken_body(remote, upstream.set, upstream.mirror_idx, error));
+                return Err(broken_body(
+                    remote,
+                    upstream.set,
+                    upstream.mirror_idx,
+                    error,
+                ));
             }
             Ok(Err(e)) => {
                 let error = e.without_url().to_string();
-                return Err(broken_body(remote, upstream.set, upstream.mirror_idx, error));
+                return Err(broken_body(
+                    remote,
+                    upstream.set,
+                    upstream.mirror_idx,
+                    error,
+                ));
             }
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => chunk,

@@ -29,11 +29,11 @@ use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
 use crate::kind::rewrite::Rewrite;
+pub use crate::metrics::CacheStatus;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::Remote;
-pub use crate::metrics::CacheStatus;
 
 /// The application router. Tests call it directly with `oneshot`.
 pub fn router(proxy: Arc<Proxy>) -> Router {
@@ -97,7 +97,9 @@ async fn artifact(
                         _ => Err(refusal(&method)),
                     }
                 }
-                Some(api) => pass::forward(&remote, &path, api, &method, &uri, &headers, body).await,
+                Some(api) => {
+                    pass::forward(&remote, &path, api, &method, &uri, &headers, body).await
+                }
                 None if method == Method::GET || method == Method::HEAD => {
                     serve(&proxy, &remote, &path, &method, &headers).await
                 }
@@ -114,7 +116,9 @@ async fn artifact(
             if error.status().is_server_error() {
                 proxy.metrics.recent_errors.push(
                     now_ms(),
-                    remote.as_ref().map_or_else(|| "-".to_string(), |r| r.name.clone()),
+                    remote
+                        .as_ref()
+                        .map_or_else(|| "-".to_string(), |r| r.name.clone()),
                     format!("{} {}: {error}", error.status().as_u16(), uri.path()),
                 );
             }
@@ -122,9 +126,10 @@ async fn artifact(
         }
     };
     if takes_post && response.status() == axum::http::StatusCode::METHOD_NOT_ALLOWED {
-        response
-            .headers_mut()
-            .insert(header::ALLOW, header::HeaderValue::from_static("GET, HEAD, POST"));
+        response.headers_mut().insert(
+            header::ALLOW,
+            header::HeaderValue::from_static("GET, HEAD, POST"),
+        );
     }
     // Every answer for a content-negotiated path (hit, miss, 304, 404,
     // error) depends on `Accept`.
@@ -296,9 +301,7 @@ impl ArtifactRequest<'_> {
             })
             .await
             .map(|s| s.clone())
-            .unwrap_or_else(|_| {
-                FillState::Failed(ProxyError::FillAborted)
-            });
+            .unwrap_or_else(|_| FillState::Failed(ProxyError::FillAborted));
         match state {
             FillState::Failed(error) => self.when_mirrors_fail(stale, error).await,
             FillState::Shared(entry) => self.cached(&entry, CacheStatus::Hit).await,
@@ -342,17 +345,14 @@ impl ArtifactRequest<'_> {
                 let upstream_response = match taken {
                     Some(r) => r,
                     // Someone else has the fill's response: fetch our own copy.
-                    None => match fetch::fetch(
-                        remote,
-                        path.path(),
-                        Validators::default(),
-                        self.accept,
-                    )
-                    .await?
-                    {
-                        Fetched::Body(body) => body.response,
-                        Fetched::NotModified { .. } => unreachable!("no validators were sent"),
-                    },
+                    None => {
+                        match fetch::fetch(remote, path.path(), Validators::default(), self.accept)
+                            .await?
+                        {
+                            Fetched::Body(body) => body.response,
+                            Fetched::NotModified { .. } => unreachable!("no validators were sent"),
+                        }
+                    }
                 };
                 let body = fill::passthrough(upstream_response, remote.config.idle_timeout);
                 let response = respond::from_fill(&head, body, self.method);
@@ -447,7 +447,14 @@ impl ArtifactRequest<'_> {
         // copy only now, on the failure path.
         let stale = match stale {
             Some(entry) => Some(entry),
-            None => self.proxy.cache.meta.lookup(&self.path).await.ok().flatten(),
+            None => self
+                .proxy
+                .cache
+                .meta
+                .lookup(&self.path)
+                .await
+                .ok()
+                .flatten(),
         };
         if let Some(entry) = stale.filter(|e| e.age(now) <= max_stale) {
             if let Ok(file) = self.proxy.cache.open_blob(&entry.digest, entry.size).await {

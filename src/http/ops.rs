@@ -7,10 +7,10 @@ use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 
+use super::snapshot::Snapshot;
 use crate::clock::now_ms;
 use crate::metrics::MirrorLabels;
 use crate::proxy::Proxy;
-use super::snapshot::Snapshot;
 
 /// 200 once the process serves HTTP.
 pub async fn health() -> &'static str {

@@ -46,7 +46,11 @@ impl<S> SendTimeout<S> {
         }
     }
 
-    fn progressed<T>(&mut self, result: Poll<io::Result<T>>, cx: &mut Context<'_>) -> Poll<io::Result<T>> {
+    fn progressed<T>(
+        &mut self,
+        result: Poll<io::Result<T>>,
+        cx: &mut Context<'_>,
+    ) -> Poll<io::Result<T>> {
         match result {
             Poll::Ready(result) => {
                 self.stalled = None;

@@ -231,7 +231,12 @@ mod tests {
             (Go, "golang.org/x/text/@v/v0.3.0.zip", true, false),
             (Go, "golang.org/x/text/@v/v0.3.0.mod", true, false),
             (Go, "sumdb/sum.golang.org/latest", false, false),
-            (Go, "sumdb/sum.golang.org/lookup/golang.org/x/text@v0.3.0", true, false),
+            (
+                Go,
+                "sumdb/sum.golang.org/lookup/golang.org/x/text@v0.3.0",
+                true,
+                false,
+            ),
             (Go, "sumdb/sum.golang.org/tile/8/0/x001/234", true, false),
             (Go, "sumdb/sum.golang.org/tile/8/1/000.p/5", true, false),
             (Go, "sumdb/sum.golang.org/supported", false, false),
@@ -249,7 +254,10 @@ mod tests {
     #[test]
     fn api_endpoints_pass_through_and_artifacts_do_not() {
         use RemoteKind::*;
-        let (post, get) = (Some(PassThrough { post: true }), Some(PassThrough { post: false }));
+        let (post, get) = (
+            Some(PassThrough { post: true }),
+            Some(PassThrough { post: false }),
+        );
         for (kind, path, expected) in [
             (Npm, "-/npm/v1/security/advisories/bulk", post),
             (Npm, "-/npm/v1/security/audits", post),
@@ -263,7 +271,11 @@ mod tests {
             (Cargo, "api/v1/crates/serde/1.0.0/download", None),
             (Cargo, "api/v1/crates-and-more", None),
             (Cargo, "artifactory/api/cargo/crates-io/api/v1/crates", get),
-            (Cargo, "artifactory/api/cargo/crates-io/v1/crates/itoa/1.0.19/download", None),
+            (
+                Cargo,
+                "artifactory/api/cargo/crates-io/v1/crates/itoa/1.0.19/download",
+                None,
+            ),
             (Cargo, "myapi/v1/crates", None),
             (Cargo, "config.json", None),
             (Pypi, "pypi/six/json", None),

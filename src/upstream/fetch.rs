@@ -92,7 +92,10 @@ pub struct Body<'r> {
 /// Adds the remote's credentials. Only ever called for requests to the
 /// remote's own mirrors (redirects elsewhere are refused, and reqwest drops
 /// `Authorization` on any cross-host redirect).
-pub(super) fn authorize(request: reqwest::RequestBuilder, auth: &UpstreamAuth) -> reqwest::RequestBuilder {
+pub(super) fn authorize(
+    request: reqwest::RequestBuilder,
+    auth: &UpstreamAuth,
+) -> reqwest::RequestBuilder {
     match auth {
         UpstreamAuth::None => request,
         UpstreamAuth::Basic { username, password } => {

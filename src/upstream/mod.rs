@@ -106,7 +106,8 @@ impl Remote {
         if let (Some(files), Some(rest)) = (&self.files, path.strip_prefix(FILES_PREFIX)) {
             return (files, rest);
         }
-        if let (Some(sumdb), Some((_db, rest))) = (&self.sumdb, sumdb_path(self.config.kind, path)) {
+        if let (Some(sumdb), Some((_db, rest))) = (&self.sumdb, sumdb_path(self.config.kind, path))
+        {
             return (sumdb, rest);
         }
         (&self.index, path)

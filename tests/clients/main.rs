@@ -55,7 +55,10 @@ pub fn version(tool: &str, arg: &str) -> Option<String> {
 /// `MIRRORCACHE_REQUIRE_SERVICES=1`) when it is not installed.
 pub fn client(tool: &str, arg: &str) -> Option<String> {
     let found = version(tool, arg);
-    support::available(&format!("{tool} (installed by .ci/tools.sh)"), found.is_some());
+    support::available(
+        &format!("{tool} (installed by .ci/tools.sh)"),
+        found.is_some(),
+    );
     found
 }
 
@@ -65,8 +68,14 @@ pub fn assert_refused_as_read_only(client: &str, cmd: &mut Command) {
     let out = cmd.output().unwrap();
     let said = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success());
-    assert!(said.contains("405") && said.contains("read-only cache"), "{said}");
-    let shown = said.lines().find(|l| l.contains("read-only")).unwrap_or_default();
+    assert!(
+        said.contains("405") && said.contains("read-only cache"),
+        "{said}"
+    );
+    let shown = said
+        .lines()
+        .find(|l| l.contains("read-only"))
+        .unwrap_or_default();
     println!("PUBLISH-REFUSED {client}: {shown}");
 }
 

@@ -87,7 +87,11 @@ async fn every_mirror_failing_is_502_and_timeouts_are_504() {
 #[tokio::test]
 async fn round_robin_spreads_cold_fetches_evenly() {
     let [a, b, c] = three_mirrors_with(30).await;
-    let proxy = TestProxy::start(&remote(&[&a, &b, &c], "strategy = \"round_robin\"\nhedge_after = \"off\"")).await;
+    let proxy = TestProxy::start(&remote(
+        &[&a, &b, &c],
+        "strategy = \"round_robin\"\nhedge_after = \"off\"",
+    ))
+    .await;
     let client = reqwest::Client::new();
     for i in 0..30 {
         let (status, _, _) = get(&client, &proxy.url(&format!("/r/f{i}"))).await;
@@ -101,7 +105,11 @@ async fn round_robin_spreads_cold_fetches_evenly() {
 async fn least_conn_prefers_the_idle_mirror_while_another_is_busy() {
     let [busy, idle, _] = three_mirrors_with(11).await;
     busy.set_fault(Fault::SlowFirstByte(Duration::from_millis(1500)));
-    let proxy = TestProxy::start(&remote(&[&busy, &idle], "strategy = \"least_conn\"\nhedge_after = \"off\"")).await;
+    let proxy = TestProxy::start(&remote(
+        &[&busy, &idle],
+        "strategy = \"least_conn\"\nhedge_after = \"off\"",
+    ))
+    .await;
     let client = reqwest::Client::new();
     // The first request finds both idle; the rotating tie-break starts at the
     // first mirror, which then holds it for 1.5 s.

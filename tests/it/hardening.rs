@@ -94,8 +94,16 @@ async fn hedge_after_off_waits_and_a_fixed_delay_hedges() {
     slow.set_fault(Fault::SlowFirstByte(Duration::from_millis(700)));
     let config = format!(
         "{}{}",
-        remote("off", &[&slow, &fast], "strategy = \"single\"\nhedge_after = \"off\""),
-        remote("fixed", &[&slow, &fast], "strategy = \"single\"\nhedge_after = \"100ms\"")
+        remote(
+            "off",
+            &[&slow, &fast],
+            "strategy = \"single\"\nhedge_after = \"off\""
+        ),
+        remote(
+            "fixed",
+            &[&slow, &fast],
+            "strategy = \"single\"\nhedge_after = \"100ms\""
+        )
     );
     let proxy = TestProxy::start(&config).await;
     let client = reqwest::Client::new();
@@ -166,7 +174,8 @@ async fn fills_beyond_max_fills_get_503_and_an_abandoned_fill_still_finishes() {
     mirror.put("/m/small", test_bytes(100, 4));
     // 16 pieces, 50 ms apart: the fill of /big takes about 0.8 s.
     mirror.set_fault(Fault::SlowBody(Duration::from_millis(50)));
-    let (running, _dir) = start_with_server_keys("max_fills = 1", &remote("r", &[&mirror], "")).await;
+    let (running, _dir) =
+        start_with_server_keys("max_fills = 1", &remote("r", &[&mirror], "")).await;
     let base = format!("http://{}", running.local_addr);
     let client = reqwest::Client::new();
     // Start /big and walk away once its head is in.
@@ -178,7 +187,11 @@ async fn fills_beyond_max_fills_get_503_and_an_abandoned_fill_still_finishes() {
     assert_eq!(busy.headers()["retry-after"], "1");
     running.proxy.fills.wait_idle().await;
     let (status, cache, bytes) = get(&client, &format!("{base}/r/big")).await;
-    assert_eq!((status, cache.as_str()), (200, "HIT"), "the abandoned fill finished");
+    assert_eq!(
+        (status, cache.as_str()),
+        (200, "HIT"),
+        "the abandoned fill finished"
+    );
     assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&big));
     assert_eq!(get(&client, &format!("{base}/r/small")).await.0, 200);
     assert_eq!(mirror.hits("/m/big"), 1);
@@ -207,7 +220,8 @@ async fn a_client_that_reads_nothing_is_dropped_after_send_timeout() {
     // Read nothing while the socket buffers fill and the timeout passes.
     tokio::time::sleep(Duration::from_secs(2)).await;
     let mut received = Vec::new();
-    let read = tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut received)).await;
+    let read =
+        tokio::time::timeout(Duration::from_secs(20), stalled.read_to_end(&mut received)).await;
     assert!(read.is_ok(), "the connection was closed");
     assert!(
         received.len() < body.len(),
@@ -267,13 +281,20 @@ async fn encoded_upstream_bodies_are_never_served_as_identity() {
         assert_eq!(response.status(), 200);
         assert_eq!(response.headers()["x-cache-status"], expect);
         assert!(response.headers().get("content-encoding").is_none());
-        assert_eq!(sha256_hex(&response.bytes().await.unwrap()), sha256_hex(&body));
+        assert_eq!(
+            sha256_hex(&response.bytes().await.unwrap()),
+            sha256_hex(&body)
+        );
     }
     mirror.set_fault(Fault::Encoded("br"));
     assert_eq!(get(&client, &proxy.url("/r/b.bin")).await.0, 502);
     mirror.set_fault(Fault::None);
     let (status, cache, bytes) = get(&client, &proxy.url("/r/b.bin")).await;
-    assert_eq!((status, cache.as_str()), (200, "MISS"), "nothing was cached");
+    assert_eq!(
+        (status, cache.as_str()),
+        (200, "MISS"),
+        "nothing was cached"
+    );
     assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
     proxy.stop().await;
 }

@@ -472,9 +472,7 @@ async fn sighup_applies_server_keys_and_refuses_restart_only_keys() {
         proxy.signal("HUP");
     };
     let client = reqwest::Client::new();
-    let page = async || {
-        get_text(&client, &proxy.url("/py/simple/proj/")).await
-    };
+    let page = async || get_text(&client, &proxy.url("/py/simple/proj/")).await;
     let delete_with = async |token: &str| {
         let response = client
             .delete(proxy.url("/-/cache/py/nothing"))

@@ -15,7 +15,9 @@ use mirrorcache::cache::{Cache, Digest, Entry};
 use mirrorcache::path::ArtifactPath;
 
 use crate::support::proxy::{config_text, get, purge, start_text, temp_files_in};
-use crate::support::{sha256_hex, test_bytes, XorShift, BinaryProxy, Fault, MirrorServer, S3Server};
+use crate::support::{
+    sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer, S3Server, XorShift,
+};
 
 fn remote(mirror: &MirrorServer) -> String {
     format!(
@@ -48,8 +50,11 @@ async fn commit_bytes(cache: &Cache, path: &str, bytes: &[u8]) -> Digest {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_release_racing_a_commit_of_the_same_digest_never_loses_the_blob() {
     let dir = tempfile::tempdir().unwrap();
-    let text = config_text(dir.path(), "[[remote]]\nname = \"r\"\nmirrors = [\"http://127.0.0.1:9/\"]\n")
-        .replace("[storage]\n", "[storage]\nmemory_cache_size = \"0\"\n");
+    let text = config_text(
+        dir.path(),
+        "[[remote]]\nname = \"r\"\nmirrors = [\"http://127.0.0.1:9/\"]\n",
+    )
+    .replace("[storage]\n", "[storage]\nmemory_cache_size = \"0\"\n");
     let running = start_text(&text).await;
     let cache = running.proxy.cache.clone();
     const ROUNDS: u64 = 300;
@@ -83,7 +88,10 @@ async fn a_release_racing_a_commit_of_the_same_digest_never_loses_the_blob() {
         }
     }
     eprintln!("release vs commit: {lost} of {ROUNDS} rounds left a row without its blob");
-    assert_eq!(lost, 0, "{lost} of {ROUNDS} rounds left a row without its blob");
+    assert_eq!(
+        lost, 0,
+        "{lost} of {ROUNDS} rounds left a row without its blob"
+    );
     running.shutdown().await;
 }
 
@@ -118,7 +126,9 @@ async fn verify_remove_spares_a_blob_just_committed_and_removes_an_old_orphan() 
         .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
         .unwrap();
     let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-    let report = mirrorcache::cache::verify::run(&config, true).await.unwrap();
+    let report = mirrorcache::cache::verify::run(&config, true)
+        .await
+        .unwrap();
     assert_eq!(report.unreferenced, vec![sha256_hex(&old)], "{report}");
     assert!(blob_file(&store, &sha256_hex(&young)).exists(), "{report}");
     assert!(!old_path.exists(), "{report}");
@@ -158,12 +168,27 @@ async fn verify_remove_beside_live_fills_never_deletes_a_committed_blob() {
                 client.get(url).send().await.unwrap().bytes().await.unwrap()
             })
         };
-        mirrorcache::cache::verify::run(&config, true).await.unwrap();
+        mirrorcache::cache::verify::run(&config, true)
+            .await
+            .unwrap();
         fetch.await.unwrap();
         running.proxy.fills.wait_idle().await;
         let path = ArtifactPath::parse(&format!("/r/new{round}")).unwrap();
-        let entry = running.proxy.cache.meta.lookup(&path).await.unwrap().unwrap();
-        if running.proxy.cache.open_blob(&entry.digest, entry.size).await.is_err() {
+        let entry = running
+            .proxy
+            .cache
+            .meta
+            .lookup(&path)
+            .await
+            .unwrap()
+            .unwrap();
+        if running
+            .proxy
+            .cache
+            .open_blob(&entry.digest, entry.size)
+            .await
+            .is_err()
+        {
             lost += 1;
         }
     }
@@ -208,7 +233,9 @@ async fn the_store_size_counts_each_digest_once_under_concurrent_fills() {
     }
     purge(&client, &format!("http://{}", running.local_addr), "r", "t").await;
     let after_purge = running.proxy.cache.size();
-    eprintln!("size accounting: {drifted} of {ROUNDS} rounds drifted; {after_purge} bytes after purge");
+    eprintln!(
+        "size accounting: {drifted} of {ROUNDS} rounds drifted; {after_purge} bytes after purge"
+    );
     assert_eq!((drifted, after_purge), (0, 0));
     running.shutdown().await;
 }
@@ -246,21 +273,42 @@ async fn on_s3_a_purge_elsewhere_does_not_cut_off_a_read_and_sizes_count_once() 
     let b = start_text(&text(local_b.path())).await;
     let client = reqwest::Client::new();
     for p in ["/r/a.bin", "/r/b.bin"] {
-        get(&client, &format!("http://{}{p}", a.local_addr)).await.2.unwrap();
+        get(&client, &format!("http://{}{p}", a.local_addr))
+            .await
+            .2
+            .unwrap();
         a.proxy.fills.wait_idle().await;
     }
-    assert_eq!(a.proxy.cache.size(), body.len() as u64, "one digest, two paths");
+    assert_eq!(
+        a.proxy.cache.size(),
+        body.len() as u64,
+        "one digest, two paths"
+    );
 
     // A opens the blob (a hit that has sent its head), then B purges.
     let digest = Digest::of(&body);
-    let blob = a.proxy.cache.open_blob(&digest, body.len() as u64).await.unwrap();
+    let blob = a
+        .proxy
+        .cache
+        .open_blob(&digest, body.len() as u64)
+        .await
+        .unwrap();
     purge(&client, &format!("http://{}", b.local_addr), "r", "t").await;
     let read = blob.read_all(body.len() as u64).await;
-    assert_eq!(sha256_hex(&read.expect("the read outlives the purge")), sha256_hex(&body));
+    assert_eq!(
+        sha256_hex(&read.expect("the read outlives the purge")),
+        sha256_hex(&body)
+    );
 
     // After the delay the object is gone.
     let deadline = Instant::now() + Duration::from_secs(20);
-    while a.proxy.cache.open_blob(&digest, body.len() as u64).await.is_ok() {
+    while a
+        .proxy
+        .cache
+        .open_blob(&digest, body.len() as u64)
+        .await
+        .is_ok()
+    {
         assert!(Instant::now() < deadline, "the object was never deleted");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
@@ -273,7 +321,10 @@ async fn on_s3_a_purge_elsewhere_does_not_cut_off_a_read_and_sizes_count_once() 
 #[tokio::test]
 async fn a_temp_file_whose_owner_lock_is_free_is_removed_even_if_its_pid_lives() {
     let mirror = MirrorServer::start().await;
-    let mut sleeper = std::process::Command::new("sleep").arg("60").spawn().unwrap();
+    let mut sleeper = std::process::Command::new("sleep")
+        .arg("60")
+        .spawn()
+        .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let tmp = dir.path().join("store/tmp");
     std::fs::create_dir_all(&tmp).unwrap();
@@ -309,7 +360,11 @@ async fn a_live_instance_keeps_its_temp_files_when_another_starts_on_its_store()
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let second = start_text(&text).await;
-    assert_eq!(temp_files_in(&store), 1, "the live fill's temp file was removed");
+    assert_eq!(
+        temp_files_in(&store),
+        1,
+        "the live fill's temp file was removed"
+    );
     let bytes = fetch.await.unwrap();
     assert_eq!(sha256_hex(&bytes), sha256_hex(&test_bytes(1024 * 1024, 3)));
     second.shutdown().await;
@@ -371,8 +426,13 @@ async fn fills_in_progress_count_against_max_size() {
     let client = reqwest::Client::new();
     let fetches: Vec<_> = (0..3)
         .map(|i| {
-            let (client, url) = (client.clone(), format!("http://{}/r/f{i}", running.local_addr));
-            tokio::spawn(async move { client.get(url).send().await.unwrap().bytes().await.unwrap() })
+            let (client, url) = (
+                client.clone(),
+                format!("http://{}/r/f{i}", running.local_addr),
+            );
+            tokio::spawn(
+                async move { client.get(url).send().await.unwrap().bytes().await.unwrap() },
+            )
         })
         .collect();
     let store = dir.path().join("store");
@@ -388,7 +448,10 @@ async fn fills_in_progress_count_against_max_size() {
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     for (i, f) in fetches.into_iter().enumerate() {
-        assert_eq!(sha256_hex(&f.await.unwrap()), sha256_hex(&test_bytes(400 * 1024, 300 + i as u64)));
+        assert_eq!(
+            sha256_hex(&f.await.unwrap()),
+            sha256_hex(&test_bytes(400 * 1024, 300 + i as u64))
+        );
     }
     running.proxy.fills.wait_idle().await;
     assert_eq!(most, 2, "temp files written at once");

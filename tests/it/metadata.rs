@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
 use mirrorcache::cache::meta::{Entry, MetadataStore};
-use mirrorcache::path::ArtifactPath;
 use mirrorcache::cache::Digest;
+use mirrorcache::path::ArtifactPath;
 use sqlx::Executor;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::task::JoinSet;
@@ -135,7 +135,9 @@ async fn exercise(url: &str) {
     );
     let purged = meta.remote_digests("r").await.unwrap();
     assert_eq!(purged, vec![Digest([3; 32]).to_hex()]);
-    meta.forget_remote_digest(Some("r"), &purged[0]).await.unwrap();
+    meta.forget_remote_digest(Some("r"), &purged[0])
+        .await
+        .unwrap();
     assert!(meta.all_rows().await.unwrap().is_empty());
     assert!(meta.ping().await);
     meta.close().await;

@@ -261,7 +261,9 @@ async fn a_full_disk_streams_through_and_keeps_nothing() {
         "test",
     )
     .unwrap();
-    let running = mirrorcache::http::server::Running::start(&config).await.unwrap();
+    let running = mirrorcache::http::server::Running::start(&config)
+        .await
+        .unwrap();
     let client = reqwest::Client::new();
     let (status, cache, bytes) = get(&client, &format!("http://{}/r/f", running.local_addr)).await;
     assert_eq!((status, cache.as_str()), (200, "MISS"));

@@ -31,7 +31,11 @@ async fn blobs_live_in_s3_and_hits_and_ranges_stream_from_it() {
             &format!("sqlite://{}/meta.db", meta_dir.path().display()),
         );
         let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
-        async move { mirrorcache::http::server::Running::start(&config).await.unwrap() }
+        async move {
+            mirrorcache::http::server::Running::start(&config)
+                .await
+                .unwrap()
+        }
     };
     let client = reqwest::Client::new();
     let local_a = tempfile::tempdir().unwrap();

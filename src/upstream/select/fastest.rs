@@ -100,7 +100,6 @@ mod tests {
     use super::super::GaugeRegistry;
     use super::*;
 
-
     #[test]
     fn fastest_orders_by_latency_times_load() {
         let gauges = GaugeRegistry::default();

@@ -38,7 +38,6 @@ mod tests {
     use super::super::{GaugeRegistry, Selection, Selector};
     use crate::config::Strategy;
 
-
     #[test]
     fn least_conn_picks_least_loaded_and_rotates_ties() {
         let gauges = GaugeRegistry::default();

@@ -30,7 +30,6 @@ mod tests {
     use super::super::{GaugeRegistry, Selection, Selector};
     use crate::config::Strategy;
 
-
     #[test]
     fn round_robin_is_exact() {
         let gauges = GaugeRegistry::default();

@@ -20,7 +20,6 @@ mod tests {
     use super::super::{GaugeRegistry, Selection, Selector};
     use crate::config::Strategy;
 
-
     #[test]
     fn single_is_primary_then_fallbacks() {
         let gauges = GaugeRegistry::default();

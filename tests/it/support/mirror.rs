@@ -331,8 +331,7 @@ async fn handle(
         Fault::Encoded(encoding) => {
             let body = if encoding == "gzip" {
                 use std::io::Write;
-                let mut gz =
-                    flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+                let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
                 gz.write_all(&bytes).unwrap();
                 Bytes::from(gz.finish().unwrap())
             } else {

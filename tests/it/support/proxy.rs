@@ -67,8 +67,9 @@ pub fn temp_files_in(store: &Path) -> usize {
     std::fs::read_dir(store.join("tmp"))
         .map(|d| {
             d.filter(|e| {
-                e.as_ref()
-                    .map_or(true, |e| !e.file_name().to_string_lossy().ends_with(".lock"))
+                e.as_ref().map_or(true, |e| {
+                    !e.file_name().to_string_lossy().ends_with(".lock")
+                })
             })
             .count()
         })
