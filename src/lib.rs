@@ -29,3 +29,7 @@ pub mod ops;
 pub mod path;
 pub mod proxy;
 pub mod upstream;
+
+/// The unit tests' repeatable random numbers.
+#[cfg(test)]
+mod test_rng;

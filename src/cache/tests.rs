@@ -10,21 +10,7 @@ use super::{Cache, Digest, Entry};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
-
-struct XorShift(u64);
-
-impl XorShift {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
+use crate::test_rng::XorShift;
 
 const MAX: u64 = 64 * 1024;
 const BODIES: u64 = 8;

@@ -105,6 +105,7 @@ impl Selection for Selector {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_rng::XorShift;
     use url::Url;
 
     pub(super) const DECAY: Duration = Duration::from_secs(10);
@@ -121,22 +122,6 @@ mod tests {
             .collect()
     }
 
-    /// A xorshift generator: enough randomness for tests, and repeatable.
-    struct Xorshift(u64);
-
-    impl Xorshift {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-
-        fn below(&mut self, n: u64) -> u64 {
-            self.next() % n
-        }
-    }
-
     pub(super) fn observe_at(mirror: &Mirror, millis: u64, now: u64) {
         mirror.gauges.first_byte.observe(
             Duration::from_millis(millis),
@@ -148,7 +133,7 @@ mod tests {
     #[test]
     fn every_order_is_a_permutation() {
         let gauges = GaugeRegistry::default();
-        let mut random = Xorshift(0x9e37_79b9_7f4a_7c15);
+        let mut random = XorShift(0x9e37_79b9_7f4a_7c15);
         for n in 1..=MAX_MIRRORS {
             let ms = mirrors(n, &gauges);
             // Uneven loads and latencies, so the sorting strategies move things.
@@ -217,11 +202,11 @@ mod tests {
         let gauges = GaugeRegistry::default();
         let ms = Arc::new(mirrors(4, &gauges));
         let selector = Arc::new(Selector::new(Strategy::Fastest, DECAY));
-        let mut random = Xorshift(0x2545_f491_4f6c_dd1d);
+        let mut random = XorShift(0x2545_f491_4f6c_dd1d);
         let mut tasks = Vec::with_capacity(N_TASKS);
         for task_no in 0..N_TASKS {
             let (task_mirrors, selector) = (ms.clone(), selector.clone());
-            let mut task_random = Xorshift(random.next() | 1);
+            let mut task_random = XorShift(random.next() | 1);
             tasks.push(tokio::spawn(async move {
                 // Like `upstream::fetch`: attempts in the selector's order,
                 // each guard alive across the awaits of its request.
