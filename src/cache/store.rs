@@ -151,12 +151,7 @@ impl ContentStore {
     /// ([`TempBlob::reserve`]). The budget is taken before the file exists, so
     /// a fill refused for want of room never shows a temp file at all.
     pub fn create_temp_for(&self, len: u64) -> io::Result<TempBlob> {
-        if len > 0 && !self.budget.reserve(len) {
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                "fills in progress already hold storage.max_size",
-            ));
-        }
+        take_budget(&self.budget, len)?;
         let temp = match self.create_temp() {
             Ok(temp) => temp,
             Err(e) => {
@@ -166,10 +161,7 @@ impl ContentStore {
         };
         // Counted from here on, and given back when the temp file goes.
         temp.reserved.store(len, Ordering::Relaxed);
-        if len > 0 {
-            rustix::fs::fallocate(&*temp.file, rustix::fs::FallocateFlags::empty(), 0, len)
-                .map_err(io::Error::from)?;
-        }
+        temp.allocate(len)?;
         Ok(temp)
     }
 
@@ -232,6 +224,18 @@ impl ContentStore {
             Err(e) => Err(e),
         }
     }
+}
+
+/// Takes `len` bytes of `storage.max_size` for a fill (nothing for 0), or
+/// says that fills in progress already hold it.
+fn take_budget(budget: &Budget, len: u64) -> io::Result<()> {
+    if len == 0 || budget.reserve(len) {
+        return Ok(());
+    }
+    Err(io::Error::new(
+        io::ErrorKind::StorageFull,
+        "fills in progress already hold storage.max_size",
+    ))
 }
 
 /// Reads `n` bytes at `pos` into a fresh buffer, without zeroing it first.
@@ -376,16 +380,16 @@ impl TempBlob {
     /// a full store or disk is found before the first byte is streamed
     /// rather than in the middle. Blocking.
     pub fn reserve(&self, len: u64) -> io::Result<()> {
+        take_budget(&self.budget, len)?;
+        self.reserved.fetch_add(len, Ordering::Relaxed);
+        self.allocate(len)
+    }
+
+    /// Allocates `len` bytes on disk (`fallocate`). Blocking.
+    fn allocate(&self, len: u64) -> io::Result<()> {
         if len == 0 {
             return Ok(());
         }
-        if !self.budget.reserve(len) {
-            return Err(io::Error::new(
-                io::ErrorKind::StorageFull,
-                "fills in progress already hold storage.max_size",
-            ));
-        }
-        self.reserved.fetch_add(len, Ordering::Relaxed);
         rustix::fs::fallocate(&*self.file, rustix::fs::FallocateFlags::empty(), 0, len)
             .map_err(io::Error::from)
     }
