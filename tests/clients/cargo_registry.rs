@@ -61,13 +61,7 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
             .arg("fetch")
             .current_dir(&project)
             .env("CARGO_HOME", &home));
-        let cached = std::fs::read_dir(home.join("registry/cache"))
-            .unwrap()
-            .next()
-            .unwrap()
-            .unwrap()
-            .path();
-        assert!(cached.join("mc_leaf-0.1.0.crate").exists());
+        crate::fixtures::assert_leaf_downloaded(&home);
         // The web API is passed through, uncached: only while the origin is up.
         if n == 1 {
             let found = run(Command::new("cargo")

@@ -125,6 +125,20 @@ pub async fn cargo_proxy(index: &MirrorServer, files: &MirrorServer) -> TestProx
     .await
 }
 
+/// Fails unless each of `packages` is installed in `project/node_modules`.
+pub fn assert_npm_installed(project: &Path, packages: &[&str]) {
+    for installed in packages {
+        assert!(
+            project
+                .join("node_modules")
+                .join(installed)
+                .join("index.js")
+                .exists(),
+            "{installed} not installed"
+        );
+    }
+}
+
 /// Fails unless cargo, with `CARGO_HOME=home`, downloaded `mc_leaf` 0.1.0.
 pub fn assert_leaf_downloaded(home: &Path) {
     let cached = std::fs::read_dir(home.join("registry/cache"))

@@ -42,16 +42,7 @@ async fn npm_install_through_the_proxy_then_from_the_cache_alone() {
             .arg("mc-a")
             .current_dir(&project)
             .env("HOME", w.join(format!("home{n}"))));
-        for installed in ["mc-a", "mc-b", "@mc/c"] {
-            assert!(
-                project
-                    .join("node_modules")
-                    .join(installed)
-                    .join("index.js")
-                    .exists(),
-                "{installed} not installed"
-            );
-        }
+        crate::fixtures::assert_npm_installed(&project, &["mc-a", "mc-b", "@mc/c"]);
     };
     tokio::task::block_in_place(|| round(1));
     let first = registry.total();

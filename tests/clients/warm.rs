@@ -114,16 +114,7 @@ async fn npm_ci_installs_what_warm_fetched_with_the_origin_stopped() {
             .current_dir(&project)
             .env("HOME", w.join("home")))
     });
-    for installed in ["mc-a", "mc-b"] {
-        assert!(
-            project
-                .join("node_modules")
-                .join(installed)
-                .join("index.js")
-                .exists(),
-            "{installed} not installed"
-        );
-    }
+    crate::fixtures::assert_npm_installed(&project, &["mc-a", "mc-b"]);
     assert_eq!(registry.total(), warmed);
     report("npm ci after warm", &npm, warmed, 0);
     proxy.stop().await;
