@@ -246,24 +246,25 @@ impl Validator<'_> {
                 )
             }
         };
-        let hedge =
-            match &raw.hedge_after {
-                None => Hedge::Auto,
-                Some(text) => match text.get_ref().as_str() {
-                    "auto" => Hedge::Auto,
-                    "off" => Hedge::Off,
-                    other => match humantime::parse_duration(other) {
-                        Ok(delay) if !delay.is_zero() => Hedge::After(delay),
-                        _ => return self.error(
+        let hedge = match &raw.hedge_after {
+            None => Hedge::Auto,
+            Some(text) => match text.get_ref().as_str() {
+                "auto" => Hedge::Auto,
+                "off" => Hedge::Off,
+                other => match humantime::parse_duration(other) {
+                    Ok(delay) if !delay.is_zero() => Hedge::After(delay),
+                    _ => {
+                        return self.error(
                             format!("remote[{i}].hedge_after"),
                             text.span(),
                             format!(
                                 "{other:?} is not a duration (e.g. \"500ms\"), \"auto\" or \"off\""
                             ),
-                        ),
-                    },
+                        )
+                    }
                 },
-            };
+            },
+        };
         let mut immutable = Vec::with_capacity(raw.immutable.len());
         for (j, p) in raw.immutable.iter().enumerate() {
             if let Err(e) = globset::Glob::new(p.get_ref()) {
