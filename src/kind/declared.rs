@@ -2,7 +2,7 @@
 //! address) says an artifact must have. This file reads them out of the
 //! documents each kind serves — pypi's `#sha256=` fragments and PEP 691
 //! `hashes`, npm's `dist.integrity` (else `dist.shasum`), cargo's `cksum`,
-//! apt's `Release` and `Packages` — and names the artifact each one is for.
+//! apt's `Release` and `Packages` (plain, `.gz` or `.xz`) — and names the artifact each one is for.
 //! It is pure: the fill checks the bytes against what is declared, the cache
 //! keeps what was learned.
 
@@ -374,7 +374,7 @@ fn cargo(body: &[u8]) -> Vec<(String, Declared)> {
         .collect()
 }
 
-/// The largest decompressed `Packages.gz` read for declarations.
+/// The largest decompressed `Packages.gz`/`.xz` read for declarations.
 const MAX_APT_INDEX: u64 = 512 * 1024 * 1024;
 
 fn apt(path: &str, body: &[u8]) -> Vec<(String, Declared)> {
@@ -399,6 +399,23 @@ fn apt(path: &str, body: &[u8]) -> Vec<(String, Declared)> {
         apt_release(dir, &text)
     } else {
         apt_packages(&text)
+    }
+}
+
+/// A writer that refuses to grow past [`MAX_APT_INDEX`] (an xz bomb).
+struct Limited<'a>(&'a mut Vec<u8>);
+
+impl std::io::Write for Limited<'_> {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.0.len() as u64 + bytes.len() as u64 > MAX_APT_INDEX {
+            return Err(std::io::ErrorKind::OutOfMemory.into());
+        }
+        self.0.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
     }
 }
 

@@ -167,7 +167,9 @@ fn apt_release_and_packages_declare_their_files() {
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, packages.as_bytes()).unwrap();
     let gz = gz.finish().unwrap();
-    for body in [packages.as_bytes(), &gz[..]] {
+    let mut xz = Vec::new();
+    lzma_rs::xz_compress(&mut packages.as_bytes(), &mut xz).unwrap();
+    for body in [packages.as_bytes(), &gz[..], &xz[..]] {
         let learned = learn(&config, "dists/stable/main/binary-amd64/Packages.gz", body);
         assert_eq!(
             learned,
