@@ -16,8 +16,11 @@ use crate::path::ArtifactPath;
 use crate::upstream::Remote;
 
 /// How long a fill with no declared digest waits for documents still being
-/// learned (a client asks for an artifact right after its index).
+/// learned (a client asks for an artifact right after its index), and how
+/// often it looks again meanwhile: declarations are stored in chunks, so the
+/// one it needs may land long before a large index is done.
 const LEARNING_WAIT: Duration = Duration::from_secs(10);
+const LEARNING_POLL: Duration = Duration::from_millis(50);
 
 /// The digest the body of `path` must have, if anything declares one.
 /// `require_declared_hash` turns "nothing declared" into a refusal.
@@ -34,8 +37,13 @@ pub(super) async fn expected_digest(
         return Ok(None);
     };
     let meta = &fills.cache.meta;
+    let deadline = tokio::time::Instant::now() + LEARNING_WAIT;
     let mut found = meta.declared(&remote.name, &artifact).await;
-    if matches!(found, Ok(None)) && fills.wait_for_learning().await {
+    while matches!(found, Ok(None))
+        && fills.learning.load(Ordering::Acquire) > 0
+        && tokio::time::Instant::now() < deadline
+    {
+        tokio::time::sleep(LEARNING_POLL).await;
         found = meta.declared(&remote.name, &artifact).await;
     }
     match found {
@@ -54,27 +62,6 @@ pub(super) async fn expected_digest(
     }
 }
 
-impl FillRegistry {
-    /// Waits (a bounded time) until no document is being learned; whether
-    /// there was anything to wait for.
-    async fn wait_for_learning(&self) -> bool {
-        if self.learning.load(Ordering::Acquire) == 0 {
-            return false;
-        }
-        let _ = tokio::time::timeout(LEARNING_WAIT, async {
-            loop {
-                let learned = self.learned.notified();
-                if self.learning.load(Ordering::Acquire) == 0 {
-                    return;
-                }
-                learned.await;
-            }
-        })
-        .await;
-        true
-    }
-}
-
 /// Counts a document being learned, until dropped. Taken before the
 /// document is published, so a client that asks for an artifact as soon as
 /// it has read the index finds its fill waiting for the declarations.
@@ -89,9 +76,7 @@ impl<'a> Learning<'a> {
 
 impl Drop for Learning<'_> {
     fn drop(&mut self) {
-        if self.0.learning.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.0.learned.notify_waiters();
-        }
+        self.0.learning.fetch_sub(1, Ordering::AcqRel);
     }
 }
 

@@ -113,11 +113,10 @@ pub struct FillRegistry {
     /// `server.max_fills`: a fill nobody reads any more still counts until
     /// it is done.
     max_fills: usize,
-    /// Index documents whose declared digests are being stored now, and the
-    /// wake-up when the last is done: an artifact fill that finds no declared
-    /// digest waits for them (see `learn`).
+    /// Index documents whose declared digests are being stored now: an
+    /// artifact fill that finds no declared digest waits for them (see
+    /// `learn`).
     learning: AtomicUsize,
-    learned: tokio::sync::Notify,
 }
 
 impl FillRegistry {
@@ -129,7 +128,6 @@ impl FillRegistry {
             metrics,
             max_fills,
             learning: AtomicUsize::new(0),
-            learned: tokio::sync::Notify::new(),
         }
     }
 

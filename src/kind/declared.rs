@@ -389,6 +389,12 @@ fn apt(path: &str, body: &[u8]) -> Vec<(String, Declared)> {
             return Vec::new();
         }
         &inflated[..]
+    } else if body.starts_with(b"\xfd7zXZ\0") {
+        let mut input = std::io::BufReader::new(body);
+        if lzma_rs::xz_decompress(&mut input, &mut Limited(&mut inflated)).is_err() {
+            return Vec::new();
+        }
+        &inflated[..]
     } else {
         body
     };
