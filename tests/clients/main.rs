@@ -16,6 +16,8 @@ mod go;
 mod npm;
 mod npm_api;
 mod npm_family;
+mod oci;
+mod oci_fixtures;
 mod pip;
 mod python_tools;
 mod warm;

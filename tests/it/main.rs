@@ -13,6 +13,7 @@ mod hardening_keys;
 mod kinds;
 mod lifetime;
 mod metadata;
+mod oci;
 mod operations;
 mod path_safety;
 mod registries;
