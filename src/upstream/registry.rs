@@ -9,9 +9,9 @@ use std::time::Instant;
 use axum::http::{header, StatusCode};
 
 use super::fetch::record_failure;
+use super::pass::one_at_a_time;
 use super::select::Mirror;
 use super::{token, Remote};
-use crate::clock::now_ms;
 use crate::error::{AttemptError, ProxyError};
 
 /// What the mirrors said of a tag.
@@ -33,17 +33,9 @@ pub async fn head_digest(
     accept: Option<&str>,
 ) -> Result<TagHead, ProxyError> {
     let (set, path) = remote.route(path);
-    let now = now_ms();
-    let any_selectable = set.health.iter().any(|h| h.selectable(now));
-    let order = set
-        .selector
-        .order_accepting(&set.mirrors, |i| set.health[i].selectable(now));
     let (mut attempts, mut last) = (0, None);
-    for mirror_idx in order.cycle().take(remote.config.max_attempts) {
+    for mirror_idx in one_at_a_time(remote, set) {
         let mirror: &Mirror = &set.mirrors[mirror_idx];
-        if any_selectable && !set.health[mirror_idx].try_begin(now) {
-            continue;
-        }
         let mut request = remote.client.head(mirror.url_for(path));
         if let Some(accept) = accept {
             request = request.header(header::ACCEPT, accept);
