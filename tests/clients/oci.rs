@@ -137,6 +137,30 @@ async fn images_pull_by_tag_and_digest_fail_over_and_are_served_with_every_regis
     let (_, through) = blocking(|| inspect_raw(w, &format!("{proxy}/team/img:small3")));
     assert_eq!(through, digest);
 
+    // As skopeo and podman are set up in README: a registries.conf mirror
+    // of another registry name, with the remote's prefix as its namespace.
+    let conf = w.join("registries.conf");
+    crate::write(
+        &conf,
+        &format!(
+            "[[registry]]\nprefix = \"registry.mirrorcache.invalid\"\nlocation = \"registry.mirrorcache.invalid\"\n\n[[registry.mirror]]\nlocation = \"{proxy}/hub\"\ninsecure = true\n"
+        ),
+    );
+    let (_, digest) = upstream("small");
+    let via_conf = blocking(|| {
+        crate::run(
+            crate::oci_fixtures::skopeo(w)
+                .arg("--registries-conf")
+                .arg(&conf)
+                .args(["inspect", "--raw"])
+                .arg("docker://registry.mirrorcache.invalid/team/img:small"),
+        )
+    });
+    assert_eq!(
+        format!("sha256:{}", crate::support::sha256_hex(via_conf.as_bytes())),
+        digest
+    );
+
     // One registry down: the next pull fails over.
     r1.stop();
     let (_, digest) = blocking(|| inspect_raw(w, &format!("{}/team/img:small2", r2.host())));
