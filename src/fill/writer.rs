@@ -12,7 +12,9 @@ use super::{FillRegistry, FillState, Head};
 use crate::cache::cluster::{Cluster, LockOutcome};
 use crate::cache::{Cache, Digest, Entry, TempBlob};
 use crate::clock::now_ms;
+use crate::config::RemoteKind;
 use crate::error::ProxyError;
+use crate::kind;
 use crate::path::ArtifactPath;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::{MirrorSet, Remote};
@@ -167,6 +169,22 @@ async fn fill(
     });
 
     let (digest, written) = download(remote, &mut upstream, &temp, &head, tx).await?;
+    // The digest the path itself names (an OCI blob or manifest by digest):
+    // bytes that hash otherwise are never committed nor served complete.
+    if let Some(expected) =
+        kind::oci::digest_in_path(path.path()).filter(|_| remote.config.kind == RemoteKind::Oci)
+    {
+        let got = format!("sha256:{}", digest.to_hex());
+        if got != expected {
+            let error = format!("the body is {got}, the path says {expected}");
+            return Err(broken_body(
+                remote,
+                upstream.set,
+                upstream.mirror_idx,
+                error,
+            ));
+        }
+    }
     // The upstream request is over: give the mirror's in-flight count back
     // before the readers see the end, not after the commit.
     drop(upstream);

@@ -378,3 +378,31 @@ fn oci_keys_are_checked() {
     let config = mirrorcache::config::Config::parse(&ok, "t.toml").unwrap();
     assert_eq!(config.remotes[0].registry.as_deref(), Some("docker.io"));
 }
+
+#[tokio::test]
+async fn a_blob_that_is_not_its_digest_is_never_served_whole_nor_cached() {
+    let mirror = MirrorServer::start().await;
+    let claimed = format!("sha256:{}", sha256_hex(b"the real layer"));
+    mirror.put(&format!("/v2/app/blobs/{claimed}"), b"some other bytes".to_vec());
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n",
+        mirror.url("")
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    for round in 1..=2 {
+        let response = client
+            .get(proxy.url(&format!("/v2/oci/app/blobs/{claimed}")))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        let body = response.bytes().await;
+        // Either the fill failed before the head (502) or the transfer
+        // breaks: never a complete 200.
+        assert!(status == 502 || body.is_err(), "round {round}: {status}");
+        proxy.settle().await;
+    }
+    assert_eq!(mirror.hits(&format!("/v2/app/blobs/{claimed}")), 2, "not cached");
+    proxy.stop().await;
+}
