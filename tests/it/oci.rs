@@ -7,6 +7,7 @@
 
 use axum::body::Body;
 use axum::http::{Method, Request, StatusCode};
+use axum::response::IntoResponse;
 use tower::ServiceExt;
 
 use crate::support::proxy::{config_text, start_text};
@@ -383,7 +384,10 @@ fn oci_keys_are_checked() {
 async fn a_blob_that_is_not_its_digest_is_never_served_whole_nor_cached() {
     let mirror = MirrorServer::start().await;
     let claimed = format!("sha256:{}", sha256_hex(b"the real layer"));
-    mirror.put(&format!("/v2/app/blobs/{claimed}"), b"some other bytes".to_vec());
+    mirror.put(
+        &format!("/v2/app/blobs/{claimed}"),
+        b"some other bytes".to_vec(),
+    );
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n",
         mirror.url("")
@@ -403,6 +407,96 @@ async fn a_blob_that_is_not_its_digest_is_never_served_whole_nor_cached() {
         assert!(status == 502 || body.is_err(), "round {round}: {status}");
         proxy.settle().await;
     }
-    assert_eq!(mirror.hits(&format!("/v2/app/blobs/{claimed}")), 2, "not cached");
+    assert_eq!(
+        mirror.hits(&format!("/v2/app/blobs/{claimed}")),
+        2,
+        "not cached"
+    );
+    proxy.stop().await;
+}
+
+/// A registry that wants a bearer token from its own realm and redirects
+/// blob GETs to a storage host on another port: the proxy gets a token, uses
+/// it for the registry only, follows the redirect without it, checks the
+/// digest, and never forwards the client's `Authorization`.
+#[tokio::test]
+async fn tokens_are_fetched_on_a_challenge_and_blob_redirects_go_anywhere_without_them() {
+    use std::sync::{Arc, Mutex};
+    let storage = MirrorServer::start().await;
+    let blob = b"layer behind a CDN".to_vec();
+    let digest = format!("sha256:{}", sha256_hex(&blob));
+    storage.put("/cdn/layer", blob.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    // Authorization headers the registry saw on blob requests, and token requests.
+    let seen: Arc<Mutex<Vec<String>>> = Arc::default();
+    let tokens: Arc<Mutex<Vec<String>>> = Arc::default();
+    let (seen_in, tokens_in) = (seen.clone(), tokens.clone());
+    let cdn = storage.url("/cdn/layer");
+    let app = axum::Router::new()
+        .route(
+            "/token",
+            axum::routing::get(move |uri: axum::http::Uri| {
+                let tokens = tokens_in.clone();
+                async move {
+                    tokens.lock().unwrap().push(uri.query().unwrap_or("").to_string());
+                    r#"{"token":"t0k","expires_in":300}"#
+                }
+            }),
+        )
+        .route(
+            "/v2/{*rest}",
+            axum::routing::get(move |headers: axum::http::HeaderMap| {
+                let (seen, cdn) = (seen_in.clone(), cdn.clone());
+                async move {
+                    let auth = headers
+                        .get("authorization")
+                        .map_or("", |v| v.to_str().unwrap())
+                        .to_string();
+                    seen.lock().unwrap().push(auth.clone());
+                    if auth != "Bearer t0k" {
+                        let challenge = format!(
+                            "Bearer realm=\"http://{addr}/token\",service=\"reg\",scope=\"repository:app:pull\""
+                        );
+                        return (StatusCode::UNAUTHORIZED, [("www-authenticate", challenge)])
+                            .into_response();
+                    }
+                    axum::response::Redirect::temporary(&cdn).into_response()
+                }
+            }),
+        );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"http://{addr}\"]\n"
+    ))
+    .await;
+    let client = reqwest::Client::new();
+    let url = proxy.url(&format!("/v2/oci/app/blobs/{digest}"));
+    let response = client
+        .get(&url)
+        .bearer_auth("client-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(&response.bytes().await.unwrap()[..], &blob[..]);
+    assert_eq!(*seen.lock().unwrap(), ["", "Bearer t0k"]);
+    assert_eq!(
+        *tokens.lock().unwrap(),
+        ["service=reg&scope=repository%3Aapp%3Apull"]
+    );
+    let at_storage = storage.last_request().unwrap();
+    assert!(
+        !at_storage.headers.contains_key("authorization"),
+        "credentials followed the redirect"
+    );
+    // A second blob of the same repository reuses the token.
+    let other = format!("sha256:{}", "2".repeat(64));
+    let _ = client
+        .get(proxy.url(&format!("/v2/oci/app/blobs/{other}")))
+        .send()
+        .await;
+    assert_eq!(seen.lock().unwrap().last().unwrap(), "Bearer t0k");
+    assert_eq!(tokens.lock().unwrap().len(), 1);
     proxy.stop().await;
 }
