@@ -309,8 +309,8 @@ impl Pull<'_> {
         let digest = format!("sha256:{}", Digest::of(&body).to_hex());
         if let Reference::Digest(expected) = reference {
             if digest != expected {
-                // Until the fill checks the digest itself: never serve it,
-                // and forget it so that the next request fetches again.
+                // The fill checks this before its commit; a stored copy
+                // that fails here is forgotten, so the next request fetches.
                 let _ = self
                     .proxy
                     .cache
@@ -326,13 +326,15 @@ impl Pull<'_> {
         }
         let mut response = self.whole(body, content_type, served.cache);
         let headers = response.headers_mut();
-        let digest = HeaderValue::from_str(&digest).expect("hex is a header value");
+        let etag = format!("\"{digest}\"");
         headers.insert(
             header::ETAG,
-            HeaderValue::from_str(&format!("\"{}\"", digest.to_str().unwrap_or_default()))
-                .expect("quoted hex is a header value"),
+            HeaderValue::try_from(etag).expect("hex is a header value"),
         );
-        headers.insert(CONTENT_DIGEST, digest);
+        headers.insert(
+            CONTENT_DIGEST,
+            HeaderValue::try_from(digest).expect("hex is a header value"),
+        );
         headers.insert(header::VARY, HeaderValue::from_static("Accept"));
         Ok(Served { response, ..served })
     }
