@@ -192,8 +192,10 @@ impl Validator<'_> {
     fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
         let auth = self.auth(i, &raw)?;
         let name = raw.name.get_ref().clone();
+        // `/v2/…` is the container registry API (`http::oci`).
         let name_ok = !name.is_empty()
             && name != "-"
+            && name != "v2"
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -201,7 +203,7 @@ impl Validator<'_> {
             return self.error(
                 format!("remote[{i}].name"),
                 raw.name.span(),
-                format!("{name:?} is not a valid remote name (letters, digits, '-', '_', '.'; not \"-\")"),
+                format!("{name:?} is not a valid remote name (letters, digits, '-', '_', '.'; not \"-\" nor \"v2\")"),
             );
         }
         let kind = match RemoteKind::parse(raw.kind.get_ref()) {
@@ -237,6 +239,14 @@ impl Validator<'_> {
             raw.sumdb.as_ref(),
             kind.default_sumdb(),
         )?;
+        if kind == RemoteKind::Oci && matches!(auth, UpstreamAuth::Bearer(_)) {
+            return self.error(
+                format!("remote[{i}].bearer_token"),
+                0..0,
+                "an oci remote fetches its own tokens from the registry's token service; \
+                 give `username` and `password_env` instead",
+            );
+        }
         let registry = match &raw.registry {
             Some(host) if kind != RemoteKind::Oci => {
                 return self.error(

@@ -369,6 +369,11 @@ fn oci_keys_are_checked() {
             format!("{base}kind = \"oci\"\nregistry = \"https://docker.io/x\"\n"),
             "remote[0].registry",
         ),
+        (
+            format!("{base}kind = \"oci\"\nbearer_token = \"t\"\n"),
+            "remote[0].bearer_token",
+        ),
+        (base.replace("\"r\"", "\"v2\""), "remote[0].name"),
     ] {
         let error = mirrorcache::config::Config::parse(&text, "t.toml").unwrap_err();
         assert_eq!(error.key, key, "{text}");
