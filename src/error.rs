@@ -64,6 +64,13 @@ pub enum ProxyError {
     TooLarge { size: u64, limit: u64 },
     #[error("upstream body broke off: {0}")]
     UpstreamBody(String),
+    /// Every mirror that answered sent bytes whose digest is not the one the
+    /// index declared (the first two of the 502 body's lines name both).
+    #[error("no mirror sent the declared bytes: expected {expected}, received {received}")]
+    IntegrityMismatch { expected: String, received: String },
+    /// `require_declared_hash`: no index declared this artifact's digest.
+    #[error("refused: no index declared a digest for this artifact (require_declared_hash)")]
+    Undeclared,
     #[error("store: {0}")]
     Store(String),
     #[error("metadata: {0}")]
@@ -81,12 +88,14 @@ impl ProxyError {
             | ProxyError::UnknownRemote(_)
             | ProxyError::MethodNotAllowed
             | ProxyError::ReadOnly
-            | ProxyError::RequestTooLarge { .. } => Side::Downstream,
+            | ProxyError::RequestTooLarge { .. }
+            | ProxyError::Undeclared => Side::Downstream,
             ProxyError::NotFound { .. }
             | ProxyError::MirrorsFailed { .. }
             | ProxyError::MirrorsBusy
             | ProxyError::TooLarge { .. }
-            | ProxyError::UpstreamBody(_) => Side::Upstream,
+            | ProxyError::UpstreamBody(_)
+            | ProxyError::IntegrityMismatch { .. } => Side::Upstream,
             ProxyError::Store(_)
             | ProxyError::Metadata(_)
             | ProxyError::FillsBusy(_)
@@ -110,6 +119,7 @@ impl ProxyError {
             ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::Undeclared => StatusCode::FORBIDDEN,
             ProxyError::NotFound { status } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND)
             }
@@ -120,6 +130,7 @@ impl ProxyError {
             ProxyError::MirrorsFailed { .. }
             | ProxyError::TooLarge { .. }
             | ProxyError::UpstreamBody(_)
+            | ProxyError::IntegrityMismatch { .. }
             | ProxyError::FillAborted => StatusCode::BAD_GATEWAY,
             ProxyError::Store(_) | ProxyError::Metadata(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -146,7 +157,7 @@ impl IntoResponse for ProxyError {
         } else {
             tracing::warn!(error = %self, side = ?self.side(), retryable = self.retryable(), "request failed");
         }
-        let mut response = if matches!(self, ProxyError::ReadOnly) {
+        let mut response = if matches!(self, ProxyError::ReadOnly | ProxyError::Undeclared) {
             // npm prints `error`, cargo prints `errors[].detail`.
             let message = self.client_message();
             axum::Json(serde_json::json!({"error": message, "errors": [{"detail": message}]}))

@@ -72,6 +72,7 @@ pub struct Metrics {
     bytes_served_by_source: Family<SourceLabels, Counter>,
     upstream_first_byte: Family<MirrorLabels, Histogram, fn() -> Histogram>,
     upstream_failures: Family<MirrorLabels, Counter>,
+    integrity_failures: Family<MirrorLabels, Counter>,
     upstream_fetches: Family<RemoteLabels, Counter>,
     upstream_hedges: Family<RemoteLabels, Counter>,
     pub mirror_in_flight: Family<MirrorLabels, Gauge>,
@@ -258,6 +259,12 @@ impl Metrics {
             "Failed upstream attempts (connect, timeout, 5xx, broken body)",
             upstream_failures.clone(),
         );
+        let integrity_failures = Family::<MirrorLabels, Counter>::default();
+        registry.register(
+            "integrity_failures",
+            "Bodies whose digest differed from the one their index declared (mirror \"cache\": a cached copy found wrong later)",
+            integrity_failures.clone(),
+        );
         let upstream_fetches = Family::<RemoteLabels, Counter>::default();
         registry.register(
             "upstream_fetches",
@@ -337,6 +344,7 @@ impl Metrics {
             bytes_served_by_source,
             upstream_first_byte,
             upstream_failures,
+            integrity_failures,
             upstream_fetches,
             upstream_hedges,
             mirror_in_flight,
@@ -390,6 +398,16 @@ impl Metrics {
             failures: self.upstream_failures.get_or_create(&labels).clone(),
             recent_errors: self.recent_errors.clone(),
         }
+    }
+
+    /// Counts a body that did not match its declared digest.
+    pub fn integrity_failure(&self, remote: &str, mirror: &str) {
+        self.integrity_failures
+            .get_or_create(&MirrorLabels {
+                remote: remote.to_string(),
+                mirror: mirror.to_string(),
+            })
+            .inc();
     }
 
     fn by_source(&self, remote: &str, source: &'static str) -> Counter {

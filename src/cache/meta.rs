@@ -132,6 +132,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed(include_str!("../../migrations/0003_hits.sql")),
             false,
         ),
+        Migration::new(
+            4,
+            Cow::Borrowed("declared"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0004_declared.sql")),
+            false,
+        ),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),

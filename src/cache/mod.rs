@@ -21,6 +21,7 @@
 pub mod blobs;
 pub mod budget;
 pub mod cluster;
+mod declared;
 pub mod evict;
 pub mod listing;
 pub mod meta;
@@ -41,6 +42,7 @@ pub use blobs::{Blob, BlobStore, HotBlobs};
 use blobs::{LocalBlobs, S3Blobs};
 pub use budget::Budget;
 use cluster::Cluster;
+pub use declared::Learned;
 pub use evict::Evictor;
 pub use meta::{Entry, MetadataStore};
 pub use store::{ContentStore, Digest, TempBlob};
@@ -147,6 +149,12 @@ impl Cache {
         tokio::spawn(Evictor::run(Arc::downgrade(&cache)));
         cache.budget.wake_if_over();
         Ok(cache)
+    }
+
+    /// Whether a body of `size` bytes is small enough for the in-memory tier
+    /// (a fill holds such a body back until it is verified).
+    pub fn is_small(&self, size: u64) -> bool {
+        self.hot.admits(size)
     }
 
     /// Redis coordination, when configured.

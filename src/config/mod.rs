@@ -216,6 +216,8 @@ pub struct RemoteConfig {
     pub max_body_size: u64,
     /// Requests one mirror may have in flight from this proxy; `None` = no limit.
     pub mirror_max_in_flight: Option<usize>,
+    /// Artifacts whose digest no index declared are refused (403).
+    pub require_declared_hash: bool,
     pub health: HealthConfig,
     pub auth: UpstreamAuth,
     /// An oci remote's registry host as containerd names it in `?ns=`

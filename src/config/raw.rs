@@ -181,6 +181,7 @@ pub(super) struct RawRemote {
     pub(super) max_body_size: HumanSize,
     #[serde(default)]
     pub(super) mirror_max_in_flight: usize,
+    pub(super) require_declared_hash: Option<Spanned<bool>>,
     #[serde(default = "default_eject_after")]
     pub(super) eject_after: u32,
     #[serde(default = "default_eject_cooldown")]

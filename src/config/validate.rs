@@ -268,7 +268,9 @@ impl Validator<'_> {
         };
         let max_document_size = raw.max_document_size.0;
         let max_attempts = match raw.max_attempts {
-            None => mirrors.len(),
+            // Every mirror of the largest set once: a files host with more
+            // mirrors than the index gets to try them all.
+            None => mirrors.len().max(files.len()).max(sumdb.len()),
             Some(n) if *n.get_ref() >= 1 => *n.get_ref(),
             Some(n) => {
                 return self.error(
@@ -308,6 +310,22 @@ impl Validator<'_> {
             }
             immutable.push(p.get_ref().clone());
         }
+        let require_declared_hash = match raw.require_declared_hash {
+            Some(flag)
+                if *flag.get_ref() && matches!(kind, RemoteKind::Go | RemoteKind::Generic) =>
+            {
+                return self.error(
+                    format!("remote[{i}].require_declared_hash"),
+                    flag.span(),
+                    format!(
+                        "{} remotes have no index that declares digests",
+                        kind.as_str()
+                    ),
+                );
+            }
+            Some(flag) => *flag.get_ref(),
+            None => false,
+        };
         Ok(RemoteConfig {
             name,
             kind,
@@ -329,6 +347,7 @@ impl Validator<'_> {
             max_body_size: raw.max_body_size.0,
             mirror_max_in_flight: (raw.mirror_max_in_flight > 0)
                 .then_some(raw.mirror_max_in_flight),
+            require_declared_hash,
             health: HealthConfig {
                 eject_after: raw.eject_after.max(1),
                 cooldown: raw.eject_cooldown.0,

@@ -22,12 +22,14 @@
 //! a fill is handed the [`Cache`], the [`Remote`] and the [`Metrics`] it
 //! uses, never the whole proxy.
 
+mod learn;
 mod reader;
 mod writer;
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
@@ -111,6 +113,11 @@ pub struct FillRegistry {
     /// `server.max_fills`: a fill nobody reads any more still counts until
     /// it is done.
     max_fills: usize,
+    /// Index documents whose declared digests are being stored now, and the
+    /// wake-up when the last is done: an artifact fill that finds no declared
+    /// digest waits for them (see `learn`).
+    learning: AtomicUsize,
+    learned: tokio::sync::Notify,
 }
 
 impl FillRegistry {
@@ -121,6 +128,8 @@ impl FillRegistry {
             cache,
             metrics,
             max_fills,
+            learning: AtomicUsize::new(0),
+            learned: tokio::sync::Notify::new(),
         }
     }
 
@@ -246,6 +255,19 @@ impl FillRegistry {
             .collect();
         progress.sort_by(|a, b| a.key.cmp(&b.key));
         progress
+    }
+
+    /// A new channel for the fill of `key`, which starts over on another
+    /// mirror after refusing a body its readers had begun to receive: those
+    /// readers keep the old channel (and see it fail); requests from now on
+    /// join the new one.
+    fn restart(&self, key: &str) -> watch::Sender<FillState> {
+        let (tx, rx) = watch::channel(FillState::Connecting);
+        self.fills
+            .lock()
+            .expect("fill registry poisoned")
+            .insert(key.to_string(), rx);
+        tx
     }
 
     /// Takes a finished fill out of the map.

@@ -5,16 +5,14 @@
 use std::io;
 use std::sync::{Arc, Mutex};
 
-use sha2::{Digest as _, Sha256};
 use tokio::sync::watch;
 
-use super::{FillRegistry, FillState, Head};
+use super::{learn, FillRegistry, FillState, Head};
 use crate::cache::cluster::{Cluster, LockOutcome};
 use crate::cache::{Cache, Digest, Entry, TempBlob};
 use crate::clock::now_ms;
-use crate::config::RemoteKind;
 use crate::error::ProxyError;
-use crate::kind;
+use crate::kind::declared::{self, Declared, Hashers};
 use crate::path::ArtifactPath;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::{MirrorSet, Remote};
@@ -61,7 +59,8 @@ pub(super) async fn run(
             LockOutcome::Unavailable => {}
         }
     }
-    let result = fill(cache, &remote, &path, accept, stale.as_deref(), &tx).await;
+    let mut tx = tx;
+    let result = fill(&fills, &remote, &path, accept, stale.as_deref(), &mut tx).await;
     if let Some((cluster, lock, renewal)) = held {
         drop(renewal);
         cluster.release(lock).await;
@@ -87,38 +86,98 @@ impl Drop for AbortOnDrop {
 }
 
 /// Fetch, then either a 304 (the stale entry is refreshed), a stream-through
-/// (the store cannot take the body), or download → publish → commit.
+/// (the store cannot take the body), or download → verify → publish →
+/// commit. A body that does not match its declared digest is refused and the
+/// next mirror asked, until one sends the declared bytes or none is left.
 async fn fill(
-    cache: &Cache,
+    fills: &FillRegistry,
     remote: &Remote,
     path: &ArtifactPath,
     accept: Option<&'static str>,
     stale: Option<&Entry>,
-    tx: &watch::Sender<FillState>,
+    tx: &mut watch::Sender<FillState>,
 ) -> Result<(), ProxyError> {
     // Lets tests reach the panic path of a fill (debug builds only).
     #[cfg(debug_assertions)]
     if path.path().contains("__mirrorcache_test_panic_in_fill__") {
         panic!("test panic in a fill");
     }
+    let cache = &fills.cache;
     let validators = stale
         .map(|e| Validators {
             etag: e.upstream_etag.as_deref(),
             last_modified: e.upstream_last_modified.as_deref(),
         })
         .unwrap_or_default();
-    let fetched = fetch::fetch(remote, path.path(), validators, accept).await?;
-    let mut upstream = match fetched {
-        Fetched::NotModified { mirror } => {
-            let entry = stale.expect("a 304 is only accepted when validators were sent");
-            let fresh = cache.meta.mark_revalidated(path, entry, now_ms()).await?;
-            tracing::debug!(key = path.key(), mirror = mirror.base(), "revalidated");
-            tx.send_replace(FillState::Revalidated(fresh));
-            return Ok(());
+    let expected = learn::expected_digest(fills, remote, path).await?;
+    // Mirrors (of the path's set) whose body was refused, and why.
+    let mut refused = Vec::new();
+    let mut mismatch = None;
+    loop {
+        let fetched =
+            match fetch::fetch_avoiding(remote, path.path(), validators, accept, &refused).await {
+                Ok(fetched) => fetched,
+                // The mismatch says more than "no mirror left".
+                Err(error) => return Err(mismatch.unwrap_or(error)),
+            };
+        let upstream = match fetched {
+            Fetched::NotModified { mirror } => {
+                let entry = stale.expect("a 304 is only accepted when validators were sent");
+                let fresh = cache.meta.mark_revalidated(path, entry, now_ms()).await?;
+                tracing::debug!(key = path.key(), mirror = mirror.base(), "revalidated");
+                tx.send_replace(FillState::Revalidated(fresh));
+                return Ok(());
+            }
+            Fetched::Body(body) => body,
+        };
+        cache.meta.forget_absent(path);
+        match receive(fills, remote, path, upstream, expected.as_ref(), stale, tx).await? {
+            Received::Done => return Ok(()),
+            Received::Refused {
+                mirror_idx,
+                error,
+                published,
+            } => {
+                refused.push(mirror_idx);
+                if published {
+                    // Readers that had begun get a broken transfer; the
+                    // requests from now on follow the next attempt.
+                    tx.send_replace(FillState::Failed(error.clone()));
+                    *tx = fills.restart(path.key());
+                }
+                mismatch = Some(error);
+            }
         }
-        Fetched::Body(body) => body,
-    };
-    cache.meta.forget_absent(path);
+    }
+}
+
+/// How one mirror's 200 ended.
+enum Received {
+    /// Served to the readers (and committed, when the store took it).
+    Done,
+    /// Its digest is not the declared one; nothing was committed.
+    /// `published`: readers had been given the body as it arrived.
+    Refused {
+        mirror_idx: usize,
+        error: ProxyError,
+        published: bool,
+    },
+}
+
+/// Reads one mirror's body into a temp file, checks it, publishes it and
+/// commits it. A body whose digest is declared and that is small enough for
+/// the in-memory tier is held back until checked, so a refused one costs its
+/// readers nothing; a larger one streams to its readers as it arrives.
+async fn receive(
+    fills: &FillRegistry,
+    remote: &Remote,
+    path: &ArtifactPath,
+    mut upstream: fetch::Body<'_>,
+    expected: Option<&Declared>,
+    stale: Option<&Entry>,
+    tx: &watch::Sender<FillState>,
+) -> Result<Received, ProxyError> {
+    let cache = &fills.cache;
     // gzip and deflate were decoded by the client, which then drops the
     // header; what is left is an encoding the proxy cannot undo, and encoded
     // bytes are never stored or served as the artifact.
@@ -151,39 +210,44 @@ async fn fill(
     let temp = match open_temp(cache, head.content_length.unwrap_or(0)).await {
         Ok(temp) => Arc::new(temp),
         Err(reason) => {
-            // The client still gets its bytes, uncached.
+            // The client still gets its bytes, uncached (and unchecked: the
+            // body is never in one place to check).
             tracing::warn!(key = path.key(), %reason, "not caching; streaming through");
             let fetch::Body { response, .. } = upstream;
             tx.send_replace(FillState::Bypass {
                 head,
                 response: Arc::new(Mutex::new(Some(response))),
             });
-            return Ok(());
+            return Ok(Received::Done);
         }
     };
     let file = temp.reader();
-    tx.send_replace(FillState::Streaming {
-        head: head.clone(),
-        file: file.clone(),
-        written: 0,
-    });
+    let hold = expected.is_some() && head.content_length.is_some_and(|len| cache.is_small(len));
+    if !hold {
+        tx.send_replace(FillState::Streaming {
+            head: head.clone(),
+            file: file.clone(),
+            written: 0,
+        });
+    }
 
-    let (digest, written) = download(remote, &mut upstream, &temp, &head, tx).await?;
-    // The digest the path itself names (an OCI blob or manifest by digest):
-    // bytes that hash otherwise are never committed nor served complete.
-    if let Some(expected) =
-        kind::oci::digest_in_path(path.path()).filter(|_| remote.config.kind == RemoteKind::Oci)
-    {
-        let got = format!("sha256:{}", digest.to_hex());
-        if got != expected {
-            let error = format!("the body is {got}, the path says {expected}");
-            return Err(broken_body(
-                remote,
-                upstream.set,
-                upstream.mirror_idx,
-                error,
-            ));
-        }
+    let hashers = Hashers::new(expected);
+    let (digest, received, written) =
+        download(remote, &mut upstream, &temp, &head, hashers, tx).await?;
+    if let Some(expected) = expected.filter(|&e| *e != received) {
+        let error = ProxyError::IntegrityMismatch {
+            expected: expected.to_string(),
+            received: received.to_string(),
+        };
+        let mirror = upstream.mirror.base();
+        tracing::warn!(key = path.key(), mirror, %expected, %received, "body does not match its declared digest; refused");
+        cache.metrics.integrity_failure(&remote.name, mirror);
+        fetch::record_failure(remote, upstream.set, upstream.mirror_idx, &error);
+        return Ok(Received::Refused {
+            mirror_idx: upstream.mirror_idx,
+            error,
+            published: !hold,
+        });
     }
     // The upstream request is over: give the mirror's in-flight count back
     // before the readers see the end, not after the commit.
@@ -196,14 +260,20 @@ async fn fill(
         validators.last_modified,
         now_ms(),
     );
+    let unchanged = stale.is_some_and(|old| old.digest == digest);
+    let learning = (!unchanged && declared::declares(remote.config.kind, path.path()))
+        .then(|| learn::Learning::start(fills));
     tx.send_replace(FillState::Complete {
         head,
         entry: Arc::new(entry.clone()),
-        file,
+        file: file.clone(),
     });
     let temp = Arc::into_inner(temp).expect("no writer outlives the download");
     commit(cache, temp, path, entry, stale).await;
-    Ok(())
+    if let Some(learning) = learning {
+        learn::from_document(learning, remote, path, file, written).await;
+    }
+    Ok(Received::Done)
 }
 
 /// The validators a later revalidation sends.
@@ -252,10 +322,10 @@ async fn download(
     upstream: &mut fetch::Body<'_>,
     temp: &Arc<TempBlob>,
     head: &Head,
+    mut hashers: Hashers,
     tx: &watch::Sender<FillState>,
-) -> Result<(Digest, u64), ProxyError> {
+) -> Result<(Digest, Declared, u64), ProxyError> {
     let max_body = remote.config.max_body_size;
-    let mut hasher = Sha256::new();
     let mut written: u64 = 0;
     loop {
         let next = tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk());
@@ -290,10 +360,10 @@ async fn download(
         }
         let writer = temp.clone();
         // Hash and write off the async threads: both are CPU or disk work.
-        hasher = tokio::task::spawn_blocking(move || -> io::Result<Sha256> {
+        hashers = tokio::task::spawn_blocking(move || -> io::Result<Hashers> {
             writer.write_at(&chunk, written)?;
-            hasher.update(&chunk);
-            Ok(hasher)
+            hashers.update(&chunk);
+            Ok(hashers)
         })
         .await
         .map_err(|e| ProxyError::Store(e.to_string()))?
@@ -314,7 +384,8 @@ async fn download(
             "body is {written} bytes, Content-Length said {expected}"
         )));
     }
-    Ok((Digest(hasher.finalize().into()), written))
+    let (sha256, received) = hashers.finish();
+    Ok((Digest(sha256), received, written))
 }
 
 fn broken_body(remote: &Remote, set: &MirrorSet, mirror_idx: usize, error: String) -> ProxyError {

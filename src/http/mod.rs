@@ -423,7 +423,9 @@ impl ArtifactRequest<'_> {
     ) -> Result<Served, ProxyError> {
         if !matches!(
             error,
-            ProxyError::MirrorsFailed { .. } | ProxyError::MirrorsBusy
+            ProxyError::MirrorsFailed { .. }
+                | ProxyError::MirrorsBusy
+                | ProxyError::IntegrityMismatch { .. }
         ) {
             return Err(error);
         }

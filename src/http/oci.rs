@@ -107,6 +107,8 @@ impl OciError {
         let status = error.status();
         let code = match error {
             ProxyError::NotFound { .. } => unknown,
+            // No mirror sent the bytes the digest names.
+            ProxyError::IntegrityMismatch { .. } => "DIGEST_INVALID",
             ProxyError::BadPath(_) => "NAME_INVALID",
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => "UNSUPPORTED",
             _ if status == StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",

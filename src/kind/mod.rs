@@ -3,11 +3,13 @@
 //! absolute URLs are rewritten to point through the proxy, and which are
 //! content-negotiated (cached once per variant). Everything a kind knows about
 //! its ecosystem lives here; [`policy`] adds the operator's patterns on top, and
-//! [`rewrite`] re-points a document's URLs at the proxy.
+//! [`rewrite`] re-points a document's URLs at the proxy, and [`declared`] reads
+//! the digests documents declare for the artifacts they list.
 //!
 //! **Invariant:** this room imports only `config`: it is rules over paths,
 //! headers and text, with no state.
 
+pub mod declared;
 pub mod oci;
 pub mod policy;
 pub mod rewrite;

@@ -126,6 +126,18 @@ pub async fn fetch<'r>(
     validators: Validators<'_>,
     accept: Option<&str>,
 ) -> Result<Fetched<'r>, ProxyError> {
+    fetch_avoiding(remote, path, validators, accept, &[]).await
+}
+
+/// [`fetch`], never asking the mirrors (indices into the path's mirror set)
+/// in `avoid`: those whose body this fill already refused.
+pub async fn fetch_avoiding<'r>(
+    remote: &'r Remote,
+    path: &str,
+    validators: Validators<'_>,
+    accept: Option<&str>,
+    avoid: &[usize],
+) -> Result<Fetched<'r>, ProxyError> {
     let (set, path) = remote.route(path);
     remote.counters.fetches.inc();
     let now = now_ms();
@@ -144,6 +156,7 @@ pub async fn fetch<'r>(
             let next = candidates.by_ref().find(|&mirror_idx| {
                 let mirror: &Mirror = &set.mirrors[mirror_idx];
                 !started.iter().any(|&(i, _)| i == mirror_idx)
+                    && !avoid.contains(&mirror_idx)
                     && !remote
                         .config
                         .mirror_max_in_flight

@@ -46,17 +46,7 @@ async fn cargo_fetch_through_the_proxy_then_from_the_cache_alone() {
     let registry = format!("sparse+{}", proxy.url("/cargo/"));
 
     let round = |n: usize| {
-        let project = w.join(format!("project{n}"));
-        write(
-            &project.join("Cargo.toml"),
-            "[package]\nname = \"consumer\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[dependencies]\nmc_leaf = \"0.1\"\n",
-        );
-        write(&project.join("src/lib.rs"), "");
-        let home = w.join(format!("cargohome{n}"));
-        write(
-            &home.join("config.toml"),
-            &format!("[source.crates-io]\nreplace-with = \"mc\"\n\n[source.mc]\nregistry = \"{registry}\"\n"),
-        );
+        let (project, home) = crate::fixtures::cargo_consumer(w, n, &registry, "");
         run(Command::new("cargo")
             .arg("fetch")
             .current_dir(&project)

@@ -2,7 +2,7 @@
 //! package, pip wheel), shared by the client tests.
 
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::support::{available, sha256_hex, MirrorServer, TestProxy};
@@ -137,6 +137,24 @@ pub fn assert_npm_installed(project: &Path, packages: &[&str]) {
             "{installed} not installed"
         );
     }
+}
+
+/// A project depending on `mc_leaf` 0.1 and a `CARGO_HOME` whose crates.io
+/// source is replaced by `registry` (`sparse+…`), both in `w`, numbered `n`;
+/// `extra` is appended to the home's `config.toml`. Returns (project, home).
+pub fn cargo_consumer(w: &Path, n: usize, registry: &str, extra: &str) -> (PathBuf, PathBuf) {
+    let project = w.join(format!("project{n}"));
+    write(
+        &project.join("Cargo.toml"),
+        "[package]\nname = \"consumer\"\nversion = \"0.0.0\"\nedition = \"2021\"\n\n[dependencies]\nmc_leaf = \"0.1\"\n",
+    );
+    write(&project.join("src/lib.rs"), "");
+    let home = w.join(format!("cargohome{n}"));
+    write(
+        &home.join("config.toml"),
+        &format!("[source.crates-io]\nreplace-with = \"mc\"\n\n[source.mc]\nregistry = \"{registry}\"\n{extra}"),
+    );
+    (project, home)
 }
 
 /// Fails unless cargo, with `CARGO_HOME=home`, downloaded `mc_leaf` 0.1.0.

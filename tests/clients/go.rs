@@ -131,18 +131,9 @@ impl Drop for SumDb {
 
 /// The proxy's upstream fetches for the `go` remote so far (its own metric).
 async fn upstream_fetches(proxy: &TestProxy) -> usize {
-    let text = reqwest::get(proxy.url("/-/metrics"))
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find(|l| {
-            l.starts_with("mirrorcache_upstream_fetches_total{") && l.contains("remote=\"go\"")
-        })
-        .and_then(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .unwrap_or(0.0) as usize
+    proxy
+        .metric("mirrorcache_upstream_fetches_total{remote=\"go\"")
+        .await as usize
 }
 
 /// `go mod download` with `GOSUMDB` left on, naming a checksum database the

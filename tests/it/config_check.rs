@@ -47,6 +47,14 @@ fn bad_configs_name_the_key_and_line() {
         ("[[remote]]\nname = \"a b\"\nmirrors = [\"http://a/x\"]\n", &[":2:", "remote[0].name"]),
         ("[server]\nlisten = \"nowhere\"\n[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\n", &[":2:", "server.listen"]),
         ("[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\nimmutable = [\"a[\"]\n", &[":4:", "remote[0].immutable[0]"]),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"go\"\nmirrors = [\"http://a/x\"]\nrequire_declared_hash = true\n",
+            &[":5:", "remote[0].require_declared_hash", "no index that declares digests"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\nrequire_declared_hash = \"yes\"\n",
+            &[":5:", "expected a boolean"],
+        ),
     ];
     for (text, needles) in cases {
         let (code, stderr) = check(text);

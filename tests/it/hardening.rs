@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::support::proxy::{get, get_text};
+use crate::support::proxy::{get, get_text, metric};
 use crate::support::{sha256_hex, test_bytes, Fault, MirrorServer, TestProxy};
 
 fn remote(name: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
@@ -16,13 +16,6 @@ fn remote(name: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
         "[[remote]]\nname = \"{name}\"\nmirrors = [{}]\n{extra}\n",
         urls.join(", ")
     )
-}
-
-fn metric(text: &str, name: &str) -> f64 {
-    text.lines()
-        .filter(|l| l.starts_with(name))
-        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
-        .sum()
 }
 
 /// A mirror that accepts connections and never answers costs a hedge delay,

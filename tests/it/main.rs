@@ -10,6 +10,7 @@ mod failover;
 mod fanout;
 mod hardening;
 mod hardening_keys;
+mod integrity;
 mod kinds;
 mod lifetime;
 mod metadata;

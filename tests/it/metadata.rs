@@ -139,10 +139,53 @@ async fn exercise(url: &str) {
         .await
         .unwrap();
     assert!(meta.all_rows().await.unwrap().is_empty());
+    declared_digests(&meta).await;
     assert!(meta.ping().await);
     meta.close().await;
     // Migrations are idempotent: a second start on the same database is fine.
     MetadataStore::connect(url, 10).await.unwrap().close().await;
+}
+
+/// Declared digests: stored in chunks, a duplicate-free upsert that reports
+/// only what changed, and the rows a cargo `crate/version` names.
+async fn declared_digests(meta: &MetadataStore) {
+    use mirrorcache::config::RemoteKind;
+    use mirrorcache::kind::declared::{Algo, Declared};
+    let digest = |byte: u8| Declared::new(Algo::Sha256, vec![byte; 32]).unwrap();
+    let items: Vec<(String, Declared)> = (0..450)
+        .map(|i| (format!("p/-/p-{i}.tgz"), digest(1)))
+        .collect();
+    assert_eq!(
+        meta.record_declared("r", &items, 1).await.unwrap().len(),
+        450
+    );
+    assert!(meta
+        .record_declared("r", &items, 2)
+        .await
+        .unwrap()
+        .is_empty());
+    let mut changed = items.clone();
+    changed[7].1 = digest(2);
+    let got = meta.record_declared("r", &changed, 3).await.unwrap();
+    assert_eq!(got, [&changed[7]]);
+    assert_eq!(
+        meta.declared("r", "p/-/p-7.tgz").await.unwrap(),
+        Some(digest(2))
+    );
+    assert_eq!(meta.declared("other", "p/-/p-7.tgz").await.unwrap(), None);
+    let download = ArtifactPath::parse("/c/api/v1/crates/Leaf_X/1.0.0/download").unwrap();
+    meta.record(&download, entry(4, 40, 6_000)).await.unwrap();
+    let rows = meta
+        .rows_for_artifact("c", RemoteKind::Cargo, "leaf_x/1.0.0")
+        .await
+        .unwrap();
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert!(meta
+        .rows_for_artifact("c", RemoteKind::Cargo, "leaf_x/1.0.1")
+        .await
+        .unwrap()
+        .is_empty());
+    meta.forget_row("c", download.stored_path()).await.unwrap();
 }
 
 #[tokio::test]

@@ -386,37 +386,70 @@ fn oci_keys_are_checked() {
 }
 
 #[tokio::test]
-async fn a_blob_that_is_not_its_digest_is_never_served_whole_nor_cached() {
-    let mirror = MirrorServer::start().await;
-    let claimed = format!("sha256:{}", sha256_hex(b"the real layer"));
-    mirror.put(
-        &format!("/v2/app/blobs/{claimed}"),
-        b"some other bytes".to_vec(),
-    );
+async fn a_blob_that_is_not_its_digest_is_refused_and_the_next_mirror_sends_it() {
+    let (bad, good) = (MirrorServer::start().await, MirrorServer::start().await);
+    let layer = b"the real layer".to_vec();
+    let claimed = format!("sha256:{}", sha256_hex(&layer));
+    let path = format!("/v2/app/blobs/{claimed}");
+    bad.put(&path, b"some other bytes".to_vec());
+    good.put(&path, layer.clone());
+    let remote = |name: &str, mirrors: &[&MirrorServer]| {
+        let urls: Vec<String> = mirrors
+            .iter()
+            .map(|m| format!("\"{}\"", m.url("")))
+            .collect();
+        format!(
+            "[[remote]]\nname = \"{name}\"\nkind = \"oci\"\nmirrors = [{}]\n",
+            urls.join(", ")
+        )
+    };
     let proxy = TestProxy::start(&format!(
-        "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n",
-        mirror.url("")
+        "{}{}",
+        remote("both", &[&bad, &good]),
+        remote("bad", &[&bad])
     ))
     .await;
-    let client = reqwest::Client::new();
-    for round in 1..=2 {
-        let response = client
-            .get(proxy.url(&format!("/v2/oci/app/blobs/{claimed}")))
-            .send()
-            .await
-            .unwrap();
-        let status = response.status().as_u16();
-        let body = response.bytes().await;
-        // Either the fill failed before the head (502) or the transfer
-        // breaks: never a complete 200.
-        assert!(status == 502 || body.is_err(), "round {round}: {status}");
+    let p = &proxy.running.proxy;
+    let (status, headers, body) = call(
+        p,
+        Method::GET,
+        &format!("/v2/both/app/blobs/{claimed}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(&body[..], &layer[..]);
+    assert_eq!(header(&headers, "docker-content-digest"), claimed);
+    assert_eq!((bad.hits(&path), good.hits(&path)), (1, 1));
+    proxy.settle().await;
+    let (_, headers, _) = call(
+        p,
+        Method::GET,
+        &format!("/v2/both/app/blobs/{claimed}"),
+        None,
+    )
+    .await;
+    assert_eq!(header(&headers, "x-cache-status"), "HIT");
+
+    // With no good mirror: a 502 naming both digests, and nothing cached.
+    for _ in 0..2 {
+        let (status, _, body) = call(
+            p,
+            Method::GET,
+            &format!("/v2/bad/app/blobs/{claimed}"),
+            None,
+        )
+        .await;
+        assert_eq!(status, StatusCode::BAD_GATEWAY);
+        assert_eq!(code(&body), "DIGEST_INVALID");
+        let text = String::from_utf8_lossy(&body);
+        assert!(
+            text.contains(&claimed) && text.contains(&sha256_hex(b"some other bytes")),
+            "{text}"
+        );
         proxy.settle().await;
     }
-    assert_eq!(
-        mirror.hits(&format!("/v2/app/blobs/{claimed}")),
-        2,
-        "not cached"
-    );
+    assert_eq!(bad.hits(&path), 3, "never cached");
     proxy.stop().await;
 }
 

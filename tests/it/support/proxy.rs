@@ -45,6 +45,18 @@ impl TestProxy {
         format!("{}{}", self.base, path)
     }
 
+    /// The sum of the `/-/metrics` lines that start with `prefix` (a name,
+    /// perhaps with its first labels: `mirrorcache_x_total{remote="r"`).
+    pub async fn metric(&self, prefix: &str) -> f64 {
+        let text = reqwest::get(self.url("/-/metrics"))
+            .await
+            .unwrap()
+            .text()
+            .await
+            .unwrap();
+        metric(&text, prefix)
+    }
+
     /// Waits until no fill is in progress (the last miss is committed).
     pub async fn settle(&self) {
         self.running.proxy.fills.wait_idle().await;
@@ -117,4 +129,12 @@ pub async fn get(
         .map(|v| v.to_str().unwrap().to_string())
         .unwrap_or_default();
     (status, cache, response.bytes().await)
+}
+
+/// The sum of the lines of a metrics text that start with `prefix`.
+pub fn metric(text: &str, prefix: &str) -> f64 {
+    text.lines()
+        .filter(|l| l.starts_with(prefix))
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum()
 }

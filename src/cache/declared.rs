@@ -1,0 +1,199 @@
+//! Declared digests kept with the metadata: what index documents said each
+//! artifact's hash must be (see `kind::declared`), so that a restart or
+//! another instance sharing the database checks fills against them too. A
+//! newly learned digest that contradicts a cached artifact drops that entry,
+//! so the next request fetches it again.
+
+use futures_util::StreamExt as _;
+
+use super::meta::{db_error, MetadataStore};
+use super::{Cache, Digest};
+use crate::config::RemoteKind;
+use crate::error::ProxyError;
+use crate::kind::declared::{artifact_key, Algo, Declared, Hashers};
+
+/// Rows per statement: 4 parameters each stays far below SQLite's limit.
+const CHUNK: usize = 200;
+
+/// What one document taught.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Learned {
+    /// Digests the document declared.
+    pub declared: usize,
+    /// Of those, new or different from what was known.
+    pub changed: usize,
+    /// Cached artifacts dropped because they contradict a new digest.
+    pub evicted: usize,
+}
+
+impl MetadataStore {
+    /// The digest declared for `artifact` (an [`artifact_key`]) of `remote`.
+    pub async fn declared(
+        &self,
+        remote: &str,
+        artifact: &str,
+    ) -> Result<Option<Declared>, ProxyError> {
+        let row: Option<(String,)> =
+            sqlx::query_as("SELECT digest FROM declared WHERE remote = $1 AND artifact = $2")
+                .bind(remote)
+                .bind(artifact)
+                .fetch_optional(&self.pool)
+                .await
+                .map_err(db_error)?;
+        Ok(row.and_then(|(text,)| Declared::parse(&text)))
+    }
+
+    /// Stores `items`; returns those that were new or changed.
+    pub async fn record_declared<'a>(
+        &self,
+        remote: &str,
+        items: &'a [(String, Declared)],
+        now_ms: i64,
+    ) -> Result<Vec<&'a (String, Declared)>, ProxyError> {
+        let mut changed = Vec::new();
+        for chunk in items.chunks(CHUNK) {
+            let placeholders: Vec<String> =
+                (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
+            let sql = format!(
+                "SELECT artifact, digest FROM declared WHERE remote = $1 AND artifact IN ({})",
+                placeholders.join(", ")
+            );
+            let mut query = sqlx::query_as::<_, (String, String)>(&sql).bind(remote);
+            for (artifact, _) in chunk {
+                query = query.bind(artifact.as_str());
+            }
+            let known: std::collections::HashMap<String, String> = query
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?
+                .into_iter()
+                .collect();
+            let fresh: Vec<&(String, Declared)> = chunk
+                .iter()
+                .filter(|(artifact, declared)| {
+                    known.get(artifact).map(String::as_str) != Some(&declared.to_string())
+                })
+                .collect();
+            if fresh.is_empty() {
+                continue;
+            }
+            let values: Vec<String> = (0..fresh.len())
+                .map(|i| {
+                    let n = i * 4;
+                    format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4)
+                })
+                .collect();
+            let sql = format!(
+                "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES {} \
+                 ON CONFLICT (remote, artifact) DO UPDATE SET digest = excluded.digest, \
+                 learned_at = excluded.learned_at",
+                values.join(", ")
+            );
+            let mut insert = sqlx::query(&sql);
+            for (artifact, declared) in &fresh {
+                insert = insert
+                    .bind(remote)
+                    .bind(artifact.as_str())
+                    .bind(declared.to_string())
+                    .bind(now_ms);
+            }
+            insert.execute(&self.pool).await.map_err(db_error)?;
+            changed.extend(fresh);
+        }
+        Ok(changed)
+    }
+
+    /// Cached rows of `remote` whose artifact key is `artifact`: (path, digest, size).
+    pub async fn rows_for_artifact(
+        &self,
+        remote: &str,
+        kind: RemoteKind,
+        artifact: &str,
+    ) -> Result<Vec<(String, String, i64)>, ProxyError> {
+        let rows: Vec<(String, String, i64)> = if kind == RemoteKind::Cargo {
+            // Named by crate and version: any download path that spells them.
+            let (name, version) = artifact.split_once('/').unwrap_or((artifact, ""));
+            sqlx::query_as(
+                "SELECT path, digest, size FROM entries WHERE remote = $1 \
+                 AND (lower(path) LIKE $2 OR lower(path) LIKE $3)",
+            )
+            .bind(remote)
+            .bind(format!("%/{name}/{version}/download"))
+            .bind(format!("%{name}-{version}.crate"))
+            .fetch_all(&self.pool)
+            .await
+            .map_err(db_error)?
+        } else {
+            sqlx::query_as("SELECT path, digest, size FROM entries WHERE remote = $1 AND path = $2")
+                .bind(remote)
+                .bind(artifact)
+                .fetch_all(&self.pool)
+                .await
+                .map_err(db_error)?
+        };
+        Ok(rows
+            .into_iter()
+            .filter(|(path, _, _)| artifact_key(kind, path).as_deref() == Some(artifact))
+            .collect())
+    }
+}
+
+impl Cache {
+    /// Keeps what a document of `remote` declared, and drops cached
+    /// artifacts that contradict a digest new to it.
+    pub async fn learn_declared(
+        &self,
+        remote: &str,
+        kind: RemoteKind,
+        items: &[(String, Declared)],
+        now_ms: i64,
+    ) -> Result<Learned, ProxyError> {
+        let changed = self.meta.record_declared(remote, items, now_ms).await?;
+        let mut learned = Learned {
+            declared: items.len(),
+            changed: changed.len(),
+            evicted: 0,
+        };
+        for (artifact, declared) in changed {
+            for (path, digest, size) in self.meta.rows_for_artifact(remote, kind, artifact).await? {
+                let Some(digest) = Digest::from_hex(&digest) else {
+                    continue;
+                };
+                if self.blob_matches(&digest, size as u64, declared).await {
+                    continue;
+                }
+                tracing::warn!(
+                    remote,
+                    path,
+                    expected = %declared,
+                    "cached artifact contradicts its declared digest; dropping it"
+                );
+                self.metrics.integrity_failure(remote, "cache");
+                self.forget_row(remote, &path).await?;
+                learned.evicted += 1;
+            }
+        }
+        Ok(learned)
+    }
+
+    /// Whether the stored blob `digest` is what `declared` says (a missing
+    /// or unreadable blob is left to the hit path, which refetches it).
+    async fn blob_matches(&self, digest: &Digest, size: u64, declared: &Declared) -> bool {
+        if declared.algo() == Algo::Sha256 {
+            return declared.matches(&digest.0);
+        }
+        let Ok(blob) = self.blobs.open(digest).await else {
+            return true;
+        };
+        let mut hashers = Hashers::new(Some(declared));
+        let mut stream = blob.stream(0, size);
+        while let Some(chunk) = stream.next().await {
+            match chunk {
+                Ok(bytes) => hashers.update(&bytes),
+                Err(_) => return true,
+            }
+        }
+        let (_, received) = hashers.finish();
+        &received == declared
+    }
+}
