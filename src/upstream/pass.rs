@@ -50,10 +50,10 @@ pub(super) fn one_at_a_time<'s>(
         .cycle()
         .take(remote.config.max_attempts)
         .filter(move |&mirror_idx| {
-            !remote
+            remote
                 .config
                 .mirror_max_in_flight
-                .is_some_and(|limit| set.mirrors[mirror_idx].in_flight() >= limit)
+                .is_none_or(|limit| set.mirrors[mirror_idx].in_flight() < limit)
                 && (!any_selectable || set.health[mirror_idx].try_begin(now))
         })
 }
