@@ -386,21 +386,12 @@ async fn token_auth_anonymous_and_with_credentials() {
     let proxy = TestProxy::start(&remotes).await;
     let host = proxy.base.trim_start_matches("http://").to_string();
 
-    let pulled = blocking(|| {
-        pull(
-            w,
-            &format!("{host}/anon/public/img:1"),
-            &w.join("anon"),
-            false,
-        )
-    });
-    assert_eq!(pulled, public_digest);
-    assert!(issuer
-        .issued
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|authenticated| !authenticated));
+    let pull_through = |reference: &str, into: &str| {
+        blocking(|| pull(w, &format!("{host}/{reference}"), &w.join(into), false))
+    };
+    let issued_to = |credentials: bool| issuer.issued.lock().unwrap().contains(&credentials);
+    assert_eq!(pull_through("anon/public/img:1", "anon"), public_digest);
+    assert!(issued_to(false), "an anonymous token");
     // An anonymous token does not reach the private repository.
     let refused = crate::oci_fixtures::skopeo(w)
         .args(["inspect", "--raw", "--tls-verify=false"])
@@ -408,21 +399,8 @@ async fn token_auth_anonymous_and_with_credentials() {
         .output()
         .unwrap();
     assert!(!refused.status.success());
-    let pulled = blocking(|| {
-        pull(
-            w,
-            &format!("{host}/creds/private/img:1"),
-            &w.join("creds"),
-            false,
-        )
-    });
-    assert_eq!(pulled, private_digest);
-    assert!(issuer
-        .issued
-        .lock()
-        .unwrap()
-        .iter()
-        .any(|authenticated| *authenticated));
+    assert_eq!(pull_through("creds/private/img:1", "creds"), private_digest);
+    assert!(issued_to(true), "a token for the credentials");
     // A token is asked for once per repository, not per request.
     let tokens = issuer.issued.lock().unwrap().len();
     assert!(tokens <= 4, "{tokens} tokens issued");
