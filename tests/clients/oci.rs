@@ -15,12 +15,12 @@ use crate::support::proxy::{config_text, start_text};
 use crate::support::TestProxy;
 
 /// The image layout, built once for the whole run (the 64 MiB layer takes
-/// a few seconds to compress), in the target's temp dir.
+/// a few seconds to compress), in the target's temp dir: the one copy left
+/// there by the previous run is replaced.
 fn images() -> &'static Path {
     static LAYOUT: OnceLock<PathBuf> = OnceLock::new();
     LAYOUT.get_or_init(|| {
-        let dir = Path::new(env!("CARGO_TARGET_TMPDIR"))
-            .join(format!("oci-images-{}", std::process::id()));
+        let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("oci-images");
         let _ = std::fs::remove_dir_all(&dir);
         std::fs::create_dir_all(&dir).unwrap();
         build_images(&dir)
