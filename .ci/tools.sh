@@ -6,6 +6,8 @@
 # pnpm and yarn 1 (the npm registry), uv and poetry (PyPI);
 # for the unit check systemd's `systemd-analyze`; for the browser test
 # Debian's `chromium-headless-shell`;
+# for the container-image tests (tests/clients/oci.rs) Debian's
+# docker-registry (the reference registry), skopeo, umoci and openssl;
 # for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
 set -uo pipefail
@@ -21,6 +23,12 @@ command -v systemd-analyze >/dev/null || need_apt+=(systemd)
 command -v chromium-headless-shell >/dev/null || need_apt+=(chromium-headless-shell)
 # The go checksum database fixture (tests/clients/sumdb) builds on x/mod's sumdb.
 [ -d /usr/share/gocode/src/golang.org/x/mod/sumdb ] || need_apt+=(golang-golang-x-mod-dev)
+# Container images (tests/clients/oci.rs, bench/oci-pull.sh): two registries,
+# the puller, the image builder, and the token issuer's key and certificate.
+command -v docker-registry >/dev/null || need_apt+=(docker-registry)
+command -v skopeo >/dev/null || need_apt+=(skopeo)
+command -v umoci >/dev/null || need_apt+=(umoci)
+command -v openssl >/dev/null || need_apt+=(openssl)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -43,3 +51,4 @@ command -v poetry >/dev/null || python3 -m pip install -q --disable-pip-version-
     || echo "WARNING: could not install poetry"
 echo "tools: pnpm $(pnpm --version 2>/dev/null || echo absent), yarn $(yarn --version 2>/dev/null || echo absent), $(uv --version 2>/dev/null || echo 'uv absent'), $(poetry --version 2>/dev/null || echo 'poetry absent')"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"
+echo "tools: $(docker-registry --version 2>/dev/null | cut -d' ' -f2- || echo 'docker-registry absent'), $(skopeo --version 2>/dev/null || echo 'skopeo absent'), $(umoci --version 2>/dev/null || echo 'umoci absent')"

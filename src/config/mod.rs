@@ -49,6 +49,9 @@ pub struct ServerConfig {
     /// A client that takes nothing of its response for this long is dropped
     /// (the fill it was reading goes on).
     pub send_timeout: Duration,
+    /// The oci remote that answers `/v2/<repository>/…` without a remote
+    /// prefix (docker's `registry-mirrors` cannot add one).
+    pub oci_root_remote: Option<String>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -121,6 +124,8 @@ pub enum RemoteKind {
     Cargo,
     Apt,
     Go,
+    /// An OCI / Docker registry (`/v2/…`), pulled through.
+    Oci,
 }
 
 impl RemoteKind {
@@ -132,6 +137,7 @@ impl RemoteKind {
             "cargo" => RemoteKind::Cargo,
             "apt" => RemoteKind::Apt,
             "go" => RemoteKind::Go,
+            "oci" => RemoteKind::Oci,
             _ => return None,
         })
     }
@@ -144,6 +150,7 @@ impl RemoteKind {
             RemoteKind::Cargo => "cargo",
             RemoteKind::Apt => "apt",
             RemoteKind::Go => "go",
+            RemoteKind::Oci => "oci",
         }
     }
 
@@ -213,6 +220,9 @@ pub struct RemoteConfig {
     pub require_declared_hash: bool,
     pub health: HealthConfig,
     pub auth: UpstreamAuth,
+    /// An oci remote's registry host as containerd names it in `?ns=`
+    /// (`docker.io`, `ghcr.io`): requests carrying it come here.
+    pub registry: Option<String>,
 }
 
 /// Hedged attempts (`hedge_after`): when the mirror tried first has not sent

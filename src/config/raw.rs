@@ -36,6 +36,7 @@ pub(super) struct RawServer {
     pub(super) max_connections: usize,
     pub(super) max_fills: usize,
     pub(super) send_timeout: HumanDuration,
+    pub(super) oci_root_remote: Option<Spanned<String>>,
 }
 
 impl Default for RawServer {
@@ -49,6 +50,7 @@ impl Default for RawServer {
             send_timeout: HumanDuration(Duration::from_secs(60)),
             header_read_timeout: HumanDuration(Duration::from_secs(10)),
             max_connections: 4096,
+            oci_root_remote: None,
         }
     }
 }
@@ -194,6 +196,7 @@ pub(super) struct RawRemote {
     pub(super) password_env: Option<Spanned<String>>,
     pub(super) bearer_token: Option<Spanned<String>>,
     pub(super) bearer_token_env: Option<Spanned<String>>,
+    pub(super) registry: Option<Spanned<String>>,
 }
 
 fn default_max_document_size() -> HumanSize {

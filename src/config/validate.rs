@@ -30,6 +30,7 @@ impl Validator<'_> {
     }
 
     pub(super) fn config(&self, raw: RawConfig) -> Result<Config, ConfigError> {
+        let oci_root_remote = raw.server.oci_root_remote.clone();
         let server = self.server(raw.server)?;
         let metadata_url = raw.metadata.url.get_ref().trim().to_string();
         if !(metadata_url.starts_with("sqlite:")
@@ -63,6 +64,7 @@ impl Validator<'_> {
                 );
             }
         }
+        self.oci_keys(&remotes, oci_root_remote.as_ref())?;
         let redis = match raw.redis {
             None => None,
             Some(r) => {
@@ -183,14 +185,17 @@ impl Validator<'_> {
             max_connections: raw.max_connections.max(1),
             max_fills: raw.max_fills.max(1),
             send_timeout: raw.send_timeout.0,
+            oci_root_remote: raw.oci_root_remote.map(Spanned::into_inner),
         })
     }
 
     fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
         let auth = self.auth(i, &raw)?;
         let name = raw.name.get_ref().clone();
+        // `/v2/…` is the container registry API (`http::oci`).
         let name_ok = !name.is_empty()
             && name != "-"
+            && name != "v2"
             && name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -198,7 +203,7 @@ impl Validator<'_> {
             return self.error(
                 format!("remote[{i}].name"),
                 raw.name.span(),
-                format!("{name:?} is not a valid remote name (letters, digits, '-', '_', '.'; not \"-\")"),
+                format!("{name:?} is not a valid remote name (letters, digits, '-', '_', '.'; not \"-\" nor \"v2\")"),
             );
         }
         let kind = match RemoteKind::parse(raw.kind.get_ref()) {
@@ -208,7 +213,7 @@ impl Validator<'_> {
                     format!("remote[{i}].kind"),
                     raw.kind.span(),
                     format!(
-                        "unknown kind {:?}; expected one of generic, pypi, npm, cargo, apt, go",
+                        "unknown kind {:?}; expected one of generic, pypi, npm, cargo, apt, go, oci",
                         raw.kind.get_ref()
                     ),
                 );
@@ -234,6 +239,33 @@ impl Validator<'_> {
             raw.sumdb.as_ref(),
             kind.default_sumdb(),
         )?;
+        if kind == RemoteKind::Oci && matches!(auth, UpstreamAuth::Bearer(_)) {
+            return self.error(
+                format!("remote[{i}].bearer_token"),
+                0..0,
+                "an oci remote fetches its own tokens from the registry's token service; \
+                 give `username` and `password_env` instead",
+            );
+        }
+        let registry = match &raw.registry {
+            Some(host) if kind != RemoteKind::Oci => {
+                return self.error(
+                    format!("remote[{i}].registry"),
+                    host.span(),
+                    "only an oci remote answers for a registry host",
+                )
+            }
+            Some(host) if !is_registry_host(host.get_ref()) => {
+                return self.error(
+                    format!("remote[{i}].registry"),
+                    host.span(),
+                    "must be a registry host as containerd names it (`docker.io`, \
+                     `registry.example.com:5000`), without a scheme or path",
+                )
+            }
+            Some(host) => Some(host.get_ref().to_ascii_lowercase()),
+            None => None,
+        };
         let max_document_size = raw.max_document_size.0;
         let max_attempts = match raw.max_attempts {
             // Every mirror of the largest set once: a files host with more
@@ -326,7 +358,41 @@ impl Validator<'_> {
                 probe_interval: raw.probe_interval.0,
             },
             auth,
+            registry,
         })
+    }
+
+    /// `server.oci_root_remote` names an oci remote; no two oci remotes
+    /// answer for one `registry` host.
+    fn oci_keys(
+        &self,
+        remotes: &[RemoteConfig],
+        root: Option<&Spanned<String>>,
+    ) -> Result<(), ConfigError> {
+        if let Some(root) = root {
+            let named = remotes.iter().find(|r| &r.name == root.get_ref());
+            if !named.is_some_and(|r| r.kind == RemoteKind::Oci) {
+                return self.error(
+                    "server.oci_root_remote",
+                    root.span(),
+                    format!("{:?} is not the name of an oci remote", root.get_ref()),
+                );
+            }
+        }
+        for (i, r) in remotes.iter().enumerate() {
+            let Some(host) = &r.registry else { continue };
+            if remotes[..i]
+                .iter()
+                .any(|o| o.registry.as_ref() == Some(host))
+            {
+                return self.error(
+                    format!("remote[{i}].registry"),
+                    0..0,
+                    format!("{host:?} is already the registry of another remote"),
+                );
+            }
+        }
+        Ok(())
     }
 
     /// A list of 1..=MAX_MIRRORS distinct http(s) base URLs.
@@ -454,6 +520,14 @@ impl Validator<'_> {
             (None, None, None) => Ok(UpstreamAuth::None),
         }
     }
+}
+
+/// A host, perhaps with a port: what containerd sends as `?ns=`.
+fn is_registry_host(host: &str) -> bool {
+    !host.is_empty()
+        && host
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
 }
 
 /// Whether `url` has a user name or password (`https://user:pass@host`).

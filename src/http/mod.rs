@@ -5,8 +5,10 @@
 
 mod admin;
 mod dashboard;
+mod oci;
 mod ops;
 mod pass;
+mod record;
 mod respond;
 mod send_timeout;
 pub mod server;
@@ -19,7 +21,7 @@ use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
-use axum::routing::{delete, get, post};
+use axum::routing::{any, delete, get, post};
 use axum::Router;
 use tokio::sync::watch;
 
@@ -34,6 +36,7 @@ use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::Remote;
+use record::Answered;
 
 /// The application router. Tests call it directly with `oneshot`.
 pub fn router(proxy: Arc<Proxy>) -> Router {
@@ -45,6 +48,9 @@ pub fn router(proxy: Arc<Proxy>) -> Router {
         .route("/-/metrics", get(ops::metrics))
         .route("/-/cache/{remote}/purge", post(admin::purge))
         .route("/-/cache/{remote}/{*path}", delete(admin::delete))
+        .route("/v2", any(oci::base))
+        .route("/v2/", any(oci::base))
+        .route("/v2/{*rest}", any(oci::pull))
         .fallback(artifact)
         .with_state(proxy)
         // A panicking handler answers 500; the connection and server go on.
@@ -109,20 +115,11 @@ async fn artifact(
         }
         Err(error) => (None, false, false, Err(error)),
     };
-    let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
-    let (mut response, cache, mirror) = match result {
-        Ok(served) => (served.response, Some(served.cache), served.mirror),
+    let (mut response, cache, mirror, error) = match result {
+        Ok(served) => (served.response, Some(served.cache), served.mirror, None),
         Err(error) => {
-            if error.status().is_server_error() {
-                proxy.metrics.recent_errors.push(
-                    now_ms(),
-                    remote
-                        .as_ref()
-                        .map_or_else(|| "-".to_string(), |r| r.name.clone()),
-                    format!("{} {}: {error}", error.status().as_u16(), uri.path()),
-                );
-            }
-            (error.into_response(), None, None)
+            let message = format!("{error}");
+            (error.into_response(), None, None, Some(message))
         }
     };
     if takes_post && response.status() == axum::http::StatusCode::METHOD_NOT_ALLOWED {
@@ -136,24 +133,13 @@ async fn artifact(
     if varies {
         respond::vary_on_accept(&mut response);
     }
-    let bytes: u64 = response
-        .headers()
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse().ok())
-        .unwrap_or(0);
-    if let Some(remote) = &remote {
-        remote.counters.count(cache, bytes);
-    }
-    tracing::info!(
-        method = %method,
-        path = uri.path(),
-        status = response.status().as_u16(),
-        cache = cache.map_or("-", CacheStatus::as_str),
-        mirror = mirror.as_deref().unwrap_or("-"),
-        bytes,
-        ms = format_args!("{elapsed_ms:.1}"),
-        "request"
-    );
+    let answered = Answered {
+        remote: remote.as_deref(),
+        cache,
+        mirror: mirror.as_deref(),
+        error: error.as_deref(),
+    };
+    answered.record(&proxy, &method, &uri, started, &response);
     response
 }
 

@@ -166,13 +166,16 @@ impl Hashers {
     }
 }
 
-/// A digest the artifact's own path declares: apt's `by-hash/SHA256/<hex>`.
+/// A digest the artifact's own path declares: apt's `by-hash/SHA256/<hex>`,
+/// an OCI blob's or by-digest manifest's `sha256:<hex>`.
 pub fn in_path(kind: RemoteKind, path: &str) -> Option<Declared> {
     match kind {
         RemoteKind::Apt => {
             let (_, hex) = path.split_once("/by-hash/SHA256/")?;
             Declared::from_hex(Algo::Sha256, hex)
         }
+        // A blob, or a manifest fetched by digest: the address is the digest.
+        RemoteKind::Oci => Declared::parse(super::oci::digest_in_path(path)?),
         _ => None,
     }
 }
@@ -231,7 +234,7 @@ pub fn declares(kind: RemoteKind, path: &str) -> bool {
             !kind.is_immutable(path) && path != "config.json" && kind.pass_through(path).is_none()
         }
         RemoteKind::Apt => path.starts_with("dists/"),
-        RemoteKind::Go | RemoteKind::Generic => false,
+        RemoteKind::Go | RemoteKind::Generic | RemoteKind::Oci => false,
     }
 }
 
@@ -252,7 +255,7 @@ pub fn learn(config: &RemoteConfig, path: &str, body: &[u8]) -> Vec<(String, Dec
             .unwrap_or_default(),
         RemoteKind::Cargo => cargo(body),
         RemoteKind::Apt => apt(path, body),
-        RemoteKind::Go | RemoteKind::Generic => Vec::new(),
+        RemoteKind::Go | RemoteKind::Generic | RemoteKind::Oci => Vec::new(),
     }
 }
 

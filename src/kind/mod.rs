@@ -10,6 +10,7 @@
 //! headers and text, with no state.
 
 pub mod declared;
+pub mod oci;
 pub mod policy;
 pub mod rewrite;
 
@@ -125,6 +126,7 @@ impl RemoteKind {
                     .iter()
                     .any(|ext| path.ends_with(ext)),
             },
+            RemoteKind::Oci => oci::is_immutable(path),
         }
     }
 
@@ -164,7 +166,7 @@ impl RemoteKind {
                 !path.starts_with("-/") && !path.contains("/-/") && !path.starts_with(FILES_PREFIX)
             }
             RemoteKind::Cargo => path == "config.json",
-            RemoteKind::Generic | RemoteKind::Apt | RemoteKind::Go => false,
+            RemoteKind::Generic | RemoteKind::Apt | RemoteKind::Go | RemoteKind::Oci => false,
         }
     }
 
@@ -174,6 +176,7 @@ impl RemoteKind {
         match self {
             RemoteKind::Pypi if path.starts_with("simple/") => &[PYPI_HTML, PYPI_JSON],
             RemoteKind::Npm if self.is_document(path) => &[NPM_FULL, NPM_ABBREVIATED],
+            RemoteKind::Oci => oci::variants(path),
             _ => &[],
         }
     }
@@ -181,6 +184,9 @@ impl RemoteKind {
     /// The variant a request asks for, for content-negotiated documents: the
     /// other variant when `Accept` names its media type, else the default.
     pub fn variant(self, path: &str, request: &HeaderMap) -> Option<Variant> {
+        if self == RemoteKind::Oci {
+            return oci::variant(path, request);
+        }
         let accept = request
             .get(header::ACCEPT)
             .and_then(|v| v.to_str().ok())

@@ -12,7 +12,7 @@ use super::hedge;
 use super::select::{InflightGuard, Mirror};
 use super::{MirrorSet, Remote};
 use crate::clock::now_ms;
-use crate::config::{RemoteConfig, UpstreamAuth};
+use crate::config::{RemoteConfig, RemoteKind, UpstreamAuth};
 use crate::error::{AttemptError, ProxyError};
 
 /// Hops a redirect chain may take (each to one of the remote's own hosts).
@@ -20,8 +20,12 @@ const MAX_REDIRECTS: usize = 5;
 
 /// The HTTP client of one remote. Redirects are followed only to hosts (and
 /// ports) of that remote's mirrors, so a mirror cannot point the proxy at an
-/// arbitrary address.
+/// arbitrary address — except an oci remote's: registries send blob GETs to
+/// storage hosts (a CDN, S3) by redirect. Those are followed anywhere over
+/// http(s), without credentials (reqwest drops `Authorization` when the
+/// host changes), and what comes back is still checked against the digest.
 pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Error> {
+    let anywhere = config.kind == RemoteKind::Oci;
     let allowed: Vec<(String, Option<u16>)> = config
         .mirrors
         .iter()
@@ -42,7 +46,9 @@ pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Err
         );
         if attempt.previous().len() > MAX_REDIRECTS {
             attempt.error("too many redirects")
-        } else if allowed.contains(&target) {
+        } else if allowed.contains(&target)
+            || (anywhere && matches!(url.scheme(), "http" | "https"))
+        {
             attempt.follow()
         } else {
             // Returned as the 3xx it is: a failed attempt, and the next mirror is tried.
@@ -164,7 +170,7 @@ pub async fn fetch_avoiding<'r>(
                         tracing::debug!(remote = %remote.name, mirror = set.mirrors[mirror_idx].base(), path, "hedging");
                     }
                     let request = request_for(remote, set, mirror_idx, path, validators, accept);
-                    running.push(attempt(remote, set, mirror_idx, request));
+                    running.push(attempt(remote, set, mirror_idx, path, request));
                     started.push((mirror_idx, Instant::now()));
                     hedge_at = hedge::delay(remote, set, mirror_idx)
                         .map(|delay| tokio::time::Instant::now() + delay);
@@ -243,8 +249,13 @@ fn request_for(
     // The cache stores and hashes the bytes of the artifact itself. A mirror
     // that encodes anyway is decoded by the client (gzip, deflate); any
     // other encoding is refused by the fill.
-    let mut request = authorize(remote.client.get(url), &remote.config.auth)
-        .header(header::ACCEPT_ENCODING, "identity");
+    // An oci remote's credentials go to its token service (`token::send`).
+    let get = remote.client.get(url);
+    let mut request = match remote.config.kind {
+        RemoteKind::Oci => get,
+        _ => authorize(get, &remote.config.auth),
+    }
+    .header(header::ACCEPT_ENCODING, "identity");
     if let Some(accept) = accept {
         request = request.header(header::ACCEPT, accept);
     }
@@ -269,11 +280,20 @@ async fn attempt<'r>(
     remote: &'r Remote,
     set: &'r MirrorSet,
     mirror_idx: usize,
+    path: &str,
     request: reqwest::RequestBuilder,
 ) -> Attempt<'r> {
     let guard = set.mirrors[mirror_idx].begin_attempt();
     let started = Instant::now();
-    let outcome = tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await;
+    let send = async {
+        match remote.config.kind {
+            RemoteKind::Oci => {
+                super::token::send(remote, set.mirrors[mirror_idx].base(), path, request).await
+            }
+            _ => request.send().await,
+        }
+    };
+    let outcome = tokio::time::timeout(remote.config.first_byte_timeout, send).await;
     Attempt {
         mirror_idx,
         guard,

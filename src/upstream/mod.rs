@@ -16,7 +16,9 @@ pub mod health;
 pub mod hedge;
 pub mod pass;
 pub mod probe;
+pub mod registry;
 pub mod select;
+pub mod token;
 
 use std::sync::Arc;
 
@@ -76,6 +78,8 @@ pub struct Remote {
     pub counters: RemoteCounters,
     pub policy: CachePolicy,
     pub client: reqwest::Client,
+    /// An oci remote's registry tokens (empty for other kinds).
+    pub tokens: token::Tokens,
 }
 
 impl Remote {
@@ -95,6 +99,7 @@ impl Remote {
             counters: metrics.remote_counters(&config.name),
             policy: CachePolicy::new(config),
             client: fetch::client_for(config)?,
+            tokens: token::Tokens::default(),
             config: config.clone(),
         })
     }

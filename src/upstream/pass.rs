@@ -12,7 +12,7 @@ use bytes::Bytes;
 
 use super::fetch::{authorize, record_failure};
 use super::select::Mirror;
-use super::Remote;
+use super::{MirrorSet, Remote};
 use crate::clock::now_ms;
 use crate::error::{AttemptError, ProxyError};
 
@@ -33,28 +33,40 @@ pub struct Answer {
     pub mirror: String,
 }
 
+/// The mirrors of `set` to try one after the other: the selector's order
+/// (ejected mirrors last), at most `max_attempts`, each passed over when at
+/// its in-flight limit or on probation — checked lazily, just before it is
+/// tried, since `try_begin` takes the one probation request.
+pub(super) fn one_at_a_time<'s>(
+    remote: &'s Remote,
+    set: &'s MirrorSet,
+) -> impl Iterator<Item = usize> + 's {
+    let now = now_ms();
+    let any_selectable = set.health.iter().any(|h| h.selectable(now));
+    let order = set
+        .selector
+        .order_accepting(&set.mirrors, |i| set.health[i].selectable(now));
+    order
+        .cycle()
+        .take(remote.config.max_attempts)
+        .filter(move |&mirror_idx| {
+            remote
+                .config
+                .mirror_max_in_flight
+                .is_none_or(|limit| set.mirrors[mirror_idx].in_flight() < limit)
+                && (!any_selectable || set.health[mirror_idx].try_begin(now))
+        })
+}
+
 /// Sends `request` to the remote's mirrors in the selector's order until one
 /// answers with a status below 500 (a 404 or a 400 is the API's answer, not a
 /// mirror failure); connect errors, timeouts and 5xx count against the
 /// mirror's health and move on to the next mirror.
 pub async fn forward(remote: &Remote, request: Forward<'_>) -> Result<Answer, ProxyError> {
     let (set, path) = remote.route(request.path);
-    let now = now_ms();
-    let any_selectable = set.health.iter().any(|h| h.selectable(now));
-    let order = set
-        .selector
-        .order_accepting(&set.mirrors, |i| set.health[i].selectable(now));
     let (mut attempts, mut last) = (0, None);
-    for mirror_idx in order.cycle().take(remote.config.max_attempts) {
+    for mirror_idx in one_at_a_time(remote, set) {
         let mirror: &Mirror = &set.mirrors[mirror_idx];
-        if remote
-            .config
-            .mirror_max_in_flight
-            .is_some_and(|limit| mirror.in_flight() >= limit)
-            || (any_selectable && !set.health[mirror_idx].try_begin(now))
-        {
-            continue;
-        }
         let mut url = mirror.url_for(path);
         if let Some(query) = request.query {
             url.push('?');

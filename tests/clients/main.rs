@@ -17,6 +17,8 @@ mod integrity;
 mod npm;
 mod npm_api;
 mod npm_family;
+mod oci;
+mod oci_fixtures;
 mod pip;
 mod python_tools;
 mod warm;

@@ -14,6 +14,7 @@ mod integrity;
 mod kinds;
 mod lifetime;
 mod metadata;
+mod oci;
 mod operations;
 mod path_safety;
 mod registries;

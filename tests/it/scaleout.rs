@@ -108,7 +108,7 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
     // Each instance stages fills on its own disk; committed blobs are in S3.
     let config = |dir: &std::path::Path| {
         format!(
-            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"t\"\n\n[storage]\npath = \"{store}\"\n{s3}\n[metadata]\nurl = \"{db}\"\n\n[redis]\nurl = \"redis://127.0.0.1:{redis_port}\"\n# generous: the machine running the suite is busy\ntimeout = \"2s\"\n\n[[remote]]\nname = \"r\"\nmirrors = [\"{m}\"]\nimmutable = [\"**\"]\n",
+            "[server]\nlisten = \"127.0.0.1:0\"\nadmin_token = \"t\"\n\n[storage]\npath = \"{store}\"\n{s3}\n[metadata]\nurl = \"{db}\"\n\n[redis]\nurl = \"redis://127.0.0.1:{redis_port}\"\n# generous: the machine running the suite is busy\ntimeout = \"2s\"\n\n[[remote]]\nname = \"r\"\nmirrors = [\"{m}\"]\nimmutable = [\"**\"]\n\n[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{m}\"]\n",
             store = dir.join("store").display(),
             s3 = s3.storage_keys("mirrorcache-scaleout"),
             db = db.url,
@@ -156,6 +156,28 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
     assert_eq!(mirror.hits("/m/big.bin"), 1);
     assert_eq!(get(&client, &b.url("/r/big.bin")).await.1, "HIT");
     assert_eq!(get(&client, &a.url("/r/big.bin")).await.1, "HIT");
+
+    // The same for a container image layer through an `oci` remote.
+    let layer = test_bytes(4 * 1024 * 1024, 17);
+    let digest = format!("sha256:{}", sha256_hex(&layer));
+    mirror.put(&format!("/m/v2/team/app/blobs/{digest}"), layer);
+    mirror.set_fault(Fault::SlowBody(Duration::from_millis(5)));
+    let pulls = (0..20).map(|i| {
+        let path = format!("/v2/oci/team/app/blobs/{digest}");
+        let url = if i % 2 == 0 {
+            a.url(&path)
+        } else {
+            b.url(&path)
+        };
+        let client = client.clone();
+        async move { get(&client, &url).await }
+    });
+    for (status, _, bytes) in join_all(pulls).await {
+        assert_eq!(status, 200);
+        assert_eq!(format!("sha256:{}", sha256_hex(&bytes.unwrap())), digest);
+    }
+    mirror.set_fault(Fault::None);
+    assert_eq!(mirror.hits(&format!("/m/v2/team/app/blobs/{digest}")), 1);
 
     // A purge on one instance is seen by the other.
     let purge = client

@@ -1,0 +1,546 @@
+//! The OCI distribution API, pull side: `/v2/` and, per oci remote,
+//! `/v2/<remote>/<name>/manifests/<tag|digest>`, `/v2/<remote>/<name>/blobs/<digest>`
+//! and `/v2/<remote>/<name>/tags/list`, on GET and HEAD. Everything else
+//! under `/v2/` (pushes, the catalog) is refused with the OCI error JSON.
+//!
+//! A request becomes an ordinary artifact request of its remote, with the
+//! upstream path `v2/<name>/…`, and goes through the same hit / fill path
+//! (`super::serve`): blobs stream as they arrive and are coalesced per
+//! digest; manifests and tag lists are small and answered whole, so that a
+//! manifest always carries its `Docker-Content-Digest`. A tag's manifest is
+//! revalidated with a HEAD (`upstream::registry`), and fetched again only
+//! when the tag moved.
+//!
+//! Which remote: containerd's `?ns=<host>` picks the oci remote whose
+//! `registry` is that host; else the first name component, when it is the
+//! name of an oci remote; else `server.oci_root_remote`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
+use axum::response::{IntoResponse, Response};
+use bytes::Bytes;
+
+use super::respond::X_CACHE_STATUS;
+use super::{serve, Answered, ArtifactRequest, CacheStatus, Served};
+use crate::cache::Digest;
+use crate::clock::now_ms;
+use crate::config::RemoteKind;
+use crate::error::{ProxyError, Side};
+use crate::kind::oci::{self, Endpoint, Invalid, Reference};
+use crate::kind::Variant;
+use crate::path::ArtifactPath;
+use crate::proxy::Proxy;
+use crate::upstream::registry::{self, TagHead};
+use crate::upstream::Remote;
+
+const API_VERSION: &str = "docker-distribution-api-version";
+const CONTENT_DIGEST: &str = "docker-content-digest";
+
+/// The most tags one `tags/list` page may ask for (`n`).
+const MAX_PAGE: usize = 10_000;
+
+/// `GET /v2/`: the API version check every client starts with. No
+/// authentication is asked for: the proxy authenticates upstream itself.
+pub(super) async fn base(method: Method) -> Response {
+    if method != Method::GET && method != Method::HEAD {
+        return OciError::unsupported(&method).into_response();
+    }
+    let mut response = (
+        [(
+            header::CONTENT_TYPE,
+            HeaderValue::from_static("application/json"),
+        )],
+        "{}",
+    )
+        .into_response();
+    response
+        .headers_mut()
+        .insert(API_VERSION, HeaderValue::from_static("registry/2.0"));
+    response
+}
+
+/// An answer in the OCI error JSON.
+#[derive(Debug)]
+struct OciError {
+    status: StatusCode,
+    code: &'static str,
+    message: String,
+    /// Where a 404 came from (a remembered one is a `HIT`).
+    cache: Option<CacheStatus>,
+}
+
+impl OciError {
+    fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> OciError {
+        OciError {
+            status,
+            code,
+            message: message.into(),
+            cache: None,
+        }
+    }
+
+    fn unsupported(method: &Method) -> OciError {
+        OciError::new(
+            StatusCode::METHOD_NOT_ALLOWED,
+            "UNSUPPORTED",
+            format!("{method} is not supported: mirrorcache is a read-only pull-through cache"),
+        )
+    }
+
+    fn invalid(invalid: Invalid) -> OciError {
+        let (status, message) = match invalid {
+            Invalid::Unsupported => (StatusCode::NOT_FOUND, "not a pull endpoint"),
+            Invalid::Name => (StatusCode::BAD_REQUEST, "invalid repository name"),
+            Invalid::Tag => (StatusCode::BAD_REQUEST, "invalid tag"),
+            Invalid::Digest => (StatusCode::BAD_REQUEST, "invalid digest (sha256:<64 hex>)"),
+        };
+        OciError::new(status, invalid.code(), message)
+    }
+
+    /// A proxy error as the OCI error JSON: "not found" in the endpoint's
+    /// own code, the rest with the status `ProxyError::status` gives.
+    fn from_proxy(error: &ProxyError, unknown: &'static str) -> OciError {
+        let status = error.status();
+        let code = match error {
+            ProxyError::NotFound { .. } => unknown,
+            // No mirror sent the bytes the digest names.
+            ProxyError::IntegrityMismatch { .. } => "DIGEST_INVALID",
+            ProxyError::BadPath(_) => "NAME_INVALID",
+            ProxyError::MethodNotAllowed | ProxyError::ReadOnly => "UNSUPPORTED",
+            _ if status == StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
+            _ => "UNKNOWN",
+        };
+        let message = match error.side() {
+            Side::Internal => "internal error".to_string(),
+            _ => error.to_string(),
+        };
+        OciError::new(status, code, message)
+    }
+}
+
+impl IntoResponse for OciError {
+    fn into_response(self) -> Response {
+        let body = serde_json::json!({
+            "errors": [{"code": self.code, "message": self.message, "detail": null}]
+        });
+        let mut response = (self.status, axum::Json(body)).into_response();
+        let headers = response.headers_mut();
+        headers.insert(API_VERSION, HeaderValue::from_static("registry/2.0"));
+        if let Some(cache) = self.cache {
+            headers.insert(X_CACHE_STATUS, HeaderValue::from_static(cache.as_str()));
+        }
+        if self.status == StatusCode::METHOD_NOT_ALLOWED {
+            headers.insert(header::ALLOW, HeaderValue::from_static("GET, HEAD"));
+        }
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        response
+    }
+}
+
+/// Any request under `/v2/` but the base.
+pub(super) async fn pull(
+    State(proxy): State<Arc<Proxy>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
+    let started = Instant::now();
+    let rest = uri.path().strip_prefix("/v2/").unwrap_or_default();
+    let (remote, result) = match resolve(&proxy, &uri, rest) {
+        Some((remote, rest)) => {
+            let request = Pull {
+                proxy: &proxy,
+                remote: &remote,
+                method: &method,
+                uri: &uri,
+                headers: &headers,
+            };
+            let result = request.answer(rest).await;
+            (Some(remote), result)
+        }
+        None => {
+            let error = OciError::new(
+                StatusCode::NOT_FOUND,
+                "NAME_UNKNOWN",
+                "no oci remote serves this name",
+            );
+            (None, Err(error))
+        }
+    };
+    let (mut response, cache, mirror, error) = match result {
+        Ok(served) => (served.response, Some(served.cache), served.mirror, None),
+        Err(error) => {
+            let (cache, message) = (error.cache, format!("{}: {}", error.code, error.message));
+            (error.into_response(), cache, None, Some(message))
+        }
+    };
+    response
+        .headers_mut()
+        .insert(API_VERSION, HeaderValue::from_static("registry/2.0"));
+    let answered = Answered {
+        remote: remote.as_deref(),
+        cache,
+        mirror: mirror.as_deref(),
+        error: error.as_deref(),
+    };
+    answered.record(&proxy, &method, &uri, started, &response);
+    response
+}
+
+/// The oci remote a request is for, and the rest of its path (`<name>/…`).
+fn resolve<'u>(proxy: &Proxy, uri: &Uri, rest: &'u str) -> Option<(Arc<Remote>, &'u str)> {
+    let is_oci = |r: &Arc<Remote>| r.config.kind == RemoteKind::Oci;
+    let ns = uri.query().and_then(|q| {
+        url::form_urlencoded::parse(q.as_bytes())
+            .find(|(k, _)| k == "ns")
+            .map(|(_, v)| v.to_ascii_lowercase())
+    });
+    if let Some(ns) = ns {
+        let remotes = proxy.remotes();
+        let found = remotes
+            .values()
+            .find(|r| is_oci(r) && r.config.registry.as_deref() == Some(ns.as_str()));
+        if let Some(remote) = found {
+            return Some((remote.clone(), rest));
+        }
+    }
+    if let Some((first, after)) = rest.split_once('/') {
+        if let Some(remote) = proxy.remote(first).filter(is_oci) {
+            return Some((remote, after));
+        }
+    }
+    let root = proxy.server().oci_root_remote.clone()?;
+    Some((proxy.remote(&root).filter(is_oci)?, rest))
+}
+
+/// One pull request, resolved to its remote.
+struct Pull<'a> {
+    proxy: &'a Arc<Proxy>,
+    remote: &'a Arc<Remote>,
+    method: &'a Method,
+    uri: &'a Uri,
+    headers: &'a HeaderMap,
+}
+
+impl Pull<'_> {
+    async fn answer(&self, rest: &str) -> Result<Served, OciError> {
+        if self.method != Method::GET && self.method != Method::HEAD {
+            return Err(OciError::unsupported(self.method));
+        }
+        let (name, endpoint) = oci::split(rest).map_err(OciError::invalid)?;
+        let docker_hub = self.remote.config.mirrors.iter().any(oci::is_docker_hub);
+        let name = oci::hub_name(name, docker_hub);
+        let tail = match endpoint {
+            Endpoint::Manifest(Reference::Tag(r) | Reference::Digest(r)) => {
+                format!("manifests/{r}")
+            }
+            Endpoint::Blob(digest) => format!("blobs/{digest}"),
+            Endpoint::TagsList => "tags/list".to_string(),
+        };
+        let path = ArtifactPath::parse(&format!("/{}/v2/{name}/{tail}", self.remote.name))
+            .map_err(|e| OciError::from_proxy(&e, "NAME_UNKNOWN"))?;
+        match endpoint {
+            Endpoint::Blob(digest) => self.blob(&path, digest).await,
+            Endpoint::Manifest(reference) => self.manifest(&path, reference).await,
+            Endpoint::TagsList => self.tags(&path).await,
+        }
+    }
+
+    /// A blob: streamed from the cache or from the fill, as any artifact.
+    async fn blob(&self, path: &ArtifactPath, digest: &str) -> Result<Served, OciError> {
+        let mut served = serve(self.proxy, self.remote, path, self.method, self.headers)
+            .await
+            .map_err(|e| OciError::from_proxy(&e, "BLOB_UNKNOWN"))?;
+        let status = served.response.status();
+        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
+            return Err(not_found(
+                &served,
+                "BLOB_UNKNOWN",
+                "blob unknown to every mirror",
+            ));
+        }
+        if status.is_success() {
+            let value = HeaderValue::from_str(digest).expect("a checked digest is a header value");
+            served.response.headers_mut().insert(CONTENT_DIGEST, value);
+        }
+        Ok(served)
+    }
+
+    /// A manifest, read whole (they are small) so that its digest is known:
+    /// by digest it must match the path; by tag, a stale copy is first
+    /// revalidated with a HEAD.
+    async fn manifest(
+        &self,
+        path: &ArtifactPath,
+        reference: Reference<'_>,
+    ) -> Result<Served, OciError> {
+        // Only `Accept` matters to a manifest; conditional and range headers
+        // would leave nothing to hash.
+        let mut accept = HeaderMap::new();
+        for value in self.headers.get_all(header::ACCEPT) {
+            accept.append(header::ACCEPT, value.clone());
+        }
+        let variant = RemoteKind::Oci
+            .variant(path.path(), &accept)
+            .expect("a manifest has variants");
+        let revalidated = match reference {
+            Reference::Tag(_) => self.revalidate_tag(path, variant, &accept).await,
+            Reference::Digest(_) => None,
+        };
+        let served = match revalidated {
+            Some(served) => served,
+            None => serve(self.proxy, self.remote, path, &Method::GET, &accept)
+                .await
+                .map_err(|e| OciError::from_proxy(&e, "MANIFEST_UNKNOWN"))?,
+        };
+        let status = served.response.status();
+        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
+            return Err(not_found(
+                &served,
+                "MANIFEST_UNKNOWN",
+                "manifest unknown to every mirror",
+            ));
+        }
+        let (body, content_type) = self.read_whole(served.response).await?;
+        let digest = format!("sha256:{}", Digest::of(&body).to_hex());
+        if let Reference::Digest(expected) = reference {
+            if digest != expected {
+                // The fill checks this before its commit; a stored copy
+                // that fails here is forgotten, so the next request fetches.
+                let _ = self
+                    .proxy
+                    .cache
+                    .meta
+                    .forget(&path.with_variant(variant.suffix))
+                    .await;
+                return Err(OciError::new(
+                    StatusCode::BAD_GATEWAY,
+                    "MANIFEST_INVALID",
+                    format!("the mirror's manifest is {digest}, not {expected}"),
+                ));
+            }
+        }
+        let mut response = self.whole(body, content_type, served.cache);
+        let headers = response.headers_mut();
+        let etag = format!("\"{digest}\"");
+        headers.insert(
+            header::ETAG,
+            HeaderValue::try_from(etag).expect("hex is a header value"),
+        );
+        headers.insert(
+            CONTENT_DIGEST,
+            HeaderValue::try_from(digest).expect("hex is a header value"),
+        );
+        headers.insert(header::VARY, HeaderValue::from_static("Accept"));
+        Ok(Served { response, ..served })
+    }
+
+    /// A tag's cached manifest past `revalidate_after`: a HEAD asks the
+    /// mirrors for the tag's digest now. Unchanged: the copy is fresh again
+    /// (`REVALIDATED`), no GET. Every mirror failing: the copy is served
+    /// `STALE` (within `max_stale`). Changed, unknown, or nothing cached:
+    /// `None`, and the ordinary path fetches it.
+    async fn revalidate_tag(
+        &self,
+        path: &ArtifactPath,
+        variant: Variant,
+        accept: &HeaderMap,
+    ) -> Option<Served> {
+        let (proxy, remote) = (self.proxy, self.remote);
+        let keyed = path.with_variant(variant.suffix);
+        let entry = proxy.cache.meta.lookup(&keyed).await.ok().flatten()?;
+        let now = now_ms();
+        if remote.policy.is_fresh(keyed.path(), entry.age(now)) {
+            return None;
+        }
+        let request = ArtifactRequest {
+            proxy,
+            remote,
+            path: keyed.clone(),
+            accept: Some(variant.accept),
+            document: false,
+            method: &Method::GET,
+            headers: accept,
+        };
+        match registry::head_digest(remote, path.path(), Some(variant.accept)).await {
+            Ok(TagHead::Digest(digest))
+                if digest == format!("sha256:{}", entry.digest.to_hex()) =>
+            {
+                let fresh = proxy
+                    .cache
+                    .meta
+                    .mark_revalidated(&keyed, &entry, now)
+                    .await
+                    .ok()?;
+                tracing::debug!(key = keyed.key(), "tag unchanged upstream (HEAD)");
+                request.cached(&fresh, CacheStatus::Revalidated).await.ok()
+            }
+            Ok(_) => None,
+            Err(error) => request.when_mirrors_fail(Some(entry), error).await.ok(),
+        }
+    }
+
+    /// `tags/list`, cached whole as a mutable document; `n` and `last`
+    /// page it here (a `Link` header names the next page).
+    async fn tags(&self, path: &ArtifactPath) -> Result<Served, OciError> {
+        let (mut n, mut last) = (None, None);
+        for (key, value) in url::form_urlencoded::parse(self.uri.query().unwrap_or("").as_bytes()) {
+            match &*key {
+                "n" => match value.parse::<usize>() {
+                    Ok(v) if v <= MAX_PAGE => n = Some(v),
+                    _ => {
+                        return Err(OciError::new(
+                            StatusCode::BAD_REQUEST,
+                            "PAGINATION_NUMBER_INVALID",
+                            format!("n must be a number up to {MAX_PAGE}"),
+                        ))
+                    }
+                },
+                "last" if oci::is_tag(&value) => last = Some(value.into_owned()),
+                "last" => return Err(OciError::invalid(Invalid::Tag)),
+                _ => {}
+            }
+        }
+        let served = serve(
+            self.proxy,
+            self.remote,
+            path,
+            &Method::GET,
+            &HeaderMap::new(),
+        )
+        .await
+        .map_err(|e| OciError::from_proxy(&e, "NAME_UNKNOWN"))?;
+        let status = served.response.status();
+        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
+            return Err(not_found(
+                &served,
+                "NAME_UNKNOWN",
+                "repository unknown to every mirror",
+            ));
+        }
+        let (body, _) = self.read_whole(served.response).await?;
+        if n.is_none() && last.is_none() {
+            let response = self.whole(
+                body,
+                Some(HeaderValue::from_static("application/json")),
+                served.cache,
+            );
+            return Ok(Served { response, ..served });
+        }
+        let (page, next) = page_of(&body, n, last.as_deref()).ok_or_else(|| {
+            OciError::new(
+                StatusCode::BAD_GATEWAY,
+                "UNKNOWN",
+                "the mirror's tag list is not JSON",
+            )
+        })?;
+        let mut response = self.whole(
+            page.into(),
+            Some(HeaderValue::from_static("application/json")),
+            served.cache,
+        );
+        if let Some(next) = next {
+            let link = format!(
+                "<{}?n={}&last={next}>; rel=\"next\"",
+                self.uri.path(),
+                n.unwrap_or(MAX_PAGE)
+            );
+            if let Ok(link) = HeaderValue::from_str(&link) {
+                response.headers_mut().insert(header::LINK, link);
+            }
+        }
+        Ok(Served { response, ..served })
+    }
+
+    /// A whole body of at most `max_document_size`, and its `Content-Type`.
+    async fn read_whole(
+        &self,
+        response: Response,
+    ) -> Result<(Bytes, Option<HeaderValue>), OciError> {
+        let (parts, body) = response.into_parts();
+        let limit = usize::try_from(self.remote.config.max_document_size).unwrap_or(usize::MAX);
+        let body = axum::body::to_bytes(body, limit).await.map_err(|e| {
+            OciError::new(
+                StatusCode::BAD_GATEWAY,
+                "UNKNOWN",
+                format!("reading the body: {e}"),
+            )
+        })?;
+        Ok((body, parts.headers.get(header::CONTENT_TYPE).cloned()))
+    }
+
+    /// A 200 of these bytes (none on a HEAD, with the same length).
+    fn whole(
+        &self,
+        body: Bytes,
+        content_type: Option<HeaderValue>,
+        cache: CacheStatus,
+    ) -> Response {
+        let mut response = Response::new(Body::empty());
+        let headers = response.headers_mut();
+        headers.insert(X_CACHE_STATUS, HeaderValue::from_static(cache.as_str()));
+        if let Some(content_type) = content_type {
+            headers.insert(header::CONTENT_TYPE, content_type);
+        }
+        headers.insert(header::CONTENT_LENGTH, HeaderValue::from(body.len() as u64));
+        if self.method != Method::HEAD {
+            *response.body_mut() = Body::from(body);
+        }
+        response
+    }
+}
+
+/// A 404 (or 410) the ordinary path answered, in the OCI error JSON.
+fn not_found(served: &Served, code: &'static str, message: &str) -> OciError {
+    let mut error = OciError::new(StatusCode::NOT_FOUND, code, message);
+    error.cache = Some(served.cache);
+    error
+}
+
+/// One page of a tag list (`{"name": …, "tags": […]}`): the tags after
+/// `last`, at most `n`, and the last tag of the page when more follow.
+fn page_of(body: &[u8], n: Option<usize>, last: Option<&str>) -> Option<(Vec<u8>, Option<String>)> {
+    let mut list: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let mut tags: Vec<String> = list["tags"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t.as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default();
+    tags.sort();
+    if let Some(last) = last {
+        tags.retain(|t| t.as_str() > last);
+    }
+    let n = n.unwrap_or(MAX_PAGE);
+    let next = (n > 0 && tags.len() > n).then(|| tags[n - 1].clone());
+    tags.truncate(n);
+    list["tags"] = serde_json::json!(tags);
+    Some((serde_json::to_vec(&list).ok()?, next))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::page_of;
+
+    #[test]
+    fn tag_lists_are_paged_after_last() {
+        let body = br#"{"name":"a","tags":["c","a","b","d"]}"#;
+        let (page, next) = page_of(body, Some(2), None).unwrap();
+        assert_eq!(page, br#"{"name":"a","tags":["a","b"]}"#);
+        assert_eq!(next.as_deref(), Some("b"));
+        let (page, next) = page_of(body, Some(2), Some("b")).unwrap();
+        assert_eq!(page, br#"{"name":"a","tags":["c","d"]}"#);
+        assert_eq!(next, None);
+        let (page, _) = page_of(body, Some(0), None).unwrap();
+        assert_eq!(page, br#"{"name":"a","tags":[]}"#);
+        assert!(page_of(b"<html>", Some(1), None).is_none());
+    }
+}
