@@ -7,7 +7,7 @@
 use futures_util::StreamExt as _;
 
 use super::meta::{db_error, MetadataStore};
-use super::{Cache, Digest};
+use super::{Blob, Cache, Digest};
 use crate::config::RemoteKind;
 use crate::error::ProxyError;
 use crate::kind::declared::{artifact_key, Algo, Declared, Hashers};
@@ -103,7 +103,9 @@ impl MetadataStore {
         Ok(changed)
     }
 
-    /// Cached rows of `remote` whose artifact key is `artifact`: (path, digest, size).
+    /// Cached rows of `remote` that may be the artifact `artifact`: (path,
+    /// digest, size). For cargo, every download of the same crate (callers
+    /// match each row's `artifact_key`).
     pub async fn rows_for_artifact(
         &self,
         remote: &str,
@@ -111,15 +113,16 @@ impl MetadataStore {
         artifact: &str,
     ) -> Result<Vec<(String, String, i64)>, ProxyError> {
         let rows: Vec<(String, String, i64)> = if kind == RemoteKind::Cargo {
-            // Named by crate and version: any download path that spells them.
-            let (name, version) = artifact.split_once('/').unwrap_or((artifact, ""));
+            // Named by crate and version: any download path that spells the
+            // crate (one query per crate; the versions are told apart below).
+            let name = artifact.split_once('/').map_or(artifact, |(name, _)| name);
             sqlx::query_as(
                 "SELECT path, digest, size FROM entries WHERE remote = $1 \
                  AND (lower(path) LIKE $2 OR lower(path) LIKE $3)",
             )
             .bind(remote)
-            .bind(format!("%/{name}/{version}/download"))
-            .bind(format!("%{name}-{version}.crate"))
+            .bind(format!("%/{name}/%/download"))
+            .bind(format!("%{name}-%.crate"))
             .fetch_all(&self.pool)
             .await
             .map_err(db_error)?
@@ -131,10 +134,7 @@ impl MetadataStore {
                 .await
                 .map_err(db_error)?
         };
-        Ok(rows
-            .into_iter()
-            .filter(|(path, _, _)| artifact_key(kind, path).as_deref() == Some(artifact))
-            .collect())
+        Ok(rows)
     }
 }
 
@@ -154,8 +154,23 @@ impl Cache {
             changed: changed.len(),
             evicted: 0,
         };
+        // Cargo's rows are looked up per crate, and an index file is one crate.
+        let mut rows_of_crate: Option<Vec<(String, String, i64)>> = None;
         for (artifact, declared) in changed {
-            for (path, digest, size) in self.meta.rows_for_artifact(remote, kind, artifact).await? {
+            let rows = match (kind, &rows_of_crate) {
+                (RemoteKind::Cargo, Some(rows)) => rows.clone(),
+                _ => {
+                    let rows = self.meta.rows_for_artifact(remote, kind, artifact).await?;
+                    if kind == RemoteKind::Cargo {
+                        rows_of_crate = Some(rows.clone());
+                    }
+                    rows
+                }
+            };
+            let rows = rows
+                .into_iter()
+                .filter(|(path, _, _)| artifact_key(kind, path).as_deref() == Some(artifact));
+            for (path, digest, size) in rows {
                 let Some(digest) = Digest::from_hex(&digest) else {
                     continue;
                 };
@@ -185,15 +200,30 @@ impl Cache {
         let Ok(blob) = self.blobs.open(digest).await else {
             return true;
         };
-        let mut hashers = Hashers::new(Some(declared));
+        self.hash_blob(blob, size, declared)
+            .await
+            .map_or(true, |received| &received == declared)
+    }
+
+    /// The digest of `size` bytes of `blob` in the function `like` uses,
+    /// hashed on the blocking pool a chunk at a time.
+    pub async fn hash_blob(
+        &self,
+        blob: Blob,
+        size: u64,
+        like: &Declared,
+    ) -> std::io::Result<Declared> {
+        let mut hashers = Hashers::new(Some(like));
         let mut stream = blob.stream(0, size);
         while let Some(chunk) = stream.next().await {
-            match chunk {
-                Ok(bytes) => hashers.update(&bytes),
-                Err(_) => return true,
-            }
+            let chunk = chunk?;
+            hashers = tokio::task::spawn_blocking(move || {
+                hashers.update(&chunk);
+                hashers
+            })
+            .await
+            .map_err(std::io::Error::other)?;
         }
-        let (_, received) = hashers.finish();
-        &received == declared
+        Ok(hashers.finish().1)
     }
 }

@@ -3,12 +3,11 @@
 //! learning those declarations from each index document a fill brings in.
 
 use std::fs::File;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
 use super::FillRegistry;
-use crate::cache::{Blob, Cache};
+use crate::cache::{Blob, Cache, Digest};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{self, Declared};
@@ -38,11 +37,17 @@ pub(super) async fn expected_digest(
     };
     let meta = &fills.cache.meta;
     let deadline = tokio::time::Instant::now() + LEARNING_WAIT;
+    let learning = || fills.learning_in(&remote.name) && tokio::time::Instant::now() < deadline;
+    // A mutable file (apt's `Packages` under `dists/`) may be declared anew by
+    // the `InRelease` being learned right now: its old digest is not the one
+    // to check against, so wait for the remote's learning to end first.
+    if !remote.policy.is_immutable(path.path()) {
+        while learning() {
+            tokio::time::sleep(LEARNING_POLL).await;
+        }
+    }
     let mut found = meta.declared(&remote.name, &artifact).await;
-    while matches!(found, Ok(None))
-        && fills.learning.load(Ordering::Acquire) > 0
-        && tokio::time::Instant::now() < deadline
-    {
+    while matches!(found, Ok(None)) && learning() {
         tokio::time::sleep(LEARNING_POLL).await;
         found = meta.declared(&remote.name, &artifact).await;
     }
@@ -62,35 +67,117 @@ pub(super) async fn expected_digest(
     }
 }
 
-/// Counts a document being learned, until dropped. Taken before the
-/// document is published, so a client that asks for an artifact as soon as
-/// it has read the index finds its fill waiting for the declarations.
-pub(super) struct Learning<'a>(&'a FillRegistry);
+/// For a body fetched with nothing declared (`digest` its sha256, in
+/// `file`): the (declared, received) digests if a document learned since
+/// declared another one.
+pub(super) async fn declared_since(
+    fills: &FillRegistry,
+    remote: &Remote,
+    path: &ArtifactPath,
+    digest: &Digest,
+    file: &Arc<File>,
+    size: u64,
+) -> Option<(Declared, Declared)> {
+    let artifact = declared::artifact_key(remote.config.kind, path.path())?;
+    let late = fills
+        .cache
+        .meta
+        .declared(&remote.name, &artifact)
+        .await
+        .ok()??;
+    let received = if late.algo() == declared::Algo::Sha256 {
+        Declared::new(declared::Algo::Sha256, digest.0.to_vec())?
+    } else {
+        fills
+            .cache
+            .hash_blob(Blob::Local(file.clone()), size, &late)
+            .await
+            .ok()?
+    };
+    (received != late).then_some((late, received))
+}
+
+impl FillRegistry {
+    /// Whether a document of `remote` is being learned now.
+    fn learning_in(&self, remote: &str) -> bool {
+        self.learning
+            .lock()
+            .expect("learning counts poisoned")
+            .contains_key(remote)
+    }
+}
+
+/// Counts a document of a remote being learned, until dropped (also when
+/// the fill panics). Taken before the document is published, so a client
+/// that asks for an artifact as soon as it has read the index finds its fill
+/// waiting for the declarations.
+pub(super) struct Learning<'a> {
+    fills: &'a FillRegistry,
+    remote: String,
+}
 
 impl<'a> Learning<'a> {
-    pub(super) fn start(fills: &'a FillRegistry) -> Learning<'a> {
-        fills.learning.fetch_add(1, Ordering::AcqRel);
-        Learning(fills)
+    pub(super) fn start(fills: &'a FillRegistry, remote: &str) -> Learning<'a> {
+        *fills
+            .learning
+            .lock()
+            .expect("learning counts poisoned")
+            .entry(remote.to_string())
+            .or_default() += 1;
+        Learning {
+            fills,
+            remote: remote.to_string(),
+        }
     }
 }
 
 impl Drop for Learning<'_> {
     fn drop(&mut self) {
-        self.0.learning.fetch_sub(1, Ordering::AcqRel);
+        let mut counts = self
+            .fills
+            .learning
+            .lock()
+            .expect("learning counts poisoned");
+        if let Some(n) = counts.get_mut(&self.remote) {
+            *n -= 1;
+            if *n == 0 {
+                counts.remove(&self.remote);
+            }
+        }
     }
 }
 
-/// Reads the digests the document just filled at `path` declares and keeps
-/// them. Errors cost only the learning; they are logged.
+/// The learning to do for the document at `path` whose body is `digest`:
+/// `None` when it is not a document that declares digests, or this process
+/// already learned these very bytes (a 304, or an unchanged body). A body
+/// not learned yet — also one cached before this process started, or whose
+/// learning failed — is learned again.
+pub(super) fn needed<'a>(
+    fills: &'a FillRegistry,
+    remote: &Remote,
+    path: &ArtifactPath,
+    digest: &Digest,
+) -> Option<Learning<'a>> {
+    let wanted = declared::declares(remote.config.kind, path.path())
+        && fills.learned_docs.get(path.key()).as_ref() != Some(digest);
+    wanted.then(|| Learning::start(fills, &remote.name))
+}
+
+/// Reads the digests the document `blob` (`size` bytes, `digest`) at `path`
+/// declares and keeps them. Errors cost only the learning; they are logged.
 pub(super) async fn from_document(
     learning: Learning<'_>,
     remote: &Remote,
     path: &ArtifactPath,
-    file: Arc<File>,
-    size: u64,
+    blob: Blob,
+    (digest, size): (Digest, u64),
 ) {
-    if let Err(error) = learn(&learning.0.cache, remote, path, file, size).await {
-        tracing::warn!(key = path.key(), %error, "could not learn the declared digests");
+    let fills = learning.fills;
+    match learn(&fills.cache, remote, path, blob, size).await {
+        Ok(()) => fills.learned_docs.insert(path.key().to_string(), digest),
+        Err(error) => {
+            tracing::warn!(key = path.key(), %error, "could not learn the declared digests")
+        }
     }
 }
 
@@ -98,13 +185,13 @@ async fn learn(
     cache: &Cache,
     remote: &Remote,
     path: &ArtifactPath,
-    file: Arc<File>,
+    blob: Blob,
     size: u64,
 ) -> Result<(), ProxyError> {
     if size > remote.config.max_document_size {
         return Ok(());
     }
-    let body = Blob::Local(file)
+    let body = blob
         .read_all(size)
         .await
         .map_err(|e| ProxyError::Store(e.to_string()))?;
@@ -119,7 +206,7 @@ async fn learn(
                 .into_iter()
                 .filter_map(|(artifact, digest)| {
                     let parsed = ArtifactPath::parse(&format!("/{name}/{artifact}")).ok()?;
-                    Some((parsed.path().to_string(), digest))
+                    Some((declared::canonical(parsed.path()), digest))
                 })
                 .collect();
         unique.into_iter().collect::<Vec<_>>()

@@ -29,14 +29,13 @@ mod writer;
 use std::collections::HashMap;
 use std::fs::File;
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 
 use tokio::sync::watch;
 
-use crate::cache::{Cache, Entry};
+use crate::cache::{Cache, Digest, Entry};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
@@ -113,10 +112,13 @@ pub struct FillRegistry {
     /// `server.max_fills`: a fill nobody reads any more still counts until
     /// it is done.
     max_fills: usize,
-    /// Index documents whose declared digests are being stored now: an
-    /// artifact fill that finds no declared digest waits for them (see
-    /// `learn`).
-    learning: AtomicUsize,
+    /// Index documents whose declared digests are being stored now, per
+    /// remote: an artifact fill of that remote that finds no declared digest
+    /// waits for them (see `learn`). A std mutex: never held across an await.
+    learning: Mutex<HashMap<String, usize>>,
+    /// The body (digest) of each document this process learned from, by
+    /// key: a 304 or an unchanged body is not learned again.
+    learned_docs: moka::sync::Cache<String, Digest>,
 }
 
 impl FillRegistry {
@@ -127,7 +129,8 @@ impl FillRegistry {
             cache,
             metrics,
             max_fills,
-            learning: AtomicUsize::new(0),
+            learning: Mutex::default(),
+            learned_docs: moka::sync::Cache::new(100_000),
         }
     }
 
@@ -259,12 +262,20 @@ impl FillRegistry {
     /// mirror after refusing a body its readers had begun to receive: those
     /// readers keep the old channel (and see it fail); requests from now on
     /// join the new one.
-    fn restart(&self, key: &str) -> watch::Sender<FillState> {
+    fn restart(
+        &self,
+        key: &str,
+        old: &watch::Sender<FillState>,
+        error: ProxyError,
+    ) -> watch::Sender<FillState> {
         let (tx, rx) = watch::channel(FillState::Connecting);
+        // The new channel first: a request joining now follows the retry,
+        // never the failure.
         self.fills
             .lock()
             .expect("fill registry poisoned")
             .insert(key.to_string(), rx);
+        old.send_replace(FillState::Failed(error));
         tx
     }
 

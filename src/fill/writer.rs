@@ -9,10 +9,10 @@ use tokio::sync::watch;
 
 use super::{learn, FillRegistry, FillState, Head};
 use crate::cache::cluster::{Cluster, LockOutcome};
-use crate::cache::{Cache, Digest, Entry, TempBlob};
+use crate::cache::{Blob, Cache, Digest, Entry, TempBlob};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
-use crate::kind::declared::{self, Declared, Hashers};
+use crate::kind::declared::{Declared, Hashers};
 use crate::path::ArtifactPath;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::{MirrorSet, Remote};
@@ -125,7 +125,15 @@ async fn fill(
                 let entry = stale.expect("a 304 is only accepted when validators were sent");
                 let fresh = cache.meta.mark_revalidated(path, entry, now_ms()).await?;
                 tracing::debug!(key = path.key(), mirror = mirror.base(), "revalidated");
-                tx.send_replace(FillState::Revalidated(fresh));
+                let learning = learn::needed(fills, remote, path, &fresh.digest);
+                tx.send_replace(FillState::Revalidated(fresh.clone()));
+                if let Some(learning) = learning {
+                    // A document cached before this process learned from it.
+                    if let Ok(blob) = cache.open_blob(&fresh.digest, fresh.size).await {
+                        let body = (fresh.digest, fresh.size);
+                        learn::from_document(learning, remote, path, blob, body).await;
+                    }
+                }
                 return Ok(());
             }
             Fetched::Body(body) => body,
@@ -142,8 +150,7 @@ async fn fill(
                 if published {
                     // Readers that had begun get a broken transfer; the
                     // requests from now on follow the next attempt.
-                    tx.send_replace(FillState::Failed(error.clone()));
-                    *tx = fills.restart(path.key());
+                    *tx = fills.restart(path.key(), tx, error.clone());
                 }
                 mismatch = Some(error);
             }
@@ -209,9 +216,16 @@ async fn receive(
     }
     let temp = match open_temp(cache, head.content_length.unwrap_or(0)).await {
         Ok(temp) => Arc::new(temp),
+        Err(reason) if expected.is_some() => {
+            // A declared digest is checked before the body is complete for
+            // anyone; with nowhere to hold the body it cannot be.
+            return Err(ProxyError::Store(format!(
+                "cannot check the declared digest: {reason}"
+            )));
+        }
         Err(reason) => {
-            // The client still gets its bytes, uncached (and unchecked: the
-            // body is never in one place to check).
+            // The client still gets its bytes, uncached (nothing declared
+            // what they should be).
             tracing::warn!(key = path.key(), %reason, "not caching; streaming through");
             let fetch::Body { response, .. } = upstream;
             tx.send_replace(FillState::Bypass {
@@ -234,7 +248,19 @@ async fn receive(
     let hashers = Hashers::new(expected);
     let (digest, received, written) =
         download(remote, &mut upstream, &temp, &head, hashers, tx).await?;
-    if let Some(expected) = expected.filter(|&e| *e != received) {
+    // Nothing was declared when the fill began; a document learned since
+    // may have declared it (checked now, so no commit slips past the
+    // eviction of contradicting entries).
+    let late = match expected {
+        Some(_) => None,
+        None => learn::declared_since(fills, remote, path, &digest, &file, written).await,
+    };
+    let mismatch = match (expected, late) {
+        (Some(expected), _) if *expected != received => Some((expected.clone(), received)),
+        (None, Some(late)) => Some(late),
+        _ => None,
+    };
+    if let Some((expected, received)) = mismatch {
         let error = ProxyError::IntegrityMismatch {
             expected: expected.to_string(),
             received: received.to_string(),
@@ -260,9 +286,7 @@ async fn receive(
         validators.last_modified,
         now_ms(),
     );
-    let unchanged = stale.is_some_and(|old| old.digest == digest);
-    let learning = (!unchanged && declared::declares(remote.config.kind, path.path()))
-        .then(|| learn::Learning::start(fills));
+    let learning = learn::needed(fills, remote, path, &digest);
     tx.send_replace(FillState::Complete {
         head,
         entry: Arc::new(entry.clone()),
@@ -271,7 +295,8 @@ async fn receive(
     let temp = Arc::into_inner(temp).expect("no writer outlives the download");
     commit(cache, temp, path, entry, stale).await;
     if let Some(learning) = learning {
-        learn::from_document(learning, remote, path, file, written).await;
+        let body = (digest, written);
+        learn::from_document(learning, remote, path, Blob::Local(file), body).await;
     }
     Ok(Received::Done)
 }

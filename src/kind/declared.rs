@@ -182,25 +182,55 @@ pub fn in_path(kind: RemoteKind, path: &str) -> Option<Declared> {
 
 /// The name declared digests are kept under for the artifact at `path`, or
 /// `None` when no index declares one for it (documents, and what a kind does
-/// not check). Mostly the path itself; for cargo `crate/version`, because
-/// the index declares by name and version and the download URL is shaped by
-/// the registry's `dl` template.
+/// not check). Mostly the path itself,
+/// percent-escapes decoded but for `%2F` (a link's `+` is a request's
+/// `%2B`); for cargo `crate/version`, because the index declares by name and
+/// version and the download URL is shaped by the registry's `dl` template.
 pub fn artifact_key(kind: RemoteKind, path: &str) -> Option<String> {
     match kind {
         RemoteKind::Pypi if kind.is_immutable(path) && !path.ends_with(".metadata") => {
-            Some(path.to_string())
+            Some(canonical(path))
         }
-        RemoteKind::Npm if kind.is_immutable(path) => Some(path.to_string()),
+        RemoteKind::Npm if kind.is_immutable(path) => Some(canonical(path)),
         RemoteKind::Cargo => cargo_key_of_download(path),
         RemoteKind::Apt => {
             let name = path.rsplit('/').next().unwrap_or("");
             let listed = path.starts_with("pool/")
                 || (path.starts_with("dists/")
                     && !matches!(name, "Release" | "InRelease" | "Release.gpg"));
-            (listed && in_path(kind, path).is_none()).then(|| path.to_string())
+            (listed && in_path(kind, path).is_none()).then(|| canonical(path))
         }
         _ => None,
     }
+}
+
+/// `path` with every `%XX` decoded except `%2F`, which stays a part of one
+/// segment: the same artifact whether a link or a client escaped it.
+pub fn canonical(path: &str) -> String {
+    if !path.contains('%') {
+        return path.to_string();
+    }
+    let bytes = path.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let decoded = (bytes[i] == b'%')
+            .then(|| std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok())
+            .flatten()
+            .and_then(|hex| u8::from_str_radix(hex, 16).ok())
+            .filter(|&b| b != b'/');
+        match decoded {
+            Some(b) => {
+                out.push(b);
+                i += 3;
+            }
+            None => {
+                out.push(bytes[i]);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8(out).unwrap_or_else(|_| path.to_string())
 }
 
 fn cargo_key(name: &str, version: &str) -> String {
@@ -217,13 +247,25 @@ fn cargo_key_of_download(path: &str) -> Option<String> {
         return Some(cargo_key(name, version));
     }
     let stem = last.strip_suffix(".crate")?;
-    // The version starts after the last `-` that precedes a digit and is
-    // itself preceded by the name (names may hold `-` and digits).
+    // Names may hold `-` and digits (`md-5`): the version starts after the
+    // first `-` whose rest begins `major.minor.patch`.
     let at = stem
         .match_indices('-')
         .map(|(i, _)| i)
-        .find(|&i| stem[i + 1..].starts_with(|c: char| c.is_ascii_digit()))?;
+        .find(|&i| starts_with_semver(&stem[i + 1..]))?;
     Some(cargo_key(&stem[..at], &stem[at + 1..]))
+}
+
+/// Whether `text` starts with `N.N.N`.
+fn starts_with_semver(text: &str) -> bool {
+    let mut parts = text.splitn(3, '.');
+    let numeric = |part: Option<&str>, whole: bool| {
+        part.is_some_and(|p| {
+            let digits = p.chars().take_while(char::is_ascii_digit).count();
+            digits > 0 && (!whole || digits == p.len())
+        })
+    };
+    numeric(parts.next(), true) && numeric(parts.next(), true) && numeric(parts.next(), false)
 }
 
 /// Whether a body fetched at `path` is one this kind reads declarations from.
@@ -233,7 +275,15 @@ pub fn declares(kind: RemoteKind, path: &str) -> bool {
         RemoteKind::Cargo => {
             !kind.is_immutable(path) && path != "config.json" && kind.pass_through(path).is_none()
         }
-        RemoteKind::Apt => path.starts_with("dists/"),
+        // Release files, Packages indexes, and by-hash copies (whose name
+        // does not say what they are: sniffed once decompressed).
+        RemoteKind::Apt => {
+            let name = path.rsplit('/').next().unwrap_or("");
+            path.starts_with("dists/")
+                && (matches!(name, "Release" | "InRelease")
+                    || name.starts_with("Packages")
+                    || path.contains("/by-hash/"))
+        }
         RemoteKind::Go | RemoteKind::Generic | RemoteKind::Oci => false,
     }
 }
@@ -250,9 +300,7 @@ pub fn learn(config: &RemoteConfig, path: &str, body: &[u8]) -> Vec<(String, Dec
             Ok(json) => pypi_json(&json, &locate),
             Err(_) => pypi_html(&String::from_utf8_lossy(body), &locate),
         },
-        RemoteKind::Npm => serde_json::from_slice(body)
-            .map(|json| npm(&json, &locate))
-            .unwrap_or_default(),
+        RemoteKind::Npm => npm(body, &locate),
         RemoteKind::Cargo => cargo(body),
         RemoteKind::Apt => apt(path, body),
         RemoteKind::Go | RemoteKind::Generic | RemoteKind::Oci => Vec::new(),
@@ -344,19 +392,42 @@ fn pypi_json(json: &serde_json::Value, locate: &Locator) -> Vec<(String, Declare
         .collect()
 }
 
-fn npm(json: &serde_json::Value, locate: &Locator) -> Vec<(String, Declared)> {
-    let Some(versions) = json["versions"].as_object() else {
+/// A packument as far as declarations go: a typed parse keeps a 50 MB
+/// packument from becoming a tree of `Value`s.
+#[derive(serde::Deserialize)]
+struct Packument {
+    #[serde(default)]
+    versions: std::collections::HashMap<String, PackumentVersion>,
+}
+
+#[derive(serde::Deserialize)]
+struct PackumentVersion {
+    #[serde(default)]
+    dist: Option<Dist>,
+}
+
+#[derive(serde::Deserialize)]
+struct Dist {
+    tarball: Option<String>,
+    integrity: Option<String>,
+    shasum: Option<String>,
+}
+
+fn npm(body: &[u8], locate: &Locator) -> Vec<(String, Declared)> {
+    let Ok(packument) = serde_json::from_slice::<Packument>(body) else {
         return Vec::new();
     };
-    versions
-        .values()
+    packument
+        .versions
+        .into_values()
         .filter_map(|version| {
-            let dist = &version["dist"];
-            let declared = dist["integrity"]
-                .as_str()
+            let dist = version.dist?;
+            let declared = dist
+                .integrity
+                .as_deref()
                 .and_then(Declared::from_sri)
-                .or_else(|| Declared::from_hex(Algo::Sha1, dist["shasum"].as_str()?))?;
-            Some((locate.path_of(dist["tarball"].as_str()?)?, declared))
+                .or_else(|| Declared::from_hex(Algo::Sha1, dist.shasum.as_deref()?))?;
+            Some((locate.path_of(dist.tarball.as_deref()?)?, declared))
         })
         .collect()
 }
@@ -377,8 +448,9 @@ fn cargo(body: &[u8]) -> Vec<(String, Declared)> {
         .collect()
 }
 
-/// The largest decompressed `Packages.gz`/`.xz` read for declarations.
-const MAX_APT_INDEX: u64 = 512 * 1024 * 1024;
+/// The largest decompressed `Packages.gz`/`.xz` read for declarations
+/// (Debian's largest, main/amd64, is about 50 MB).
+const MAX_APT_INDEX: u64 = 256 * 1024 * 1024;
 
 fn apt(path: &str, body: &[u8]) -> Vec<(String, Declared)> {
     let mut inflated = Vec::new();
@@ -401,13 +473,17 @@ fn apt(path: &str, body: &[u8]) -> Vec<(String, Declared)> {
     } else {
         body
     };
-    let text = String::from_utf8_lossy(body);
+    let Ok(text) = std::str::from_utf8(body) else {
+        return Vec::new();
+    };
     let name = path.rsplit('/').next().unwrap_or("");
     if matches!(name, "Release" | "InRelease") {
         let dir = &path[..path.len() - name.len()];
-        apt_release(dir, &text)
+        apt_release(dir, text)
+    } else if text.starts_with("Package:") {
+        apt_packages(text)
     } else {
-        apt_packages(&text)
+        Vec::new()
     }
 }
 

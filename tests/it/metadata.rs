@@ -181,7 +181,7 @@ async fn declared_digests(meta: &MetadataStore) {
         .unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(meta
-        .rows_for_artifact("c", RemoteKind::Cargo, "leaf_x/1.0.1")
+        .rows_for_artifact("c", RemoteKind::Cargo, "other/1.0.0")
         .await
         .unwrap()
         .is_empty());

@@ -90,6 +90,17 @@ fn pypi_pages_declare_their_files_on_the_remotes_hosts_only() {
 }
 
 #[test]
+fn keys_decode_escapes_but_not_slashes() {
+    assert_eq!(canonical("a/torch-2.0%2Bcpu.whl"), "a/torch-2.0+cpu.whl");
+    assert_eq!(canonical("@scope%2fname/-/x.tgz"), "@scope%2fname/-/x.tgz");
+    assert_eq!(canonical("bad%zz%4"), "bad%zz%4");
+    assert_eq!(
+        artifact_key(RemoteKind::Pypi, "~files/packages/t-2.0%2Bcpu.whl"),
+        artifact_key(RemoteKind::Pypi, "~files/packages/t-2.0+cpu.whl")
+    );
+}
+
+#[test]
 fn npm_packuments_declare_integrity_else_shasum() {
     let config = remote("npm", "\"https://registry.npmjs.org\"", "");
     let sri = format!(
