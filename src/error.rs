@@ -52,6 +52,11 @@ pub enum ProxyError {
         "mirrorcache is a read-only cache: publish to the registry itself, not through the proxy"
     )]
     ReadOnly,
+    /// Refused by the remote's guard (`deny`, `allow`, `min_release_age`):
+    /// the one-line reason goes in the body (npm prints `error`, cargo the
+    /// body) and in the reason phrase (pip prints that).
+    #[error("{0}")]
+    Refused(String),
     #[error("request body over the limit of {limit} bytes")]
     RequestTooLarge { limit: usize },
     #[error("not found on any mirror")]
@@ -81,6 +86,7 @@ impl ProxyError {
             | ProxyError::UnknownRemote(_)
             | ProxyError::MethodNotAllowed
             | ProxyError::ReadOnly
+            | ProxyError::Refused(_)
             | ProxyError::RequestTooLarge { .. } => Side::Downstream,
             ProxyError::NotFound { .. }
             | ProxyError::MirrorsFailed { .. }
@@ -110,6 +116,7 @@ impl ProxyError {
             ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::Refused(_) => StatusCode::FORBIDDEN,
             ProxyError::NotFound { status } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND)
             }
@@ -146,7 +153,7 @@ impl IntoResponse for ProxyError {
         } else {
             tracing::warn!(error = %self, side = ?self.side(), retryable = self.retryable(), "request failed");
         }
-        let mut response = if matches!(self, ProxyError::ReadOnly) {
+        let mut response = if matches!(self, ProxyError::ReadOnly | ProxyError::Refused(_)) {
             // npm prints `error`, cargo prints `errors[].detail`.
             let message = self.client_message();
             axum::Json(serde_json::json!({"error": message, "errors": [{"detail": message}]}))
@@ -155,6 +162,22 @@ impl IntoResponse for ProxyError {
             (status, format!("{}\n", self.client_message())).into_response()
         };
         *response.status_mut() = status;
+        if let ProxyError::Refused(reason) = &self {
+            // Visible characters only, as HTTP/1.1 allows in a reason phrase.
+            let phrase: String = reason
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_graphic() || c == ' ' {
+                        c
+                    } else {
+                        '?'
+                    }
+                })
+                .collect();
+            if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(phrase) {
+                response.extensions_mut().insert(phrase);
+            }
+        }
         if status == StatusCode::METHOD_NOT_ALLOWED {
             response
                 .headers_mut()

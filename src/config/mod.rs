@@ -11,8 +11,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
+mod guard;
 mod raw;
 mod validate;
+
+pub use guard::{has_packages, normalise_name, GuardConfig, NameGlob, PackageRule, VersionSpec};
 
 use raw::RawConfig;
 use validate::Validator;
@@ -211,6 +214,8 @@ pub struct RemoteConfig {
     pub mirror_max_in_flight: Option<usize>,
     pub health: HealthConfig,
     pub auth: UpstreamAuth,
+    /// What the remote refuses to serve: young releases, denied packages.
+    pub guard: GuardConfig,
 }
 
 /// Hedged attempts (`hedge_after`): when the mirror tried first has not sent

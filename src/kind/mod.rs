@@ -8,6 +8,9 @@
 //! **Invariant:** this room imports only `config`: it is rules over paths,
 //! headers and text, with no state.
 
+pub mod filter;
+pub mod guard;
+pub mod package;
 pub mod policy;
 pub mod rewrite;
 
