@@ -54,9 +54,13 @@ pub enum ProxyError {
     ReadOnly,
     /// Refused by the remote's guard (`deny`, `allow`, `min_release_age`):
     /// the one-line reason goes in the body (npm prints `error`, cargo the
-    /// body) and in the reason phrase (pip prints that).
-    #[error("{0}")]
-    Refused(String),
+    /// body) and, with `in_reason_phrase`, in the status line, which is all
+    /// pip prints (npm prints both: there it would say it twice).
+    #[error("{reason}")]
+    Refused {
+        reason: String,
+        in_reason_phrase: bool,
+    },
     #[error("request body over the limit of {limit} bytes")]
     RequestTooLarge { limit: usize },
     #[error("not found on any mirror")]
@@ -86,7 +90,7 @@ impl ProxyError {
             | ProxyError::UnknownRemote(_)
             | ProxyError::MethodNotAllowed
             | ProxyError::ReadOnly
-            | ProxyError::Refused(_)
+            | ProxyError::Refused { .. }
             | ProxyError::RequestTooLarge { .. } => Side::Downstream,
             ProxyError::NotFound { .. }
             | ProxyError::MirrorsFailed { .. }
@@ -116,7 +120,7 @@ impl ProxyError {
             ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::Refused(_) => StatusCode::FORBIDDEN,
+            ProxyError::Refused { .. } => StatusCode::FORBIDDEN,
             ProxyError::NotFound { status } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND)
             }
@@ -153,7 +157,7 @@ impl IntoResponse for ProxyError {
         } else {
             tracing::warn!(error = %self, side = ?self.side(), retryable = self.retryable(), "request failed");
         }
-        let mut response = if matches!(self, ProxyError::ReadOnly | ProxyError::Refused(_)) {
+        let mut response = if matches!(self, ProxyError::ReadOnly | ProxyError::Refused { .. }) {
             // npm prints `error`, cargo prints `errors[].detail`.
             let message = self.client_message();
             axum::Json(serde_json::json!({"error": message, "errors": [{"detail": message}]}))
@@ -162,7 +166,11 @@ impl IntoResponse for ProxyError {
             (status, format!("{}\n", self.client_message())).into_response()
         };
         *response.status_mut() = status;
-        if let ProxyError::Refused(reason) = &self {
+        if let ProxyError::Refused {
+            reason,
+            in_reason_phrase: true,
+        } = &self
+        {
             // Visible characters only, as HTTP/1.1 allows in a reason phrase.
             let phrase: String = reason
                 .chars()

@@ -89,7 +89,7 @@ pub(super) async fn filter_document(
         match filter::filter(&judge, &name, &body, &times, html) {
             Filtered::Unchanged => Ok(body),
             Filtered::Changed(filtered) => Ok(filtered),
-            Filtered::Refused(reason) => Err(ProxyError::Refused(reason)),
+            Filtered::Refused(reason) => Err(refused(kind, reason)),
         }
     })
     .await
@@ -124,7 +124,7 @@ pub(super) async fn check_artifact(
     let now = now_ms();
     let judge = Judge::new(guard, kind, now);
     if let Some(reason) = judge.refusal(&artifact.name, &artifact.version, None) {
-        return Err(ProxyError::Refused(reason));
+        return Err(refused(kind, reason));
     }
     let Some(min_age) = guard.cooldown_for(&normalise_name(kind, &artifact.name)) else {
         return Ok(());
@@ -163,8 +163,17 @@ pub(super) async fn check_artifact(
     let body = sibling_body(proxy, remote, &document, variant).await?;
     let published = publish_times(kind, &body).get(&key).copied();
     match judge.refusal(&artifact.name, &artifact.version, published) {
-        Some(reason) => Err(ProxyError::Refused(reason)),
+        Some(reason) => Err(refused(kind, reason)),
         None => Ok(()),
+    }
+}
+
+/// The refusal as `kind`'s client shows it: pip prints only the status
+/// line of a failed download, npm and cargo the body.
+fn refused(kind: RemoteKind, reason: String) -> ProxyError {
+    ProxyError::Refused {
+        reason,
+        in_reason_phrase: kind == RemoteKind::Pypi,
     }
 }
 

@@ -7,9 +7,9 @@
 //!
 //! When nothing would be left, the client must still learn why: npm and
 //! cargo get the refusal itself (a 403 whose reason they print), and a pypi
-//! page keeps its files marked yanked (PEP 592) with the reason, because pip
-//! hides a failed index page unless run with `-v` but prints a yanked
-//! file's reason and the 403 of its download.
+//! page is served as it is, because pip hides a failed index page unless
+//! run with `-v` (and skips yanked files unless pinned with `==`), but
+//! prints the 403 of a download with its reason phrase.
 
 use std::collections::HashMap;
 
@@ -139,22 +139,20 @@ fn pypi_json(judge: &Judge, name: &str, body: &[u8]) -> Filtered {
         return Filtered::Unchanged;
     }
     if n_refused == verdicts.len() {
-        for (file, reason) in files.iter_mut().zip(&verdicts) {
-            file["yanked"] = Value::String(reason.clone().unwrap_or_default());
-        }
-    } else {
-        let mut verdict = verdicts.iter();
-        files.retain(|_| verdict.next().is_some_and(Option::is_none));
-        // API 1.1's `versions`: only those with a file left.
-        let left: Vec<String> = files
-            .iter()
-            .filter_map(|f| f["filename"].as_str())
-            .filter_map(|f| package::artifact(RemoteKind::Pypi, f))
-            .map(|a| a.version)
-            .collect();
-        if let Some(versions) = doc.get_mut("versions").and_then(Value::as_array_mut) {
-            versions.retain(|v| v.as_str().is_some_and(|v| left.iter().any(|l| l == v)));
-        }
+        // Nothing left: the download's 403 tells pip why.
+        return Filtered::Unchanged;
+    }
+    let mut verdict = verdicts.iter();
+    files.retain(|_| verdict.next().is_some_and(Option::is_none));
+    // API 1.1's `versions`: only those with a file left.
+    let left: Vec<String> = files
+        .iter()
+        .filter_map(|f| f["filename"].as_str())
+        .filter_map(|f| package::artifact(RemoteKind::Pypi, f))
+        .map(|a| a.version)
+        .collect();
+    if let Some(versions) = doc.get_mut("versions").and_then(Value::as_array_mut) {
+        versions.retain(|v| v.as_str().is_some_and(|v| left.iter().any(|l| l == v)));
     }
     Filtered::Changed(serde_json::to_vec(&doc).unwrap_or_else(|_| body.to_vec()))
 }
@@ -216,32 +214,20 @@ fn pypi_html(judge: &Judge, name: &str, text: &str, times: &HashMap<String, i64>
         })
         .collect();
     let n_refused = verdicts.iter().filter(|(_, v)| v.is_some()).count();
-    if n_refused == 0 {
+    if n_refused == 0 || n_refused == verdicts.len() {
+        // Nothing refused, or nothing left: the download's 403 tells pip why.
         return Filtered::Unchanged;
     }
-    let yank = n_refused == verdicts.len();
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     for (anchor, verdict) in &verdicts {
-        let Some(reason) = verdict else { continue };
-        out.push_str(&text[at..anchor.start]);
-        if yank {
-            out.push_str("<a data-yanked=\"");
-            out.push_str(&escape_attribute(reason));
-            out.push_str("\" ");
-            out.push_str(&text[anchor.start + 3..anchor.end]);
+        if verdict.is_some() {
+            out.push_str(&text[at..anchor.start]);
+            at = anchor.end;
         }
-        at = anchor.end;
     }
     out.push_str(&text[at..]);
     Filtered::Changed(out.into_bytes())
-}
-
-fn escape_attribute(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('"', "&quot;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
 }
 
 fn cargo(judge: &Judge, body: &[u8]) -> Filtered {
@@ -348,7 +334,7 @@ mod tests {
     }
 
     #[test]
-    fn pypi_pages_lose_refused_files_or_mark_them_yanked_when_none_is_left() {
+    fn pypi_pages_lose_refused_files_unless_none_would_be_left() {
         let g = guard("pypi", "min_release_age = \"7d\"\ndeny = [\"mc-bad\"]");
         let judge = Judge::new(&g, RemoteKind::Pypi, NOW);
         let page = json!({"meta": {"api-version": "1.1"}, "name": "mc-alpha", "versions": ["1.0", "1.1"], "files": [
@@ -374,28 +360,19 @@ mod tests {
             "{out}"
         );
 
+        // Nothing would be left: the page as it is, and the download's 403 says why.
         let bad = json!({"name": "mc-bad", "files": [{"filename": "mc_bad-1.0.tar.gz"}]});
-        let doc = changed(filter(
-            &judge,
-            "mc-bad",
-            &serde_json::to_vec(&bad).unwrap(),
-            &HashMap::new(),
-            false,
-        ));
+        let bad = serde_json::to_vec(&bad).unwrap();
         assert_eq!(
-            doc["files"][0]["yanked"],
-            "mc-bad@1.0 is refused by this proxy: it matches the deny rule \"mc-bad\""
+            filter(&judge, "mc-bad", &bad, &HashMap::new(), false),
+            Filtered::Unchanged
         );
         let html = "<a href=\"http://f/mc_bad-1.0.tar.gz\">x</a>";
-        let Filtered::Changed(out) =
-            filter(&judge, "mc-bad", html.as_bytes(), &HashMap::new(), true)
-        else {
-            panic!()
-        };
         assert_eq!(
-            String::from_utf8(out).unwrap(),
-            "<a data-yanked=\"mc-bad@1.0 is refused by this proxy: it matches the deny rule &quot;mc-bad&quot;\" href=\"http://f/mc_bad-1.0.tar.gz\">x</a>"
+            filter(&judge, "mc-bad", html.as_bytes(), &HashMap::new(), true),
+            Filtered::Unchanged
         );
+        assert!(judge.refusal("mc-bad", "1.0", None).is_some());
     }
 
     #[test]

@@ -40,6 +40,12 @@ impl<'a> Judge<'a> {
     /// `published_ms`: its publish time, when the registry says.
     pub fn refusal(&self, name: &str, version: &str, published_ms: Option<i64>) -> Option<String> {
         let normalised = normalise_name(self.kind, name);
+        // pypi file names spell the project their own way (`mc_alpha`).
+        let name = if self.kind == RemoteKind::Pypi {
+            normalised.as_str()
+        } else {
+            name
+        };
         if let Some(rule) = self
             .guard
             .deny

@@ -113,11 +113,9 @@ async fn npm_young_versions_leave_both_packuments_and_their_tarballs_get_403() {
         ),
         "{body}"
     );
+    // npm prints the reason phrase and the body's `error`: the reason once.
     let line = status_line(&proxy.base, "/npm/mc-bad/-/mc-bad-1.0.0.tgz").await;
-    assert_eq!(
-        line,
-        "HTTP/1.1 403 mc-bad@1.0.0 is refused by this proxy: it matches the deny rule \"mc-bad\""
-    );
+    assert_eq!(line, "HTTP/1.1 403 Forbidden");
     assert_eq!(registry.hits("/mc-bad/-/mc-bad-1.0.0.tgz"), 0);
     proxy.stop().await;
 }
@@ -179,7 +177,7 @@ async fn pypi_young_files_leave_json_and_html_pages_and_get_403() {
     let young = format!("/pypi/~files/packages/{}", wheel("1.1"));
     let line = status_line(&proxy.base, &young).await;
     assert!(
-        line.starts_with("HTTP/1.1 403 mc_alpha@1.1 was published 1day ago"),
+        line.starts_with("HTTP/1.1 403 mc-alpha@1.1 was published 1day ago"),
         "{line}"
     );
     let old = format!("/pypi/~files/packages/{}", wheel("1.0"));
