@@ -262,3 +262,35 @@ async fn allow_lets_only_its_packages_through_and_without_a_guard_nothing_change
     assert!(body.contains("\"mc-bad\""));
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn a_reload_applies_the_guard_to_cached_documents_without_a_refetch() {
+    let registry = MirrorServer::start().await;
+    npm_registry(&registry);
+    let remote = |guard: &str| {
+        format!(
+            "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n{guard}\n",
+            registry.url("")
+        )
+    };
+    let proxy = TestProxy::start(&remote("")).await;
+    let versions = |body: &str| {
+        let doc: Value = serde_json::from_str(body).unwrap();
+        doc["versions"].as_object().unwrap().len()
+    };
+    let (status, body) = get(&proxy.url("/npm/mc-cool"), "application/json").await;
+    assert_eq!((status, versions(&body)), (200, 2));
+    proxy.settle().await;
+
+    let text = crate::support::proxy::config_text(&proxy.dir, &remote("min_release_age = \"7d\""));
+    let config = mirrorcache::config::Config::parse(&text, "reload.toml").unwrap();
+    proxy.running.proxy.reload(&config).unwrap();
+    let (status, body) = get(&proxy.url("/npm/mc-cool"), "application/json").await;
+    assert_eq!((status, versions(&body)), (200, 1));
+    assert_eq!(
+        registry.hits("/mc-cool"),
+        1,
+        "filtered from the stored copy"
+    );
+    proxy.stop().await;
+}
