@@ -52,6 +52,15 @@ pub enum ProxyError {
         "mirrorcache is a read-only cache: publish to the registry itself, not through the proxy"
     )]
     ReadOnly,
+    /// Refused by the remote's guard (`deny`, `allow`, `min_release_age`):
+    /// the one-line reason goes in the body (npm prints `error`, cargo the
+    /// body) and, with `in_reason_phrase`, in the status line, which is all
+    /// pip prints (npm prints both: there it would say it twice).
+    #[error("{reason}")]
+    Refused {
+        reason: String,
+        in_reason_phrase: bool,
+    },
     #[error("request body over the limit of {limit} bytes")]
     RequestTooLarge { limit: usize },
     #[error("not found on any mirror")]
@@ -88,6 +97,7 @@ impl ProxyError {
             | ProxyError::UnknownRemote(_)
             | ProxyError::MethodNotAllowed
             | ProxyError::ReadOnly
+            | ProxyError::Refused { .. }
             | ProxyError::RequestTooLarge { .. }
             | ProxyError::Undeclared => Side::Downstream,
             ProxyError::NotFound { .. }
@@ -119,7 +129,7 @@ impl ProxyError {
             ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
-            ProxyError::Undeclared => StatusCode::FORBIDDEN,
+            ProxyError::Undeclared | ProxyError::Refused { .. } => StatusCode::FORBIDDEN,
             ProxyError::NotFound { status } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND)
             }
@@ -157,7 +167,10 @@ impl IntoResponse for ProxyError {
         } else {
             tracing::warn!(error = %self, side = ?self.side(), retryable = self.retryable(), "request failed");
         }
-        let mut response = if matches!(self, ProxyError::ReadOnly | ProxyError::Undeclared) {
+        let mut response = if matches!(
+            self,
+            ProxyError::ReadOnly | ProxyError::Undeclared | ProxyError::Refused { .. }
+        ) {
             // npm prints `error`, cargo prints `errors[].detail`.
             let message = self.client_message();
             axum::Json(serde_json::json!({"error": message, "errors": [{"detail": message}]}))
@@ -166,6 +179,26 @@ impl IntoResponse for ProxyError {
             (status, format!("{}\n", self.client_message())).into_response()
         };
         *response.status_mut() = status;
+        if let ProxyError::Refused {
+            reason,
+            in_reason_phrase: true,
+        } = &self
+        {
+            // Visible characters only, as HTTP/1.1 allows in a reason phrase.
+            let phrase: String = reason
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_graphic() || c == ' ' {
+                        c
+                    } else {
+                        '?'
+                    }
+                })
+                .collect();
+            if let Ok(phrase) = hyper::ext::ReasonPhrase::try_from(phrase) {
+                response.extensions_mut().insert(phrase);
+            }
+        }
         if status == StatusCode::METHOD_NOT_ALLOWED {
             response
                 .headers_mut()

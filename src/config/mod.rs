@@ -11,8 +11,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
+mod guard;
 mod raw;
 mod validate;
+
+pub use guard::{has_packages, normalise_name, GuardConfig, NameGlob, PackageRule, VersionSpec};
 
 use raw::RawConfig;
 use validate::Validator;
@@ -223,6 +226,8 @@ pub struct RemoteConfig {
     /// An oci remote's registry host as containerd names it in `?ns=`
     /// (`docker.io`, `ghcr.io`): requests carrying it come here.
     pub registry: Option<String>,
+    /// What the remote refuses to serve: young releases, denied packages.
+    pub guard: GuardConfig,
 }
 
 /// Hedged attempts (`hedge_after`): when the mirror tried first has not sent

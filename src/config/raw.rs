@@ -197,6 +197,12 @@ pub(super) struct RawRemote {
     pub(super) bearer_token: Option<Spanned<String>>,
     pub(super) bearer_token_env: Option<Spanned<String>>,
     pub(super) registry: Option<Spanned<String>>,
+    pub(super) min_release_age: Option<HumanDuration>,
+    #[serde(default)]
+    pub(super) cooldown_exempt: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) deny: Vec<Spanned<String>>,
+    pub(super) allow: Option<Vec<Spanned<String>>>,
 }
 
 fn default_max_document_size() -> HumanSize {

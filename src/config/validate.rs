@@ -191,6 +191,7 @@ impl Validator<'_> {
 
     fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
         let auth = self.auth(i, &raw)?;
+        let guard = self.guard(i, &raw)?;
         let name = raw.name.get_ref().clone();
         // `/v2/…` is the container registry API (`http::oci`).
         let name_ok = !name.is_empty()
@@ -359,6 +360,49 @@ impl Validator<'_> {
             },
             auth,
             registry,
+            guard,
+        })
+    }
+
+    /// `min_release_age`, `cooldown_exempt`, `deny` and `allow`.
+    fn guard(&self, i: usize, raw: &RawRemote) -> Result<GuardConfig, ConfigError> {
+        // An unknown kind is reported by `remote` with its own message.
+        let kind = RemoteKind::parse(raw.kind.get_ref()).unwrap_or(RemoteKind::Generic);
+        let mut cooldown_exempt = Vec::with_capacity(raw.cooldown_exempt.len());
+        for (j, glob) in raw.cooldown_exempt.iter().enumerate() {
+            match guard::name_glob(kind, glob.get_ref()) {
+                Ok(glob) => cooldown_exempt.push(glob),
+                Err(e) => {
+                    return self.error(format!("remote[{i}].cooldown_exempt[{j}]"), glob.span(), e)
+                }
+            }
+        }
+        let rules = |key: &str, list: &[Spanned<String>]| {
+            let mut rules = Vec::with_capacity(list.len());
+            for (j, rule) in list.iter().enumerate() {
+                let key = format!("remote[{i}].{key}[{j}]");
+                if !has_packages(kind) {
+                    return self.error(
+                        key,
+                        rule.span(),
+                        format!("a {} remote cannot tell packages apart; `deny` and `allow` take pypi, npm and cargo remotes", kind.as_str()),
+                    );
+                }
+                match guard::package_rule(kind, rule.get_ref()) {
+                    Ok(rule) => rules.push(rule),
+                    Err(e) => return self.error(key, rule.span(), e),
+                }
+            }
+            Ok(rules)
+        };
+        Ok(GuardConfig {
+            min_release_age: raw.min_release_age.map(|d| d.0).filter(|d| !d.is_zero()),
+            cooldown_exempt,
+            deny: rules("deny", &raw.deny)?,
+            allow: match &raw.allow {
+                Some(list) => Some(rules("allow", list)?),
+                None => None,
+            },
         })
     }
 

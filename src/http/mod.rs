@@ -5,6 +5,7 @@
 
 mod admin;
 mod dashboard;
+mod guard;
 mod oci;
 mod ops;
 mod pass;
@@ -187,6 +188,8 @@ struct ArtifactRequest<'a> {
     accept: Option<&'static str>,
     /// An index document: its URLs are rewritten on the way out.
     document: bool,
+    /// A document the remote's guard filters (read whole, like a document).
+    filter: Option<guard::DocumentFilter>,
     method: &'a Method,
     headers: &'a HeaderMap,
 }
@@ -200,12 +203,14 @@ async fn serve(
 ) -> Result<Served, ProxyError> {
     let kind = remote.config.kind;
     let variant = kind.variant(path.path(), headers);
+    guard::check_artifact(proxy, remote, path).await?;
     let request = ArtifactRequest {
         proxy,
         remote,
         path: variant.map_or_else(|| path.clone(), |v| path.with_variant(v.suffix)),
         accept: variant.map(|v| v.accept),
         document: kind.is_document(path.path()),
+        filter: guard::document_filter(remote, path.path(), variant),
         method,
         headers,
     };
@@ -277,8 +282,8 @@ impl ArtifactRequest<'_> {
         stale: Option<Arc<Entry>>,
     ) -> Result<Served, ProxyError> {
         let (proxy, remote, path) = (self.proxy, self.remote, &self.path);
-        // A document is rewritten whole: wait for the complete body.
-        let document = self.document;
+        // A document is rewritten (or filtered) whole: wait for the complete body.
+        let document = self.whole();
         let state = rx
             .wait_for(|s| match s {
                 FillState::Connecting => false,
@@ -319,7 +324,7 @@ impl ArtifactRequest<'_> {
                 })
             }
             FillState::Bypass { head, response } => {
-                if self.document {
+                if self.whole() {
                     // Too big for the store but a document: the store cap is the
                     // document cap's business; refuse rather than buffer.
                     return Err(ProxyError::TooLarge {
@@ -373,7 +378,7 @@ impl ArtifactRequest<'_> {
         blob: Blob,
         cache: CacheStatus,
     ) -> Result<Response, ProxyError> {
-        if !self.document {
+        if !self.whole() {
             return Ok(respond::from_entry(
                 entry,
                 &blob,
@@ -389,20 +394,32 @@ impl ArtifactRequest<'_> {
                 limit,
             });
         }
-        let base = public_base(&self.proxy.server(), self.headers);
+        let mut base = public_base(&self.proxy.server(), self.headers);
         let rewrite = Rewrite::new(&self.remote.config, &base);
-        let bytes = blob
+        let mut bytes = blob
             .read_all(entry.size)
             .await
             .map_err(|e| ProxyError::Store(e.to_string()))?;
-        // Rewriting is a linear pass over up to max_document_size: off the async threads.
-        let body = tokio::task::spawn_blocking(move || match String::from_utf8(bytes) {
-            Ok(text) => rewrite.apply(&text).into_bytes(),
-            // Not text: nothing to rewrite.
-            Err(e) => e.into_bytes(),
-        })
-        .await
-        .map_err(|e| ProxyError::Store(e.to_string()))?;
+        if let Some(filter) = &self.filter {
+            bytes = guard::filter_document(self.proxy, self.remote, filter, bytes).await?;
+        }
+        let body = if self.document {
+            // Rewriting is a linear pass over up to max_document_size: off the async threads.
+            tokio::task::spawn_blocking(move || match String::from_utf8(bytes) {
+                Ok(text) => rewrite.apply(&text).into_bytes(),
+                // Not text: nothing to rewrite.
+                Err(e) => e.into_bytes(),
+            })
+            .await
+            .map_err(|e| ProxyError::Store(e.to_string()))?
+        } else {
+            bytes
+        };
+        if self.filter.is_some() {
+            // What the filter leaves changes with the config and the clock:
+            // the validator follows the body served, not only the blob.
+            base = guard::qualified_base(&base, &body);
+        }
         Ok(respond::document(
             entry,
             body,
@@ -411,6 +428,11 @@ impl ArtifactRequest<'_> {
             self.method,
             self.headers,
         ))
+    }
+
+    /// Whether the body is read whole before it is served (rewritten or filtered).
+    fn whole(&self) -> bool {
+        self.document || self.filter.is_some()
     }
 
     /// Stale-if-error: when the mirrors fail (not when they say "not found"), a

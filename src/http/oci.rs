@@ -365,6 +365,8 @@ impl Pull<'_> {
             path: keyed.clone(),
             accept: Some(variant.accept),
             document: false,
+            // The guard's rules name packages; an oci remote has none.
+            filter: None,
             method: &Method::GET,
             headers: accept,
         };

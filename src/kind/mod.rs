@@ -10,7 +10,10 @@
 //! headers and text, with no state.
 
 pub mod declared;
+pub mod filter;
+pub mod guard;
 pub mod oci;
+pub mod package;
 pub mod policy;
 pub mod rewrite;
 

@@ -11,10 +11,22 @@ use crate::{run, write};
 /// `npm pack` of `name`@1.0.0 with these dependencies, in `w/src`; returns the
 /// tarball and npm's report of it (`filename`, `shasum`, `integrity`).
 pub fn npm_pack(w: &Path, name: &str, deps: &serde_json::Value) -> (Vec<u8>, serde_json::Value) {
-    let dir = w.join("src").join(name.replace('/', "__"));
+    npm_pack_version(w, name, "1.0.0", deps)
+}
+
+/// [`npm_pack`] of another version than 1.0.0.
+pub fn npm_pack_version(
+    w: &Path,
+    name: &str,
+    version: &str,
+    deps: &serde_json::Value,
+) -> (Vec<u8>, serde_json::Value) {
+    let dir = w
+        .join("src")
+        .join(format!("{}-{version}", name.replace('/', "__")));
     write(
         &dir.join("package.json"),
-        &serde_json::json!({"name": name, "version": "1.0.0", "dependencies": deps, "main": "index.js"})
+        &serde_json::json!({"name": name, "version": version, "dependencies": deps, "main": "index.js"})
             .to_string(),
     );
     write(&dir.join("index.js"), "module.exports = 1;\n");
@@ -62,12 +74,18 @@ pub fn can_build_wheels() -> bool {
 /// `pip wheel` of `name` 1.0 (module `name` with `_`) requiring `deps` (a
 /// Python list), into `w/dist`; returns the wheel's file name and bytes.
 pub fn pip_wheel(w: &Path, name: &str, deps: &str) -> (String, Vec<u8>) {
+    pip_wheel_version(w, name, "1.0", deps)
+}
+
+/// [`pip_wheel`] of another version than 1.0.
+pub fn pip_wheel_version(w: &Path, name: &str, version: &str, deps: &str) -> (String, Vec<u8>) {
     let module = name.replace('-', "_");
+    let src = w.join(format!("{name}-{version}"));
     write(
-        &w.join(name).join("setup.py"),
-        &format!("from setuptools import setup\nsetup(name='{name}', version='1.0', py_modules=['{module}'], install_requires={deps})\n"),
+        &src.join("setup.py"),
+        &format!("from setuptools import setup\nsetup(name='{name}', version='{version}', py_modules=['{module}'], install_requires={deps})\n"),
     );
-    write(&w.join(name).join(format!("{module}.py")), "VALUE = 1\n");
+    write(&src.join(format!("{module}.py")), "VALUE = 1\n");
     run(Command::new("pip")
         .args([
             "wheel",
@@ -78,9 +96,9 @@ pub fn pip_wheel(w: &Path, name: &str, deps: &str) -> (String, Vec<u8>) {
             "-w",
         ])
         .arg(w.join("dist"))
-        .arg(w.join(name))
+        .arg(&src)
         .env("PIP_CONFIG_FILE", "/dev/null"));
-    let file = format!("{module}-1.0-py3-none-any.whl");
+    let file = format!("{module}-{version}-py3-none-any.whl");
     let bytes = std::fs::read(w.join("dist").join(&file)).unwrap();
     (file, bytes)
 }

@@ -13,6 +13,7 @@ mod browser;
 mod cargo_registry;
 mod fixtures;
 mod go;
+mod guard;
 mod integrity;
 mod npm;
 mod npm_api;

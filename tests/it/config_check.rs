@@ -55,6 +55,36 @@ fn bad_configs_name_the_key_and_line() {
             "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\nrequire_declared_hash = \"yes\"\n",
             &[":5:", "expected a boolean"],
         ),
+        // The guard: a malformed range in the ecosystem's syntax, a key misspelt,
+        // a duration that is not one, package rules where packages are unknown.
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\ndeny = [\n  \"event-stream@3.3.6\",\n  \"colors@>=>1.4\",\n]\n",
+            &[":7:", "remote[0].deny[1]", "not an npm version range"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"pypi\"\nmirrors = [\"http://a/x\"]\nallow = [\"requests@>>2\"]\n",
+            &[":5:", "remote[0].allow[0]", "PEP 440"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"cargo\"\nmirrors = [\"http://a/x\"]\ndeny = [\"serde@~>1\"]\n",
+            &[":5:", "remote[0].deny[0]", "cargo version requirement"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\nmin_release_agee = \"7d\"\n",
+            &[":5:", "unknown field `min_release_agee`"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\nmin_release_age = \"a week\"\n",
+            &[":5:", "invalid duration"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"apt\"\nmirrors = [\"http://a/x\"]\ndeny = [\"hello\"]\n",
+            &[":5:", "remote[0].deny[0]", "cannot tell packages apart"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\ncooldown_exempt = [\"@types/[\"]\n",
+            &[":5:", "remote[0].cooldown_exempt[0]"],
+        ),
     ];
     for (text, needles) in cases {
         let (code, stderr) = check(text);

@@ -8,6 +8,7 @@ mod config_check;
 mod dashboard;
 mod failover;
 mod fanout;
+mod guard;
 mod hardening;
 mod hardening_keys;
 mod integrity;

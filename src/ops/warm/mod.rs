@@ -426,17 +426,7 @@ fn json_links(page: &str) -> Result<Vec<String>, serde_json::Error> {
 
 /// PEP 503's normalised project name.
 fn pep503(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
-    for c in name.chars() {
-        if matches!(c, '-' | '_' | '.') {
-            if !out.ends_with('-') {
-                out.push('-');
-            }
-        } else {
-            out.push(c.to_ascii_lowercase());
-        }
-    }
-    out
+    crate::config::normalise_name(crate::config::RemoteKind::Pypi, name)
 }
 
 /// (normalised project, version) of a wheel or sdist file name.

@@ -1,0 +1,243 @@
+//! The remote's guard at the front end: a direct request for a refused
+//! artifact is answered 403 with the reason, and index documents are
+//! filtered (`kind::filter`) on every response, from the bytes as stored, so
+//! a config reload or a release coming of age applies without a refetch.
+//!
+//! Publish times a document lacks are read from its sibling, fetched and
+//! cached through the proxy's own cache like any request: npm's full
+//! packument for an abbreviated one (and for a tarball), pypi's PEP 691 JSON
+//! page for an HTML one (and for a file), a crate's index file for a crate.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::cache::Blob;
+use crate::clock::now_ms;
+use crate::config::{normalise_name, RemoteKind};
+use crate::error::ProxyError;
+use crate::fill::FillState;
+use crate::kind::filter::{self, Filtered};
+use crate::kind::guard::{publish_times, Judge};
+use crate::kind::{package, Variant};
+use crate::path::ArtifactPath;
+use crate::proxy::Proxy;
+use crate::upstream::Remote;
+
+/// How one document is filtered.
+pub(super) struct DocumentFilter {
+    /// The package the document is about.
+    name: String,
+    /// A pypi page in HTML (filtered by anchors, times from the JSON page).
+    html: bool,
+    /// Where publish times come from when the document has none.
+    times_from: Option<(String, Variant)>,
+}
+
+/// The filter for `path` (the request's variant `variant`), if the remote
+/// has a guard and `path` is a document it filters.
+pub(super) fn document_filter(
+    remote: &Remote,
+    path: &str,
+    variant: Option<Variant>,
+) -> Option<DocumentFilter> {
+    let guard = &remote.config.guard;
+    if !guard.is_active() {
+        return None;
+    }
+    let kind = remote.config.kind;
+    let name = package::document(kind, path)?;
+    let sibling = |suffix: &str| {
+        kind.variants(path)
+            .iter()
+            .find(|v| v.suffix == suffix)
+            .map(|v| (path.to_string(), *v))
+    };
+    let suffix = variant.map_or("", |v| v.suffix);
+    let cooldown = guard.cooldown_for(&normalise_name(kind, &name)).is_some();
+    let times_from = match (kind, suffix) {
+        (RemoteKind::Npm, "abbreviated") if cooldown => sibling("full"),
+        (RemoteKind::Pypi, "html") if cooldown => sibling("json"),
+        _ => None,
+    };
+    Some(DocumentFilter {
+        html: kind == RemoteKind::Pypi && suffix == "html",
+        name,
+        times_from,
+    })
+}
+
+/// `body` with the refused versions taken out, or the refusal.
+pub(super) async fn filter_document(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    filter: &DocumentFilter,
+    body: Vec<u8>,
+) -> Result<Vec<u8>, ProxyError> {
+    let kind = remote.config.kind;
+    let times = match &filter.times_from {
+        Some((path, variant)) => {
+            let sibling = sibling_body(proxy, remote, path, Some(*variant)).await?;
+            publish_times(kind, &sibling)
+        }
+        None => HashMap::new(),
+    };
+    let remote = remote.clone();
+    let (name, html) = (filter.name.clone(), filter.html);
+    // A linear pass or a JSON parse of up to max_document_size: off the async threads.
+    tokio::task::spawn_blocking(move || {
+        let judge = Judge::new(&remote.config.guard, kind, now_ms());
+        match filter::filter(&judge, &name, &body, &times, html) {
+            Filtered::Unchanged => Ok(body),
+            Filtered::Changed(filtered) => Ok(filtered),
+            Filtered::Refused(reason) => Err(refused(kind, reason)),
+        }
+    })
+    .await
+    .map_err(|e| ProxyError::Store(e.to_string()))?
+}
+
+/// `base` qualified by a digest of the filtered `body`, for the ETag of a
+/// filtered document (`respond::document` derives it from the base).
+pub(super) fn qualified_base(base: &str, body: &[u8]) -> String {
+    use sha2::Digest;
+    let digest = hex::encode(&sha2::Sha256::digest(body)[..8]);
+    format!("{base} {digest}")
+}
+
+/// Refuses a direct request for an artifact the guard refuses (403 with
+/// the reason). A cooldown needs the publish time, read from the package's
+/// document through the cache — except for an artifact cached at least
+/// `min_release_age` ago, which was published before that.
+pub(super) async fn check_artifact(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    path: &ArtifactPath,
+) -> Result<(), ProxyError> {
+    let guard = &remote.config.guard;
+    let kind = remote.config.kind;
+    if !guard.is_active() {
+        return Ok(());
+    }
+    let Some(artifact) = package::artifact(kind, path.path()) else {
+        return Ok(());
+    };
+    let now = now_ms();
+    let judge = Judge::new(guard, kind, now);
+    if let Some(reason) = judge.refusal(&artifact.name, &artifact.version, None) {
+        return Err(refused(kind, reason));
+    }
+    let Some(min_age) = guard.cooldown_for(&normalise_name(kind, &artifact.name)) else {
+        return Ok(());
+    };
+    let cached_long_ago = proxy
+        .cache
+        .meta
+        .lookup_in_memory(path)
+        .is_some_and(|entry| entry.age(now) >= min_age);
+    if cached_long_ago {
+        return Ok(());
+    }
+    let (document, variant, key) = match kind {
+        RemoteKind::Npm => (
+            package::npm_packument_path(&artifact.name),
+            "full",
+            artifact.version.clone(),
+        ),
+        RemoteKind::Pypi => (
+            package::pypi_page_path(&normalise_name(kind, &artifact.name)),
+            "json",
+            artifact.file.clone(),
+        ),
+        RemoteKind::Cargo => (
+            package::cargo_index_path(&artifact.name),
+            "",
+            artifact.version.clone(),
+        ),
+        _ => return Ok(()),
+    };
+    let variant = kind
+        .variants(&document)
+        .iter()
+        .find(|v| v.suffix == variant)
+        .copied();
+    let body = sibling_body(proxy, remote, &document, variant).await?;
+    let published = publish_times(kind, &body).get(&key).copied();
+    match judge.refusal(&artifact.name, &artifact.version, published) {
+        Some(reason) => Err(refused(kind, reason)),
+        None => Ok(()),
+    }
+}
+
+/// The refusal as `kind`'s client shows it: pip prints only the status
+/// line of a failed download, npm and cargo the body.
+fn refused(kind: RemoteKind, reason: String) -> ProxyError {
+    ProxyError::Refused {
+        reason,
+        in_reason_phrase: kind == RemoteKind::Pypi,
+    }
+}
+
+/// The stored bytes of another path of the remote (one `variant` of it),
+/// through the cache: fresh from the store, else from a fill (joined or
+/// started), else a stale copy within `max_stale` when the mirrors fail.
+async fn sibling_body(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    path: &str,
+    variant: Option<Variant>,
+) -> Result<Vec<u8>, ProxyError> {
+    let key = ArtifactPath::parse(&format!("/{}/{path}", remote.name))?;
+    let key = variant.map_or_else(|| key.clone(), |v| key.with_variant(v.suffix));
+    let now = now_ms();
+    let read = |blob: Blob, size: u64| async move {
+        blob.read_all(size)
+            .await
+            .map_err(|e| ProxyError::Store(e.to_string()))
+    };
+    let stale = match proxy.cache.meta.lookup(&key).await {
+        Ok(Some(entry)) => {
+            let fresh = remote.policy.is_fresh(key.path(), entry.age(now));
+            match proxy.cache.open_blob(&entry.digest, entry.size).await {
+                Ok(blob) if fresh => {
+                    entry.touch(now);
+                    return read(blob, entry.size).await;
+                }
+                Ok(_) => Some(entry),
+                Err(_) => None,
+            }
+        }
+        _ => None,
+    };
+    let (mut rx, _) =
+        proxy
+            .fills
+            .join_or_start(remote, &key, variant.map(|v| v.accept), stale.clone())?;
+    let state = rx
+        .wait_for(|s| !matches!(s, FillState::Connecting | FillState::Streaming { .. }))
+        .await
+        .map(|s| s.clone())
+        .unwrap_or(FillState::Failed(ProxyError::FillAborted));
+    let entry = match state {
+        FillState::Complete { entry, file, .. } => {
+            return read(Blob::Local(file), entry.size).await;
+        }
+        FillState::Shared(entry) | FillState::Revalidated(entry) => entry,
+        FillState::Bypass { head, .. } => {
+            return Err(ProxyError::TooLarge {
+                size: head.content_length.unwrap_or(0),
+                limit: proxy.cache.max_size(),
+            })
+        }
+        FillState::Failed(error) => match stale {
+            Some(entry) if entry.age(now) <= remote.config.max_stale => entry,
+            _ => return Err(error),
+        },
+        FillState::Connecting | FillState::Streaming { .. } => unreachable!("waited past them"),
+    };
+    let blob = proxy
+        .cache
+        .open_blob(&entry.digest, entry.size)
+        .await
+        .map_err(|e| ProxyError::Store(e.to_string()))?;
+    read(blob, entry.size).await
+}
