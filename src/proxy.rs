@@ -35,6 +35,12 @@ pub struct Proxy {
     pub metrics: Arc<Metrics>,
     pub cache: Arc<Cache>,
     pub fills: Arc<FillRegistry>,
+    /// Publish times (unix ms; `None`: the document gives none) of the
+    /// artifacts a cooldown was checked for, by key: a publish time never
+    /// changes, so a hit on an artifact under `min_release_age` is judged from
+    /// memory instead of re-reading its package's document. Kept 10 minutes,
+    /// so a time a document gains later is seen.
+    pub publish_times: moka::sync::Cache<String, Option<i64>>,
 }
 
 impl Proxy {
@@ -59,6 +65,10 @@ impl Proxy {
             )),
             metrics,
             cache,
+            publish_times: moka::sync::Cache::builder()
+                .max_capacity(100_000)
+                .time_to_live(std::time::Duration::from_secs(600))
+                .build(),
         });
         proxy.start_probes();
         Ok(proxy)

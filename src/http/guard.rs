@@ -106,8 +106,9 @@ pub(super) fn qualified_base(base: &str, body: &[u8]) -> String {
 
 /// Refuses a direct request for an artifact the guard refuses (403 with
 /// the reason). A cooldown needs the publish time, read from the package's
-/// document through the cache — except for an artifact cached at least
-/// `min_release_age` ago, which was published before that.
+/// document through the cache once, then from memory (`Proxy::publish_times`)
+/// — and not at all for an artifact cached at least `min_release_age` ago,
+/// which was published before that.
 pub(super) async fn check_artifact(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
@@ -137,6 +138,30 @@ pub(super) async fn check_artifact(
     if cached_long_ago {
         return Ok(());
     }
+    let published = match proxy.publish_times.get(path.key()) {
+        Some(published) => published,
+        None => {
+            let published = publish_time(proxy, remote, kind, &artifact).await?;
+            proxy
+                .publish_times
+                .insert(path.key().to_string(), published);
+            published
+        }
+    };
+    match judge.refusal(&artifact.name, &artifact.version, published) {
+        Some(reason) => Err(refused(kind, reason)),
+        None => Ok(()),
+    }
+}
+
+/// When `artifact` was published, read from its package's document through
+/// the cache; `None` when the document gives no time.
+async fn publish_time(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    kind: RemoteKind,
+    artifact: &package::Artifact,
+) -> Result<Option<i64>, ProxyError> {
     let (document, variant, key) = match kind {
         RemoteKind::Npm => (
             package::npm_packument_path(&artifact.name),
@@ -153,7 +178,7 @@ pub(super) async fn check_artifact(
             "",
             artifact.version.clone(),
         ),
-        _ => return Ok(()),
+        _ => return Ok(None),
     };
     let variant = kind
         .variants(&document)
@@ -161,11 +186,7 @@ pub(super) async fn check_artifact(
         .find(|v| v.suffix == variant)
         .copied();
     let body = sibling_body(proxy, remote, &document, variant).await?;
-    let published = publish_times(kind, &body).get(&key).copied();
-    match judge.refusal(&artifact.name, &artifact.version, published) {
-        Some(reason) => Err(refused(kind, reason)),
-        None => Ok(()),
-    }
+    Ok(publish_times(kind, &body).get(&key).copied())
 }
 
 /// The refusal as `kind`'s client shows it: pip prints only the status
