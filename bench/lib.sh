@@ -34,10 +34,11 @@ free_port() {
     done
 }
 
-# start_nginx DIR PORT: nginx (one worker, sendfile, no access log) serving
-# DIR/www on 127.0.0.1:PORT, its pid, temp paths and error log in DIR.
+# start_nginx DIR PORT [SERVER_LINES]: nginx (one worker, sendfile, no access
+# log) serving DIR/www on 127.0.0.1:PORT, its pid, temp paths and error log in
+# DIR; SERVER_LINES (e.g. a rate-limited location) go into its server block.
 start_nginx() {
-    local dir=$1 port=$2
+    local dir=$1 port=$2 extra=${3:-}
     mkdir -p "$dir/www" "$dir/tmp"
     cat >"$dir/nginx.conf" <<EOF
 daemon off;
@@ -54,7 +55,9 @@ http {
     scgi_temp_path $dir/tmp/scgi;
     access_log off;
     sendfile on;
-    server { listen 127.0.0.1:$port; root $dir/www; }
+    keepalive_requests 1000000;
+    tcp_nodelay on;
+    server { listen 127.0.0.1:$port; root $dir/www; $extra }
 }
 EOF
     nginx -p "$dir" -c "$dir/nginx.conf" &

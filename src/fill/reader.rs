@@ -82,14 +82,9 @@ pub fn body(
             match step {
                 Step::Read(available) => {
                     let n = (available - pos).min(READ_CHUNK as u64) as usize;
-                    let file = reader.file.clone();
-                    let read = tokio::task::spawn_blocking(move || {
-                        crate::cache::store::read_at(&file, pos, n)
-                    })
-                    .await
-                    .unwrap_or_else(|e| Err(io::Error::other(e)));
+                    let read = read_at(&reader.file, pos, n).await;
                     match &read {
-                        Ok(_) => reader.pos += n as u64,
+                        Ok(bytes) => reader.pos += bytes.len() as u64,
                         Err(_) => reader.done = true,
                     }
                     return Some((read, reader));
@@ -111,4 +106,18 @@ pub fn body(
             }
         }
     })
+}
+
+/// Bytes the fill has just written are in the page cache: read them on this
+/// thread (no blocking-pool hop per wake-up, which with 200 readers of one
+/// fill was most of the fan-out's CPU); the blocking pool only when the
+/// kernel says the read would wait for the disk.
+async fn read_at(file: &Arc<File>, pos: u64, n: usize) -> io::Result<Bytes> {
+    if let Some(bytes) = crate::cache::store::read_cached_at(file, pos, n)? {
+        return Ok(bytes);
+    }
+    let file = file.clone();
+    tokio::task::spawn_blocking(move || crate::cache::store::read_at(&file, pos, n))
+        .await
+        .unwrap_or_else(|e| Err(io::Error::other(e)))
 }

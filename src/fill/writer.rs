@@ -31,8 +31,15 @@ pub(super) async fn run(
     if stale.is_none() {
         // Look again now that this fill holds the key: a fill that committed
         // between the request's lookup and its joining the registry has
-        // already left it, and its entry is what this request wants.
-        if let Ok(Some(entry)) = cache.meta.lookup(&path).await {
+        // already left it, and its entry is what this request wants. A fill
+        // of this process records its entry in memory before it leaves the
+        // registry, so memory is enough here, and a cold miss skips a second
+        // query; with Redis, another instance's fill may have committed.
+        let again = match cache.cluster() {
+            None => Ok(cache.meta.lookup_in_memory(&path)),
+            Some(_) => cache.meta.lookup(&path).await,
+        };
+        if let Ok(Some(entry)) = again {
             let fresh = remote.policy.is_fresh(path.path(), entry.age(now_ms()));
             if fresh && cache.open_blob(&entry.digest, entry.size).await.is_ok() {
                 tx.send_replace(FillState::Shared(entry));
@@ -263,7 +270,10 @@ async fn download(
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => chunk,
         };
-        let n = chunk.len() as u64;
+        // With it, every chunk that has already arrived: one hop, one
+        // wake-up of the readers per batch (see `coalesce`).
+        let batch = super::coalesce::take_ready(&mut upstream.response, chunk);
+        let n = batch.len;
         if written + n > max_body {
             return Err(ProxyError::TooLarge {
                 size: written + n,
@@ -271,16 +281,34 @@ async fn download(
             });
         }
         let writer = temp.clone();
+        let chunks = batch.chunks;
         // Hash and write off the async threads: both are CPU or disk work.
         hasher = tokio::task::spawn_blocking(move || -> io::Result<Sha256> {
-            writer.write_at(&chunk, written)?;
-            hasher.update(&chunk);
+            let mut offset = written;
+            for chunk in &chunks {
+                writer.write_at(chunk, offset)?;
+                hasher.update(chunk);
+                offset += chunk.len() as u64;
+            }
             Ok(hasher)
         })
         .await
         .map_err(|e| ProxyError::Store(e.to_string()))?
         .map_err(|e| ProxyError::Store(e.to_string()))?;
         written += n;
+        match batch.end {
+            Some(Err(e)) => {
+                let error = e.without_url().to_string();
+                return Err(broken_body(
+                    remote,
+                    upstream.set,
+                    upstream.mirror_idx,
+                    error,
+                ));
+            }
+            Some(Ok(())) => break,
+            None => {}
+        }
         if head.content_length == Some(written) {
             // All announced bytes are here: no need to wait for the end marker.
             break;

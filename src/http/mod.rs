@@ -145,6 +145,7 @@ async fn artifact(
         remote.counters.count(cache, bytes);
     }
     tracing::info!(
+        target: crate::logline::REQUEST_TARGET,
         method = %method,
         path = uri.path(),
         status = response.status().as_u16(),
