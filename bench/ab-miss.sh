@@ -48,18 +48,8 @@ O_PORT=$PORT
 # The origin logs only /slow/ requests: the fan-out's upstream count.
 start_nginx "$WORK" "$O_PORT" "location /slow/ { limit_rate $FILL_RATE; access_log $WORK/slow.log; }"
 
-LABELS=()
-declare -A URL PID
-for spec in "$@"; do
-    label=${spec%%=*}
-    read -r -a words <<<"${spec#*=}"
-    dir=$WORK/mc-$label
-    free_port
-    start_mirrorcache "$dir" "$PORT" "$O_PORT" "$dir/log" "${words[@]}"
-    LABELS+=("$label")
-    URL[$label]=http://127.0.0.1:$PORT/o
-    PID[$label]=$MC_PID
-done
+declare -A URL MC_PIDS
+start_variants "$WORK" "$O_PORT" "$@"
 for label in "${LABELS[@]}"; do
     for _ in $(seq 1 100); do curl -s -o /dev/null "${URL[$label]%/o}/-/health" && break; sleep 0.1; done
 done
@@ -98,6 +88,6 @@ ratio_median() { # list-a list-b
 echo "| variant | miss p50 ms (median; rounds) | ÷ ${LABELS[0]} | fan-out p50 s (median; rounds) | ÷ ${LABELS[0]} | fan-out origin requests | peak RSS MiB |"
 echo "|---|---:|---:|---:|---:|---|---:|"
 for label in "${LABELS[@]}"; do
-    rss=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/${PID[$label]}/status")
+    rss=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/${MC_PIDS[$label]}/status")
     echo "| $label | $(median <<<"${MISS[$label]}") (${MISS[$label]% }) | $(ratio_median "${MISS[$label]}" "${MISS[${LABELS[0]}]}") | $(median <<<"${FAN[$label]}") (${FAN[$label]% }) | $(ratio_median "${FAN[$label]}" "${FAN[${LABELS[0]}]}") | ${REQS[$label]% } | $rss |"
 done

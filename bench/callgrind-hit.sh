@@ -22,24 +22,13 @@ need_tools "apt-get install valgrind" valgrind callgrind_control callgrind_annot
 
 OUT=${OUT:-$(mktemp -d /tmp/mc-callgrind.XXXXXX)}
 mkdir -p "$OUT/www"
-case $SIZE in
-    1k) bytes=1024 ;;
-    64k) bytes=$((64 * 1024)) ;;
-    1m) bytes=$((1024 * 1024)) ;;
-    *) echo "SIZE is 1k, 64k or 1m" >&2; exit 2 ;;
-esac
-head -c "$bytes" /dev/urandom >"$OUT/www/obj.bin"
-cleanup() {
-    stop_started
-    echo "callgrind output kept in $OUT" >&2
-}
-trap cleanup EXIT
-
+write_object "$SIZE" "$OUT/www/obj.bin"
+trap 'stop_started; echo "callgrind output kept in $OUT" >&2' EXIT
 free_port
 O_PORT=$PORT
+start_nginx "$OUT" "$O_PORT"
 free_port
 M_PORT=$PORT
-start_nginx "$OUT" "$O_PORT"
 mirrorcache_toml "$OUT" "$M_PORT" "http://127.0.0.1:$O_PORT" >"$OUT/mirrorcache.toml"
 printf '\n[log]\nlevel = "info"\n' >>"$OUT/mirrorcache.toml"
 env "${MC_ENV_ARGS[@]}" valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out" \

@@ -15,9 +15,10 @@ pub(super) const BATCH_BYTES: usize = 256 * 1024;
 pub(super) struct Batch {
     pub chunks: Vec<Bytes>,
     pub len: u64,
-    /// `Some(Ok(()))`: the body ended after these chunks; `Some(Err)`: it
-    /// broke after them; `None`: more may come.
-    pub end: Option<Result<(), reqwest::Error>>,
+    /// What the body said after these chunks, if it said it already:
+    /// `Ok(None)` (it ended) or an error, as `Response::chunk` says them;
+    /// `None`: more may come.
+    pub end: Option<Result<Option<Bytes>, reqwest::Error>>,
 }
 
 /// `first`, then the chunks `response` already holds, without waiting.
@@ -35,12 +36,8 @@ pub(super) fn take_ready(response: &mut reqwest::Response, first: Bytes) -> Batc
                 batch.len += chunk.len() as u64;
                 batch.chunks.push(chunk);
             }
-            Some(Ok(None)) => {
-                batch.end = Some(Ok(()));
-                break;
-            }
-            Some(Err(e)) => {
-                batch.end = Some(Err(e));
+            Some(end) => {
+                batch.end = Some(end);
                 break;
             }
             // Nothing more has arrived: write what is here now.

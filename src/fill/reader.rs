@@ -82,9 +82,9 @@ pub fn body(
             match step {
                 Step::Read(available) => {
                     let n = (available - pos).min(READ_CHUNK as u64) as usize;
-                    let read = read_at(&reader.file, pos, n).await;
+                    let read = read_at(&reader.file, pos, n, available).await;
                     match &read {
-                        Ok(bytes) => reader.pos += bytes.len() as u64,
+                        Ok(_) => reader.pos += n as u64,
                         Err(_) => reader.done = true,
                     }
                     return Some((read, reader));
@@ -108,13 +108,23 @@ pub fn body(
     })
 }
 
-/// Bytes the fill has just written are in the page cache: read them on this
-/// thread (no blocking-pool hop per wake-up, which with 200 readers of one
-/// fill was most of the fan-out's CPU); the blocking pool only when the
-/// kernel says the read would wait for the disk.
-async fn read_at(file: &Arc<File>, pos: u64, n: usize) -> io::Result<Bytes> {
-    if let Some(bytes) = crate::cache::store::read_cached_at(file, pos, n)? {
-        return Ok(bytes);
+/// How far behind the fill's written length a reader may be and still read
+/// on the async thread: bytes written that recently are still in the page
+/// cache (dirty, or clean and the newest in the kernel's LRU), so the read
+/// is a copy, not a disk wait. A reader further behind reads on the
+/// blocking pool.
+const INLINE_LAG: u64 = 8 * 1024 * 1024;
+
+/// Reads `n` bytes at `pos` of a fill whose written length is `written`:
+/// on this thread when the bytes were written recently (no hop to the
+/// blocking pool and back per wake-up, which with 200 readers of one fill
+/// was most of the fan-out's CPU), else on the blocking pool. Both read
+/// into spare capacity (no zeroing: `preadv2` with `RWF_NOWAIT` would need
+/// a zeroed buffer, and zeroing every byte 200 readers read cost the
+/// fan-out more than the hop it saved).
+async fn read_at(file: &Arc<File>, pos: u64, n: usize, written: u64) -> io::Result<Bytes> {
+    if written - pos <= INLINE_LAG {
+        return crate::cache::store::read_at(file, pos, n);
     }
     let file = file.clone();
     tokio::task::spawn_blocking(move || crate::cache::store::read_at(&file, pos, n))

@@ -246,9 +246,16 @@ async fn download(
     let max_body = remote.config.max_body_size;
     let mut hasher = Sha256::new();
     let mut written: u64 = 0;
+    // The end or the error the last batch already met, if it did.
+    let mut after_batch = None;
     loop {
-        let next = tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk());
-        let chunk = match next.await {
+        let next = match after_batch.take() {
+            Some(next) => Ok(next),
+            None => {
+                tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk()).await
+            }
+        };
+        let chunk = match next {
             Err(_) => {
                 let error = format!("no data for {:?}", remote.config.idle_timeout);
                 return Err(broken_body(
@@ -296,19 +303,7 @@ async fn download(
         .map_err(|e| ProxyError::Store(e.to_string()))?
         .map_err(|e| ProxyError::Store(e.to_string()))?;
         written += n;
-        match batch.end {
-            Some(Err(e)) => {
-                let error = e.without_url().to_string();
-                return Err(broken_body(
-                    remote,
-                    upstream.set,
-                    upstream.mirror_idx,
-                    error,
-                ));
-            }
-            Some(Ok(())) => break,
-            None => {}
-        }
+        after_batch = batch.end;
         if head.content_length == Some(written) {
             // All announced bytes are here: no need to wait for the end marker.
             break;
