@@ -31,15 +31,8 @@ pub(super) async fn run(
     if stale.is_none() {
         // Look again now that this fill holds the key: a fill that committed
         // between the request's lookup and its joining the registry has
-        // already left it, and its entry is what this request wants. A fill
-        // of this process records its entry in memory before it leaves the
-        // registry, so memory is enough here, and a cold miss skips a second
-        // query; with Redis, another instance's fill may have committed.
-        let again = match cache.cluster() {
-            None => Ok(cache.meta.lookup_in_memory(&path)),
-            Some(_) => cache.meta.lookup(&path).await,
-        };
-        if let Ok(Some(entry)) = again {
+        // already left it, and its entry is what this request wants.
+        if let Ok(Some(entry)) = cache.meta.lookup(&path).await {
             let fresh = remote.policy.is_fresh(path.path(), entry.age(now_ms()));
             if fresh && cache.open_blob(&entry.digest, entry.size).await.is_ok() {
                 tx.send_replace(FillState::Shared(entry));
