@@ -34,9 +34,9 @@ free_port() {
     done
 }
 
-# start_nginx DIR PORT [DIRECTIVES]: nginx (one worker, sendfile, no access
+# start_nginx DIR PORT [SERVER_LINES]: nginx (one worker, sendfile, no access
 # log) serving DIR/www on 127.0.0.1:PORT, its pid, temp paths and error log in
-# DIR; DIRECTIVES (e.g. a `location`) go into its server block.
+# DIR; SERVER_LINES (e.g. a rate-limited location) go into its server block.
 start_nginx() {
     local dir=$1 port=$2 extra=${3:-}
     mkdir -p "$dir/www" "$dir/tmp"
@@ -55,6 +55,8 @@ http {
     scgi_temp_path $dir/tmp/scgi;
     access_log off;
     sendfile on;
+    keepalive_requests 1000000;
+    tcp_nodelay on;
     server { listen 127.0.0.1:$port; root $dir/www; $extra }
 }
 EOF
@@ -109,4 +111,38 @@ wait_for_hit() {
         sleep 0.05
     done
     is_hit "$url"
+}
+
+# write_object SIZE FILE: SIZE (1k, 64k or 1m) random bytes into FILE; exits 2
+# on another SIZE.
+write_object() {
+    local bytes
+    case $1 in
+        1k) bytes=1024 ;;
+        64k) bytes=$((64 * 1024)) ;;
+        1m) bytes=$((1024 * 1024)) ;;
+        *) echo "SIZE is 1k, 64k or 1m" >&2; exit 2 ;;
+    esac
+    head -c "$bytes" /dev/urandom >"$2"
+}
+
+# start_variants WORK ORIGIN_PORT 'label=binary [VAR=value...]'...: one
+# mirrorcache per argument (dir WORK/mc-label, log WORK/mc-label/log), in
+# front of the origin; fills LABELS (in order), URL[label] (base URL of the
+# remote `o`) and MC_PIDS[label]. Declare `URL` and `MC_PIDS` with
+# `declare -A` first.
+LABELS=()
+start_variants() {
+    local work=$1 origin_port=$2 spec label dir words
+    shift 2
+    for spec in "$@"; do
+        label=${spec%%=*}
+        read -r -a words <<<"${spec#*=}"
+        dir=$work/mc-$label
+        free_port
+        start_mirrorcache "$dir" "$PORT" "$origin_port" "$dir/log" "${words[@]}"
+        LABELS+=("$label")
+        URL[$label]=http://127.0.0.1:$PORT/o
+        MC_PIDS[$label]=$MC_PID
+    done
 }

@@ -29,13 +29,7 @@ need_tools "" nginx wrk perf strace
 
 OUT=${OUT:-$(mktemp -d /tmp/mc-profile.XXXXXX)}
 mkdir -p "$OUT/www"
-case $SIZE in
-    1k) bytes=1024 ;;
-    64k) bytes=$((64 * 1024)) ;;
-    1m) bytes=$((1024 * 1024)) ;;
-    *) echo "SIZE is 1k, 64k or 1m" >&2; exit 2 ;;
-esac
-head -c "$bytes" /dev/urandom >"$OUT/www/obj.bin"
+write_object "$SIZE" "$OUT/www/obj.bin"
 
 cleanup() {
     stop_started

@@ -112,8 +112,10 @@ async fn phase(
                 let sent = Instant::now();
                 let response = client.get(format!("{base}/f{n}")).send().await.unwrap();
                 ttfb.push(sent.elapsed());
-                assert_eq!(response.status(), 200, "fetch {n}");
-                assert_eq!(response.bytes().await.unwrap().len(), BODY_BYTES);
+                let status = response.status();
+                let body = response.bytes().await.unwrap();
+                assert_eq!(status, 200, "fetch {n}: {}", String::from_utf8_lossy(&body));
+                assert_eq!(body.len(), BODY_BYTES);
             }
         });
     }

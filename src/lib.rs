@@ -13,7 +13,8 @@
 //! - [`kind`] holds the package managers' rules: immutable paths, documents,
 //!   variants, URL rewriting, the cache policy.
 //! - [`proxy`] wires the rooms together from a validated [`config`];
-//!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use.
+//!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use;
+//!   [`logline`] is the text log format (with a fast request line).
 //! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
 //!   the progress display of `verify`); only `main` imports it.
 
@@ -24,6 +25,7 @@ pub mod error;
 pub mod fill;
 pub mod http;
 pub mod kind;
+pub mod logline;
 pub mod metrics;
 pub mod ops;
 pub mod path;

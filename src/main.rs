@@ -237,7 +237,10 @@ fn init_logging(config: &LogConfig) -> tracing_appender::non_blocking::WorkerGua
         .with_ansi(false)
         .with_writer(writer);
     match config.format {
-        LogFormat::Text => builder.init(),
+        // The default text format, with the request line written directly.
+        LogFormat::Text => builder
+            .event_format(mirrorcache::logline::TextLine::default())
+            .init(),
         LogFormat::Json => builder.json().init(),
     }
     guard

@@ -151,10 +151,16 @@ fn local_stream(file: Arc<File>, start: u64, len: u64) -> BoxStream<'static, io:
                 return Ok(None);
             }
             let n = (end - pos).min(FILE_CHUNK as u64) as usize;
-            let bytes = tokio::task::spawn_blocking(move || store::read_at(&file, pos, n))
-                .await
-                .map_err(io::Error::other)??;
-            Ok(Some((bytes, pos + n as u64)))
+            // From the page cache on this thread when it is there (no hop);
+            // from the disk on the blocking pool otherwise.
+            let bytes = match store::read_cached_at(&file, pos, n)? {
+                Some(bytes) => bytes,
+                None => tokio::task::spawn_blocking(move || store::read_at(&file, pos, n))
+                    .await
+                    .map_err(io::Error::other)??,
+            };
+            let next = pos + bytes.len() as u64;
+            Ok(Some((bytes, next)))
         }
     })
     .boxed()

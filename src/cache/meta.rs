@@ -207,6 +207,10 @@ impl MetadataStore {
         let pool = AnyPoolOptions::new()
             .max_connections(if is_sqlite { 4 } else { 10 })
             .acquire_timeout(Duration::from_secs(2))
+            // A SQLite connection cannot go stale; pinging it before each
+            // query is one more round trip to its worker thread per query,
+            // on the miss path.
+            .test_before_acquire(!is_sqlite)
             .after_connect(|conn, _meta| {
                 Box::pin(async move {
                     if conn.backend_name().eq_ignore_ascii_case("sqlite") {

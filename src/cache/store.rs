@@ -251,6 +251,30 @@ pub fn read_at(file: &File, pos: u64, n: usize) -> io::Result<bytes::Bytes> {
     Ok(bytes::Bytes::from(buf))
 }
 
+/// Up to `n` bytes at `pos`, but only what the page cache holds now
+/// (`preadv2` with `RWF_NOWAIT`): never waits for the disk, so it may run on
+/// an async thread, where it saves the hop to the blocking pool and back
+/// (two thread wake-ups per read). `Ok(None)` when nothing is cached there
+/// (or the kernel cannot tell): read with [`read_at`] on the blocking pool
+/// instead. A shorter result than `n` is the cached prefix.
+pub fn read_cached_at(file: &File, pos: u64, n: usize) -> io::Result<Option<bytes::Bytes>> {
+    // Zeroed: `preadv2` takes initialised slices only (no `unsafe` here);
+    // the zeroing costs less than the hop it saves.
+    let mut buf = vec![0u8; n];
+    let flags = rustix::io::ReadWriteFlags::NOWAIT;
+    match rustix::io::preadv2(file, &mut [io::IoSliceMut::new(&mut buf)], pos, flags) {
+        Ok(0) => Ok(None),
+        Ok(read) => {
+            buf.truncate(read);
+            Ok(Some(bytes::Bytes::from(buf)))
+        }
+        Err(rustix::io::Errno::AGAIN | rustix::io::Errno::OPNOTSUPP | rustix::io::Errno::NOSYS) => {
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
 fn dirs(root: &Path) -> io::Result<(PathBuf, PathBuf)> {
     let (blobs, tmp) = (root.join("blobs"), root.join("tmp"));
     fs::create_dir_all(&blobs)?;

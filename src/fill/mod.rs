@@ -22,6 +22,7 @@
 //! a fill is handed the [`Cache`], the [`Remote`] and the [`Metrics`] it
 //! uses, never the whole proxy.
 
+mod coalesce;
 mod learn;
 mod reader;
 mod writer;

@@ -352,9 +352,16 @@ async fn download(
 ) -> Result<(Digest, Declared, u64), ProxyError> {
     let max_body = remote.config.max_body_size;
     let mut written: u64 = 0;
+    // The end or the error the last batch already met, if it did.
+    let mut after_batch = None;
     loop {
-        let next = tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk());
-        let chunk = match next.await {
+        let next = match after_batch.take() {
+            Some(next) => Ok(next),
+            None => {
+                tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk()).await
+            }
+        };
+        let chunk = match next {
             Err(_) => {
                 let error = format!("no data for {:?}", remote.config.idle_timeout);
                 return Err(broken_body(
@@ -376,7 +383,10 @@ async fn download(
             Ok(Ok(None)) => break,
             Ok(Ok(Some(chunk))) => chunk,
         };
-        let n = chunk.len() as u64;
+        // With it, every chunk that has already arrived: one hop, one
+        // wake-up of the readers per batch (see `coalesce`).
+        let batch = super::coalesce::take_ready(&mut upstream.response, chunk);
+        let n = batch.len;
         if written + n > max_body {
             return Err(ProxyError::TooLarge {
                 size: written + n,
@@ -384,16 +394,22 @@ async fn download(
             });
         }
         let writer = temp.clone();
+        let chunks = batch.chunks;
         // Hash and write off the async threads: both are CPU or disk work.
         hashers = tokio::task::spawn_blocking(move || -> io::Result<Hashers> {
-            writer.write_at(&chunk, written)?;
-            hashers.update(&chunk);
+            let mut offset = written;
+            for chunk in &chunks {
+                writer.write_at(chunk, offset)?;
+                hashers.update(chunk);
+                offset += chunk.len() as u64;
+            }
             Ok(hashers)
         })
         .await
         .map_err(|e| ProxyError::Store(e.to_string()))?
         .map_err(|e| ProxyError::Store(e.to_string()))?;
         written += n;
+        after_batch = batch.end;
         if head.content_length == Some(written) {
             // All announced bytes are here: no need to wait for the end marker.
             break;

@@ -51,6 +51,7 @@ impl Answered<'_> {
             remote.counters.count(self.cache, bytes);
         }
         tracing::info!(
+            target: crate::logline::REQUEST_TARGET,
             method = %method,
             path = uri.path(),
             status = status.as_u16(),

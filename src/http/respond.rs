@@ -70,7 +70,12 @@ pub fn from_entry(
         .headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     if method != Method::HEAD {
-        *response.body_mut() = Body::from_stream(blob.stream(start, len));
+        *response.body_mut() = match blob {
+            // One frame of known length: hyper writes head and body together
+            // and knows the body has ended without polling it again.
+            Blob::Memory(bytes) => Body::from(bytes.slice(start as usize..(start + len) as usize)),
+            _ => Body::from_stream(blob.stream(start, len)),
+        };
     }
     response
 }

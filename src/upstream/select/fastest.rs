@@ -1,9 +1,14 @@
 //! `fastest`: the mirror expected to send its first byte soonest goes first.
 //!
 //! Each mirror's score is its first-byte latency estimate (a peak-sensitive
-//! EWMA, see [`super::peak_ewma`]) times its requests in flight plus one: the
-//! wait a new request can expect if the mirror serves its queue at the speed
-//! it has shown. Every mirror is scored and the order is all of them by score,
+//! EWMA, see [`super::peak_ewma`]) times `1 + in_flight / sustained`: the
+//! wait a new request can expect if the mirror serves `sustained` requests
+//! at once at the speed it has shown (`sustained` is the concurrency it has
+//! been seen to answer without slowing down, 1 until seen; see
+//! [`super::MirrorGauges`]). Charging every queued request a full
+//! latency (`sustained` = 1) sent 7 % of the fetches of a 2/20/80 ms mix to
+//! the 20 ms mirror whenever a few were in flight on the 2 ms one, though
+//! it answered them all in 2 ms (BENCHMARKS.md). Every mirror is scored and the order is all of them by score,
 //! so a slow mirror loses traffic without being ejected and stays in the order
 //! as a fallback. It gets traffic again when the fast ones are busy enough
 //! (their scores grow with their load) or when its estimate has faded (the
@@ -84,7 +89,10 @@ impl Selection for Fastest {
             } else {
                 never_observed
             };
-            *score = latency.max(LATENCY_FLOOR_NANOS) * (mirror.in_flight() + 1) as f64;
+            // Requests in flight cost a full latency each only beyond the
+            // concurrency the mirror has been seen to sustain.
+            let queued = mirror.in_flight() as f64 / mirror.sustained() as f64;
+            *score = latency.max(LATENCY_FLOOR_NANOS) * (1.0 + queued);
         }
         // A stable sort over an order that starts at a per-thread turn: equal
         // scores (idle mirrors with faded estimates) take turns.
@@ -114,6 +122,29 @@ mod tests {
         // 20 ms mirror takes the next request; 80 ms stays last.
         let _busy: Vec<_> = (0..10).map(|_| ms[0].begin_attempt()).collect();
         assert_eq!(fastest.order(&ms).collect::<Vec<_>>(), vec![1, 0, 2]);
+    }
+
+    #[test]
+    fn fastest_charges_queued_requests_only_beyond_the_sustained_concurrency() {
+        let gauges = GaugeRegistry::default();
+        let ms = mirrors(3, &gauges);
+        let decay = DecayWindow::new(DECAY);
+        for (mirror, millis) in ms.iter().zip([2, 20, 80]) {
+            mirror.observe_first_byte(std::time::Duration::from_millis(millis), decay);
+        }
+        let fastest = Fastest::new(decay);
+        let busy: Vec<_> = (0..10).map(|_| ms[0].begin_attempt()).collect();
+        // Not yet seen to answer 10 at once: each queued request costs a
+        // full 2 ms, and 2 × 11 > 20.
+        assert_eq!(fastest.order(&ms).next(), Some(1));
+        // It answers in 2 ms with 10 in flight: 2 × (1 + 10/10) < 20.
+        ms[0].observe_first_byte(std::time::Duration::from_millis(2), decay);
+        assert_eq!(ms[0].sustained(), 10);
+        assert_eq!(fastest.order(&ms).collect::<Vec<_>>(), vec![0, 1, 2]);
+        // A first byte more than twice as slow halves what it is trusted with.
+        ms[0].observe_first_byte(std::time::Duration::from_millis(9), decay);
+        assert_eq!(ms[0].sustained(), 5);
+        drop(busy);
     }
 
     #[test]

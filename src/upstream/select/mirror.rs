@@ -4,7 +4,7 @@
 //! [`Mirror::begin_attempt`], whose RAII guard gives the count back on drop.
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -66,7 +66,18 @@ impl Mirror {
     /// failed attempt, the penalty the caller charges instead). `decay` is the
     /// remote's `latency_decay`, from [`Selector::first_byte_decay`].
     pub fn observe_first_byte(&self, elapsed: Duration, decay: DecayWindow) {
-        self.gauges.first_byte.observe(elapsed, now_nanos(), decay);
+        let now = now_nanos();
+        let before = self.gauges.first_byte.estimate_at(now, decay);
+        self.gauges.first_byte.observe(elapsed, now, decay);
+        self.gauges
+            .note_concurrency(self.in_flight(), elapsed.as_nanos() as f64, before);
+    }
+
+    /// How many requests in flight this mirror has been seen to answer
+    /// without slowing down (at least 1; see [`MirrorGauges::sustained`]).
+    #[inline]
+    pub fn sustained(&self) -> usize {
+        self.gauges.sustained.load(Ordering::Relaxed).max(1) as usize
     }
 
     /// The first-byte latency estimate at `now` ([`now_nanos`]), in
@@ -87,6 +98,32 @@ impl Mirror {
 pub struct MirrorGauges {
     pub(super) in_flight: AtomicUsize,
     pub(super) first_byte: PeakEwma,
+    /// The concurrency the mirror has been seen to sustain: the most
+    /// requests in flight at which a first byte came no slower than
+    /// [`SLOWER`] × the estimate before it. It grows to the largest such
+    /// count and halves on a slower first byte (or a failure, whose penalty
+    /// is slow), so it follows a mirror that starts queueing. 0 (never
+    /// observed) counts as 1: every queued request then costs a full
+    /// latency, the classic peak-EWMA score.
+    pub(super) sustained: AtomicU32,
+}
+
+/// A first byte more than this many times the estimate before it means the
+/// mirror did not keep up with its load.
+const SLOWER: f64 = 2.0;
+
+impl MirrorGauges {
+    fn note_concurrency(&self, in_flight: usize, sample_nanos: f64, estimate_before: f64) {
+        let in_flight = u32::try_from(in_flight).unwrap_or(u32::MAX);
+        // Relaxed: a hint for the next selection, ordering nothing else.
+        if estimate_before > 0.0 && sample_nanos > SLOWER * estimate_before {
+            let _ = self
+                .sustained
+                .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |k| Some(k / 2));
+        } else {
+            self.sustained.fetch_max(in_flight, Ordering::Relaxed);
+        }
+    }
 }
 
 /// Holds one unit of a mirror's in-flight gauge; gives it back on drop.

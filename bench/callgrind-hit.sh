@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# bench/callgrind-hit.sh — instructions per hit, repeatable on a loaded
+# machine: target/release/mirrorcache (or MC_BIN) runs under valgrind's
+# callgrind in front of an nginx origin on 127.0.0.1 (bench/lib.sh); SIZE is
+# warmed, counters are zeroed, then N requests go one after another on one
+# kept-alive connection (one curl), and the counters are dumped. Prints the
+# instructions per request and the top functions (inclusive and self).
+#
+# Usage: bash bench/callgrind-hit.sh [SIZE]   (SIZE: 1k, 64k or 1m; default 1k)
+#   env: N=2000  MC_BIN=path  MC_ENV="VAR=value ..."  OUT=dir (default: temp, kept)
+# Needs valgrind (Debian `valgrind`). Findings: BENCHMARKS.md.
+
+set -euo pipefail
+
+SIZE=${1:-1k}
+N=${N:-2000}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+MC_BIN=${MC_BIN:-$ROOT/target/release/mirrorcache}
+read -r -a MC_ENV_ARGS <<<"${MC_ENV:-}"
+source "$ROOT/bench/lib.sh"
+need_tools "apt-get install valgrind" valgrind callgrind_control callgrind_annotate nginx curl
+
+OUT=${OUT:-$(mktemp -d /tmp/mc-callgrind.XXXXXX)}
+mkdir -p "$OUT/www"
+write_object "$SIZE" "$OUT/www/obj.bin"
+trap 'stop_started; echo "callgrind output kept in $OUT" >&2' EXIT
+free_port
+O_PORT=$PORT
+start_nginx "$OUT" "$O_PORT"
+free_port
+M_PORT=$PORT
+mirrorcache_toml "$OUT" "$M_PORT" "http://127.0.0.1:$O_PORT" >"$OUT/mirrorcache.toml"
+printf '\n[log]\nlevel = "info"\n' >>"$OUT/mirrorcache.toml"
+env "${MC_ENV_ARGS[@]}" valgrind --tool=callgrind --callgrind-out-file="$OUT/callgrind.out" \
+    "$MC_BIN" serve --config "$OUT/mirrorcache.toml" 2>"$OUT/mirrorcache.log" &
+MC_PID=$!
+PIDS+=("$MC_PID")
+URL=http://127.0.0.1:$M_PORT/o/obj.bin
+# Under valgrind start-up takes seconds.
+for _ in $(seq 1 300); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && break; sleep 0.2; done
+wait_for_hit "http://127.0.0.1:$M_PORT" "$URL"
+args=()
+for _ in $(seq 1 50); do args+=(-o /dev/null "$URL"); done
+curl -s "${args[@]}" # warm: the hot tier, the connection, lazy statics
+callgrind_control -z "$MC_PID" >/dev/null
+args=()
+for _ in $(seq 1 "$N"); do args+=(-o /dev/null "$URL"); done
+curl -s "${args[@]}"
+callgrind_control -d "$MC_PID" >/dev/null
+sleep 1
+dump=$(ls -t "$OUT"/callgrind.out* | head -1)
+total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(/,/, "", $1); print $1; exit }')
+echo "instructions per request ($SIZE, $N requests): $((total / N))" | tee "$OUT/summary.txt"
+callgrind_annotate --inclusive=yes "$dump" 2>/dev/null | head -60 >"$OUT/inclusive.txt"
+callgrind_annotate "$dump" 2>/dev/null | head -60 >"$OUT/self.txt"
+echo "top functions: $OUT/inclusive.txt, $OUT/self.txt" >&2
