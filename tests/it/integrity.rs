@@ -311,3 +311,65 @@ async fn require_declared_hash_refuses_what_no_index_declared() {
     assert_eq!(status, 200);
     assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&good));
 }
+
+#[tokio::test]
+async fn a_declared_body_the_store_cannot_hold_is_refused_not_streamed_unchecked() {
+    let a = MirrorServer::start().await;
+    let good = test_bytes(300_000, 10);
+    a.put("/m/simple/six/", simple_page(&good));
+    a.put(WHEEL, tampered(&good));
+    let dir = tempfile::tempdir().unwrap();
+    let text = crate::support::proxy::config_text(dir.path(), &remote("pypi", &[&a], ""))
+        .replace("[storage]\n", "[storage]\nmax_size = \"128KiB\"\n");
+    let running = crate::support::proxy::start_text(&text).await;
+    let base = format!("http://{}", running.local_addr);
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &format!("{base}/r/simple/six/")).await.0, 200);
+    // Larger than the whole store: it could only be streamed through, and a
+    // stream-through is never in one place to check.
+    let (status, _, _) = get(
+        &client,
+        &format!("{base}/r/packages/six-1.0-py3-none-any.whl"),
+    )
+    .await;
+    assert_eq!(status, 500);
+    // An undeclared one still streams through, as before.
+    a.put("/m/other.bin", test_bytes(300_000, 11));
+    let (status, _, body) = get(&client, &format!("{base}/r/other.bin")).await;
+    assert_eq!(status, 200);
+    assert_eq!(body.unwrap().len(), 300_000);
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_document_cached_before_its_digests_were_kept_is_learned_on_its_next_304() {
+    let a = MirrorServer::start().await;
+    let good = test_bytes(20_000, 12);
+    a.put("/m/simple/six/", simple_page(&good));
+    a.put(WHEEL, tampered(&good));
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = remote("pypi", &[&a], "revalidate_after = \"1ms\"");
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &proxy.url("/r/simple/six/")).await.0, 200);
+    proxy.stop().await;
+    // As if the page had been cached by a version that kept no digests.
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}/meta.db", dir.path().display()))
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM declared")
+        .execute(&db)
+        .await
+        .unwrap();
+    db.close().await;
+
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let (status, cache, _) = get(&client, &proxy.url("/r/simple/six/")).await;
+    assert_eq!((status, cache.as_str()), (200, "REVALIDATED"));
+    let (status, _, _) = get(&client, &proxy.url("/r/packages/six-1.0-py3-none-any.whl")).await;
+    assert_eq!(
+        status, 502,
+        "the wheel was checked against the page learned on its 304"
+    );
+    proxy.stop().await;
+}
