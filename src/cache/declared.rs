@@ -4,6 +4,8 @@
 //! newly learned digest that contradicts a cached artifact drops that entry,
 //! so the next request fetches it again.
 
+use std::collections::HashMap;
+
 use futures_util::StreamExt as _;
 
 use super::meta::{db_error, MetadataStore};
@@ -154,18 +156,22 @@ impl Cache {
             changed: changed.len(),
             evicted: 0,
         };
-        // Cargo's rows are looked up per crate, and an index file is one crate.
-        let mut rows_of_crate: Option<Vec<(String, String, i64)>> = None;
+        // Cargo's rows are looked up once per crate (an index file is one),
+        // every other kind's per artifact.
+        let mut of_crate: HashMap<&str, Vec<(String, String, i64)>> = HashMap::new();
         for (artifact, declared) in changed {
-            let rows = match (kind, &rows_of_crate) {
-                (RemoteKind::Cargo, Some(rows)) => rows.clone(),
-                _ => {
-                    let rows = self.meta.rows_for_artifact(remote, kind, artifact).await?;
-                    if kind == RemoteKind::Cargo {
-                        rows_of_crate = Some(rows.clone());
+            let rows = match kind {
+                RemoteKind::Cargo => {
+                    let name = artifact
+                        .split_once('/')
+                        .map_or(artifact.as_str(), |(n, _)| n);
+                    if !of_crate.contains_key(name) {
+                        let rows = self.meta.rows_for_artifact(remote, kind, artifact).await?;
+                        of_crate.insert(name, rows);
                     }
-                    rows
+                    of_crate[name].clone()
                 }
+                _ => self.meta.rows_for_artifact(remote, kind, artifact).await?,
             };
             let rows = rows
                 .into_iter()

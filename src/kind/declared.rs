@@ -210,27 +210,26 @@ pub fn canonical(path: &str) -> String {
     if !path.contains('%') {
         return path.to_string();
     }
-    let bytes = path.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        let decoded = (bytes[i] == b'%')
-            .then(|| std::str::from_utf8(bytes.get(i + 1..i + 3)?).ok())
+    // Decoded a piece at a time, between the `%2F`s (either case), which
+    // are kept as they are spelt.
+    let mut out = String::with_capacity(path.len());
+    let mut rest = path;
+    loop {
+        let slash = [rest.find("%2F"), rest.find("%2f")]
+            .into_iter()
             .flatten()
-            .and_then(|hex| u8::from_str_radix(hex, 16).ok())
-            .filter(|&b| b != b'/');
-        match decoded {
-            Some(b) => {
-                out.push(b);
-                i += 3;
-            }
-            None => {
-                out.push(bytes[i]);
-                i += 1;
-            }
+            .min();
+        let piece = &rest[..slash.unwrap_or(rest.len())];
+        match percent_encoding::percent_decode_str(piece).decode_utf8() {
+            Ok(decoded) => out.push_str(&decoded),
+            Err(_) => return path.to_string(),
         }
+        let Some(at) = slash else {
+            return out;
+        };
+        out.push_str(&rest[at..at + 3]);
+        rest = &rest[at + 3..];
     }
-    String::from_utf8(out).unwrap_or_else(|_| path.to_string())
 }
 
 fn cargo_key(name: &str, version: &str) -> String {

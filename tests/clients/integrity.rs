@@ -8,14 +8,8 @@ use std::process::{Command, Output};
 
 use serde_json::json;
 
-use crate::support::{available, sha256_hex, MirrorServer, TestProxy};
+use crate::support::{available, sha256_hex, tampered, MirrorServer, TestProxy};
 use crate::{run, version};
-
-fn tampered(good: &[u8]) -> Vec<u8> {
-    let mut bad = good.to_vec();
-    bad[good.len() / 2] ^= 0xff;
-    bad
-}
 
 async fn integrity_failures(proxy: &TestProxy) -> f64 {
     proxy.metric("mirrorcache_integrity_failures_total").await

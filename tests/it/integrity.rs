@@ -7,7 +7,7 @@ use base64::Engine as _;
 use sha2::Digest as _;
 
 use crate::support::proxy::get;
-use crate::support::{sha256_hex, test_bytes, MirrorServer, TestProxy};
+use crate::support::{sha256_hex, tampered, test_bytes, MirrorServer, TestProxy};
 
 fn remote(kind: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
     let urls: Vec<String> = mirrors
@@ -20,14 +20,7 @@ fn remote(kind: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
     )
 }
 
-/// Same size, different bytes: what a tampered mirror or CDN node sends.
-fn tampered(good: &[u8]) -> Vec<u8> {
-    let mut bad = good.to_vec();
-    bad[good.len() / 2] ^= 0xff;
-    bad
-}
-
-async fn integrity_failures(_: &reqwest::Client, proxy: &TestProxy) -> f64 {
+async fn integrity_failures(proxy: &TestProxy) -> f64 {
     proxy.metric("mirrorcache_integrity_failures_total").await
 }
 
@@ -67,7 +60,7 @@ async fn a_tampered_first_mirror_is_passed_over_before_the_first_byte() {
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&good));
     assert_eq!((a.hits(WHEEL), b.hits(WHEEL)), (1, 1));
-    assert_eq!(integrity_failures(&client, &proxy).await, 1.0);
+    assert_eq!(integrity_failures(&proxy).await, 1.0);
     proxy.settle().await;
     let (status, cache, body) = get(&client, &wheel).await;
     assert_eq!((status, cache.as_str()), (200, "HIT"));
@@ -175,7 +168,7 @@ async fn npm_integrity_sha512_and_legacy_shasum_are_both_enforced() {
         assert_eq!(status, 200, "{path}");
         assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(bytes), "{path}");
     }
-    assert_eq!(integrity_failures(&client, &proxy).await, 2.0);
+    assert_eq!(integrity_failures(&proxy).await, 2.0);
 }
 
 fn sha1_of(bytes: &[u8]) -> Vec<u8> {
@@ -199,7 +192,7 @@ async fn cargo_cksum_is_enforced_on_crate_downloads() {
     let (status, _, body) = get(&client, &proxy.url("/r/api/v1/crates/leaf/0.1.0/download")).await;
     assert_eq!(status, 200);
     assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&krate));
-    assert_eq!(integrity_failures(&client, &proxy).await, 1.0);
+    assert_eq!(integrity_failures(&proxy).await, 1.0);
 }
 
 #[tokio::test]
@@ -289,7 +282,7 @@ async fn a_cached_artifact_that_contradicts_a_later_declaration_is_dropped_and_r
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&good));
     assert_eq!(a.hits(WHEEL), 2);
-    assert_eq!(integrity_failures(&client, &proxy).await, 1.0);
+    assert_eq!(integrity_failures(&proxy).await, 1.0);
 }
 
 #[tokio::test]

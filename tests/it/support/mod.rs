@@ -33,6 +33,13 @@ pub fn test_bytes(len: usize, seed: u64) -> Vec<u8> {
     (0..len).map(|_| rng.next() as u8).collect()
 }
 
+/// Same size, different bytes: what a tampered mirror or CDN node sends.
+pub fn tampered(good: &[u8]) -> Vec<u8> {
+    let mut bad = good.to_vec();
+    bad[good.len() / 2] ^= 0xff;
+    bad
+}
+
 /// Polls `done` every 20 ms until it is true; fails the test, naming `what`,
 /// if it is still false after 20 s (generous: the suite runs on busy machines).
 /// For waiting on something observable instead of sleeping a fixed time.
