@@ -8,7 +8,7 @@ use std::process::{Command, Output};
 
 use serde_json::json;
 
-use crate::support::{available, sha256_hex, tampered, MirrorServer, TestProxy};
+use crate::support::{available, sha256_hex, tampered, toml_urls, MirrorServer, TestProxy};
 use crate::{run, version};
 
 async fn integrity_failures(proxy: &TestProxy) -> f64 {
@@ -55,15 +55,6 @@ fn sha256_of(bytes: &[u8]) -> String {
 fn sha512_of(bytes: &[u8]) -> String {
     use sha2::Digest as _;
     format!("sha512:{}", hex::encode(sha2::Sha512::digest(bytes)))
-}
-
-/// `["{mirror}{prefix}", …]` for a config.
-fn urls(mirrors: &[&MirrorServer], prefix: &str) -> String {
-    let urls: Vec<String> = mirrors
-        .iter()
-        .map(|m| format!("\"{}\"", m.url(prefix)))
-        .collect();
-    format!("[{}]", urls.join(", "))
 }
 
 /// Runs `cmd`, expecting it to fail; returns its combined output.
@@ -116,7 +107,7 @@ async fn pip_installs_past_a_tampered_files_mirror() {
         format!(
             "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nstrategy = \"single\"\nmirrors = [\"{}\"]\nfiles = {}\n",
             fixture.index.url(""),
-            urls(files, "")
+            toml_urls(files, "")
         )
     };
     let pip = |proxy: &TestProxy, n: usize| {
@@ -243,7 +234,7 @@ async fn cargo_fetches_past_a_tampered_download_mirror() {
         format!(
             "[[remote]]\nname = \"cargo\"\nkind = \"cargo\"\nstrategy = \"single\"\nmirrors = [\"{}\"]\nfiles = {}\n",
             index.url(""),
-            urls(files, "/crates")
+            toml_urls(files, "/crates")
         )
     };
     let cargo = |proxy: &TestProxy, n: usize| {
@@ -297,7 +288,7 @@ async fn apt_get_downloads_past_a_tampered_pool_mirror() {
     let remote = |mirrors: &[&MirrorServer]| {
         format!(
             "[[remote]]\nname = \"debian\"\nkind = \"apt\"\nstrategy = \"single\"\nmirrors = {}\n",
-            urls(mirrors, "/debian")
+            toml_urls(mirrors, "/debian")
         )
     };
     let pool = "/debian/pool/main/mc-hello_1.0_all.deb";

@@ -1,16 +1,12 @@
 //! Hits, restarts, revalidation, conditional and range requests.
 
 use crate::support::proxy::get;
-use crate::support::{sha256_hex, test_bytes, MirrorServer, TestProxy};
+use crate::support::{sha256_hex, test_bytes, toml_urls, MirrorServer, TestProxy};
 
 fn remote(name: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
-    let urls: Vec<String> = mirrors
-        .iter()
-        .map(|m| format!("\"{}\"", m.url("/repo")))
-        .collect();
     format!(
-        "[[remote]]\nname = \"{name}\"\nmirrors = [{}]\n{extra}\n",
-        urls.join(", ")
+        "[[remote]]\nname = \"{name}\"\nmirrors = {}\n{extra}\n",
+        toml_urls(mirrors, "/repo")
     )
 }
 

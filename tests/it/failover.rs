@@ -3,16 +3,14 @@
 use std::time::Duration;
 
 use crate::support::proxy::get;
-use crate::support::{sha256_hex, test_bytes, wait_until, Fault, MirrorServer, TestProxy};
+use crate::support::{
+    sha256_hex, test_bytes, toml_urls, wait_until, Fault, MirrorServer, TestProxy,
+};
 
 fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
-    let urls: Vec<String> = mirrors
-        .iter()
-        .map(|m| format!("\"{}\"", m.url("/m")))
-        .collect();
     format!(
-        "[[remote]]\nname = \"r\"\nmirrors = [{}]\n{extra}\n",
-        urls.join(", ")
+        "[[remote]]\nname = \"r\"\nmirrors = {}\n{extra}\n",
+        toml_urls(mirrors, "/m")
     )
 }
 

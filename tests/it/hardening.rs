@@ -5,16 +5,12 @@
 use std::time::{Duration, Instant};
 
 use crate::support::proxy::{get, get_text, metric};
-use crate::support::{sha256_hex, test_bytes, Fault, MirrorServer, TestProxy};
+use crate::support::{sha256_hex, test_bytes, toml_urls, Fault, MirrorServer, TestProxy};
 
 fn remote(name: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
-    let urls: Vec<String> = mirrors
-        .iter()
-        .map(|m| format!("\"{}\"", m.url("/m")))
-        .collect();
     format!(
-        "[[remote]]\nname = \"{name}\"\nmirrors = [{}]\n{extra}\n",
-        urls.join(", ")
+        "[[remote]]\nname = \"{name}\"\nmirrors = {}\n{extra}\n",
+        toml_urls(mirrors, "/m")
     )
 }
 

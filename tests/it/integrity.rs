@@ -7,16 +7,12 @@ use base64::Engine as _;
 use sha2::Digest as _;
 
 use crate::support::proxy::get;
-use crate::support::{sha256_hex, tampered, test_bytes, MirrorServer, TestProxy};
+use crate::support::{sha256_hex, tampered, test_bytes, toml_urls, MirrorServer, TestProxy};
 
 fn remote(kind: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
-    let urls: Vec<String> = mirrors
-        .iter()
-        .map(|m| format!("\"{}\"", m.url("/m")))
-        .collect();
     format!(
-        "[[remote]]\nname = \"r\"\nkind = \"{kind}\"\nmirrors = [{}]\nfiles = []\nstrategy = \"single\"\n{extra}\n",
-        urls.join(", ")
+        "[[remote]]\nname = \"r\"\nkind = \"{kind}\"\nmirrors = {}\nfiles = []\nstrategy = \"single\"\n{extra}\n",
+        toml_urls(mirrors, "/m")
     )
 }
 

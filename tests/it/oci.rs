@@ -11,7 +11,7 @@ use axum::response::IntoResponse;
 use tower::ServiceExt;
 
 use crate::support::proxy::{config_text, start_text};
-use crate::support::{sha256_hex, MirrorServer, TestProxy};
+use crate::support::{sha256_hex, toml_urls, MirrorServer, TestProxy};
 
 const MANIFEST: &str = "application/vnd.oci.image.manifest.v1+json";
 
@@ -394,13 +394,9 @@ async fn a_blob_that_is_not_its_digest_is_refused_and_the_next_mirror_sends_it()
     bad.put(&path, b"some other bytes".to_vec());
     good.put(&path, layer.clone());
     let remote = |name: &str, mirrors: &[&MirrorServer]| {
-        let urls: Vec<String> = mirrors
-            .iter()
-            .map(|m| format!("\"{}\"", m.url("")))
-            .collect();
         format!(
-            "[[remote]]\nname = \"{name}\"\nkind = \"oci\"\nmirrors = [{}]\n",
-            urls.join(", ")
+            "[[remote]]\nname = \"{name}\"\nkind = \"oci\"\nmirrors = {}\n",
+            toml_urls(mirrors, "")
         )
     };
     let proxy = TestProxy::start(&format!(

@@ -5,17 +5,14 @@ use std::time::Duration;
 
 use crate::support::proxy::{config_text, get, get_json, get_text};
 use crate::support::{
-    available, sha256_hex, test_bytes, wait_until, BinaryProxy, Fault, MirrorServer, TestProxy,
+    available, sha256_hex, test_bytes, toml_urls, wait_until, BinaryProxy, Fault, MirrorServer,
+    TestProxy,
 };
 
 fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
-    let urls: Vec<String> = mirrors
-        .iter()
-        .map(|m| format!("\"{}\"", m.url("/m")))
-        .collect();
     format!(
-        "[[remote]]\nname = \"r\"\nmirrors = [{}]\n{extra}\n",
-        urls.join(", ")
+        "[[remote]]\nname = \"r\"\nmirrors = {}\n{extra}\n",
+        toml_urls(mirrors, "/m")
     )
 }
 

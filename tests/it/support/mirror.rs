@@ -72,6 +72,15 @@ pub struct MirrorServer {
     tasks: Mutex<Option<JoinSet<()>>>,
 }
 
+/// `["{mirror}{prefix}", …]`: the mirrors as a config's URL list.
+pub fn toml_urls(mirrors: &[&MirrorServer], prefix: &str) -> String {
+    let urls: Vec<String> = mirrors
+        .iter()
+        .map(|m| format!("\"{}\"", m.url(prefix)))
+        .collect();
+    format!("[{}]", urls.join(", "))
+}
+
 impl MirrorServer {
     pub async fn start() -> MirrorServer {
         let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();

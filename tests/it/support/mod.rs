@@ -6,7 +6,7 @@ pub mod mirror;
 pub mod proxy;
 
 pub use binary::BinaryProxy;
-pub use mirror::{Fault, MirrorServer};
+pub use mirror::{toml_urls, Fault, MirrorServer};
 pub use proxy::TestProxy;
 
 use sha2::{Digest, Sha256};
