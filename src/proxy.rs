@@ -187,6 +187,10 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
             "storage.secret_access_key",
             differs(o_s3, n_s3, |s| &s.secret_access_key),
         ),
+        (
+            "storage.delete_delay",
+            differs(o_s3, n_s3, |s| &s.delete_delay),
+        ),
         ("metadata.url", o.metadata.url != n.metadata.url),
         (
             "metadata.cache_entries",
@@ -230,6 +234,16 @@ mod tests {
         assert_eq!(
             restart_only_changes(&old, &restart),
             ["storage.max_size", "redis.url"]
+        );
+        // Read once, when the S3 blob store is built: a reload cannot apply it.
+        let s3 = |delay: &str| {
+            parse(&format!(
+                "[storage]\nurl = \"s3://b/p\"\ndelete_delay = \"{delay}\"\n"
+            ))
+        };
+        assert_eq!(
+            restart_only_changes(&s3("1h"), &s3("2h")),
+            ["storage.delete_delay"]
         );
         assert_eq!(
             restart_only_changes(&old, &parse("")),

@@ -1,5 +1,5 @@
 //! Declared digests kept with the metadata: what index documents said each
-//! artifact's hash must be (see `kind::declared`), so that a restart or
+//! artifact's hash must be (see each ecosystem's `kind::Digests`), so that a restart or
 //! another instance sharing the database checks fills against them too. A
 //! newly learned digest that contradicts a cached artifact drops that entry,
 //! so the next request fetches it again.
@@ -10,9 +10,9 @@ use futures_util::StreamExt as _;
 
 use super::meta::{db_error, MetadataStore};
 use super::{Blob, Cache, Digest};
-use crate::config::RemoteKind;
 use crate::error::ProxyError;
-use crate::kind::declared::{artifact_key, Algo, Declared, Hashers};
+use crate::kind::declared::{Algo, Declared, Hashers};
+use crate::kind::{CachedAt, Kind};
 
 /// Rows per statement: 4 parameters each stays far below SQLite's limit.
 const CHUNK: usize = 200;
@@ -105,36 +105,38 @@ impl MetadataStore {
         Ok(changed)
     }
 
-    /// Cached rows of `remote` that may be the artifact `artifact`: (path,
-    /// digest, size). For cargo, every download of the same crate (callers
-    /// match each row's `artifact_key`).
+    /// Cached rows of `remote` that may be the artifact `artifact`, which is
+    /// cached at `at`: (path, digest, size). For a `Like` place, every row a
+    /// pattern matches (callers match each row's `artifact_key`).
     pub async fn rows_for_artifact(
         &self,
         remote: &str,
-        kind: RemoteKind,
         artifact: &str,
+        at: &CachedAt,
     ) -> Result<Vec<(String, String, i64)>, ProxyError> {
-        let rows: Vec<(String, String, i64)> = if kind == RemoteKind::Cargo {
-            // Named by crate and version: any download path that spells the
-            // crate (one query per crate; the versions are told apart below).
-            let name = artifact.split_once('/').map_or(artifact, |(name, _)| name);
-            sqlx::query_as(
-                "SELECT path, digest, size FROM entries WHERE remote = $1 \
-                 AND (lower(path) LIKE $2 OR lower(path) LIKE $3)",
+        let rows: Vec<(String, String, i64)> = match at {
+            CachedAt::Like { patterns, .. } => {
+                let like = (0..patterns.len())
+                    .map(|n| format!("lower(path) LIKE ${}", n + 2))
+                    .collect::<Vec<_>>()
+                    .join(" OR ");
+                let sql = format!(
+                    "SELECT path, digest, size FROM entries WHERE remote = $1 AND ({like})"
+                );
+                let mut query = sqlx::query_as(&sql).bind(remote);
+                for pattern in patterns {
+                    query = query.bind(pattern);
+                }
+                query.fetch_all(&self.pool).await.map_err(db_error)?
+            }
+            CachedAt::Path => sqlx::query_as(
+                "SELECT path, digest, size FROM entries WHERE remote = $1 AND path = $2",
             )
             .bind(remote)
-            .bind(format!("%/{name}/%/download"))
-            .bind(format!("%{name}-%.crate"))
+            .bind(artifact)
             .fetch_all(&self.pool)
             .await
-            .map_err(db_error)?
-        } else {
-            sqlx::query_as("SELECT path, digest, size FROM entries WHERE remote = $1 AND path = $2")
-                .bind(remote)
-                .bind(artifact)
-                .fetch_all(&self.pool)
-                .await
-                .map_err(db_error)?
+            .map_err(db_error)?,
         };
         Ok(rows)
     }
@@ -146,7 +148,7 @@ impl Cache {
     pub async fn learn_declared(
         &self,
         remote: &str,
-        kind: RemoteKind,
+        kind: Kind,
         items: &[(String, Declared)],
         now_ms: i64,
     ) -> Result<Learned, ProxyError> {
@@ -156,26 +158,27 @@ impl Cache {
             changed: changed.len(),
             evicted: 0,
         };
-        // Cargo's rows are looked up once per crate (an index file is one),
-        // every other kind's per artifact.
-        let mut of_crate: HashMap<&str, Vec<(String, String, i64)>> = HashMap::new();
+        let Some(digests) = kind.digests() else {
+            return Ok(learned);
+        };
+        // Rows cached at patterns are looked up once per group (cargo: an
+        // index file is one crate), every other artifact's by its path.
+        let mut of_group: HashMap<String, Vec<(String, String, i64)>> = HashMap::new();
         for (artifact, declared) in changed {
-            let rows = match kind {
-                RemoteKind::Cargo => {
-                    let name = artifact
-                        .split_once('/')
-                        .map_or(artifact.as_str(), |(n, _)| n);
-                    if !of_crate.contains_key(name) {
-                        let rows = self.meta.rows_for_artifact(remote, kind, artifact).await?;
-                        of_crate.insert(name, rows);
+            let at = digests.cached_at(artifact);
+            let rows = match &at {
+                CachedAt::Like { group, .. } => {
+                    if !of_group.contains_key(group) {
+                        let rows = self.meta.rows_for_artifact(remote, artifact, &at).await?;
+                        of_group.insert(group.clone(), rows);
                     }
-                    of_crate[name].clone()
+                    of_group[group].clone()
                 }
-                _ => self.meta.rows_for_artifact(remote, kind, artifact).await?,
+                CachedAt::Path => self.meta.rows_for_artifact(remote, artifact, &at).await?,
             };
             let rows = rows
                 .into_iter()
-                .filter(|(path, _, _)| artifact_key(kind, path).as_deref() == Some(artifact));
+                .filter(|(path, _, _)| digests.artifact_key(path).as_deref() == Some(artifact));
             for (path, digest, size) in rows {
                 let Some(digest) = Digest::from_hex(&digest) else {
                     continue;

@@ -9,8 +9,8 @@
 //! a file path.
 //!
 //! **Invariant:** this room knows nothing of HTTP requests, remotes' mirrors
-//! or the fill; it imports only `config`, `error`, `path`, `clock` and
-//! `metrics`.
+//! or the fill; it imports only `kind` (declared digests and where an
+//! artifact's rows may be), `config`, `error`, `path`, `clock` and `metrics`.
 //!
 //! **Invariant: never a row without its blob.** A blob is committed and its
 //! row recorded ([`Cache::commit_entry`]), and a blob's references checked

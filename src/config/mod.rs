@@ -11,11 +11,11 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
-mod guard;
 mod raw;
 mod validate;
 
-pub use guard::{has_packages, normalise_name, GuardConfig, NameGlob, PackageRule, VersionSpec};
+use crate::kind::guard::GuardConfig;
+use crate::kind::Kind;
 
 use raw::RawConfig;
 use validate::Validator;
@@ -119,63 +119,6 @@ pub struct MetadataConfig {
     pub cache_entries: u64,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum RemoteKind {
-    Generic,
-    Pypi,
-    Npm,
-    Cargo,
-    Apt,
-    Go,
-    /// An OCI / Docker registry (`/v2/…`), pulled through.
-    Oci,
-}
-
-impl RemoteKind {
-    pub fn parse(name: &str) -> Option<RemoteKind> {
-        Some(match name {
-            "generic" => RemoteKind::Generic,
-            "pypi" => RemoteKind::Pypi,
-            "npm" => RemoteKind::Npm,
-            "cargo" => RemoteKind::Cargo,
-            "apt" => RemoteKind::Apt,
-            "go" => RemoteKind::Go,
-            "oci" => RemoteKind::Oci,
-            _ => return None,
-        })
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            RemoteKind::Generic => "generic",
-            RemoteKind::Pypi => "pypi",
-            RemoteKind::Npm => "npm",
-            RemoteKind::Cargo => "cargo",
-            RemoteKind::Apt => "apt",
-            RemoteKind::Go => "go",
-            RemoteKind::Oci => "oci",
-        }
-    }
-
-    /// Mirrors of the checksum database the go command checks modules
-    /// against (`GOSUMDB`, by default `sum.golang.org`); go remotes only.
-    pub fn default_sumdb(self) -> &'static [&'static str] {
-        match self {
-            RemoteKind::Go => &["https://sum.golang.org"],
-            _ => &[],
-        }
-    }
-
-    /// The separate download host of the public registry, when it has one.
-    pub fn default_files(self) -> &'static [&'static str] {
-        match self {
-            RemoteKind::Pypi => &["https://files.pythonhosted.org"],
-            RemoteKind::Cargo => &["https://static.crates.io/crates"],
-            _ => &[],
-        }
-    }
-}
-
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum Strategy {
@@ -188,7 +131,8 @@ pub enum Strategy {
 #[derive(Debug, Clone)]
 pub struct RemoteConfig {
     pub name: String,
-    pub kind: RemoteKind,
+    /// The remote's ecosystem: its paths, documents, digests, packages.
+    pub kind: Kind,
     /// Mirror base URLs, without a trailing slash.
     pub mirrors: Vec<Url>,
     /// Mirrors of the separate download host (pypi's files host, cargo's

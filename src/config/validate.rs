@@ -9,6 +9,8 @@ use url::Url;
 
 use super::raw::*;
 use super::*;
+use crate::kind::guard::{self, GuardConfig};
+use crate::kind::{Kind, Protocol};
 pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
     pub(super) origin: &'a str,
@@ -207,56 +209,48 @@ impl Validator<'_> {
                 format!("{name:?} is not a valid remote name (letters, digits, '-', '_', '.'; not \"-\" nor \"v2\")"),
             );
         }
-        let kind = match RemoteKind::parse(raw.kind.get_ref()) {
+        let kind = match Kind::named(raw.kind.get_ref()) {
             Some(kind) => kind,
             None => {
+                let known: Vec<&str> = Kind::all().map(Kind::name).collect();
                 return self.error(
                     format!("remote[{i}].kind"),
                     raw.kind.span(),
                     format!(
-                        "unknown kind {:?}; expected one of generic, pypi, npm, cargo, apt, go, oci",
-                        raw.kind.get_ref()
+                        "unknown kind {:?}; expected one of {}",
+                        raw.kind.get_ref(),
+                        known.join(", ")
                     ),
                 );
             }
         };
+        let ecosystem = kind.ecosystem();
         let mirrors = self.mirror_list(&format!("remote[{i}].mirrors"), &raw.mirrors)?;
         // `files = []` says: this registry has no separate files host.
         let files = self.optional_mirror_list(
             &format!("remote[{i}].files"),
             raw.files.as_ref(),
-            kind.default_files(),
+            ecosystem.default_files(),
         )?;
-        if let (Some(list), false) = (&raw.sumdb, kind == RemoteKind::Go) {
-            return self.error(
-                format!("remote[{i}].sumdb"),
-                list.span(),
-                "only a go remote has a checksum database",
-            );
+        if let (Some(list), Some(refusal)) = (&raw.sumdb, ecosystem.refuses_key("sumdb")) {
+            return self.error(format!("remote[{i}].sumdb"), list.span(), refusal);
         }
         // `sumdb = []`: `sumdb/…` paths go to the index mirrors as they are.
         let sumdb = self.optional_mirror_list(
             &format!("remote[{i}].sumdb"),
             raw.sumdb.as_ref(),
-            kind.default_sumdb(),
+            ecosystem.default_sumdb(),
         )?;
-        if kind == RemoteKind::Oci && matches!(auth, UpstreamAuth::Bearer(_)) {
-            return self.error(
-                format!("remote[{i}].bearer_token"),
-                0..0,
-                "an oci remote fetches its own tokens from the registry's token service; \
-                 give `username` and `password_env` instead",
-            );
+        if let (UpstreamAuth::Bearer(_), Some(refusal)) =
+            (&auth, ecosystem.refuses_key("bearer_token"))
+        {
+            return self.error(format!("remote[{i}].bearer_token"), 0..0, refusal);
         }
-        let registry = match &raw.registry {
-            Some(host) if kind != RemoteKind::Oci => {
-                return self.error(
-                    format!("remote[{i}].registry"),
-                    host.span(),
-                    "only an oci remote answers for a registry host",
-                )
+        let registry = match (&raw.registry, ecosystem.refuses_key("registry")) {
+            (Some(host), Some(refusal)) => {
+                return self.error(format!("remote[{i}].registry"), host.span(), refusal);
             }
-            Some(host) if !is_registry_host(host.get_ref()) => {
+            (Some(host), None) if !is_registry_host(host.get_ref()) => {
                 return self.error(
                     format!("remote[{i}].registry"),
                     host.span(),
@@ -264,8 +258,8 @@ impl Validator<'_> {
                      `registry.example.com:5000`), without a scheme or path",
                 )
             }
-            Some(host) => Some(host.get_ref().to_ascii_lowercase()),
-            None => None,
+            (Some(host), None) => Some(host.get_ref().to_ascii_lowercase()),
+            (None, _) => None,
         };
         let max_document_size = raw.max_document_size.0;
         let max_attempts = match raw.max_attempts {
@@ -312,17 +306,15 @@ impl Validator<'_> {
             immutable.push(p.get_ref().clone());
         }
         let require_declared_hash = match raw.require_declared_hash {
-            Some(flag)
-                if *flag.get_ref() && matches!(kind, RemoteKind::Go | RemoteKind::Generic) =>
-            {
-                return self.error(
-                    format!("remote[{i}].require_declared_hash"),
-                    flag.span(),
-                    format!(
-                        "{} remotes have no index that declares digests",
-                        kind.as_str()
-                    ),
-                );
+            Some(flag) if *flag.get_ref() => {
+                if let Some(refusal) = ecosystem.refuses_key("require_declared_hash") {
+                    return self.error(
+                        format!("remote[{i}].require_declared_hash"),
+                        flag.span(),
+                        refusal,
+                    );
+                }
+                true
             }
             Some(flag) => *flag.get_ref(),
             None => false,
@@ -367,10 +359,13 @@ impl Validator<'_> {
     /// `min_release_age`, `cooldown_exempt`, `deny` and `allow`.
     fn guard(&self, i: usize, raw: &RawRemote) -> Result<GuardConfig, ConfigError> {
         // An unknown kind is reported by `remote` with its own message.
-        let kind = RemoteKind::parse(raw.kind.get_ref()).unwrap_or(RemoteKind::Generic);
+        let Some(kind) = Kind::named(raw.kind.get_ref()) else {
+            return Ok(GuardConfig::default());
+        };
+        let (ecosystem, packages) = (kind.ecosystem(), kind.packages());
         let mut cooldown_exempt = Vec::with_capacity(raw.cooldown_exempt.len());
         for (j, glob) in raw.cooldown_exempt.iter().enumerate() {
-            match guard::name_glob(kind, glob.get_ref()) {
+            match guard::name_glob(packages, glob.get_ref()) {
                 Ok(glob) => cooldown_exempt.push(glob),
                 Err(e) => {
                     return self.error(format!("remote[{i}].cooldown_exempt[{j}]"), glob.span(), e)
@@ -381,14 +376,16 @@ impl Validator<'_> {
             let mut rules = Vec::with_capacity(list.len());
             for (j, rule) in list.iter().enumerate() {
                 let key = format!("remote[{i}].{key}[{j}]");
-                if !has_packages(kind) {
-                    return self.error(
-                        key,
-                        rule.span(),
-                        format!("a {} remote cannot tell packages apart; `deny` and `allow` take pypi, npm and cargo remotes", kind.as_str()),
-                    );
-                }
-                match guard::package_rule(kind, rule.get_ref()) {
+                let packages = match (packages, ecosystem.refuses_key("deny")) {
+                    (Some(packages), None) => packages,
+                    (_, refusal) => {
+                        let refusal = refusal.unwrap_or_else(|| {
+                            format!("a {} remote cannot tell packages apart", kind.name())
+                        });
+                        return self.error(key, rule.span(), refusal);
+                    }
+                };
+                match guard::package_rule(packages, rule.get_ref()) {
                     Ok(rule) => rules.push(rule),
                     Err(e) => return self.error(key, rule.span(), e),
                 }
@@ -415,7 +412,7 @@ impl Validator<'_> {
     ) -> Result<(), ConfigError> {
         if let Some(root) = root {
             let named = remotes.iter().find(|r| &r.name == root.get_ref());
-            if !named.is_some_and(|r| r.kind == RemoteKind::Oci) {
+            if !named.is_some_and(|r| r.kind.ecosystem().protocol() == Protocol::Registry) {
                 return self.error(
                     "server.oci_root_remote",
                     root.span(),

@@ -10,7 +10,8 @@ use super::FillRegistry;
 use crate::cache::{Blob, Cache, Digest};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
-use crate::kind::declared::{self, Declared};
+use crate::kind::declared::{canonical, Algo, Declared, Document};
+use crate::kind::DigestRole;
 use crate::path::ArtifactPath;
 use crate::upstream::Remote;
 
@@ -21,20 +22,90 @@ use crate::upstream::Remote;
 const LEARNING_WAIT: Duration = Duration::from_secs(10);
 const LEARNING_POLL: Duration = Duration::from_millis(50);
 
-/// The digest the body of `path` must have, if anything declares one.
-/// `require_declared_hash` turns "nothing declared" into a refusal.
-pub(super) async fn expected_digest(
+/// What a fill knows of its body's digest, asked of the remote's ecosystem
+/// once when the fill starts ([`digest_role`](crate::kind::Kind::digest_role)) and of the `declared`
+/// table: the digest to check the body against, the key a declaration
+/// learned meanwhile would be under, and whether the body is a document that
+/// declares digests of others.
+pub(super) struct FillDigests {
+    /// The digest the body must have, if anything declares one.
+    pub(super) expected: Option<Declared>,
+    role: DigestRole,
+}
+
+impl FillDigests {
+    /// `require_declared_hash` turns "nothing declared" into a refusal.
+    pub(super) async fn of(
+        fills: &FillRegistry,
+        remote: &Remote,
+        path: &ArtifactPath,
+    ) -> Result<FillDigests, ProxyError> {
+        let mut role = remote.config.kind.digest_role(path.path());
+        let expected = match (role.in_path.take(), &role.artifact_key) {
+            (Some(declared), _) => Some(declared),
+            (None, None) => None,
+            (None, Some(artifact)) => declared_for(fills, remote, path, artifact).await?,
+        };
+        Ok(FillDigests { expected, role })
+    }
+
+    /// For a body fetched with nothing declared (`digest` its sha256, in
+    /// `file`): the (declared, received) digests if a document learned
+    /// since declared another one.
+    pub(super) async fn declared_since(
+        &self,
+        fills: &FillRegistry,
+        remote: &Remote,
+        (digest, file, size): (&Digest, &Arc<File>, u64),
+    ) -> Option<(Declared, Declared)> {
+        if self.expected.is_some() {
+            return None;
+        }
+        let artifact = self.role.artifact_key.as_deref()?;
+        let late = fills
+            .cache
+            .meta
+            .declared(&remote.name, artifact)
+            .await
+            .ok()??;
+        let received = if late.algo() == Algo::Sha256 {
+            Declared::new(Algo::Sha256, digest.0.to_vec())?
+        } else {
+            fills
+                .cache
+                .hash_blob(Blob::Local(file.clone()), size, &late)
+                .await
+                .ok()?
+        };
+        (received != late).then_some((late, received))
+    }
+
+    /// The learning to do for the document at `path` whose body is
+    /// `digest`: `None` when it is not a document that declares digests, or
+    /// this process already learned these very bytes (a 304, or an
+    /// unchanged body). A body not learned yet — also one cached before this
+    /// process started, or whose learning failed — is learned again.
+    pub(super) fn learning<'a>(
+        &self,
+        fills: &'a FillRegistry,
+        remote: &Remote,
+        path: &ArtifactPath,
+        digest: &Digest,
+    ) -> Option<Learning<'a>> {
+        let wanted =
+            self.role.declares && fills.learned_docs.get(path.key()).as_ref() != Some(digest);
+        wanted.then(|| Learning::start(fills, &remote.name))
+    }
+}
+
+/// The digest the `declared` table holds for `artifact`, waiting for the
+/// remote's documents being learned.
+async fn declared_for(
     fills: &FillRegistry,
     remote: &Remote,
     path: &ArtifactPath,
+    artifact: &str,
 ) -> Result<Option<Declared>, ProxyError> {
-    let kind = remote.config.kind;
-    if let Some(declared) = declared::in_path(kind, path.path()) {
-        return Ok(Some(declared));
-    }
-    let Some(artifact) = declared::artifact_key(kind, path.path()) else {
-        return Ok(None);
-    };
     let meta = &fills.cache.meta;
     let deadline = tokio::time::Instant::now() + LEARNING_WAIT;
     let learning = || fills.learning_in(&remote.name) && tokio::time::Instant::now() < deadline;
@@ -46,10 +117,10 @@ pub(super) async fn expected_digest(
             tokio::time::sleep(LEARNING_POLL).await;
         }
     }
-    let mut found = meta.declared(&remote.name, &artifact).await;
+    let mut found = meta.declared(&remote.name, artifact).await;
     while matches!(found, Ok(None)) && learning() {
         tokio::time::sleep(LEARNING_POLL).await;
-        found = meta.declared(&remote.name, &artifact).await;
+        found = meta.declared(&remote.name, artifact).await;
     }
     match found {
         Ok(Some(declared)) => Ok(Some(declared)),
@@ -65,36 +136,6 @@ pub(super) async fn expected_digest(
             }
         }
     }
-}
-
-/// For a body fetched with nothing declared (`digest` its sha256, in
-/// `file`): the (declared, received) digests if a document learned since
-/// declared another one.
-pub(super) async fn declared_since(
-    fills: &FillRegistry,
-    remote: &Remote,
-    path: &ArtifactPath,
-    digest: &Digest,
-    file: &Arc<File>,
-    size: u64,
-) -> Option<(Declared, Declared)> {
-    let artifact = declared::artifact_key(remote.config.kind, path.path())?;
-    let late = fills
-        .cache
-        .meta
-        .declared(&remote.name, &artifact)
-        .await
-        .ok()??;
-    let received = if late.algo() == declared::Algo::Sha256 {
-        Declared::new(declared::Algo::Sha256, digest.0.to_vec())?
-    } else {
-        fills
-            .cache
-            .hash_blob(Blob::Local(file.clone()), size, &late)
-            .await
-            .ok()?
-    };
-    (received != late).then_some((late, received))
 }
 
 impl FillRegistry {
@@ -117,7 +158,7 @@ pub(super) struct Learning<'a> {
 }
 
 impl<'a> Learning<'a> {
-    pub(super) fn start(fills: &'a FillRegistry, remote: &str) -> Learning<'a> {
+    fn start(fills: &'a FillRegistry, remote: &str) -> Learning<'a> {
         *fills
             .learning
             .lock()
@@ -145,22 +186,6 @@ impl Drop for Learning<'_> {
             }
         }
     }
-}
-
-/// The learning to do for the document at `path` whose body is `digest`:
-/// `None` when it is not a document that declares digests, or this process
-/// already learned these very bytes (a 304, or an unchanged body). A body
-/// not learned yet — also one cached before this process started, or whose
-/// learning failed — is learned again.
-pub(super) fn needed<'a>(
-    fills: &'a FillRegistry,
-    remote: &Remote,
-    path: &ArtifactPath,
-    digest: &Digest,
-) -> Option<Learning<'a>> {
-    let wanted = declared::declares(remote.config.kind, path.path())
-        && fills.learned_docs.get(path.key()).as_ref() != Some(digest);
-    wanted.then(|| Learning::start(fills, &remote.name))
 }
 
 /// Reads the digests the document `blob` (`size` bytes, `digest`) at `path`
@@ -195,20 +220,24 @@ async fn learn(
         .read_all(size)
         .await
         .map_err(|e| ProxyError::Store(e.to_string()))?;
+    let Some(digests) = remote.config.kind.digests() else {
+        return Ok(());
+    };
     let (config, doc) = (remote.config.clone(), path.path().to_string());
     // Parsing is a pass over up to max_document_size: off the async threads.
     let items = tokio::task::spawn_blocking(move || {
-        let name = config.name.clone();
+        let name = &config.name;
+        let document = Document::new(name, &config.mirrors, &config.files, &doc);
         // Kept under the path a request for it normalises to, once each (a
         // JSON API page lists a file under `urls` and `releases`).
-        let unique: std::collections::BTreeMap<String, Declared> =
-            declared::learn(&config, &doc, &body)
-                .into_iter()
-                .filter_map(|(artifact, digest)| {
-                    let parsed = ArtifactPath::parse(&format!("/{name}/{artifact}")).ok()?;
-                    Some((declared::canonical(parsed.path()), digest))
-                })
-                .collect();
+        let unique: std::collections::BTreeMap<String, Declared> = digests
+            .learn(&document, &body)
+            .into_iter()
+            .filter_map(|(artifact, digest)| {
+                let parsed = ArtifactPath::parse(&format!("/{name}/{artifact}")).ok()?;
+                Some((canonical(parsed.path()), digest))
+            })
+            .collect();
         unique.into_iter().collect::<Vec<_>>()
     })
     .await

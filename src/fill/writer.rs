@@ -7,7 +7,8 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::{learn, FillRegistry, FillState, Head};
+use super::learn::{self, FillDigests};
+use super::{FillRegistry, FillState, Head};
 use crate::cache::cluster::{Cluster, LockOutcome};
 use crate::cache::{Blob, Cache, Digest, Entry, TempBlob};
 use crate::clock::now_ms;
@@ -109,7 +110,7 @@ async fn fill(
             last_modified: e.upstream_last_modified.as_deref(),
         })
         .unwrap_or_default();
-    let expected = learn::expected_digest(fills, remote, path).await?;
+    let digests = FillDigests::of(fills, remote, path).await?;
     // Mirrors (of the path's set) whose body was refused, and why.
     let mut refused = Vec::new();
     let mut mismatch = None;
@@ -125,7 +126,7 @@ async fn fill(
                 let entry = stale.expect("a 304 is only accepted when validators were sent");
                 let fresh = cache.meta.mark_revalidated(path, entry, now_ms()).await?;
                 tracing::debug!(key = path.key(), mirror = mirror.base(), "revalidated");
-                let learning = learn::needed(fills, remote, path, &fresh.digest);
+                let learning = digests.learning(fills, remote, path, &fresh.digest);
                 tx.send_replace(FillState::Revalidated(fresh.clone()));
                 if let Some(learning) = learning {
                     // A document cached before this process learned from it.
@@ -139,7 +140,7 @@ async fn fill(
             Fetched::Body(body) => body,
         };
         cache.meta.forget_absent(path);
-        match receive(fills, remote, path, upstream, expected.as_ref(), stale, tx).await? {
+        match receive(fills, remote, path, upstream, &digests, stale, tx).await? {
             Received::Done => return Ok(()),
             Received::Refused {
                 mirror_idx,
@@ -180,11 +181,12 @@ async fn receive(
     remote: &Remote,
     path: &ArtifactPath,
     mut upstream: fetch::Body<'_>,
-    expected: Option<&Declared>,
+    digests: &FillDigests,
     stale: Option<&Entry>,
     tx: &watch::Sender<FillState>,
 ) -> Result<Received, ProxyError> {
     let cache = &fills.cache;
+    let expected = digests.expected.as_ref();
     // gzip and deflate were decoded by the client, which then drops the
     // header; what is left is an encoding the proxy cannot undo, and encoded
     // bytes are never stored or served as the artifact.
@@ -251,10 +253,9 @@ async fn receive(
     // Nothing was declared when the fill began; a document learned since
     // may have declared it (checked now, so no commit slips past the
     // eviction of contradicting entries).
-    let late = match expected {
-        Some(_) => None,
-        None => learn::declared_since(fills, remote, path, &digest, &file, written).await,
-    };
+    let late = digests
+        .declared_since(fills, remote, (&digest, &file, written))
+        .await;
     let mismatch = match (expected, late) {
         (Some(expected), _) if *expected != received => Some((expected.clone(), received)),
         (None, Some(late)) => Some(late),
@@ -286,7 +287,7 @@ async fn receive(
         validators.last_modified,
         now_ms(),
     );
-    let learning = learn::needed(fills, remote, path, &digest);
+    let learning = digests.learning(fills, remote, path, &digest);
     tx.send_replace(FillState::Complete {
         head,
         entry: Arc::new(entry.clone()),

@@ -1,6 +1,6 @@
 //! The remote's guard at the front end: a direct request for a refused
 //! artifact is answered 403 with the reason, and index documents are
-//! filtered (`kind::filter`) on every response, from the bytes as stored, so
+//! filtered (each ecosystem's `Packages::filter`) on every response, from the bytes as stored, so
 //! a config reload or a release coming of age applies without a refetch.
 //!
 //! Publish times a document lacks are read from its sibling, fetched and
@@ -13,12 +13,11 @@ use std::sync::Arc;
 
 use crate::cache::Blob;
 use crate::clock::now_ms;
-use crate::config::{normalise_name, RemoteKind};
 use crate::error::ProxyError;
 use crate::fill::FillState;
-use crate::kind::filter::{self, Filtered};
-use crate::kind::guard::{publish_times, Judge};
-use crate::kind::{package, Variant};
+use crate::kind::guard::{Filtered, Judge};
+use crate::kind::package::Artifact;
+use crate::kind::{Packages, Variant};
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::Remote;
@@ -27,8 +26,8 @@ use crate::upstream::Remote;
 pub(super) struct DocumentFilter {
     /// The package the document is about.
     name: String,
-    /// A pypi page in HTML (filtered by anchors, times from the JSON page).
-    html: bool,
+    /// The variant asked for (`""` when the document has none).
+    suffix: &'static str,
     /// Where publish times come from when the document has none.
     times_from: Option<(String, Variant)>,
 }
@@ -45,23 +44,18 @@ pub(super) fn document_filter(
         return None;
     }
     let kind = remote.config.kind;
-    let name = package::document(kind, path)?;
-    let sibling = |suffix: &str| {
-        kind.variants(path)
-            .iter()
-            .find(|v| v.suffix == suffix)
-            .map(|v| (path.to_string(), *v))
-    };
+    let packages = kind.packages()?;
+    let name = packages.document(path)?;
     let suffix = variant.map_or("", |v| v.suffix);
-    let cooldown = guard.cooldown_for(&normalise_name(kind, &name)).is_some();
-    let times_from = match (kind, suffix) {
-        (RemoteKind::Npm, "abbreviated") if cooldown => sibling("full"),
-        (RemoteKind::Pypi, "html") if cooldown => sibling("json"),
-        _ => None,
-    };
+    let cooldown = guard.cooldown_for(&packages.normalise(&name)).is_some();
+    let times_from = packages
+        .times_variant(suffix)
+        .filter(|_| cooldown)
+        .and_then(|times| kind.variants(path).iter().find(|v| v.suffix == times))
+        .map(|v| (path.to_string(), *v));
     Some(DocumentFilter {
-        html: kind == RemoteKind::Pypi && suffix == "html",
         name,
+        suffix,
         times_from,
     })
 }
@@ -73,23 +67,25 @@ pub(super) async fn filter_document(
     filter: &DocumentFilter,
     body: Vec<u8>,
 ) -> Result<Vec<u8>, ProxyError> {
-    let kind = remote.config.kind;
+    let Some(packages) = remote.config.kind.packages() else {
+        return Ok(body);
+    };
     let times = match &filter.times_from {
         Some((path, variant)) => {
             let sibling = sibling_body(proxy, remote, path, Some(*variant)).await?;
-            publish_times(kind, &sibling)
+            packages.publish_times(&sibling)
         }
         None => HashMap::new(),
     };
     let remote = remote.clone();
-    let (name, html) = (filter.name.clone(), filter.html);
+    let (name, suffix) = (filter.name.clone(), filter.suffix);
     // A linear pass or a JSON parse of up to max_document_size: off the async threads.
     tokio::task::spawn_blocking(move || {
-        let judge = Judge::new(&remote.config.guard, kind, now_ms());
-        match filter::filter(&judge, &name, &body, &times, html) {
+        let judge = Judge::new(&remote.config.guard, packages, now_ms());
+        match packages.filter(&judge, &name, &body, &times, suffix) {
             Filtered::Unchanged => Ok(body),
             Filtered::Changed(filtered) => Ok(filtered),
-            Filtered::Refused(reason) => Err(refused(kind, reason)),
+            Filtered::Refused(reason) => Err(refused(packages, reason)),
         }
     })
     .await
@@ -115,19 +111,21 @@ pub(super) async fn check_artifact(
     path: &ArtifactPath,
 ) -> Result<(), ProxyError> {
     let guard = &remote.config.guard;
-    let kind = remote.config.kind;
     if !guard.is_active() {
         return Ok(());
     }
-    let Some(artifact) = package::artifact(kind, path.path()) else {
+    let Some(packages) = remote.config.kind.packages() else {
+        return Ok(());
+    };
+    let Some(artifact) = packages.artifact(path.path()) else {
         return Ok(());
     };
     let now = now_ms();
-    let judge = Judge::new(guard, kind, now);
+    let judge = Judge::new(guard, packages, now);
     if let Some(reason) = judge.refusal(&artifact.name, &artifact.version, None) {
-        return Err(refused(kind, reason));
+        return Err(refused(packages, reason));
     }
-    let Some(min_age) = guard.cooldown_for(&normalise_name(kind, &artifact.name)) else {
+    let Some(min_age) = guard.cooldown_for(&packages.normalise(&artifact.name)) else {
         return Ok(());
     };
     let cached_long_ago = proxy
@@ -141,7 +139,7 @@ pub(super) async fn check_artifact(
     let published = match proxy.publish_times.get(path.key()) {
         Some(published) => published,
         None => {
-            let published = publish_time(proxy, remote, kind, &artifact).await?;
+            let published = publish_time(proxy, remote, packages, &artifact).await?;
             proxy
                 .publish_times
                 .insert(path.key().to_string(), published);
@@ -149,7 +147,7 @@ pub(super) async fn check_artifact(
         }
     };
     match judge.refusal(&artifact.name, &artifact.version, published) {
-        Some(reason) => Err(refused(kind, reason)),
+        Some(reason) => Err(refused(packages, reason)),
         None => Ok(()),
     }
 }
@@ -159,42 +157,29 @@ pub(super) async fn check_artifact(
 async fn publish_time(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
-    kind: RemoteKind,
-    artifact: &package::Artifact,
+    packages: &dyn Packages,
+    artifact: &Artifact,
 ) -> Result<Option<i64>, ProxyError> {
-    let (document, variant, key) = match kind {
-        RemoteKind::Npm => (
-            package::npm_packument_path(&artifact.name),
-            "full",
-            artifact.version.clone(),
-        ),
-        RemoteKind::Pypi => (
-            package::pypi_page_path(&normalise_name(kind, &artifact.name)),
-            "json",
-            artifact.file.clone(),
-        ),
-        RemoteKind::Cargo => (
-            package::cargo_index_path(&artifact.name),
-            "",
-            artifact.version.clone(),
-        ),
-        _ => return Ok(None),
+    let Some(source) = packages.time_source(artifact) else {
+        return Ok(None);
     };
-    let variant = kind
-        .variants(&document)
+    let variant = remote
+        .config
+        .kind
+        .variants(&source.document)
         .iter()
-        .find(|v| v.suffix == variant)
+        .find(|v| v.suffix == source.suffix)
         .copied();
-    let body = sibling_body(proxy, remote, &document, variant).await?;
-    Ok(publish_times(kind, &body).get(&key).copied())
+    let body = sibling_body(proxy, remote, &source.document, variant).await?;
+    Ok(packages.publish_times(&body).get(&source.key).copied())
 }
 
-/// The refusal as `kind`'s client shows it: pip prints only the status
-/// line of a failed download, npm and cargo the body.
-fn refused(kind: RemoteKind, reason: String) -> ProxyError {
+/// The refusal as the ecosystem's client shows it: pip prints only the
+/// status line of a failed download, npm and cargo the body.
+fn refused(packages: &dyn Packages, reason: String) -> ProxyError {
     ProxyError::Refused {
         reason,
-        in_reason_phrase: kind == RemoteKind::Pypi,
+        in_reason_phrase: packages.reason_in_status_line(),
     }
 }
 

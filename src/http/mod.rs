@@ -395,7 +395,8 @@ impl ArtifactRequest<'_> {
             });
         }
         let mut base = public_base(&self.proxy.server(), self.headers);
-        let rewrite = Rewrite::new(&self.remote.config, &base);
+        let config = &self.remote.config;
+        let rewrite = Rewrite::new(&config.name, &config.mirrors, &config.files, &base);
         let mut bytes = blob
             .read_all(entry.size)
             .await

@@ -28,10 +28,9 @@ use super::respond::X_CACHE_STATUS;
 use super::{serve, Answered, ArtifactRequest, CacheStatus, Served};
 use crate::cache::Digest;
 use crate::clock::now_ms;
-use crate::config::RemoteKind;
 use crate::error::{ProxyError, Side};
 use crate::kind::oci::{self, Endpoint, Invalid, Reference};
-use crate::kind::Variant;
+use crate::kind::{Protocol, Variant};
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::registry::{self, TagHead};
@@ -195,7 +194,7 @@ pub(super) async fn pull(
 
 /// The oci remote a request is for, and the rest of its path (`<name>/…`).
 fn resolve<'u>(proxy: &Proxy, uri: &Uri, rest: &'u str) -> Option<(Arc<Remote>, &'u str)> {
-    let is_oci = |r: &Arc<Remote>| r.config.kind == RemoteKind::Oci;
+    let is_oci = |r: &Arc<Remote>| r.config.kind.ecosystem().protocol() == Protocol::Registry;
     let ns = uri.query().and_then(|q| {
         url::form_urlencoded::parse(q.as_bytes())
             .find(|(k, _)| k == "ns")
@@ -286,9 +285,7 @@ impl Pull<'_> {
         for value in self.headers.get_all(header::ACCEPT) {
             accept.append(header::ACCEPT, value.clone());
         }
-        let variant = RemoteKind::Oci
-            .variant(path.path(), &accept)
-            .expect("a manifest has variants");
+        let variant = oci::variant(path.path(), &accept).expect("a manifest has variants");
         let revalidated = match reference {
             Reference::Tag(_) => self.revalidate_tag(path, variant, &accept).await,
             Reference::Digest(_) => None,

@@ -93,7 +93,7 @@ impl Snapshot {
                     .collect();
                 RemoteView {
                     name: name.clone(),
-                    kind: remote.config.kind.as_str(),
+                    kind: remote.config.kind.name(),
                     strategy: format!("{:?}", remote.config.strategy),
                     mirrors,
                     requests: total,

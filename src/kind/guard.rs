@@ -1,51 +1,192 @@
-//! The verdict on one version of one package under a remote's
-//! [`GuardConfig`]: allowed, or refused with a one-line reason that reaches
-//! the user through the client's own error output. Publish times come from
-//! the documents ([`publish_times`]); where a document gives none the
-//! cooldown lets the version through. Pure: `now_ms` is passed in.
+//! The supply-chain guard, shared by every ecosystem with [`Packages`]: the
+//! validated rules of a remote (`min_release_age`, `cooldown_exempt`, `deny`,
+//! `allow`), each rule a package-name glob with an optional version or range
+//! in the ecosystem's own syntax (parsed by the ecosystem, so a bad range
+//! fails `check` with its key and line), and the [`Judge`] that gives one
+//! version of one package its verdict: allowed, or refused with a one-line
+//! reason that reaches the user through the client's own error output.
+//! Publish times come from the documents (each ecosystem's
+//! `Packages::publish_times`); where a document gives none the cooldown lets
+//! the version through. Pure: `now_ms` is passed in.
 
-use std::collections::HashMap;
+use std::fmt;
+use std::sync::Arc;
 use std::time::Duration;
 
-use crate::config::{normalise_name, GuardConfig, RemoteKind};
+use globset::{Glob, GlobMatcher};
+
+use super::Packages;
+
+/// What a remote refuses to serve. The default refuses nothing.
+#[derive(Debug, Clone, Default)]
+pub struct GuardConfig {
+    /// Versions published less than this long ago are refused.
+    pub min_release_age: Option<Duration>,
+    /// Package names the cooldown does not apply to.
+    pub cooldown_exempt: Vec<NameGlob>,
+    pub deny: Vec<PackageRule>,
+    /// When set, only packages (and versions) one of these rules matches.
+    pub allow: Option<Vec<PackageRule>>,
+}
+
+impl GuardConfig {
+    /// Whether anything is refused at all (else the guard is skipped).
+    pub fn is_active(&self) -> bool {
+        self.min_release_age.is_some() || !self.deny.is_empty() || self.allow.is_some()
+    }
+
+    /// The cooldown that applies to `name` (normalised), if any.
+    pub fn cooldown_for(&self, name: &str) -> Option<Duration> {
+        let exempt = self.cooldown_exempt.iter().any(|g| g.matches(name));
+        self.min_release_age.filter(|_| !exempt)
+    }
+}
+
+/// A package-name glob (`*` and `?`; `@types/*` for a scope), matched
+/// against the name normalised as the ecosystem normalises names.
+#[derive(Debug, Clone)]
+pub struct NameGlob {
+    matcher: GlobMatcher,
+}
+
+impl NameGlob {
+    pub fn matches(&self, normalised_name: &str) -> bool {
+        self.matcher.is_match(normalised_name)
+    }
+}
+
+/// One `deny` or `allow` entry: `name`, `name@version` or `name@range`.
+#[derive(Debug, Clone)]
+pub struct PackageRule {
+    /// As written in the config, for the reason shown to clients.
+    pub text: String,
+    pub name: NameGlob,
+    /// `None`: every version of the matching packages.
+    pub versions: Option<VersionSpec>,
+}
+
+impl PackageRule {
+    /// Whether the rule covers every version of `name` (a name-only rule).
+    pub fn matches_package(&self, normalised_name: &str) -> bool {
+        self.versions.is_none() && self.name.matches(normalised_name)
+    }
+
+    /// Whether the rule covers `version` of `name`. A version that does not
+    /// parse in the ecosystem's syntax is covered only by a name-only rule.
+    pub fn matches(&self, normalised_name: &str, version: &str) -> bool {
+        self.name.matches(normalised_name)
+            && self.versions.as_ref().is_none_or(|v| v.contains(version))
+    }
+}
+
+/// A version or range in an ecosystem's own syntax, as its
+/// [`Packages::parse_versions`] read it. A bare version means exactly that
+/// version in every ecosystem (cargo would read `1.2.3` as `^1.2.3`; a rule
+/// says what it names).
+#[derive(Clone)]
+pub struct VersionSpec(Arc<dyn VersionSet>);
+
+/// The versions a rule names, in one ecosystem's syntax.
+pub trait VersionSet: Send + Sync {
+    /// Whether `version` is one of them; a version that does not parse in the
+    /// ecosystem's syntax is not.
+    fn contains(&self, version: &str) -> bool;
+}
+
+impl VersionSpec {
+    pub fn new(set: impl VersionSet + 'static) -> VersionSpec {
+        VersionSpec(Arc::new(set))
+    }
+
+    pub fn contains(&self, version: &str) -> bool {
+        self.0.contains(version)
+    }
+}
+
+impl fmt::Debug for VersionSpec {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("VersionSpec")
+    }
+}
+
+/// Parses a package-name glob, compared as `packages` normalises names (as
+/// written, for a kind without packages).
+pub fn name_glob(packages: Option<&dyn Packages>, text: &str) -> Result<NameGlob, String> {
+    let text = text.trim();
+    if text.is_empty() {
+        return Err("empty package name".to_string());
+    }
+    let normalised = packages.map_or_else(|| text.to_string(), |p| p.normalise(text));
+    let glob = globset::GlobBuilder::new(&normalised)
+        .literal_separator(false)
+        .build()
+        .map_err(|e| format!("bad package-name pattern: {e}"))?;
+    Ok(NameGlob {
+        matcher: Glob::compile_matcher(&glob),
+    })
+}
+
+/// Parses `name`, `name@version` or `name@range` (an npm scope's leading
+/// `@` is part of the name).
+pub fn package_rule(packages: &dyn Packages, text: &str) -> Result<PackageRule, String> {
+    let trimmed = text.trim();
+    let split = trimmed
+        .char_indices()
+        .skip(1)
+        .find(|&(_, c)| c == '@')
+        .map(|(at, _)| at);
+    let (name, versions) = match split {
+        Some(at) => (
+            &trimmed[..at],
+            Some(packages.parse_versions(trimmed[at + 1..].trim())?),
+        ),
+        None => (trimmed, None),
+    };
+    Ok(PackageRule {
+        text: trimmed.to_string(),
+        name: name_glob(Some(packages), name)?,
+        versions,
+    })
+}
+
+/// What filtering did to a document.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Filtered {
+    /// Nothing refused: serve the bytes as they are.
+    Unchanged,
+    Changed(Vec<u8>),
+    /// Every version refused: answer 403 with this reason.
+    Refused(String),
+}
 
 /// Judges versions of packages of one remote at one instant.
 pub struct Judge<'a> {
     guard: &'a GuardConfig,
-    kind: RemoteKind,
+    packages: &'a dyn Packages,
     now_ms: i64,
 }
 
 impl<'a> Judge<'a> {
-    pub fn new(guard: &'a GuardConfig, kind: RemoteKind, now_ms: i64) -> Judge<'a> {
+    pub fn new(guard: &'a GuardConfig, packages: &'a dyn Packages, now_ms: i64) -> Judge<'a> {
         Judge {
             guard,
-            kind,
+            packages,
             now_ms,
         }
-    }
-
-    pub fn kind(&self) -> RemoteKind {
-        self.kind
     }
 
     /// Whether the cooldown applies to `name`, so publish times are needed.
     pub fn needs_times(&self, name: &str) -> bool {
         self.guard
-            .cooldown_for(&normalise_name(self.kind, name))
+            .cooldown_for(&self.packages.normalise(name))
             .is_some()
     }
 
     /// Why `version` of `name` is refused, or `None` if it may be served.
     /// `published_ms`: its publish time, when the registry says.
     pub fn refusal(&self, name: &str, version: &str, published_ms: Option<i64>) -> Option<String> {
-        let normalised = normalise_name(self.kind, name);
-        // pypi file names spell the project their own way (`mc_alpha`).
-        let name = if self.kind == RemoteKind::Pypi {
-            normalised.as_str()
-        } else {
-            name
-        };
+        let normalised = self.packages.normalise(name);
+        let name = self.packages.shown_name(name, &normalised);
         if let Some(rule) = self
             .guard
             .deny
@@ -97,72 +238,30 @@ pub fn parse_time(text: &str) -> Option<i64> {
     Some(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
 }
 
-/// Publish times a document gives, keyed by what its kind judges: npm's
-/// full packument by version (`time`), pypi's PEP 691 page by file name
-/// (PEP 700 `upload-time`), a cargo index file by version (`pubtime`).
-/// Empty when the document gives none (or is not of that form).
-pub fn publish_times(kind: RemoteKind, body: &[u8]) -> HashMap<String, i64> {
-    let mut times = HashMap::new();
-    match kind {
-        RemoteKind::Npm => {
-            if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(body) {
-                if let Some(time) = doc.get("time").and_then(|t| t.as_object()) {
-                    for (version, at) in time {
-                        if let Some(ms) = at.as_str().and_then(parse_time) {
-                            times.insert(version.clone(), ms);
-                        }
-                    }
-                }
-            }
-        }
-        RemoteKind::Pypi => {
-            if let Ok(doc) = serde_json::from_slice::<serde_json::Value>(body) {
-                for file in doc["files"].as_array().into_iter().flatten() {
-                    let at = file["upload-time"].as_str().and_then(parse_time);
-                    if let (Some(name), Some(ms)) = (file["filename"].as_str(), at) {
-                        times.insert(name.to_string(), ms);
-                    }
-                }
-            }
-        }
-        RemoteKind::Cargo => {
-            for line in body.split(|&b| b == b'\n') {
-                let Ok(entry) = serde_json::from_slice::<serde_json::Value>(line) else {
-                    continue;
-                };
-                let at = entry["pubtime"].as_str().and_then(parse_time);
-                if let (Some(version), Some(ms)) = (entry["vers"].as_str(), at) {
-                    times.insert(version.to_string(), ms);
-                }
-            }
-        }
-        _ => {}
-    }
-    times
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    pub(crate) fn guard(toml: &str, kind: &str) -> GuardConfig {
-        let text = format!(
-            "[[remote]]\nname = \"r\"\nkind = \"{kind}\"\nmirrors = [\"http://a/x\"]\n{toml}\n"
-        );
-        let config = crate::config::Config::parse(&text, "t.toml").unwrap();
-        config.remotes[0].guard.clone()
-    }
-
     const DAY: i64 = 24 * 3600 * 1000;
     const NOW: i64 = 1_800_000_000_000;
 
+    fn rules(packages: &dyn Packages, texts: &[&str]) -> Vec<PackageRule> {
+        texts
+            .iter()
+            .map(|t| package_rule(packages, t).unwrap())
+            .collect()
+    }
+
     #[test]
     fn deny_allow_and_cooldown_each_give_a_reason() {
-        let g = guard(
-            "min_release_age = \"7d\"\ncooldown_exempt = [\"@trusted/*\"]\ndeny = [\"colors@>=1.4.1\", \"flatmap-stream\"]",
-            "npm",
-        );
-        let judge = Judge::new(&g, RemoteKind::Npm, NOW);
+        let npm = &super::super::npm::Npm;
+        let g = GuardConfig {
+            min_release_age: Some(Duration::from_secs(7 * 24 * 3600)),
+            cooldown_exempt: vec![name_glob(Some(npm), "@trusted/*").unwrap()],
+            deny: rules(npm, &["colors@>=1.4.1", "flatmap-stream"]),
+            allow: None,
+        };
+        let judge = Judge::new(&g, npm, NOW);
         assert_eq!(judge.refusal("colors", "1.4.0", Some(NOW - 60 * DAY)), None);
         let reason = judge.refusal("colors", "1.4.44-liberty-2", None).unwrap();
         assert_eq!(reason, "colors@1.4.44-liberty-2 is refused by this proxy: it matches the deny rule \"colors@>=1.4.1\"");
@@ -180,8 +279,12 @@ mod tests {
         assert_eq!(judge.refusal("@trusted/x", "1.1.0", Some(NOW)), None);
         assert!(!judge.needs_times("@trusted/x") && judge.needs_times("left-pad"));
 
-        let g = guard("allow = [\"mc-*\", \"requests@<3\"]", "pypi");
-        let judge = Judge::new(&g, RemoteKind::Pypi, NOW);
+        let pypi = &super::super::pypi::Pypi;
+        let g = GuardConfig {
+            allow: Some(rules(pypi, &["mc-*", "requests@<3"])),
+            ..GuardConfig::default()
+        };
+        let judge = Judge::new(&g, pypi, NOW);
         assert_eq!(judge.refusal("MC_Alpha", "1.0", None), None);
         assert_eq!(judge.refusal("requests", "2.31.0", None), None);
         assert_eq!(
@@ -192,21 +295,8 @@ mod tests {
     }
 
     #[test]
-    fn publish_times_from_each_kinds_document() {
-        let npm = br#"{"time": {"created": "2020-01-01T00:00:00.000Z", "1.0.0": "2020-01-02T00:00:00.000Z"}}"#;
-        let times = publish_times(RemoteKind::Npm, npm);
-        assert_eq!(times["1.0.0"] - times["created"], DAY);
-        let pypi = br#"{"files": [{"filename": "a-1.0.tar.gz", "upload-time": "2020-01-02T00:00:00.123456Z"}, {"filename": "a-0.9.tar.gz"}]}"#;
-        let times = publish_times(RemoteKind::Pypi, pypi);
-        assert_eq!(times.len(), 1);
-        assert_eq!(
-            times["a-1.0.tar.gz"],
-            parse_time("2020-01-02T00:00:00.123Z").unwrap()
-        );
-        let cargo = b"{\"name\":\"a\",\"vers\":\"0.1.0\",\"pubtime\":\"2020-01-02T00:00:00+00:00\"}\n{\"name\":\"a\",\"vers\":\"0.2.0\"}\n";
-        let times = publish_times(RemoteKind::Cargo, cargo);
-        assert_eq!(times.len(), 1);
-        assert_eq!(times["0.1.0"], parse_time("2020-01-02T00:00:00Z").unwrap());
-        assert!(publish_times(RemoteKind::Pypi, b"<html>not json</html>").is_empty());
+    fn an_empty_name_is_refused() {
+        let error = package_rule(&super::super::npm::Npm, "").unwrap_err();
+        assert!(error.contains("empty package name"), "{error}");
     }
 }

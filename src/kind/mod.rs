@@ -1,29 +1,426 @@
-//! Per-kind rules: which paths of a pypi, npm, cargo, apt or go remote are
-//! immutable artifacts (cached forever), which are index documents whose
-//! absolute URLs are rewritten to point through the proxy, and which are
-//! content-negotiated (cached once per variant). Everything a kind knows about
-//! its ecosystem lives here; [`policy`] adds the operator's patterns on top, and
-//! [`rewrite`] re-points a document's URLs at the proxy, and [`declared`] reads
-//! the digests documents declare for the artifacts they list.
+//! The package ecosystems: everything a `kind = "…"` means to the proxy, one
+//! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
+//! [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
+//! proxy holds, found by name in the registry below. The rest of the code asks
+//! a remote's `Kind` and never matches on which one it is.
 //!
-//! **Invariant:** this room imports only `config`: it is rules over paths,
-//! headers and text, with no state.
+//! Shared mechanisms the ecosystems call: [`rewrite`] (re-points a document's
+//! URLs at the proxy), [`declared`] (digest values, hashing, link location),
+//! [`guard`] (the supply-chain rules and their verdicts), [`package`] (an
+//! artifact's identity), [`policy`] (the operator's immutable patterns on top
+//! of the ecosystem's).
+//!
+//! **Invariant:** this room imports nothing else of the crate: it is rules over
+//! paths, headers and text, with no state. `config` asks it for defaults and
+//! allowed keys; the fill, the cache and the front end ask it about paths and
+//! documents.
 
+pub mod apt;
+pub mod cargo;
 pub mod declared;
-pub mod filter;
+pub mod generic;
+pub mod go;
 pub mod guard;
+pub mod npm;
 pub mod oci;
 pub mod package;
 pub mod policy;
+pub mod pypi;
 pub mod rewrite;
+
+#[cfg(test)]
+mod conformance;
+
+use std::collections::HashMap;
+use std::fmt;
 
 use axum::http::{header, HeaderMap, Method};
 
-use crate::config::RemoteKind;
+use declared::{Declared, Document};
+use guard::{Filtered, Judge, VersionSpec};
+use package::Artifact;
 
 /// Paths under this prefix are served by the remote's `files` mirrors
 /// (`/{remote}/~files/{path}` → `{files_mirror}/{path}`).
 pub const FILES_PREFIX: &str = "~files/";
+
+/// One package ecosystem, as the proxy needs to know it. Every method but
+/// [`name`](Ecosystem::name) has a default that means "nothing special": no
+/// immutable paths, no documents, no variants, no API routes, no extra mirror
+/// sets, every common per-remote key accepted, plain HTTP mirrors, and neither
+/// declared digests nor packages. Methods take paths below the remote
+/// (`simple/six/`, `~files/…`), already normalised by `path`.
+pub trait Ecosystem: Send + Sync + 'static {
+    /// The `kind = "…"` name.
+    fn name(&self) -> &'static str;
+
+    /// Whether `path` names an artifact that never changes once published:
+    /// cached forever, never revalidated. (`~files/` paths are immutable for
+    /// every kind; [`Kind::is_immutable`] says so before asking.)
+    fn is_immutable(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Whether `path` is an index document whose absolute URLs are rewritten
+    /// to point through the proxy.
+    fn is_document(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Every variant `path` is cached as, the default first; empty when it is
+    /// not content-negotiated. Such responses carry `Vary: Accept`.
+    fn variants(&self, _path: &str) -> &'static [Variant] {
+        &[]
+    }
+
+    /// The variant a request asks for. Default: the variant whose media type
+    /// the `Accept` header names, else the first ([`variant_by_accept`]).
+    fn variant(&self, path: &str, request: &HeaderMap) -> Option<Variant> {
+        variant_by_accept(self.variants(path), request)
+    }
+
+    /// The API endpoint `path` is, if it is one: forwarded uncached with its
+    /// query string (searches, audits).
+    fn pass_through(&self, _path: &str) -> Option<PassThrough> {
+        None
+    }
+
+    /// For paths served by the remote's `sumdb` mirrors: the database's name
+    /// and the path within it.
+    fn sumdb_path<'p>(&self, _path: &'p str) -> Option<(&'p str, &'p str)> {
+        None
+    }
+
+    /// The public registry's separate download host(s), the default of `files`.
+    fn default_files(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The default `sumdb` mirrors (only go has a checksum database).
+    fn default_sumdb(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Why this ecosystem refuses the per-remote key `key` when it is set
+    /// (the message `check` prints), or `None` when it takes it. Default:
+    /// [`standard_refusal`]: `sumdb` and `registry` belong to go and oci,
+    /// `require_declared_hash` needs [`Digests`] that declare, `deny` and
+    /// `allow` need [`Packages`].
+    fn refuses_key(&self, key: &str) -> Option<String> {
+        standard_refusal(self.name(), self.digests(), self.packages(), key)
+    }
+
+    /// How the remote's mirrors are spoken to. Default: plain HTTP.
+    fn protocol(&self) -> Protocol {
+        Protocol::Plain
+    }
+
+    /// The digests this ecosystem declares for its artifacts, if any.
+    fn digests(&self) -> Option<&dyn Digests> {
+        None
+    }
+
+    /// How this ecosystem names packages and versions, if it does (the
+    /// supply-chain guard's `deny`, `allow` and `min_release_age` need it).
+    fn packages(&self) -> Option<&dyn Packages> {
+        None
+    }
+
+    /// The rows every ecosystem's conformance test checks.
+    #[cfg(test)]
+    fn conformance(&self) -> conformance::Rows;
+}
+
+/// How a remote's mirrors are spoken to.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Protocol {
+    /// Plain GETs with the remote's credentials; redirects followed only to
+    /// the remote's own hosts.
+    Plain,
+    /// An OCI distribution registry: also served at `/v2/…`; credentials go
+    /// to the registry's token service, and blob redirects to storage hosts
+    /// (a CDN, S3) are followed anywhere, without credentials.
+    Registry,
+}
+
+/// Declared digests: which artifacts an index declares a digest for, and
+/// which documents declare them. All default to "none".
+pub trait Digests: Send + Sync {
+    /// A digest the artifact's own path declares (apt's `by-hash`, an OCI digest).
+    fn in_path(&self, _path: &str) -> Option<Declared> {
+        None
+    }
+
+    /// The name an index declares the digest of the artifact at `path`
+    /// under, or `None` when none does (documents, what is not checked).
+    /// Usually [`declared::canonical`] of the path.
+    fn artifact_key(&self, _path: &str) -> Option<String> {
+        None
+    }
+
+    /// Whether the body at `path` is a document that declares digests.
+    fn declares(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Every (artifact key, digest) `body`, the document at `document.path`,
+    /// declares. Links are located with `document` (kept only on the remote's
+    /// own hosts); keys are paths below the remote, not yet normalised.
+    fn learn(&self, _document: &Document<'_>, _body: &[u8]) -> Vec<(String, Declared)> {
+        Vec::new()
+    }
+
+    /// Where cached rows of the artifact `artifact` (a key [`artifact_key`]
+    /// gave) may be. Default: at the key itself.
+    ///
+    /// [`artifact_key`]: Digests::artifact_key
+    fn cached_at(&self, _artifact: &str) -> CachedAt {
+        CachedAt::Path
+    }
+}
+
+/// Where the cached rows of an artifact key may be.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CachedAt {
+    /// The key is the path.
+    Path,
+    /// Any path matching one of these SQL `LIKE` patterns (lower case),
+    /// `group` naming what they share, so that one query serves all keys of
+    /// a group (cargo: every version of a crate).
+    Like {
+        group: String,
+        patterns: Vec<String>,
+    },
+}
+
+/// Packages and versions: what the supply-chain guard needs to know.
+pub trait Packages: Send + Sync {
+    /// A name as the ecosystem compares names. Default: as spelt.
+    fn normalise(&self, name: &str) -> String {
+        name.to_string()
+    }
+
+    /// The name a refusal shows for `spelt` (normalised as `normalised`).
+    /// Default: as the path spelt it.
+    fn shown_name<'a>(&self, spelt: &'a str, _normalised: &'a str) -> &'a str {
+        spelt
+    }
+
+    /// A version or range in the ecosystem's syntax (after `@` in a rule).
+    /// Default: refused, naming the kind.
+    fn parse_versions(&self, _text: &str) -> Result<VersionSpec, String> {
+        Err("this kind takes package rules without versions only".to_string())
+    }
+
+    /// The artifact (package, version, file) `path` downloads.
+    fn artifact(&self, path: &str) -> Option<Artifact>;
+
+    /// The package whose document `path` is.
+    fn document(&self, path: &str) -> Option<String>;
+
+    /// Publish times a document gives, keyed as [`TimeSource::key`] names
+    /// them; empty when it gives none. Default: none.
+    fn publish_times(&self, _body: &[u8]) -> HashMap<String, i64> {
+        HashMap::new()
+    }
+
+    /// Where the publish time of `artifact` is read. Default: nowhere.
+    fn time_source(&self, _artifact: &Artifact) -> Option<TimeSource> {
+        None
+    }
+
+    /// For a document in variant `suffix` that lacks publish times: the
+    /// variant of the same path that has them.
+    fn times_variant(&self, _suffix: &str) -> Option<&'static str> {
+        None
+    }
+
+    /// `body`, the document (variant `suffix`) of package `name`, with the
+    /// versions `judge` refuses taken out. `times`: publish times from the
+    /// [`times_variant`](Packages::times_variant) when it is used. Default:
+    /// unchanged.
+    fn filter(
+        &self,
+        _judge: &Judge,
+        _name: &str,
+        _body: &[u8],
+        _times: &HashMap<String, i64>,
+        _suffix: &str,
+    ) -> Filtered {
+        Filtered::Unchanged
+    }
+
+    /// Whether the client shows a refusal's reason only from the status
+    /// line (pip), not the body. Default: no.
+    fn reason_in_status_line(&self) -> bool {
+        false
+    }
+}
+
+/// Where an artifact's publish time is read: a document of the same remote
+/// (in one variant), and the key its publish times are listed under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TimeSource {
+    pub document: String,
+    pub suffix: &'static str,
+    pub key: String,
+}
+
+/// The default [`Ecosystem::refuses_key`].
+pub fn standard_refusal(
+    kind: &str,
+    digests: Option<&dyn Digests>,
+    packages: Option<&dyn Packages>,
+    key: &str,
+) -> Option<String> {
+    match key {
+        "sumdb" => Some("only a go remote has a checksum database".to_string()),
+        "registry" => Some("only an oci remote answers for a registry host".to_string()),
+        "require_declared_hash" if digests.is_none() => Some(format!(
+            "{kind} remotes have no index that declares digests"
+        )),
+        "deny" | "allow" if packages.is_none() => {
+            let with: Vec<&str> = Kind::all()
+                .filter(|k| k.packages().is_some())
+                .map(Kind::name)
+                .collect();
+            Some(format!(
+                "a {kind} remote cannot tell packages apart; `deny` and `allow` take {} remotes",
+                english_list(&with)
+            ))
+        }
+        _ => None,
+    }
+}
+
+/// `a, b and c`.
+fn english_list(items: &[&str]) -> String {
+    match items {
+        [] => String::new(),
+        [one] => one.to_string(),
+        [init @ .., last] => format!("{} and {last}", init.join(", ")),
+    }
+}
+
+/// The registry: every ecosystem, in the order `check` lists them.
+static ECOSYSTEMS: [&dyn Ecosystem; 7] = [
+    &generic::Generic,
+    &pypi::Pypi,
+    &npm::Npm,
+    &cargo::Cargo,
+    &apt::Apt,
+    &go::Go,
+    &oci::Oci,
+];
+
+/// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
+/// rules every ecosystem shares on top.
+#[derive(Clone, Copy)]
+pub struct Kind(&'static dyn Ecosystem);
+
+impl Kind {
+    /// The ecosystem a `kind = "…"` names.
+    pub fn named(name: &str) -> Option<Kind> {
+        Kind::all().find(|k| k.name() == name)
+    }
+
+    pub fn all() -> impl Iterator<Item = Kind> {
+        ECOSYSTEMS.iter().map(|e| Kind(*e))
+    }
+
+    pub fn name(self) -> &'static str {
+        self.0.name()
+    }
+
+    pub fn ecosystem(self) -> &'static dyn Ecosystem {
+        self.0
+    }
+
+    /// The ecosystem's immutable paths, and every `~files/` path (the files
+    /// hosts of pypi and crates.io serve content-addressed or versioned files only).
+    pub fn is_immutable(self, path: &str) -> bool {
+        path.starts_with(FILES_PREFIX) || self.0.is_immutable(path)
+    }
+
+    pub fn is_document(self, path: &str) -> bool {
+        self.0.is_document(path)
+    }
+
+    pub fn variants(self, path: &str) -> &'static [Variant] {
+        self.0.variants(path)
+    }
+
+    pub fn variant(self, path: &str, request: &HeaderMap) -> Option<Variant> {
+        self.0.variant(path, request)
+    }
+
+    pub fn pass_through(self, path: &str) -> Option<PassThrough> {
+        self.0.pass_through(path)
+    }
+
+    pub fn sumdb_path(self, path: &str) -> Option<(&str, &str)> {
+        self.0.sumdb_path(path)
+    }
+
+    /// Whether `path` is the GOPROXY protocol's `sumdb/{db}/supported`, which
+    /// a proxy that serves the checksum database answers 200 itself.
+    pub fn is_sumdb_supported(self, path: &str) -> bool {
+        self.sumdb_path(path)
+            .is_some_and(|(_, rest)| rest == "supported")
+    }
+
+    pub fn packages(self) -> Option<&'static dyn Packages> {
+        self.0.packages()
+    }
+
+    pub fn digests(self) -> Option<&'static dyn Digests> {
+        self.0.digests()
+    }
+
+    /// Everything the ecosystem says about the digest of the body at `path`,
+    /// in one answer: what the fill asks once.
+    pub fn digest_role(self, path: &str) -> DigestRole {
+        match self.digests() {
+            None => DigestRole::default(),
+            Some(digests) => DigestRole {
+                in_path: digests.in_path(path),
+                artifact_key: digests.artifact_key(path),
+                declares: digests.declares(path),
+            },
+        }
+    }
+
+    /// The name an index declares `path`'s digest under, if any.
+    pub fn artifact_key(self, path: &str) -> Option<String> {
+        self.digests()?.artifact_key(path)
+    }
+}
+
+impl PartialEq for Kind {
+    fn eq(&self, other: &Kind) -> bool {
+        self.name() == other.name()
+    }
+}
+
+impl Eq for Kind {}
+
+impl fmt::Debug for Kind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// What the ecosystem says about the digest of one path's body.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DigestRole {
+    /// The digest the path itself declares.
+    pub in_path: Option<Declared>,
+    /// The name indexes declare its digest under.
+    pub artifact_key: Option<String>,
+    /// Whether the body declares digests of other artifacts.
+    pub declares: bool,
+}
 
 /// An API endpoint proxied to the remote's mirrors and never cached: each
 /// answer is computed for the request (an audit of the client's lockfile, a
@@ -40,39 +437,6 @@ impl PassThrough {
     }
 }
 
-/// npm's audit endpoints: POSTs of the client's dependency tree.
-const NPM_AUDIT: [&str; 3] = [
-    "-/npm/v1/security/advisories/bulk",
-    "-/npm/v1/security/audits",
-    "-/npm/v1/security/audits/quick",
-];
-
-/// Paths under this prefix of a go remote are its checksum database's
-/// (`/{remote}/sumdb/{db}/{rest}` → `{sumdb_mirror}/{rest}`), as the GOPROXY
-/// protocol lets a proxy serve `GOSUMDB`.
-pub const SUMDB_PREFIX: &str = "sumdb/";
-
-/// For a go remote, `sumdb/{db}/{rest}` split into the database's name and
-/// the path within it.
-pub fn sumdb_path(kind: RemoteKind, path: &str) -> Option<(&str, &str)> {
-    if kind != RemoteKind::Go {
-        return None;
-    }
-    let (db, rest) = path.strip_prefix(SUMDB_PREFIX)?.split_once('/')?;
-    (!db.is_empty() && !rest.is_empty()).then_some((db, rest))
-}
-
-/// Whether `path` is under a cargo registry's web API, `api/v1/crates`,
-/// which a registry may serve below a prefix of its own (`config.json`'s
-/// `api`, e.g. `artifactory/api/cargo/{repo}`).
-fn is_cargo_api(path: &str) -> bool {
-    const API: &str = "api/v1/crates";
-    path.match_indices(API).any(|(at, _)| {
-        (at == 0 || path[..at].ends_with('/'))
-            && matches!(path[at + API.len()..].chars().next(), None | Some('/'))
-    })
-}
-
 /// One variant of a content-negotiated document.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Variant {
@@ -82,124 +446,18 @@ pub struct Variant {
     pub accept: &'static str,
 }
 
-const PYPI_HTML: Variant = Variant {
-    suffix: "html",
-    accept: "application/vnd.pypi.simple.v1+html, text/html;q=0.9",
-};
-const PYPI_JSON: Variant = Variant {
-    suffix: "json",
-    accept: "application/vnd.pypi.simple.v1+json",
-};
-const NPM_FULL: Variant = Variant {
-    suffix: "full",
-    accept: "application/json",
-};
-const NPM_ABBREVIATED: Variant = Variant {
-    suffix: "abbreviated",
-    accept: "application/vnd.npm.install-v1+json",
-};
-
-impl RemoteKind {
-    /// Whether `path` names an artifact that never changes once published.
-    pub fn is_immutable(self, path: &str) -> bool {
-        if path.starts_with(FILES_PREFIX) {
-            // The files hosts of pypi and crates.io serve content-addressed
-            // or versioned files only.
-            return true;
-        }
-        match self {
-            RemoteKind::Generic => false,
-            RemoteKind::Pypi => {
-                path.starts_with("packages/")
-                    || [".whl", ".tar.gz", ".zip", ".tar.bz2", ".egg", ".metadata"]
-                        .iter()
-                        .any(|ext| path.ends_with(ext))
-            }
-            RemoteKind::Npm => path.contains("/-/") && path.ends_with(".tgz"),
-            RemoteKind::Cargo => path.ends_with(".crate") || path.ends_with("/download"),
-            RemoteKind::Apt => {
-                path.starts_with("pool/")
-                    || (path.starts_with("dists/") && path.contains("/by-hash/"))
-            }
-            // Checksum database: lookups and tiles never change once
-            // published (the tree only grows); `latest` does.
-            RemoteKind::Go => match sumdb_path(self, path) {
-                Some((_, rest)) => rest.starts_with("lookup/") || rest.starts_with("tile/"),
-                None => [".info", ".mod", ".zip"]
-                    .iter()
-                    .any(|ext| path.ends_with(ext)),
-            },
-            RemoteKind::Oci => oci::is_immutable(path),
-        }
-    }
-
-    /// The API endpoint `path` is, if it is one: proxied uncached, with the
-    /// query string. npm's audits and search; cargo's web API (`cargo search`,
-    /// `cargo info`), read-only, except crate downloads, which are artifacts.
-    pub fn pass_through(self, path: &str) -> Option<PassThrough> {
-        match self {
-            RemoteKind::Npm if NPM_AUDIT.contains(&path) => Some(PassThrough { post: true }),
-            RemoteKind::Npm if path == "-/v1/search" => Some(PassThrough { post: false }),
-            RemoteKind::Cargo if is_cargo_api(path) && !path.ends_with("/download") => {
-                Some(PassThrough { post: false })
-            }
-            _ => None,
-        }
-    }
-
-    /// Whether `path` is the GOPROXY protocol's `sumdb/{db}/supported`, which
-    /// a proxy that serves the checksum database answers 200 itself.
-    pub fn is_sumdb_supported(self, path: &str) -> bool {
-        sumdb_path(self, path).is_some_and(|(_, rest)| rest == "supported")
-    }
-
-    /// Whether `path` is an index document whose absolute URLs are rewritten.
-    pub fn is_document(self, path: &str) -> bool {
-        match self {
-            // The simple pages, and the JSON API (`pypi/{project}/json`,
-            // `pypi/{project}/{version}/json`), whose `urls` name the files host.
-            RemoteKind::Pypi => {
-                path == "simple/"
-                    || path.starts_with("simple/")
-                    || (path.starts_with("pypi/") && path.ends_with("/json"))
-            }
-            // Packuments: `/{name}`, `/@scope%2f{name}`, `/@scope/{name}`;
-            // not tarballs (`/-/`) nor registry endpoints (`-/…`).
-            RemoteKind::Npm => {
-                !path.starts_with("-/") && !path.contains("/-/") && !path.starts_with(FILES_PREFIX)
-            }
-            RemoteKind::Cargo => path == "config.json",
-            RemoteKind::Generic | RemoteKind::Apt | RemoteKind::Go | RemoteKind::Oci => false,
-        }
-    }
-
-    /// Every variant `path` is cached as, the default first; empty when the
-    /// path is not content-negotiated. Its responses carry `Vary: Accept`.
-    pub fn variants(self, path: &str) -> &'static [Variant] {
-        match self {
-            RemoteKind::Pypi if path.starts_with("simple/") => &[PYPI_HTML, PYPI_JSON],
-            RemoteKind::Npm if self.is_document(path) => &[NPM_FULL, NPM_ABBREVIATED],
-            RemoteKind::Oci => oci::variants(path),
-            _ => &[],
-        }
-    }
-
-    /// The variant a request asks for, for content-negotiated documents: the
-    /// other variant when `Accept` names its media type, else the default.
-    pub fn variant(self, path: &str, request: &HeaderMap) -> Option<Variant> {
-        if self == RemoteKind::Oci {
-            return oci::variant(path, request);
-        }
-        let accept = request
-            .get(header::ACCEPT)
-            .and_then(|v| v.to_str().ok())
-            .unwrap_or("");
-        let (default, others) = self.variants(path).split_first()?;
-        let asked = others
-            .iter()
-            .find(|v| accept.contains(v.accept.split(',').next().unwrap_or(v.accept)));
-        Some(*asked.unwrap_or(default))
-    }
+/// The variant of `variants` whose (first) media type `Accept` names, else
+/// the first; `None` when there are none.
+pub fn variant_by_accept(variants: &'static [Variant], request: &HeaderMap) -> Option<Variant> {
+    let accept = request
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let (default, others) = variants.split_first()?;
+    let asked = others
+        .iter()
+        .find(|v| accept.contains(v.accept.split(',').next().unwrap_or(v.accept)));
+    Some(*asked.unwrap_or(default))
 }
 
 #[cfg(test)]
@@ -207,147 +465,45 @@ mod tests {
     use super::*;
 
     #[test]
-    fn immutable_and_document_paths_per_kind() {
-        use RemoteKind::*;
-        for (kind, path, immutable, document) in [
-            (Pypi, "simple/six/", false, true),
-            (
-                Pypi,
-                "~files/packages/ab/cd/six-1.16.0-py2.py3-none-any.whl",
-                true,
-                false,
-            ),
-            (Pypi, "~files/packages/ab/six.whl.metadata", true, false),
-            (Pypi, "pypi/six/json", false, true),
-            (Pypi, "pypi/six/1.16.0/json", false, true),
-            (Npm, "left-pad", false, true),
-            (Npm, "@scope%2fname", false, true),
-            (Npm, "@scope/name", false, true),
-            (Npm, "@scope/name/-/name-1.0.0.tgz", true, false),
-            (Npm, "-/v1/search", false, false),
-            (Cargo, "config.json", false, true),
-            (Cargo, "3/s/syn", false, false),
-            (Cargo, "~files/syn/2.0.0/download", true, false),
-            (Cargo, "api/v1/crates/syn/2.0.0/download", true, false),
-            (Apt, "dists/bookworm/InRelease", false, false),
-            (
-                Apt,
-                "dists/bookworm/main/binary-amd64/by-hash/SHA256/abc",
-                true,
-                false,
-            ),
-            (Apt, "pool/main/h/hello/hello_2.10-3_amd64.deb", true, false),
-            (Go, "golang.org/x/text/@v/list", false, false),
-            (Go, "golang.org/x/text/@latest", false, false),
-            (Go, "golang.org/x/text/@v/v0.3.0.zip", true, false),
-            (Go, "golang.org/x/text/@v/v0.3.0.mod", true, false),
-            (Go, "sumdb/sum.golang.org/latest", false, false),
-            (
-                Go,
-                "sumdb/sum.golang.org/lookup/golang.org/x/text@v0.3.0",
-                true,
-                false,
-            ),
-            (Go, "sumdb/sum.golang.org/tile/8/0/x001/234", true, false),
-            (Go, "sumdb/sum.golang.org/tile/8/1/000.p/5", true, false),
-            (Go, "sumdb/sum.golang.org/supported", false, false),
-            (Generic, "sumdb/sum.golang.org/tile/8/0/000", false, false),
-        ] {
-            assert_eq!(
-                kind.is_immutable(path),
-                immutable,
-                "{kind:?} {path} immutable"
-            );
-            assert_eq!(kind.is_document(path), document, "{kind:?} {path} document");
-        }
-    }
-
-    #[test]
-    fn api_endpoints_pass_through_and_artifacts_do_not() {
-        use RemoteKind::*;
-        let (post, get) = (
-            Some(PassThrough { post: true }),
-            Some(PassThrough { post: false }),
-        );
-        for (kind, path, expected) in [
-            (Npm, "-/npm/v1/security/advisories/bulk", post),
-            (Npm, "-/npm/v1/security/audits", post),
-            (Npm, "-/npm/v1/security/audits/quick", post),
-            (Npm, "-/v1/search", get),
-            (Npm, "-/v1/search/more", None),
-            (Npm, "left-pad", None),
-            (Npm, "-/npm/v1/security/audits/quick/x", None),
-            (Cargo, "api/v1/crates", get),
-            (Cargo, "api/v1/crates/serde", get),
-            (Cargo, "api/v1/crates/serde/1.0.0/download", None),
-            (Cargo, "api/v1/crates-and-more", None),
-            (Cargo, "artifactory/api/cargo/crates-io/api/v1/crates", get),
-            (
-                Cargo,
-                "artifactory/api/cargo/crates-io/v1/crates/itoa/1.0.19/download",
-                None,
-            ),
-            (Cargo, "myapi/v1/crates", None),
-            (Cargo, "config.json", None),
-            (Pypi, "pypi/six/json", None),
-            (Generic, "-/v1/search", None),
-            (Go, "api/v1/crates", None),
-        ] {
-            assert_eq!(kind.pass_through(path), expected, "{kind:?} {path}");
-        }
-        assert!(get.unwrap().allows(&Method::HEAD));
-        assert!(!get.unwrap().allows(&Method::POST));
-        assert!(post.unwrap().allows(&Method::POST));
-        assert!(!post.unwrap().allows(&Method::PUT));
-    }
-
-    #[test]
-    fn sumdb_paths_of_go_remotes_only() {
-        use RemoteKind::*;
+    fn every_kind_is_found_by_its_name_once() {
+        let names: Vec<&str> = Kind::all().map(Kind::name).collect();
         assert_eq!(
-            sumdb_path(Go, "sumdb/sum.golang.org/lookup/m@v1.0.0"),
-            Some(("sum.golang.org", "lookup/m@v1.0.0"))
+            names,
+            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci"]
         );
-        assert_eq!(sumdb_path(Go, "sumdb/sum.golang.org/"), None);
-        assert_eq!(sumdb_path(Go, "sumdb//latest"), None);
-        assert_eq!(sumdb_path(Generic, "sumdb/sum.golang.org/latest"), None);
-        assert!(Go.is_sumdb_supported("sumdb/sum.golang.org/supported"));
-        assert!(!Go.is_sumdb_supported("sumdb/sum.golang.org/supported/x"));
-        assert!(!Npm.is_sumdb_supported("sumdb/sum.golang.org/supported"));
+        for name in names {
+            assert_eq!(Kind::named(name).map(Kind::name), Some(name));
+        }
+        assert!(Kind::named("maven2").is_none());
     }
 
     #[test]
-    fn accept_picks_the_variant_of_documents_only() {
-        use RemoteKind::*;
-        let accept = |value: &str| {
-            let mut headers = HeaderMap::new();
-            headers.insert(header::ACCEPT, value.parse().unwrap());
-            headers
-        };
-        for (kind, path, value, suffix) in [
-            (Pypi, "simple/six/", "", Some("html")),
-            (Pypi, "simple/six/", "text/html", Some("html")),
-            (
-                Pypi,
-                "simple/six/",
-                "application/vnd.pypi.simple.v1+json",
-                Some("json"),
-            ),
-            (Npm, "left-pad", "application/json", Some("full")),
-            (
-                Npm,
-                "left-pad",
-                "application/vnd.npm.install-v1+json; q=1.0, application/json; q=0.8",
-                Some("abbreviated"),
-            ),
-            (Npm, "left-pad/-/left-pad-1.0.0.tgz", "", None),
-            (Pypi, "~files/packages/six.whl", "", None),
-            (Cargo, "config.json", "", None),
-            (Pypi, "pypi/six/json", "application/json", None),
-        ] {
-            let variant = kind.variant(path, &accept(value)).map(|v| v.suffix);
-            assert_eq!(variant, suffix, "{kind:?} {path} {value}");
-            assert_eq!(kind.variants(path).is_empty(), suffix.is_none());
-        }
+    fn pass_through_methods() {
+        let (post, get) = (PassThrough { post: true }, PassThrough { post: false });
+        assert!(get.allows(&Method::HEAD));
+        assert!(!get.allows(&Method::POST));
+        assert!(post.allows(&Method::POST));
+        assert!(!post.allows(&Method::PUT));
+    }
+
+    #[test]
+    fn keys_of_other_kinds_are_refused_with_a_reason() {
+        let refusal = |kind: &str, key: &str| Kind::named(kind).unwrap().0.refuses_key(key);
+        assert_eq!(refusal("go", "sumdb"), None);
+        assert!(refusal("npm", "sumdb")
+            .unwrap()
+            .contains("only a go remote"));
+        assert_eq!(refusal("oci", "registry"), None);
+        assert!(refusal("pypi", "registry").is_some());
+        assert!(refusal("oci", "bearer_token").is_some());
+        assert_eq!(refusal("npm", "bearer_token"), None);
+        assert_eq!(
+            refusal("apt", "deny").unwrap(),
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm and cargo remotes"
+        );
+        assert!(refusal("generic", "require_declared_hash").is_some());
+        assert!(refusal("go", "require_declared_hash").is_some());
+        assert_eq!(refusal("apt", "require_declared_hash"), None);
+        assert_eq!(refusal("oci", "require_declared_hash"), None);
     }
 }

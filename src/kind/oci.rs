@@ -12,7 +12,61 @@ use std::sync::OnceLock;
 use axum::http::{header, HeaderMap};
 use url::Url;
 
-use super::Variant;
+use super::declared::Declared;
+use super::{standard_refusal, Digests, Ecosystem, Protocol, Variant};
+
+/// An OCI / Docker registry remote, pulled through.
+pub struct Oci;
+
+impl Ecosystem for Oci {
+    fn name(&self) -> &'static str {
+        "oci"
+    }
+
+    fn is_immutable(&self, path: &str) -> bool {
+        is_immutable(path)
+    }
+
+    fn variants(&self, path: &str) -> &'static [Variant] {
+        variants(path)
+    }
+
+    fn variant(&self, path: &str, request: &HeaderMap) -> Option<Variant> {
+        variant(path, request)
+    }
+
+    fn protocol(&self) -> Protocol {
+        Protocol::Registry
+    }
+
+    fn refuses_key(&self, key: &str) -> Option<String> {
+        match key {
+            "registry" => None,
+            "bearer_token" => Some(
+                "an oci remote fetches its own tokens from the registry's token service; \
+                 give `username` and `password_env` instead"
+                    .to_string(),
+            ),
+            _ => standard_refusal(self.name(), self.digests(), self.packages(), key),
+        }
+    }
+
+    fn digests(&self) -> Option<&dyn Digests> {
+        Some(self)
+    }
+
+    #[cfg(test)]
+    fn conformance(&self) -> super::conformance::Rows {
+        tests::rows()
+    }
+}
+
+impl Digests for Oci {
+    /// A blob, or a manifest fetched by digest: the address is the digest.
+    fn in_path(&self, path: &str) -> Option<Declared> {
+        Declared::parse(digest_in_path(path)?)
+    }
+}
 
 /// What a `/v2/<name>/…` request asks for.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -251,8 +305,47 @@ pub fn variant(path: &str, request: &HeaderMap) -> Option<Variant> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kind::conformance::{Class, Rows};
 
     const D: &str = "sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855";
+
+    pub(super) fn rows() -> Rows {
+        Rows {
+            paths: vec![
+                ("v2/library/alpine/manifests/3.19", Class::Mutable),
+                (
+                    "v2/library/alpine/manifests/sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                    Class::Immutable,
+                ),
+                (
+                    "v2/a/b/blobs/sha256:e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855",
+                    Class::Immutable,
+                ),
+                ("v2/library/alpine/tags/list", Class::Mutable),
+            ],
+            variants: vec![
+                ("v2/library/alpine/manifests/3.19", "", Some("mf")),
+                (
+                    "v2/library/alpine/manifests/3.19",
+                    "application/vnd.oci.image.manifest.v1+json",
+                    Some("m4"),
+                ),
+                ("v2/library/alpine/tags/list", "", None),
+            ],
+            keys: vec![("v2/library/alpine/tags/list", None)],
+            ..Rows::default()
+        }
+    }
+
+    #[test]
+    fn digest_addressed_paths_declare_their_digest() {
+        let blob = format!("v2/a/b/blobs/{D}");
+        assert_eq!(
+            Oci.in_path(&blob).map(|d| d.to_string()),
+            Some(D.to_string())
+        );
+        assert_eq!(Oci.in_path("v2/a/manifests/latest"), None);
+    }
 
     #[test]
     fn pull_endpoints_split_and_check_their_parts() {

@@ -1,16 +1,16 @@
 //! Cache policy: which paths of a remote are immutable (cached forever: the
-//! kind's rules in `kind`, plus the operator's patterns) and how long the rest
+//! ecosystem's rules, plus the operator's patterns) and how long the rest
 //! stay fresh before they are revalidated upstream.
 
 use std::time::Duration;
 
 use globset::{GlobBuilder, GlobSet, GlobSetBuilder};
 
-use crate::config::{RemoteConfig, RemoteKind};
+use super::Kind;
 
 #[derive(Debug)]
 pub struct CachePolicy {
-    kind: RemoteKind,
+    kind: Kind,
     immutable: GlobSet,
     revalidate_after: Duration,
 }
@@ -18,18 +18,18 @@ pub struct CachePolicy {
 impl CachePolicy {
     /// Patterns were checked when the config was validated; `*` crosses `/`,
     /// so `*.deb` matches a `.deb` at any depth, and `pool/**` a whole tree.
-    pub fn new(config: &RemoteConfig) -> CachePolicy {
+    pub fn new(kind: Kind, patterns: &[String], revalidate_after: Duration) -> CachePolicy {
         let mut set = GlobSetBuilder::new();
-        for pattern in &config.immutable {
+        for pattern in patterns {
             let glob = GlobBuilder::new(pattern)
                 .build()
                 .expect("patterns are validated with the config");
             set.add(glob);
         }
         CachePolicy {
-            kind: config.kind,
+            kind,
             immutable: set.build().expect("validated patterns build"),
-            revalidate_after: config.revalidate_after,
+            revalidate_after,
         }
     }
 

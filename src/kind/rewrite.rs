@@ -11,7 +11,6 @@
 use url::Url;
 
 use super::FILES_PREFIX;
-use crate::config::RemoteConfig;
 
 pub struct Rewrite {
     /// (mirror base, proxy base), most path segments first; the files
@@ -122,16 +121,16 @@ fn match_segments(path: &str, segments: &[String]) -> Option<usize> {
 }
 
 impl Rewrite {
-    /// The rewrite for the remote `config` as seen by a client that reaches the proxy at
+    /// The rewrite for the remote `remote` (index mirrors `mirrors`, files
+    /// mirrors `files`) as seen by a client that reaches the proxy at
     /// `public_base` (e.g. `http://127.0.0.1:8080`, no trailing slash).
-    pub fn new(config: &RemoteConfig, public_base: &str) -> Rewrite {
-        let to_index = format!("{public_base}/{}", config.name);
+    pub fn new(remote: &str, mirrors: &[Url], files: &[Url], public_base: &str) -> Rewrite {
+        let to_index = format!("{public_base}/{remote}");
         let to_files = format!("{to_index}/{}", FILES_PREFIX.trim_end_matches('/'));
-        let bases = config
-            .files
+        let bases = files
             .iter()
             .map(|u| (u, to_files.clone()))
-            .chain(config.mirrors.iter().map(|u| (u, to_index.clone())));
+            .chain(mirrors.iter().map(|u| (u, to_index.clone())));
         Rewrite::from_pairs(bases.filter_map(|(url, to)| Some((Origin::of(url)?, to))))
     }
 

@@ -12,20 +12,21 @@ use super::hedge;
 use super::select::{InflightGuard, Mirror};
 use super::{MirrorSet, Remote};
 use crate::clock::now_ms;
-use crate::config::{RemoteConfig, RemoteKind, UpstreamAuth};
+use crate::config::{RemoteConfig, UpstreamAuth};
 use crate::error::{AttemptError, ProxyError};
+use crate::kind::Protocol;
 
 /// Hops a redirect chain may take (each to one of the remote's own hosts).
 const MAX_REDIRECTS: usize = 5;
 
 /// The HTTP client of one remote. Redirects are followed only to hosts (and
 /// ports) of that remote's mirrors, so a mirror cannot point the proxy at an
-/// arbitrary address — except an oci remote's: registries send blob GETs to
+/// arbitrary address — except a registry remote's (`Protocol::Registry`): registries send blob GETs to
 /// storage hosts (a CDN, S3) by redirect. Those are followed anywhere over
 /// http(s), without credentials (reqwest drops `Authorization` when the
 /// host changes), and what comes back is still checked against the digest.
 pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Error> {
-    let anywhere = config.kind == RemoteKind::Oci;
+    let anywhere = config.kind.ecosystem().protocol() == Protocol::Registry;
     let allowed: Vec<(String, Option<u16>)> = config
         .mirrors
         .iter()
@@ -251,9 +252,9 @@ fn request_for(
     // other encoding is refused by the fill.
     // An oci remote's credentials go to its token service (`token::send`).
     let get = remote.client.get(url);
-    let mut request = match remote.config.kind {
-        RemoteKind::Oci => get,
-        _ => authorize(get, &remote.config.auth),
+    let mut request = match remote.config.kind.ecosystem().protocol() {
+        Protocol::Registry => get,
+        Protocol::Plain => authorize(get, &remote.config.auth),
     }
     .header(header::ACCEPT_ENCODING, "identity");
     if let Some(accept) = accept {
@@ -286,11 +287,11 @@ async fn attempt<'r>(
     let guard = set.mirrors[mirror_idx].begin_attempt();
     let started = Instant::now();
     let send = async {
-        match remote.config.kind {
-            RemoteKind::Oci => {
+        match remote.config.kind.ecosystem().protocol() {
+            Protocol::Registry => {
                 super::token::send(remote, set.mirrors[mirror_idx].base(), path, request).await
             }
-            _ => request.send().await,
+            Protocol::Plain => request.send().await,
         }
     };
     let outcome = tokio::time::timeout(remote.config.first_byte_timeout, send).await;

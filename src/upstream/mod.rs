@@ -26,7 +26,7 @@ use url::Url;
 
 use crate::config::RemoteConfig;
 use crate::kind::policy::CachePolicy;
-use crate::kind::{sumdb_path, FILES_PREFIX};
+use crate::kind::FILES_PREFIX;
 use crate::metrics::{Metrics, MirrorMetrics, RemoteCounters};
 use health::{HealthRegistry, MirrorHealth};
 use select::{GaugeRegistry, Mirror, Selector};
@@ -97,7 +97,7 @@ impl Remote {
             sumdb: (!config.sumdb.is_empty())
                 .then(|| MirrorSet::new(config, &config.sumdb, gauges, health, metrics)),
             counters: metrics.remote_counters(&config.name),
-            policy: CachePolicy::new(config),
+            policy: CachePolicy::new(config.kind, &config.immutable, config.revalidate_after),
             client: fetch::client_for(config)?,
             tokens: token::Tokens::default(),
             config: config.clone(),
@@ -111,8 +111,7 @@ impl Remote {
         if let (Some(files), Some(rest)) = (&self.files, path.strip_prefix(FILES_PREFIX)) {
             return (files, rest);
         }
-        if let (Some(sumdb), Some((_db, rest))) = (&self.sumdb, sumdb_path(self.config.kind, path))
-        {
+        if let (Some(sumdb), Some((_db, rest))) = (&self.sumdb, self.config.kind.sumdb_path(path)) {
             return (sumdb, rest);
         }
         (&self.index, path)

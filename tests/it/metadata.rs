@@ -149,8 +149,9 @@ async fn exercise(url: &str) {
 /// Declared digests: stored in chunks, a duplicate-free upsert that reports
 /// only what changed, and the rows a cargo `crate/version` names.
 async fn declared_digests(meta: &MetadataStore) {
-    use mirrorcache::config::RemoteKind;
     use mirrorcache::kind::declared::{Algo, Declared};
+    use mirrorcache::kind::Kind;
+    let cargo = Kind::named("cargo").unwrap().digests().unwrap();
     let digest = |byte: u8| Declared::new(Algo::Sha256, vec![byte; 32]).unwrap();
     let items: Vec<(String, Declared)> = (0..450)
         .map(|i| (format!("p/-/p-{i}.tgz"), digest(1)))
@@ -176,12 +177,12 @@ async fn declared_digests(meta: &MetadataStore) {
     let download = ArtifactPath::parse("/c/api/v1/crates/Leaf_X/1.0.0/download").unwrap();
     meta.record(&download, entry(4, 40, 6_000)).await.unwrap();
     let rows = meta
-        .rows_for_artifact("c", RemoteKind::Cargo, "leaf_x/1.0.0")
+        .rows_for_artifact("c", "leaf_x/1.0.0", &cargo.cached_at("leaf_x/1.0.0"))
         .await
         .unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(meta
-        .rows_for_artifact("c", RemoteKind::Cargo, "other/1.0.0")
+        .rows_for_artifact("c", "other/1.0.0", &cargo.cached_at("other/1.0.0"))
         .await
         .unwrap()
         .is_empty());

@@ -426,7 +426,8 @@ fn json_links(page: &str) -> Result<Vec<String>, serde_json::Error> {
 
 /// PEP 503's normalised project name.
 fn pep503(name: &str) -> String {
-    crate::config::normalise_name(crate::config::RemoteKind::Pypi, name)
+    use crate::kind::Packages as _;
+    crate::kind::pypi::Pypi.normalise(name)
 }
 
 /// (normalised project, version) of a wheel or sdist file name.
