@@ -41,6 +41,10 @@ pub struct Proxy {
     /// memory instead of re-reading its package's document. Kept 10 minutes,
     /// so a time a document gains later is seen.
     pub publish_times: moka::sync::Cache<String, Option<i64>>,
+    /// Checksums computed for checksum paths (`x.jar.sha1`), by the ETag of
+    /// the bytes served for the file and the function: a file is hashed
+    /// once per process, not per request for its sidecar.
+    pub checksums: moka::sync::Cache<(String, &'static str), String>,
 }
 
 impl Proxy {
@@ -69,6 +73,7 @@ impl Proxy {
                 .max_capacity(100_000)
                 .time_to_live(std::time::Duration::from_secs(600))
                 .build(),
+            checksums: moka::sync::Cache::builder().max_capacity(100_000).build(),
         });
         proxy.start_probes();
         Ok(proxy)

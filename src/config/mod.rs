@@ -15,7 +15,7 @@ mod raw;
 mod validate;
 
 use crate::kind::guard::GuardConfig;
-use crate::kind::Kind;
+use crate::kind::{Kind, VersionPolicy};
 
 use raw::RawConfig;
 use validate::Validator;
@@ -165,6 +165,9 @@ pub struct RemoteConfig {
     pub mirror_max_in_flight: Option<usize>,
     /// Artifacts whose digest no index declared are refused (403).
     pub require_declared_hash: bool,
+    /// Which versions are served (snapshots, releases or both); the other
+    /// kind is 404 without asking upstream.
+    pub version_policy: VersionPolicy,
     pub health: HealthConfig,
     pub auth: UpstreamAuth,
     /// An oci remote's registry host as containerd names it in `?ns=`

@@ -182,6 +182,8 @@ pub(super) struct RawRemote {
     #[serde(default)]
     pub(super) mirror_max_in_flight: usize,
     pub(super) require_declared_hash: Option<Spanned<bool>>,
+    /// `releases`, `snapshots` or `both` (kinds with snapshots: maven).
+    pub(super) version_policy: Option<Spanned<String>>,
     #[serde(default = "default_eject_after")]
     pub(super) eject_after: u32,
     #[serde(default = "default_eject_cooldown")]

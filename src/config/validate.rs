@@ -10,7 +10,7 @@ use url::Url;
 use super::raw::*;
 use super::*;
 use crate::kind::guard::{self, GuardConfig};
-use crate::kind::{Kind, Protocol};
+use crate::kind::{Kind, Protocol, VersionPolicy};
 pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
     pub(super) origin: &'a str,
@@ -319,6 +319,26 @@ impl Validator<'_> {
             Some(flag) => *flag.get_ref(),
             None => false,
         };
+        let version_policy = match &raw.version_policy {
+            None => VersionPolicy::default(),
+            Some(text) => {
+                let key = format!("remote[{i}].version_policy");
+                if let Some(refusal) = ecosystem.refuses_key("version_policy") {
+                    return self.error(key, text.span(), refusal);
+                }
+                match VersionPolicy::parse(text.get_ref()) {
+                    Some(policy) => policy,
+                    None => return self.error(
+                        key,
+                        text.span(),
+                        format!(
+                            "{:?} is not a version policy: \"releases\", \"snapshots\" or \"both\"",
+                            text.get_ref()
+                        ),
+                    ),
+                }
+            }
+        };
         Ok(RemoteConfig {
             name,
             kind,
@@ -341,6 +361,7 @@ impl Validator<'_> {
             mirror_max_in_flight: (raw.mirror_max_in_flight > 0)
                 .then_some(raw.mirror_max_in_flight),
             require_declared_hash,
+            version_policy,
             health: HealthConfig {
                 eject_after: raw.eject_after.max(1),
                 cooldown: raw.eject_cooldown.0,

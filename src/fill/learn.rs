@@ -6,8 +6,8 @@ use std::fs::File;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::FillRegistry;
-use crate::cache::{Blob, Cache, Digest};
+use super::{FillRegistry, FillState};
+use crate::cache::{Blob, Cache, Digest, Entry};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{canonical, Algo, Declared, Document};
@@ -36,15 +36,24 @@ pub(super) struct FillDigests {
 impl FillDigests {
     /// `require_declared_hash` turns "nothing declared" into a refusal.
     pub(super) async fn of(
-        fills: &FillRegistry,
-        remote: &Remote,
+        fills: &Arc<FillRegistry>,
+        remote: &Arc<Remote>,
         path: &ArtifactPath,
     ) -> Result<FillDigests, ProxyError> {
         let mut role = remote.config.kind.digest_role(path.path());
         let expected = match (role.in_path.take(), &role.artifact_key) {
             (Some(declared), _) => Some(declared),
             (None, None) => None,
-            (None, Some(artifact)) => declared_for(fills, remote, path, artifact).await?,
+            (None, Some(artifact)) => match declared_for(fills, remote, path, artifact).await? {
+                Some(declared) => Some(declared),
+                None => match fetch_declaring(fills, remote, path, artifact).await {
+                    Some(declared) => Some(declared),
+                    None if remote.config.require_declared_hash => {
+                        return Err(ProxyError::Undeclared)
+                    }
+                    None => None,
+                },
+            },
         };
         Ok(FillDigests { expected, role })
     }
@@ -123,9 +132,7 @@ async fn declared_for(
         found = meta.declared(&remote.name, artifact).await;
     }
     match found {
-        Ok(Some(declared)) => Ok(Some(declared)),
-        Ok(None) if remote.config.require_declared_hash => Err(ProxyError::Undeclared),
-        Ok(None) => Ok(None),
+        Ok(found) => Ok(found),
         Err(error) => {
             tracing::warn!(key = path.key(), %error, "declared digests unavailable");
             // Fail closed only where the operator asked for declared digests.
@@ -135,6 +142,92 @@ async fn declared_for(
                 Ok(None)
             }
         }
+    }
+}
+
+/// The largest declaring document read by [`fetch_declaring`] (a sidecar
+/// holds one digest).
+const MAX_DECLARING: u64 = 4096;
+
+/// For an artifact whose declaring documents the proxy fetches itself
+/// (`Digests::declared_by`: Maven's sidecars): fetches them all through the
+/// cache at once, keeps the strongest digest any of them declares for
+/// `artifact` in the `declared` table, and returns it.
+async fn fetch_declaring(
+    fills: &Arc<FillRegistry>,
+    remote: &Arc<Remote>,
+    path: &ArtifactPath,
+    artifact: &str,
+) -> Option<Declared> {
+    let digests = remote.config.kind.digests()?;
+    let sources = digests.declared_by(path.path());
+    if sources.is_empty() {
+        return None;
+    }
+    let bodies = futures_util::future::join_all(
+        sources
+            .iter()
+            .map(|source| fetch_whole(fills, remote, source)),
+    )
+    .await;
+    let config = &remote.config;
+    let strongest = sources
+        .iter()
+        .zip(bodies)
+        .filter_map(|(source, body)| {
+            let document = Document::new(&config.name, &config.mirrors, &config.files, source);
+            let learned = digests.learn(&document, &body?);
+            learned.into_iter().next().map(|(_, declared)| declared)
+        })
+        .max_by_key(|declared| declared.algo().len())?;
+    let items = [(artifact.to_string(), strongest.clone())];
+    if let Err(error) = fills
+        .cache
+        .learn_declared(&remote.name, config.kind, &items, now_ms())
+        .await
+    {
+        tracing::warn!(key = path.key(), %error, "could not keep a declared digest");
+    }
+    Some(strongest)
+}
+
+/// The body of `path` (below the remote) through the cache: a cached copy,
+/// else a fill joined or started; `None` when it cannot be had (a 404, a
+/// failure) or is larger than [`MAX_DECLARING`].
+async fn fetch_whole(
+    fills: &Arc<FillRegistry>,
+    remote: &Arc<Remote>,
+    path: &str,
+) -> Option<Vec<u8>> {
+    let key = ArtifactPath::parse(&format!("/{}/{path}", remote.name)).ok()?;
+    let cache = &fills.cache;
+    let read = |entry: Arc<Entry>| async move {
+        if entry.size > MAX_DECLARING {
+            return None;
+        }
+        let blob = cache.open_blob(&entry.digest, entry.size).await.ok()?;
+        blob.read_all(entry.size).await.ok()
+    };
+    if let Ok(Some(entry)) = cache.meta.lookup(&key).await {
+        return read(entry).await;
+    }
+    if let Some((_, at)) = cache.meta.absent(&key) {
+        if now_ms() - at < remote.config.negative_ttl.as_millis() as i64 {
+            return None;
+        }
+    }
+    let (mut rx, _) = fills.join_or_start(remote, &key, None, None).ok()?;
+    let state = rx
+        .wait_for(|s| !matches!(s, FillState::Connecting | FillState::Streaming { .. }))
+        .await
+        .ok()?
+        .clone();
+    match state {
+        FillState::Complete { entry, file, .. } if entry.size <= MAX_DECLARING => {
+            Blob::Local(file).read_all(entry.size).await.ok()
+        }
+        FillState::Shared(entry) | FillState::Revalidated(entry) => read(entry).await,
+        _ => None,
     }
 }
 

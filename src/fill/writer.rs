@@ -91,8 +91,8 @@ impl Drop for AbortOnDrop {
 /// commit. A body that does not match its declared digest is refused and the
 /// next mirror asked, until one sends the declared bytes or none is left.
 async fn fill(
-    fills: &FillRegistry,
-    remote: &Remote,
+    fills: &Arc<FillRegistry>,
+    remote: &Arc<Remote>,
     path: &ArtifactPath,
     accept: Option<&'static str>,
     stale: Option<&Entry>,

@@ -12,12 +12,13 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::cache::Blob;
+use crate::cache::Entry;
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::fill::FillState;
 use crate::kind::guard::{Filtered, Judge};
 use crate::kind::package::Artifact;
-use crate::kind::{Packages, Variant};
+use crate::kind::{Packages, TimeKey, Variant};
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::Remote;
@@ -30,6 +31,8 @@ pub(super) struct DocumentFilter {
     suffix: &'static str,
     /// Where publish times come from when the document has none.
     times_from: Option<(String, Variant)>,
+    /// The cooldown that applies to the package, if any.
+    cooldown: Option<std::time::Duration>,
 }
 
 /// The filter for `path` (the request's variant `variant`), if the remote
@@ -47,16 +50,17 @@ pub(super) fn document_filter(
     let packages = kind.packages()?;
     let name = packages.document(path)?;
     let suffix = variant.map_or("", |v| v.suffix);
-    let cooldown = guard.cooldown_for(&packages.normalise(&name)).is_some();
+    let cooldown = guard.cooldown_for(&packages.normalise(&name));
     let times_from = packages
         .times_variant(suffix)
-        .filter(|_| cooldown)
+        .filter(|_| cooldown.is_some())
         .and_then(|times| kind.variants(path).iter().find(|v| v.suffix == times))
         .map(|v| (path.to_string(), *v));
     Some(DocumentFilter {
         name,
         suffix,
         times_from,
+        cooldown,
     })
 }
 
@@ -70,12 +74,13 @@ pub(super) async fn filter_document(
     let Some(packages) = remote.config.kind.packages() else {
         return Ok(body);
     };
-    let times = match &filter.times_from {
-        Some((path, variant)) => {
-            let sibling = sibling_body(proxy, remote, path, Some(*variant)).await?;
+    let times = match (&filter.times_from, filter.cooldown) {
+        (Some((path, variant)), _) => {
+            let (_, sibling) = sibling_body(proxy, remote, path, Some(*variant)).await?;
             packages.publish_times(&sibling)
         }
-        None => HashMap::new(),
+        (None, Some(min_age)) => dated_times(proxy, remote, packages, filter, &body, min_age).await,
+        (None, None) => HashMap::new(),
     };
     let remote = remote.clone();
     let (name, suffix) = (filter.name.clone(), filter.suffix);
@@ -170,8 +175,65 @@ async fn publish_time(
         .iter()
         .find(|v| v.suffix == source.suffix)
         .copied();
-    let body = sibling_body(proxy, remote, &source.document, variant).await?;
-    Ok(packages.publish_times(&body).get(&source.key).copied())
+    let (entry, body) = sibling_body(proxy, remote, &source.document, variant).await?;
+    Ok(match &source.key {
+        TimeKey::Listed(key) => packages.publish_times(&body).get(key).copied(),
+        TimeKey::LastModified => entry
+            .upstream_last_modified
+            .as_deref()
+            .and_then(|date| httpdate::parse_http_date(date).ok())
+            .and_then(|at| at.duration_since(std::time::UNIX_EPOCH).ok())
+            .map(|since| since.as_millis() as i64),
+    })
+}
+
+/// The most versions of one document whose publish times are read one by
+/// one (a Maven artifact's `.pom`s) before the rest are taken to be older.
+const MAX_DATED_VERSIONS: usize = 32;
+
+/// Publish times by version for a document that has none of its own: read
+/// newest version first (each remembered in `Proxy::publish_times`) until
+/// one is older than `min_age`, when the older versions are taken to be
+/// older still. A version whose time cannot be read has none (the cooldown
+/// lets it through, as for any version without a time; its files are
+/// judged again when they are asked for).
+async fn dated_times(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    packages: &dyn Packages,
+    filter: &DocumentFilter,
+    body: &[u8],
+    min_age: std::time::Duration,
+) -> HashMap<String, i64> {
+    let mut times = HashMap::new();
+    let now = now_ms();
+    for artifact in packages
+        .dated_versions(&filter.name, body)
+        .into_iter()
+        .take(MAX_DATED_VERSIONS)
+    {
+        let Some(source) = packages.time_source(&artifact) else {
+            continue;
+        };
+        let key = format!("{}/{}", remote.name, source.document);
+        let published = match proxy.publish_times.get(&key) {
+            Some(published) => published,
+            None => {
+                let published = publish_time(proxy, remote, packages, &artifact)
+                    .await
+                    .unwrap_or(None);
+                proxy.publish_times.insert(key, published);
+                published
+            }
+        };
+        if let Some(at) = published {
+            times.insert(artifact.version.clone(), at);
+            if now - at >= min_age.as_millis() as i64 {
+                break;
+            }
+        }
+    }
+    times
 }
 
 /// The refusal as the ecosystem's client shows it: pip prints only the
@@ -183,15 +245,15 @@ fn refused(packages: &dyn Packages, reason: String) -> ProxyError {
     }
 }
 
-/// The stored bytes of another path of the remote (one `variant` of it),
-/// through the cache: fresh from the store, else from a fill (joined or
-/// started), else a stale copy within `max_stale` when the mirrors fail.
+/// Another path of the remote (one `variant` of it), its entry and stored
+/// bytes, through the cache: fresh from the store, else from a fill (joined
+/// or started), else a stale copy within `max_stale` when the mirrors fail.
 async fn sibling_body(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
     path: &str,
     variant: Option<Variant>,
-) -> Result<Vec<u8>, ProxyError> {
+) -> Result<(Arc<Entry>, Vec<u8>), ProxyError> {
     let key = ArtifactPath::parse(&format!("/{}/{path}", remote.name))?;
     let key = variant.map_or_else(|| key.clone(), |v| key.with_variant(v.suffix));
     let now = now_ms();
@@ -206,7 +268,8 @@ async fn sibling_body(
             match proxy.cache.open_blob(&entry.digest, entry.size).await {
                 Ok(blob) if fresh => {
                     entry.touch(now);
-                    return read(blob, entry.size).await;
+                    let body = read(blob, entry.size).await?;
+                    return Ok((entry, body));
                 }
                 Ok(_) => Some(entry),
                 Err(_) => None,
@@ -225,7 +288,8 @@ async fn sibling_body(
         .unwrap_or(FillState::Failed(ProxyError::FillAborted));
     let entry = match state {
         FillState::Complete { entry, file, .. } => {
-            return read(Blob::Local(file), entry.size).await;
+            let body = read(Blob::Local(file), entry.size).await?;
+            return Ok((entry, body));
         }
         FillState::Shared(entry) | FillState::Revalidated(entry) => entry,
         FillState::Bypass { head, .. } => {
@@ -245,5 +309,6 @@ async fn sibling_body(
         .open_blob(&entry.digest, entry.size)
         .await
         .map_err(|e| ProxyError::Store(e.to_string()))?;
-    read(blob, entry.size).await
+    let body = read(blob, entry.size).await?;
+    Ok((entry, body))
 }

@@ -4,6 +4,7 @@
 //! `error::ProxyError::status`.
 
 mod admin;
+mod checksum;
 mod dashboard;
 mod guard;
 mod oci;
@@ -202,6 +203,18 @@ async fn serve(
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
     let kind = remote.config.kind;
+    let ecosystem = kind.ecosystem();
+    if !remote
+        .config
+        .version_policy
+        .allows(ecosystem.is_snapshot(path.path()))
+    {
+        // The other kind of version: this remote does not have it.
+        return Err(ProxyError::NotFound { status: 404 });
+    }
+    if let Some((of, algo)) = ecosystem.checksum_of(path.path()) {
+        return checksum::serve(proxy, remote, of, algo).await;
+    }
     let variant = kind.variant(path.path(), headers);
     guard::check_artifact(proxy, remote, path).await?;
     let request = ArtifactRequest {

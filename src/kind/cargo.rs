@@ -13,7 +13,9 @@ use serde_json::Value;
 use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
-use super::{CachedAt, Digests, Ecosystem, Packages, PassThrough, TimeSource, FILES_PREFIX};
+use super::{
+    CachedAt, Digests, Ecosystem, Packages, PassThrough, TimeKey, TimeSource, FILES_PREFIX,
+};
 
 pub struct Cargo;
 
@@ -130,7 +132,7 @@ impl Packages for Cargo {
         Some(TimeSource {
             document: index_path(&artifact.name),
             suffix: "",
-            key: artifact.version.clone(),
+            key: TimeKey::Listed(artifact.version.clone()),
         })
     }
 

@@ -21,6 +21,8 @@ pub enum Algo {
     Sha512,
     /// npm's `shasum`, for packages published before `integrity` existed.
     Sha1,
+    /// Maven's `.md5` sidecars (the last resort: the weakest).
+    Md5,
 }
 
 impl Algo {
@@ -29,6 +31,7 @@ impl Algo {
             Algo::Sha256 => "sha256",
             Algo::Sha512 => "sha512",
             Algo::Sha1 => "sha1",
+            Algo::Md5 => "md5",
         }
     }
 
@@ -37,15 +40,19 @@ impl Algo {
             "sha256" => Some(Algo::Sha256),
             "sha512" => Some(Algo::Sha512),
             "sha1" => Some(Algo::Sha1),
+            "md5" => Some(Algo::Md5),
             _ => None,
         }
     }
 
-    fn len(self) -> usize {
+    /// The digest's length in bytes, which also ranks the functions by
+    /// strength.
+    pub fn len(self) -> usize {
         match self {
             Algo::Sha256 => 32,
             Algo::Sha512 => 64,
             Algo::Sha1 => 20,
+            Algo::Md5 => 16,
         }
     }
 }
@@ -118,6 +125,7 @@ pub struct Hashers {
 enum Other {
     Sha512(sha2::Sha512),
     Sha1(sha1::Sha1),
+    Md5(md5::Md5),
 }
 
 impl Hashers {
@@ -125,6 +133,7 @@ impl Hashers {
         let other = match expected.map(Declared::algo) {
             Some(Algo::Sha512) => Some(Other::Sha512(sha2::Sha512::new())),
             Some(Algo::Sha1) => Some(Other::Sha1(sha1::Sha1::new())),
+            Some(Algo::Md5) => Some(Other::Md5(md5::Md5::new())),
             Some(Algo::Sha256) | None => None,
         };
         Hashers {
@@ -138,6 +147,7 @@ impl Hashers {
         match &mut self.other {
             Some(Other::Sha512(h)) => h.update(bytes),
             Some(Other::Sha1(h)) => h.update(bytes),
+            Some(Other::Md5(h)) => h.update(bytes),
             None => {}
         }
     }
@@ -153,6 +163,10 @@ impl Hashers {
             },
             Some(Other::Sha1(h)) => Declared {
                 algo: Algo::Sha1,
+                digest: h.finalize().to_vec(),
+            },
+            Some(Other::Md5(h)) => Declared {
+                algo: Algo::Md5,
                 digest: h.finalize().to_vec(),
             },
             None => Declared {

@@ -22,6 +22,7 @@ pub mod declared;
 pub mod generic;
 pub mod go;
 pub mod guard;
+pub mod maven;
 pub mod npm;
 pub mod oci;
 pub mod package;
@@ -37,7 +38,7 @@ use std::fmt;
 
 use axum::http::{header, HeaderMap, Method};
 
-use declared::{Declared, Document};
+use declared::{Algo, Declared, Document};
 use guard::{Filtered, Judge, VersionSpec};
 use package::Artifact;
 
@@ -89,6 +90,22 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// For paths served by the remote's `sumdb` mirrors: the database's name
     /// and the path within it.
     fn sumdb_path<'p>(&self, _path: &'p str) -> Option<(&'p str, &'p str)> {
+        None
+    }
+
+    /// For a checksum file of another path (Maven's `x.jar.sha1`): that path
+    /// and the function. The proxy answers it from the other path's bytes as
+    /// it serves them (filtered, for a document), so a file and its checksum
+    /// never disagree, and a checksum the mirror lacks is still answered.
+    /// Default: none.
+    fn checksum_of<'p>(&self, _path: &'p str) -> Option<(&'p str, Algo)> {
+        None
+    }
+
+    /// Whether `path` belongs to a snapshot (`Some(true)`) or a release
+    /// (`Some(false)`) version, for the remote's `version_policy`; `None`
+    /// when it belongs to neither (an index of all versions). Default: none.
+    fn is_snapshot(&self, _path: &str) -> Option<bool> {
         None
     }
 
@@ -171,6 +188,15 @@ pub trait Digests: Send + Sync {
         Vec::new()
     }
 
+    /// Documents that declare the digest of the artifact at `path` and that
+    /// the proxy fetches itself, strongest first, before the artifact's fill
+    /// checks its body, when nothing is declared for it yet (Maven's
+    /// sidecars, which clients read only after the file). The strongest one
+    /// a mirror has is kept. Default: none.
+    fn declared_by(&self, _path: &str) -> Vec<String> {
+        Vec::new()
+    }
+
     /// Where cached rows of the artifact `artifact` (a key [`artifact_key`]
     /// gave) may be. Default: at the key itself.
     ///
@@ -219,7 +245,7 @@ pub trait Packages: Send + Sync {
     /// The package whose document `path` is.
     fn document(&self, path: &str) -> Option<String>;
 
-    /// Publish times a document gives, keyed as [`TimeSource::key`] names
+    /// Publish times a document gives, keyed as [`TimeKey::Listed`] names
     /// them; empty when it gives none. Default: none.
     fn publish_times(&self, _body: &[u8]) -> HashMap<String, i64> {
         HashMap::new()
@@ -234,6 +260,14 @@ pub trait Packages: Send + Sync {
     /// variant of the same path that has them.
     fn times_variant(&self, _suffix: &str) -> Option<&'static str> {
         None
+    }
+
+    /// For a document (of package `name`) that has no publish times and no
+    /// variant with them: the artifacts whose times date its versions,
+    /// newest version first (the proxy reads them until it meets one old
+    /// enough, and takes the older ones to be older still). Default: none.
+    fn dated_versions(&self, _name: &str, _body: &[u8]) -> Vec<Artifact> {
+        Vec::new()
     }
 
     /// `body`, the document (variant `suffix`) of package `name`, with the
@@ -259,12 +293,54 @@ pub trait Packages: Send + Sync {
 }
 
 /// Where an artifact's publish time is read: a document of the same remote
-/// (in one variant), and the key its publish times are listed under.
+/// (in one variant), and where in it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct TimeSource {
     pub document: String,
     pub suffix: &'static str,
-    pub key: String,
+    pub key: TimeKey,
+}
+
+/// Where a document gives an artifact's publish time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimeKey {
+    /// Under this key of its [`Packages::publish_times`].
+    Listed(String),
+    /// The `Last-Modified` the mirror sent with it (Maven's `.pom`).
+    LastModified,
+}
+
+/// Which versions a remote serves (`version_policy`), for ecosystems that
+/// tell snapshots from releases ([`Ecosystem::is_snapshot`]); the other
+/// kind is 404 without asking upstream.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum VersionPolicy {
+    Releases,
+    Snapshots,
+    #[default]
+    Both,
+}
+
+impl VersionPolicy {
+    pub fn parse(text: &str) -> Option<VersionPolicy> {
+        match text {
+            "releases" => Some(VersionPolicy::Releases),
+            "snapshots" => Some(VersionPolicy::Snapshots),
+            "both" => Some(VersionPolicy::Both),
+            _ => None,
+        }
+    }
+
+    /// Whether a path of a snapshot (`Some(true)`), of a release, or of
+    /// neither (`None`) is served.
+    pub fn allows(self, snapshot: Option<bool>) -> bool {
+        match (self, snapshot) {
+            (VersionPolicy::Releases, Some(true)) | (VersionPolicy::Snapshots, Some(false)) => {
+                false
+            }
+            _ => true,
+        }
+    }
 }
 
 /// The default [`Ecosystem::refuses_key`].
@@ -277,6 +353,9 @@ pub fn standard_refusal(
     match key {
         "sumdb" => Some("only a go remote has a checksum database".to_string()),
         "registry" => Some("only an oci remote answers for a registry host".to_string()),
+        "version_policy" => Some(format!(
+            "{kind} remotes do not tell snapshots from releases"
+        )),
         "require_declared_hash" if digests.is_none() => Some(format!(
             "{kind} remotes have no index that declares digests"
         )),
@@ -304,7 +383,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 7] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 8] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -312,6 +391,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 7] = [
     &apt::Apt,
     &go::Go,
     &oci::Oci,
+    &maven::Maven,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -469,7 +549,7 @@ mod tests {
         let names: Vec<&str> = Kind::all().map(Kind::name).collect();
         assert_eq!(
             names,
-            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci"]
+            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven"]
         );
         for name in names {
             assert_eq!(Kind::named(name).map(Kind::name), Some(name));
@@ -499,7 +579,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm and cargo remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo and maven remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

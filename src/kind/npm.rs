@@ -13,7 +13,9 @@ use serde_json::Value;
 use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
-use super::{Digests, Ecosystem, Packages, PassThrough, TimeSource, Variant, FILES_PREFIX};
+use super::{
+    Digests, Ecosystem, Packages, PassThrough, TimeKey, TimeSource, Variant, FILES_PREFIX,
+};
 
 pub struct Npm;
 
@@ -136,7 +138,7 @@ impl Packages for Npm {
         Some(TimeSource {
             document: packument_path(&artifact.name),
             suffix: FULL.suffix,
-            key: artifact.version.clone(),
+            key: TimeKey::Listed(artifact.version.clone()),
         })
     }
 

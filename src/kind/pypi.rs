@@ -13,7 +13,7 @@ use serde_json::Value;
 use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
-use super::{Digests, Ecosystem, Packages, TimeSource, Variant, FILES_PREFIX};
+use super::{Digests, Ecosystem, Packages, TimeKey, TimeSource, Variant, FILES_PREFIX};
 
 pub struct Pypi;
 
@@ -152,7 +152,7 @@ impl Packages for Pypi {
         Some(TimeSource {
             document: page_path(&self.normalise(&artifact.name)),
             suffix: JSON.suffix,
-            key: artifact.file.clone(),
+            key: TimeKey::Listed(artifact.file.clone()),
         })
     }
 
