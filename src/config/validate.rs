@@ -328,14 +328,16 @@ impl Validator<'_> {
                 }
                 match VersionPolicy::parse(text.get_ref()) {
                     Some(policy) => policy,
-                    None => return self.error(
-                        key,
-                        text.span(),
-                        format!(
+                    None => {
+                        return self.error(
+                            key,
+                            text.span(),
+                            format!(
                             "{:?} is not a version policy: \"releases\", \"snapshots\" or \"both\"",
                             text.get_ref()
                         ),
-                    ),
+                        )
+                    }
                 }
             }
         };

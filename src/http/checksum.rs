@@ -11,6 +11,7 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt as _;
 
+use super::respond::X_CACHE_STATUS;
 use super::Served;
 use crate::error::ProxyError;
 use crate::kind::declared::{Algo, Declared, Hashers};
@@ -39,6 +40,7 @@ pub(super) async fn serve(
     if status != StatusCode::OK {
         return Ok(inner);
     }
+    let cache_status = inner.response.headers().get(X_CACHE_STATUS).cloned();
     let etag = inner
         .response
         .headers()
@@ -57,9 +59,11 @@ pub(super) async fn serve(
         }
     };
     let mut response = hex.into_response();
-    response
-        .headers_mut()
-        .insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    let headers = response.headers_mut();
+    headers.insert(header::CONTENT_TYPE, HeaderValue::from_static("text/plain"));
+    if let Some(status) = cache_status {
+        headers.insert(X_CACHE_STATUS, status);
+    }
     Ok(Served {
         response,
         cache: inner.cache,

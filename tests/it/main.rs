@@ -14,6 +14,7 @@ mod hardening_keys;
 mod integrity;
 mod kinds;
 mod lifetime;
+mod maven;
 mod metadata;
 mod oci;
 mod operations;

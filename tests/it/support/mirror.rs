@@ -51,6 +51,8 @@ struct File {
     bytes: Bytes,
     etag: String,
     content_type: &'static str,
+    /// `Last-Modified`; `None`: a fixed date in 2015.
+    last_modified: Option<String>,
 }
 
 pub struct MirrorState {
@@ -142,12 +144,22 @@ impl MirrorServer {
             bytes,
             etag,
             content_type,
+            last_modified: None,
         };
         self.state
             .files
             .lock()
             .unwrap()
             .insert(path.to_string(), file);
+    }
+
+    /// Serves `bytes` at `path` with this `Last-Modified` (a release's date,
+    /// as Maven repositories give it).
+    pub fn put_dated(&self, path: &str, bytes: impl Into<Bytes>, modified: std::time::SystemTime) {
+        self.put(path, bytes);
+        if let Some(file) = self.state.files.lock().unwrap().get_mut(path) {
+            file.last_modified = Some(httpdate::fmt_http_date(modified));
+        }
     }
 
     /// Serves `bytes` at `path` to requests whose `Accept` names `media_type`
@@ -159,6 +171,7 @@ impl MirrorServer {
             bytes,
             etag,
             content_type: media_type,
+            last_modified: None,
         };
         self.state
             .negotiated
@@ -266,7 +279,7 @@ async fn handle(
         .get(header::ACCEPT)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let (bytes, etag, content_type) = {
+    let (bytes, etag, content_type, last_modified) = {
         let negotiated = state.negotiated.lock().unwrap();
         let files = state.files.lock().unwrap();
         let asked = negotiated
@@ -274,7 +287,12 @@ async fn handle(
             .find(|((p, media_type), _)| *p == path && accept.contains(media_type))
             .map(|(_, f)| f);
         match asked.or_else(|| files.get(&path)) {
-            Some(f) => (f.bytes.clone(), f.etag.clone(), f.content_type),
+            Some(f) => (
+                f.bytes.clone(),
+                f.etag.clone(),
+                f.content_type,
+                f.last_modified.clone(),
+            ),
             None => return StatusCode::NOT_FOUND.into_response(),
         }
     };
@@ -293,7 +311,12 @@ async fn handle(
     let builder = Response::builder()
         .header(header::ETAG, &etag)
         .header(header::CONTENT_TYPE, content_type)
-        .header(header::LAST_MODIFIED, "Wed, 21 Oct 2015 07:28:00 GMT");
+        .header(
+            header::LAST_MODIFIED,
+            last_modified
+                .as_deref()
+                .unwrap_or("Wed, 21 Oct 2015 07:28:00 GMT"),
+        );
     match fault {
         Fault::Truncate(n) => {
             let part = bytes.slice(..n.min(bytes.len()));
