@@ -29,6 +29,16 @@ command -v docker-registry >/dev/null || need_apt+=(docker-registry)
 command -v skopeo >/dev/null || need_apt+=(skopeo)
 command -v umoci >/dev/null || need_apt+=(umoci)
 command -v openssl >/dev/null || need_apt+=(openssl)
+# Maven (tests/clients/maven.rs): Debian's plugin packages are the fixture
+# repository's source (tests/clients/maven/make_fixture.py); mvn 3.8.7 and
+# Java 17 come with the machine; Gradle 4.4.1 is Debian's.
+command -v mvn >/dev/null || need_apt+=(maven)
+for pkg in libmaven-resources-plugin-java libmaven-compiler-plugin-java libsurefire-java \
+           libmaven-jar-plugin-java libmaven-install-plugin-java libmaven-clean-plugin-java \
+           libcommons-lang3-java junit4; do
+    dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
+done
+command -v gradle >/dev/null || need_apt+=(gradle)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -51,4 +61,5 @@ command -v poetry >/dev/null || python3 -m pip install -q --disable-pip-version-
     || echo "WARNING: could not install poetry"
 echo "tools: pnpm $(pnpm --version 2>/dev/null || echo absent), yarn $(yarn --version 2>/dev/null || echo absent), $(uv --version 2>/dev/null || echo 'uv absent'), $(poetry --version 2>/dev/null || echo 'poetry absent')"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"
+echo "tools: $(mvn --version 2>/dev/null | head -1 || echo 'mvn absent'), gradle $(gradle --version 2>/dev/null | grep -m1 '^Gradle' || echo absent)"
 echo "tools: $(docker-registry --version 2>/dev/null | cut -d' ' -f2- || echo 'docker-registry absent'), $(skopeo --version 2>/dev/null || echo 'skopeo absent'), $(umoci --version 2>/dev/null || echo 'umoci absent')"

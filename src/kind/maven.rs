@@ -310,6 +310,11 @@ impl Packages for Maven {
     ) -> Filtered {
         filter_metadata(judge, name, body, times)
     }
+
+    /// mvn and Gradle print a failed transfer's status line, not its body.
+    fn reason_in_status_line(&self) -> bool {
+        true
+    }
 }
 
 fn version(text: &str) -> ComparableVersion {

@@ -15,6 +15,7 @@ mod fixtures;
 mod go;
 mod guard;
 mod integrity;
+mod maven;
 mod npm;
 mod npm_api;
 mod npm_family;
