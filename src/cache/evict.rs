@@ -46,6 +46,13 @@ impl Evictor {
         self.budget.max()
     }
 
+    /// Holds off eviction rounds, and with them the background flush of
+    /// access times, until the guard is dropped (a round waits for it): lets
+    /// a test count the database writes of a stretch of requests.
+    pub async fn hold_rounds(&self) -> tokio::sync::MutexGuard<'_, ()> {
+        self.round.lock().await
+    }
+
     /// Wakes the evictor if committed plus in-progress bytes are over the
     /// limit. (Commits and reservations already do this.)
     pub fn wake_if_over(&self) {

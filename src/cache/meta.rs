@@ -11,20 +11,20 @@
 use std::borrow::Cow;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
-use axum::http::HeaderValue;
 use sqlx::any::AnyPoolOptions;
 use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 
 use super::cluster::{self, Cluster};
+use super::prepared::Prepared;
 use super::store::Digest;
 pub use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
 
-/// One cached artifact as the hit path needs it, header values prepared once.
+/// One cached artifact as the hit path needs it.
 #[derive(Debug)]
 pub struct Entry {
     pub digest: Digest,
@@ -35,10 +35,9 @@ pub struct Entry {
     pub upstream_last_modified: Option<String>,
     /// When the body was fetched or last revalidated (unix ms).
     pub fetched_at_ms: i64,
-    /// `"<sha256>"`: a strong validator for our clients.
-    pub etag: HeaderValue,
-    pub last_modified: HeaderValue,
-    pub last_modified_time: SystemTime,
+    /// What the front end derives from this entry once (its header values):
+    /// kept here so a hit does not build them again; never read by the cache.
+    pub prepared: Prepared,
     /// Last hit (unix ms), kept in memory and written to the database in
     /// batches by the evictor: a hit never writes to the database.
     last_access_ms: AtomicI64,
@@ -57,9 +56,7 @@ impl Clone for Entry {
             upstream_etag: self.upstream_etag.clone(),
             upstream_last_modified: self.upstream_last_modified.clone(),
             fetched_at_ms: self.fetched_at_ms,
-            etag: self.etag.clone(),
-            last_modified: self.last_modified.clone(),
-            last_modified_time: self.last_modified_time,
+            prepared: self.prepared.clone(),
             last_access_ms: AtomicI64::new(self.last_access_ms.load(Ordering::Relaxed)),
             flushed_access_ms: AtomicI64::new(self.flushed_access_ms.load(Ordering::Relaxed)),
             pending_hits: AtomicU64::new(self.pending_hits.load(Ordering::Relaxed)),
@@ -76,14 +73,6 @@ impl Entry {
         upstream_last_modified: Option<String>,
         fetched_at_ms: i64,
     ) -> Entry {
-        let etag = HeaderValue::from_str(&format!("\"{}\"", digest.to_hex()))
-            .expect("hex is a valid header");
-        let last_modified_time = upstream_last_modified
-            .as_deref()
-            .and_then(|s| httpdate::parse_http_date(s).ok())
-            .unwrap_or_else(|| UNIX_EPOCH + Duration::from_millis(fetched_at_ms.max(0) as u64));
-        let last_modified = HeaderValue::from_str(&httpdate::fmt_http_date(last_modified_time))
-            .expect("http dates are valid headers");
         Entry {
             digest,
             size,
@@ -91,9 +80,7 @@ impl Entry {
             upstream_etag,
             upstream_last_modified,
             fetched_at_ms,
-            etag,
-            last_modified,
-            last_modified_time,
+            prepared: Prepared::default(),
             last_access_ms: AtomicI64::new(fetched_at_ms),
             flushed_access_ms: AtomicI64::new(fetched_at_ms),
             pending_hits: AtomicU64::new(0),

@@ -25,6 +25,7 @@ mod declared;
 pub mod evict;
 pub mod listing;
 pub mod meta;
+mod prepared;
 mod refs;
 pub mod store;
 pub mod verify;
@@ -45,6 +46,7 @@ use cluster::Cluster;
 pub use declared::Learned;
 pub use evict::Evictor;
 pub use meta::{Entry, MetadataStore};
+pub use prepared::Prepared;
 pub use store::{ContentStore, Digest, TempBlob};
 
 pub struct Cache {

@@ -2,6 +2,8 @@
 //! copies, with conditional requests and single byte ranges) and from a fill
 //! in progress (misses, streamed as the body arrives).
 
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -17,6 +19,37 @@ fn status_header(cache: CacheStatus) -> HeaderValue {
     HeaderValue::from_static(cache.as_str())
 }
 
+/// The validators we send for an entry, built on its first response and
+/// kept in its [`Prepared`](crate::cache::Prepared) slot, so a hit copies
+/// two header values instead of formatting them.
+struct Validators {
+    /// `"<sha256>"`: a strong validator for our clients.
+    etag: HeaderValue,
+    /// The mirror's `Last-Modified`, else when the body was fetched.
+    last_modified: HeaderValue,
+    /// `last_modified` as a time, at whole seconds as HTTP dates are.
+    modified: SystemTime,
+}
+
+fn validators(entry: &Entry) -> &Validators {
+    entry.prepared.get_or_init(|| {
+        let etag = HeaderValue::from_str(&format!("\"{}\"", entry.digest.to_hex()))
+            .expect("hex is a valid header");
+        let fetched = UNIX_EPOCH + Duration::from_millis(entry.fetched_at_ms.max(0) as u64);
+        let modified = entry
+            .upstream_last_modified
+            .as_deref()
+            .and_then(|s| httpdate::parse_http_date(s).ok())
+            .unwrap_or(fetched);
+        let text = httpdate::fmt_http_date(modified);
+        Validators {
+            modified: httpdate::parse_http_date(&text).unwrap_or(modified),
+            last_modified: HeaderValue::from_str(&text).expect("http dates are valid headers"),
+            etag,
+        }
+    })
+}
+
 /// Serves a complete blob (committed, or a finished fill's file): conditional
 /// requests, single byte ranges, HEAD.
 pub fn from_entry(
@@ -28,12 +61,13 @@ pub fn from_entry(
 ) -> Response {
     let mut response = Response::new(Body::empty());
     let headers = response.headers_mut();
+    let validators = validators(entry);
     headers.insert(X_CACHE_STATUS, status_header(cache));
-    headers.insert(header::ETAG, entry.etag.clone());
-    headers.insert(header::LAST_MODIFIED, entry.last_modified.clone());
+    headers.insert(header::ETAG, validators.etag.clone());
+    headers.insert(header::LAST_MODIFIED, validators.last_modified.clone());
     headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
 
-    if not_modified(request, entry) {
+    if not_modified(request, validators) {
         *response.status_mut() = StatusCode::NOT_MODIFIED;
         return response;
     }
@@ -42,7 +76,7 @@ pub fn from_entry(
         content_type(entry.content_type.as_deref()),
     );
 
-    let (start, len) = match requested_range(request, entry) {
+    let (start, len) = match requested_range(request, entry.size, validators) {
         RangeAnswer::Full => (0, entry.size),
         RangeAnswer::Partial(start, end) => {
             *response.status_mut() = StatusCode::PARTIAL_CONTENT;
@@ -122,7 +156,10 @@ pub fn document(
     let headers = response.headers_mut();
     headers.insert(X_CACHE_STATUS, status_header(cache));
     headers.insert(header::ETAG, etag.clone());
-    headers.insert(header::LAST_MODIFIED, entry.last_modified.clone());
+    headers.insert(
+        header::LAST_MODIFIED,
+        validators(entry).last_modified.clone(),
+    );
     if matches_etag(request, &etag) {
         *response.status_mut() = StatusCode::NOT_MODIFIED;
         return response;
@@ -174,9 +211,9 @@ fn content_type(value: Option<&str>) -> HeaderValue {
 
 /// RFC 9110 §13.2.2: `If-None-Match` decides when present; otherwise
 /// `If-Modified-Since`.
-fn not_modified(request: &HeaderMap, entry: &Entry) -> bool {
+fn not_modified(request: &HeaderMap, ours: &Validators) -> bool {
     if request.contains_key(header::IF_NONE_MATCH) {
-        return matches_etag(request, &entry.etag);
+        return matches_etag(request, &ours.etag);
     }
     if let Some(ims) = request.get(header::IF_MODIFIED_SINCE) {
         if let Some(since) = ims
@@ -184,11 +221,7 @@ fn not_modified(request: &HeaderMap, entry: &Entry) -> bool {
             .ok()
             .and_then(|s| httpdate::parse_http_date(s).ok())
         {
-            // Compare at whole-second precision, as HTTP dates are.
-            let modified =
-                httpdate::parse_http_date(entry.last_modified.to_str().unwrap_or_default())
-                    .unwrap_or(entry.last_modified_time);
-            return modified <= since;
+            return ours.modified <= since;
         }
     }
     false
@@ -218,19 +251,19 @@ enum RangeAnswer {
 /// One byte range is served as a 206; several ranges, a range that `If-Range`
 /// rules out, or an unparsable header get the whole body (RFC 9110 allows
 /// ignoring Range). A well-formed range outside the body is a 416.
-fn requested_range(request: &HeaderMap, entry: &Entry) -> RangeAnswer {
+fn requested_range(request: &HeaderMap, size: u64, ours: &Validators) -> RangeAnswer {
     let Some(range) = request.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
         return RangeAnswer::Full;
     };
     if let Some(if_range) = request.get(header::IF_RANGE) {
-        if if_range != entry.etag && if_range != entry.last_modified {
+        if if_range != ours.etag && if_range != ours.last_modified {
             return RangeAnswer::Full;
         }
     }
     let Ok(parsed) = http_range_header::parse_range_header(range) else {
         return RangeAnswer::Full;
     };
-    match parsed.validate(entry.size) {
+    match parsed.validate(size) {
         Ok(ranges) if ranges.len() == 1 => {
             RangeAnswer::Partial(*ranges[0].start(), *ranges[0].end())
         }

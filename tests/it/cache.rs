@@ -253,3 +253,88 @@ async fn fresh_entries_are_not_revalidated() {
     assert_eq!(mirror.hits("/repo/index.json"), 1);
     proxy.stop().await;
 }
+
+/// Hits touch only memory. With the evictor's rounds held off (and with
+/// them its batched flush of access times and hit counts), a trigger on
+/// every table of the metadata database counts no write across many hits of
+/// each shape: GET, HEAD, a range, a 304. The flush afterwards does write,
+/// so the triggers would have seen a hit's write.
+#[tokio::test]
+async fn a_hit_never_writes_to_the_database() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(20_000, 4);
+    mirror.put("/repo/hot.bin", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = remote("r", &[&mirror], "immutable = [\"**\"]");
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let client = reqwest::Client::new();
+    let url = proxy.url("/r/hot.bin");
+    assert_eq!(get(&client, &url).await.1, "MISS");
+    proxy.settle().await;
+    assert_eq!(get(&client, &url).await.1, "HIT");
+
+    let no_rounds = proxy.running.proxy.cache.evictor.hold_rounds().await;
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}/meta.db", dir.path().display()))
+        .await
+        .unwrap();
+    count_every_write(&db).await;
+    let etag = format!("\"{}\"", sha256_hex(&body));
+    for _ in 0..25 {
+        let requests = [
+            client.get(&url),
+            client.head(&url),
+            client.get(&url).header("range", "bytes=100-199"),
+            client.get(&url).header("if-none-match", &etag),
+        ];
+        for (request, status) in requests.into_iter().zip([200, 200, 206, 304]) {
+            let response = request.send().await.unwrap();
+            assert_eq!(response.status(), status);
+            assert_eq!(response.headers()["x-cache-status"], "HIT");
+            response.bytes().await.unwrap();
+        }
+    }
+    assert_eq!(writes(&db).await, 0, "a hit wrote to the database");
+
+    // The hits were counted, in memory: the batched flush writes them.
+    drop(no_rounds);
+    let flushed = proxy.running.proxy.cache.meta.flush_access_times();
+    assert_eq!(flushed.await.unwrap(), 1);
+    assert!(writes(&db).await > 0, "the triggers did not see the flush");
+    proxy.stop().await;
+}
+
+/// Installs triggers counting every insert, update and delete on every table
+/// of a SQLite database into `test_writes`.
+async fn count_every_write(db: &sqlx::SqlitePool) {
+    sqlx::query("CREATE TABLE test_writes (tbl TEXT NOT NULL)")
+        .execute(db)
+        .await
+        .unwrap();
+    let tables: Vec<(String,)> = sqlx::query_as(
+        "SELECT name FROM sqlite_master WHERE type = 'table' \
+         AND name NOT LIKE 'sqlite_%' AND name != 'test_writes'",
+    )
+    .fetch_all(db)
+    .await
+    .unwrap();
+    assert!(tables.iter().any(|(t,)| t == "entries"), "{tables:?}");
+    for (table,) in &tables {
+        for event in ["INSERT", "UPDATE", "DELETE"] {
+            sqlx::query(&format!(
+                "CREATE TRIGGER test_{table}_{event} AFTER {event} ON {table} \
+                 BEGIN INSERT INTO test_writes VALUES ('{table}'); END"
+            ))
+            .execute(db)
+            .await
+            .unwrap();
+        }
+    }
+}
+
+async fn writes(db: &sqlx::SqlitePool) -> i64 {
+    sqlx::query_as::<_, (i64,)>("SELECT COUNT(*) FROM test_writes")
+        .fetch_one(db)
+        .await
+        .unwrap()
+        .0
+}

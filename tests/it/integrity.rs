@@ -7,7 +7,9 @@ use base64::Engine as _;
 use sha2::Digest as _;
 
 use crate::support::proxy::get;
-use crate::support::{sha256_hex, tampered, test_bytes, toml_urls, MirrorServer, TestProxy};
+use crate::support::{
+    sha256_hex, tampered, test_bytes, toml_urls, wait_until, Fault, MirrorServer, TestProxy,
+};
 
 fn remote(kind: &str, mirrors: &[&MirrorServer], extra: &str) -> String {
     format!(
@@ -107,20 +109,29 @@ async fn the_only_mirror_tampered_gets_a_502_naming_both_digests_and_nothing_cac
     assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&good));
 }
 
+/// Two mirrors with the simple page, the first with a tampered wheel, and a
+/// proxy that has fetched the page (so the wheel's digest is declared).
+async fn wheel_tampered_on_the_first_of_two(
+    good: &[u8],
+) -> (MirrorServer, MirrorServer, TestProxy, reqwest::Client) {
+    let (a, b) = (MirrorServer::start().await, MirrorServer::start().await);
+    for m in [&a, &b] {
+        m.put("/m/simple/six/", simple_page(good));
+    }
+    a.put(WHEEL, tampered(good));
+    b.put(WHEEL, good.to_vec());
+    let proxy = TestProxy::start(&remote("pypi", &[&a, &b], "")).await;
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &proxy.url("/r/simple/six/")).await.0, 200);
+    (a, b, proxy, client)
+}
+
 #[tokio::test]
 async fn a_large_tampered_body_breaks_one_transfer_and_the_next_request_gets_the_right_bytes() {
     // Larger than the in-memory tier's objects: streamed as it arrives, so
     // the refusal can only break the transfer already under way.
-    let (a, b) = (MirrorServer::start().await, MirrorServer::start().await);
     let good = test_bytes(3 * 1024 * 1024, 3);
-    for m in [&a, &b] {
-        m.put("/m/simple/six/", simple_page(&good));
-    }
-    a.put(WHEEL, tampered(&good));
-    b.put(WHEEL, good.clone());
-    let proxy = TestProxy::start(&remote("pypi", &[&a, &b], "")).await;
-    let client = reqwest::Client::new();
-    assert_eq!(get(&client, &proxy.url("/r/simple/six/")).await.0, 200);
+    let (a, b, proxy, client) = wheel_tampered_on_the_first_of_two(&good).await;
     let wheel = proxy.url("/r/packages/six-1.0-py3-none-any.whl");
     let (status, _, body) = get(&client, &wheel).await;
     assert_eq!(status, 200);
@@ -361,4 +372,58 @@ async fn a_document_cached_before_its_digests_were_kept_is_learned_on_its_next_3
         "the wheel was checked against the page learned on its 304"
     );
     proxy.stop().await;
+}
+
+/// A declared body the in-memory tier holds is checked before any of it
+/// reaches a client. The tampered first mirror sends its first bytes and
+/// holds the rest: once the proxy has written those bytes to its temp file,
+/// the client has had no response head and no byte. Released, the body is
+/// refused and the client gets the second mirror's bytes, whole.
+#[tokio::test]
+async fn a_declared_small_body_reaches_no_client_before_its_digest_is_checked() {
+    const FIRST: usize = 4096;
+    let good = test_bytes(40_000, 13);
+    let (a, b, proxy, _) = wheel_tampered_on_the_first_of_two(&good).await;
+    a.set_fault(Fault::StallAfter(FIRST));
+
+    let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
+    let wheel = proxy.url("/r/packages/six-1.0-py3-none-any.whl");
+    let request = tokio::spawn(async move {
+        let mut response = reqwest::get(wheel).await?;
+        let _ = events.send(format!("a {} head", response.status()));
+        let mut body = Vec::new();
+        while let Some(chunk) = response.chunk().await? {
+            let _ = events.send(format!("{} body bytes", chunk.len()));
+            body.extend_from_slice(&chunk);
+        }
+        Ok::<_, reqwest::Error>(body)
+    });
+    let store = proxy.dir.join("store");
+    wait_until(
+        "the proxy to hold the first bytes in its temp file",
+        async || a.stalled() == 1 && temp_file_starts_with(&store, &good[..FIRST]),
+    )
+    .await;
+    // Were the bytes on their way to the client, a moment would bring them.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    if let Ok(event) = seen.try_recv() {
+        panic!("the client got {event} before the body was checked");
+    }
+
+    a.release();
+    let body = request.await.unwrap().expect("the transfer is whole");
+    assert_eq!(sha256_hex(&body), sha256_hex(&good));
+    assert_eq!(seen.recv().await.unwrap(), "a 200 OK head");
+    assert_eq!((a.hits(WHEEL), b.hits(WHEEL)), (1, 1));
+    assert_eq!(integrity_failures(&proxy).await, 1.0);
+}
+
+/// Whether a temp file of the store begins with `prefix`.
+fn temp_file_starts_with(store: &std::path::Path, prefix: &[u8]) -> bool {
+    let Ok(dir) = std::fs::read_dir(store.join("tmp")) else {
+        return false;
+    };
+    dir.flatten()
+        .filter(|e| !e.file_name().to_string_lossy().ends_with(".lock"))
+        .any(|e| std::fs::read(e.path()).is_ok_and(|bytes| bytes.starts_with(prefix)))
 }

@@ -225,6 +225,61 @@ async fn bodies_over_max_body_size_are_502_and_not_cached() {
     proxy.stop().await;
 }
 
+/// A chunked body (no Content-Length to refuse it by) is written until
+/// `max_body_size`; past it the fill fails and nothing is kept. An artifact's
+/// client gets a 502, or, when its 200 went out with the first bytes, a
+/// transfer that breaks; never the whole body. A document, served whole, gets
+/// 502. Every request goes upstream again; under the limit a chunked body is
+/// cached like any other.
+#[tokio::test]
+async fn a_chunked_body_over_max_body_size_is_refused_and_not_cached() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/big", test_bytes(100_000, 2));
+    mirror.put("/m/simple/big/", test_bytes(100_000, 3));
+    let small = test_bytes(30_000, 4);
+    mirror.put("/m/small", small.clone());
+    mirror.set_fault(Fault::Chunked);
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = format!(
+        "{}\n[[remote]]\nname = \"p\"\nkind = \"pypi\"\nfiles = []\nmirrors = {}\nmax_body_size = \"50KB\"\n",
+        remote(&[&mirror], "max_body_size = \"50KB\""),
+        toml_urls(&[&mirror], "/m")
+    );
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let client = reqwest::Client::new();
+    for round in 1..=2 {
+        let (status, _, body) = get(&client, &proxy.url("/r/big")).await;
+        assert!(
+            status == 502 || (status == 200 && body.is_err()),
+            "round {round}: {status} with a whole body: {:?}",
+            body.map(|b| b.len())
+        );
+        let (status, _, _) = get(&client, &proxy.url("/p/simple/big/")).await;
+        assert_eq!(status, 502, "round {round}");
+        proxy.settle().await;
+        assert_eq!(mirror.hits("/m/big"), round);
+        assert_eq!(mirror.hits("/m/simple/big/"), round);
+        assert_eq!(proxy.temp_files(), 0);
+    }
+    assert_eq!(proxy.running.proxy.cache.size(), 0);
+
+    let (status, cache, body) = get(&client, &proxy.url("/r/small")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&small));
+    proxy.settle().await;
+    assert_eq!(get(&client, &proxy.url("/r/small")).await.1, "HIT");
+    let db = sqlx::SqlitePool::connect(&format!("sqlite://{}/meta.db", dir.path().display()))
+        .await
+        .unwrap();
+    let rows: Vec<(String, String)> = sqlx::query_as("SELECT remote, path FROM entries")
+        .fetch_all(&db)
+        .await
+        .unwrap();
+    assert_eq!(rows, [("r".to_string(), "small".to_string())]);
+    assert_eq!(proxy.running.proxy.cache.size(), small.len() as u64);
+    proxy.stop().await;
+}
+
 /// A store on a 1 MiB tmpfs: the disk is full for a 2 MiB artifact. The
 /// client still gets every byte; nothing partial is kept.
 #[tokio::test]

@@ -1,6 +1,7 @@
 //! A small real HTTP server playing an upstream mirror, with fault switches:
-//! down, an error status, a slow first byte, a slow body, a truncated body and
-//! a lying Content-Length. It counts every request it gets, per path.
+//! down, an error status, a slow first byte, a slow body, a truncated body, a
+//! lying Content-Length, a chunked body and a body held back until the test
+//! releases it. It counts every request it gets, per path.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -35,6 +36,11 @@ pub enum Fault {
     /// Answer with this Content-Encoding whatever the request accepts: the
     /// body gzipped for "gzip", the bytes as they are (mislabelled) otherwise.
     Encoded(&'static str),
+    /// Send the body chunked (no Content-Length), in 16 KiB pieces.
+    Chunked,
+    /// Announce the full Content-Length, send this many bytes, then hold the
+    /// rest until [`MirrorServer::release`] (counted by [`MirrorServer::stalled`]).
+    StallAfter(usize),
 }
 
 /// One request as the mirror received it (for pass-through checks).
@@ -66,6 +72,10 @@ pub struct MirrorState {
     hits: Mutex<HashMap<String, usize>>,
     total: AtomicUsize,
     last: Mutex<Option<Received>>,
+    /// Bodies that sent their first part under `StallAfter` and wait.
+    stalled: AtomicUsize,
+    /// `true` once the test lets the held bodies go on.
+    released: tokio::sync::watch::Sender<bool>,
 }
 
 pub struct MirrorServer {
@@ -95,6 +105,8 @@ impl MirrorServer {
             hits: Mutex::default(),
             total: AtomicUsize::new(0),
             last: Mutex::default(),
+            stalled: AtomicUsize::new(0),
+            released: tokio::sync::watch::Sender::new(false),
         });
         let router = axum::Router::new()
             .fallback(handle)
@@ -218,6 +230,17 @@ impl MirrorServer {
     /// Requests received in all.
     pub fn total(&self) -> usize {
         self.state.total.load(Ordering::SeqCst)
+    }
+
+    /// Bodies that have sent their first part under `Fault::StallAfter` and
+    /// are being held.
+    pub fn stalled(&self) -> usize {
+        self.state.stalled.load(Ordering::SeqCst)
+    }
+
+    /// Lets every body held by `Fault::StallAfter` (now or later) go on.
+    pub fn release(&self) {
+        self.state.released.send_replace(true);
     }
 
     /// Closes the listener and every connection: connects are refused from now on.
@@ -355,6 +378,32 @@ async fn handle(
                     tokio::time::sleep(pause).await;
                     Some((Ok::<Bytes, std::io::Error>(next), it))
                 });
+            builder
+                .header(header::CONTENT_LENGTH, len)
+                .body(Body::from_stream(stream))
+                .unwrap()
+        }
+        Fault::Chunked => {
+            let pieces: Vec<Result<Bytes, std::io::Error>> = bytes
+                .chunks(16 * 1024)
+                .map(|c| Ok(bytes.slice_ref(c)))
+                .collect();
+            // A stream of unknown length: hyper sends it chunked.
+            builder
+                .body(Body::from_stream(futures_util::stream::iter(pieces)))
+                .unwrap()
+        }
+        Fault::StallAfter(n) => {
+            let n = n.min(bytes.len());
+            let (first, rest) = (bytes.slice(..n), bytes.slice(n..));
+            let mut released = state.released.subscribe();
+            let waiting = state.clone();
+            let stream = futures_util::stream::iter(vec![Ok::<Bytes, std::io::Error>(first)])
+                .chain(futures_util::stream::once(async move {
+                    waiting.stalled.fetch_add(1, Ordering::SeqCst);
+                    let _ = released.wait_for(|r| *r).await;
+                    Ok(rest)
+                }));
             builder
                 .header(header::CONTENT_LENGTH, len)
                 .body(Body::from_stream(stream))
