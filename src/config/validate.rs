@@ -321,25 +321,11 @@ impl Validator<'_> {
         };
         let version_policy = match &raw.version_policy {
             None => VersionPolicy::default(),
-            Some(text) => {
-                let key = format!("remote[{i}].version_policy");
-                if let Some(refusal) = ecosystem.refuses_key("version_policy") {
-                    return self.error(key, text.span(), refusal);
-                }
-                match VersionPolicy::parse(text.get_ref()) {
-                    Some(policy) => policy,
-                    None => {
-                        return self.error(
-                            key,
-                            text.span(),
-                            format!(
-                            "{:?} is not a version policy: \"releases\", \"snapshots\" or \"both\"",
-                            text.get_ref()
-                        ),
-                        )
-                    }
-                }
+            Some(text) => match ecosystem.refuses_key("version_policy") {
+                None => VersionPolicy::parse(text.get_ref()),
+                Some(refusal) => Err(refusal),
             }
+            .or_else(|e| self.error(format!("remote[{i}].version_policy"), text.span(), e))?,
         };
         Ok(RemoteConfig {
             name,

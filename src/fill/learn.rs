@@ -150,9 +150,10 @@ async fn declared_for(
 const MAX_DECLARING: u64 = 4096;
 
 /// For an artifact whose declaring documents the proxy fetches itself
-/// (`Digests::declared_by`: Maven's sidecars): fetches them all through the
-/// cache at once, keeps the strongest digest any of them declares for
-/// `artifact` in the `declared` table, and returns it.
+/// (`Digests::declared_by`: Maven's sidecars): fetches them through the
+/// cache, the first two at once and the rest only when neither is there,
+/// keeps the strongest digest found for `artifact` in the `declared` table,
+/// and returns it.
 async fn fetch_declaring(
     fills: &Arc<FillRegistry>,
     remote: &Arc<Remote>,
@@ -164,22 +165,30 @@ async fn fetch_declaring(
     if sources.is_empty() {
         return None;
     }
-    let bodies = futures_util::future::join_all(
-        sources
-            .iter()
-            .map(|source| fetch_whole(fills, remote, source)),
-    )
-    .await;
     let config = &remote.config;
-    let strongest = sources
-        .iter()
-        .zip(bodies)
-        .filter_map(|(source, body)| {
-            let document = Document::new(&config.name, &config.mirrors, &config.files, source);
-            let learned = digests.learn(&document, &body?);
-            learned.into_iter().next().map(|(_, declared)| declared)
-        })
-        .max_by_key(|declared| declared.algo().len())?;
+    // The first two at once (Maven: `.sha512`, which repositories publish
+    // beside `.sha256`, and `.sha1`, which every file has), the rest only
+    // when neither is there: each missing one costs a 404 per mirror.
+    let (first, rest) = sources.split_at(sources.len().min(2));
+    let mut strongest = None;
+    for round in [first, rest] {
+        let bodies =
+            futures_util::future::join_all(round.iter().map(|s| fetch_whole(fills, remote, s)))
+                .await;
+        strongest = round
+            .iter()
+            .zip(bodies)
+            .filter_map(|(source, body)| {
+                let document = Document::new(&config.name, &config.mirrors, &config.files, source);
+                let learned = digests.learn(&document, &body?);
+                learned.into_iter().next().map(|(_, declared)| declared)
+            })
+            .max_by_key(|declared| declared.algo().len());
+        if strongest.is_some() {
+            break;
+        }
+    }
+    let strongest = strongest?;
     let items = [(artifact.to_string(), strongest.clone())];
     if let Err(error) = fills
         .cache

@@ -173,13 +173,15 @@ impl Digests for Maven {
         (split_checksum(path).is_none() && self.is_immutable(path)).then(|| canonical(path))
     }
 
+    /// `.sha512` (published beside `.sha256` where a repository has them)
+    /// and `.sha1` (which every file has) first, then `.sha256` and `.md5`.
     fn declared_by(&self, path: &str) -> Vec<String> {
         if self.artifact_key(path).is_none() {
             return Vec::new();
         }
-        CHECKSUMS
+        [".sha512", ".sha1", ".sha256", ".md5"]
             .iter()
-            .map(|(suffix, _)| format!("{path}{suffix}"))
+            .map(|suffix| format!("{path}{suffix}"))
             .collect()
     }
 
@@ -709,8 +711,8 @@ mod tests {
             Maven.declared_by("a/b/1.0/b-1.0.jar"),
             [
                 "a/b/1.0/b-1.0.jar.sha512",
-                "a/b/1.0/b-1.0.jar.sha256",
                 "a/b/1.0/b-1.0.jar.sha1",
+                "a/b/1.0/b-1.0.jar.sha256",
                 "a/b/1.0/b-1.0.jar.md5"
             ]
         );

@@ -189,10 +189,11 @@ pub trait Digests: Send + Sync {
     }
 
     /// Documents that declare the digest of the artifact at `path` and that
-    /// the proxy fetches itself, strongest first, before the artifact's fill
+    /// the proxy fetches itself, in the order to ask for them, before the artifact's fill
     /// checks its body, when nothing is declared for it yet (Maven's
-    /// sidecars, which clients read only after the file). The strongest one
-    /// a mirror has is kept. Default: none.
+    /// sidecars, which clients read only after the file). The first two are
+    /// asked for at once, the rest only when neither is there; the strongest
+    /// found is kept. Default: none.
     fn declared_by(&self, _path: &str) -> Vec<String> {
         Vec::new()
     }
@@ -322,12 +323,14 @@ pub enum VersionPolicy {
 }
 
 impl VersionPolicy {
-    pub fn parse(text: &str) -> Option<VersionPolicy> {
+    pub fn parse(text: &str) -> Result<VersionPolicy, String> {
         match text {
-            "releases" => Some(VersionPolicy::Releases),
-            "snapshots" => Some(VersionPolicy::Snapshots),
-            "both" => Some(VersionPolicy::Both),
-            _ => None,
+            "releases" => Ok(VersionPolicy::Releases),
+            "snapshots" => Ok(VersionPolicy::Snapshots),
+            "both" => Ok(VersionPolicy::Both),
+            _ => Err(format!(
+                "{text:?} is not a version policy: \"releases\", \"snapshots\" or \"both\""
+            )),
         }
     }
 

@@ -229,10 +229,14 @@ async fn an_unreachable_postgres_at_start_is_a_clear_error() {
     );
 }
 
-/// A TCP relay to Postgres that the test can cut and restore.
+/// A TCP relay to Postgres that the test can cut and restore. It keeps its
+/// port through the cut (connections are closed as they come), so no other
+/// test's `:0` socket can take the port before the restore.
 struct Relay {
     addr: SocketAddr,
-    tasks: Option<JoinSet<()>>,
+    up: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<std::sync::Mutex<JoinSet<()>>>,
+    _tasks: JoinSet<()>,
 }
 
 impl Relay {
@@ -240,8 +244,9 @@ impl Relay {
         let listener = TcpListener::bind(addr).await.unwrap();
         let addr = listener.local_addr().unwrap();
         let conns = Arc::new(std::sync::Mutex::new(JoinSet::new()));
+        let up = Arc::new(std::sync::atomic::AtomicBool::new(true));
         let mut tasks = JoinSet::new();
-        let c = conns.clone();
+        let (c, u) = (conns.clone(), up.clone());
         tasks.spawn(async move {
             struct AbortAll(Arc<std::sync::Mutex<JoinSet<()>>>);
             impl Drop for AbortAll {
@@ -254,6 +259,11 @@ impl Relay {
                 let Ok((mut client, _)) = listener.accept().await else {
                     continue;
                 };
+                if !u.load(std::sync::atomic::Ordering::SeqCst) {
+                    // Cut: Postgres is not there.
+                    drop(client);
+                    continue;
+                }
                 c.lock().unwrap().spawn(async move {
                     if let Ok(mut server) = TcpStream::connect(POSTGRES).await {
                         let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
@@ -263,14 +273,20 @@ impl Relay {
         });
         Relay {
             addr,
-            tasks: Some(tasks),
+            up,
+            conns,
+            _tasks: tasks,
         }
     }
 
+    /// Closes every relayed connection and refuses new ones.
     fn cut(&mut self) {
-        if let Some(mut t) = self.tasks.take() {
-            t.abort_all();
-        }
+        self.up.store(false, std::sync::atomic::Ordering::SeqCst);
+        self.conns.lock().unwrap().abort_all();
+    }
+
+    fn restore(&mut self) {
+        self.up.store(true, std::sync::atomic::Ordering::SeqCst);
     }
 }
 
@@ -332,7 +348,7 @@ async fn postgres_lost_while_running_keeps_serving_and_recovers() {
         503
     );
 
-    let _relay = Relay::start(relay.addr).await;
+    relay.restore();
     wait_until("the proxy to get Postgres back", async || {
         client.get(url("/-/ready")).send().await.unwrap().status() == 200
     })

@@ -58,6 +58,8 @@ pub enum Kind {
     CargoLock,
     GoSum,
     Requirements,
+    PomXml,
+    GradleLock,
 }
 
 impl Kind {
@@ -66,6 +68,8 @@ impl Kind {
             "package-lock.json" | "npm-shrinkwrap.json" => Some(Kind::PackageLock),
             "Cargo.lock" => Some(Kind::CargoLock),
             "go.sum" => Some(Kind::GoSum),
+            "pom.xml" => Some(Kind::PomXml),
+            "gradle.lockfile" => Some(Kind::GradleLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -76,7 +80,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -84,14 +88,16 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::CargoLock => cargo_lock(&text),
         Kind::GoSum => go_sum(&text),
         Kind::Requirements => requirements(&text),
+        Kind::PomXml => super::maven::pom_xml(&text),
+        Kind::GradleLock => super::maven::gradle_lockfile(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }
 
 /// A parse failure: (1-based line, message).
-type Failure = (usize, String);
+pub(super) type Failure = (usize, String);
 
-fn line_at(text: &str, offset: usize) -> usize {
+pub(super) fn line_at(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 

@@ -9,6 +9,7 @@
 //! `X-Cache-Status` tells an artifact already cached from one fetched now.
 
 pub mod lockfile;
+mod maven;
 
 use std::path::PathBuf;
 use std::sync::Arc;
