@@ -27,6 +27,7 @@ pub mod listing;
 pub mod meta;
 mod refs;
 pub mod store;
+pub mod tokens;
 pub mod verify;
 
 use std::sync::{Arc, OnceLock};

@@ -15,7 +15,7 @@ pub(super) struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn error<T>(
+    pub(super) fn error<T>(
         &self,
         key: impl Into<String>,
         span: std::ops::Range<usize>,
@@ -65,6 +65,8 @@ impl Validator<'_> {
             }
         }
         self.oci_keys(&remotes, oci_root_remote.as_ref())?;
+        let auth = self.auth_table(raw.auth)?;
+        let warnings = self.access_needs_users(&remotes, auth.as_ref())?;
         let redis = match raw.redis {
             None => None,
             Some(r) => {
@@ -138,6 +140,8 @@ impl Validator<'_> {
                 cache_entries: raw.metadata.cache_entries.max(1),
             },
             remotes,
+            auth,
+            warnings,
         })
     }
 
@@ -176,7 +180,11 @@ impl Validator<'_> {
                 }
             },
         };
+        let tls = self.tls(raw.tls_cert.as_ref(), raw.tls_key.as_ref())?;
+        let trusted_proxies = self.trusted_proxies(&raw.trusted_proxies)?;
         Ok(ServerConfig {
+            tls,
+            trusted_proxies,
             listen,
             public_url,
             admin_token: raw.admin_token.filter(|t| !t.is_empty()),
@@ -192,6 +200,7 @@ impl Validator<'_> {
     fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
         let auth = self.auth(i, &raw)?;
         let guard = self.guard(i, &raw)?;
+        let access = self.access(i, raw.access.as_ref())?;
         let name = raw.name.get_ref().clone();
         // `/v2/…` is the container registry API (`http::oci`).
         let name_ok = !name.is_empty()
@@ -267,6 +276,11 @@ impl Validator<'_> {
             Some(host) => Some(host.get_ref().to_ascii_lowercase()),
             None => None,
         };
+        let token_realms = self.optional_mirror_list(
+            &format!("remote[{i}].token_realms"),
+            raw.token_realms.as_ref(),
+            &[],
+        )?;
         let max_document_size = raw.max_document_size.0;
         let max_attempts = match raw.max_attempts {
             // Every mirror of the largest set once: a files host with more
@@ -360,7 +374,9 @@ impl Validator<'_> {
             },
             auth,
             registry,
+            token_realms,
             guard,
+            access,
         })
     }
 
