@@ -144,3 +144,45 @@ async fn a_removed_user_loses_password_and_tokens_on_reload() {
         .await;
     assert_eq!(status, 200);
 }
+
+#[tokio::test]
+async fn sighup_reloads_the_htpasswd_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let mirror = crate::support::MirrorServer::start().await;
+    mirror.put("/x", b"bytes".to_vec());
+    let users = dir.path().join("users.htpasswd");
+    std::fs::write(&users, htpasswd(&[("ci", "old-pass")])).unwrap();
+    let remotes = format!(
+        "[[remote]]\nname = \"secret\"\nmirrors = [\"{}\"]\naccess = \"authenticated\"\n",
+        mirror.url("")
+    );
+    let proxy = crate::support::BinaryProxy::start(
+        dir.path(),
+        &super::auth_config(dir.path(), "", &remotes),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let status = |password: &'static str| {
+        let request = client
+            .get(proxy.url("/secret/x"))
+            .header("authorization", basic("ci", password));
+        async move { request.send().await.unwrap().status().as_u16() }
+    };
+    assert_eq!(status("old-pass").await, 200);
+    std::fs::write(&users, htpasswd(&[("ci", "new-pass")])).unwrap();
+    proxy.signal("HUP");
+    crate::support::wait_until("the new password", async || status("new-pass").await == 200).await;
+    assert_eq!(status("old-pass").await, 401);
+    // A broken file on the next SIGHUP: logged, and the users stay.
+    std::fs::write(&users, "ci:plain-text\n").unwrap();
+    proxy.signal("HUP");
+    crate::support::wait_until("the refusal in the log", async || {
+        proxy.log().contains("new config refused")
+    })
+    .await;
+    assert_eq!(status("new-pass").await, 200);
+    assert!(
+        !proxy.log().contains("plain-text"),
+        "the line is not echoed"
+    );
+}
