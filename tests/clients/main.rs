@@ -21,6 +21,7 @@ mod npm_family;
 mod oci;
 mod oci_fixtures;
 mod pip;
+mod private;
 mod python_tools;
 mod warm;
 
