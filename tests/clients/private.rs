@@ -279,3 +279,174 @@ async fn cargo_with_a_token_after_the_401_on_config_json() {
         "auth-required in config.json, a token through cargo:token",
     );
 }
+
+/// A CA and a certificate for 127.0.0.1 it signed, written to `w`:
+/// returns the CA's PEM file and the `[server]` TLS keys.
+fn tls_files(w: &Path) -> (std::path::PathBuf, String) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["127.0.0.1".to_string(), "localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    write(&w.join("ca.pem"), &ca_cert.pem());
+    write(&w.join("cert.pem"), &leaf.pem());
+    write(&w.join("key.pem"), &key.serialize_pem());
+    let keys = format!(
+        "tls_cert = \"{d}/cert.pem\"\ntls_key = \"{d}/key.pem\"",
+        d = w.display()
+    );
+    (w.join("ca.pem"), keys)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn go_with_netrc_over_tls() {
+    let Some(go) = version("go", "version") else {
+        available("go (Debian's golang-go)", false);
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let (origin, _, _) = crate::go::module_origin().await;
+    let (ca, tls_keys) = tls_files(w);
+    let remotes = format!(
+        "[[remote]]\nname = \"igo\"\nkind = \"go\"\nmirrors = [\"{}\"]\nsumdb = []\naccess = [\"ci\"]\n",
+        origin.url("")
+    );
+    let (running, token) = private_proxy(w, &remotes, &tls_keys).await;
+    let goproxy = format!("https://127.0.0.1:{}/igo/", running.local_addr.port());
+    let download = |n: usize, netrc: Option<&str>| {
+        let project = w.join(format!("project{n}"));
+        write(
+            &project.join("go.mod"),
+            &format!(
+                "module consumer\n\ngo 1.19\n\nrequire {} v1.0.0\n",
+                crate::go::MODULE
+            ),
+        );
+        let home = w.join(format!("home{n}"));
+        std::fs::create_dir_all(&home).unwrap();
+        if let Some(netrc) = netrc {
+            write(&home.join(".netrc"), netrc);
+        }
+        let mut cmd = Command::new("go");
+        cmd.args(["mod", "download", "-json", crate::go::MODULE])
+            .current_dir(&project)
+            .env("GOPROXY", &goproxy)
+            .env("GOSUMDB", "off")
+            .env("GOFLAGS", "-mod=mod")
+            .env("SSL_CERT_FILE", &ca)
+            .env("NETRC", home.join(".netrc"))
+            .env("GOPATH", w.join(format!("gopath{n}")))
+            .env("GOMODCACHE", w.join(format!("gomodcache{n}")))
+            .env("GOCACHE", w.join(format!("gocache{n}")))
+            .env("HOME", &home);
+        cmd
+    };
+    tokio::task::block_in_place(|| {
+        let (ok, said) = attempt(&mut download(0, None));
+        assert!(!ok, "go without credentials: {said}");
+        assert_eq!(origin.total(), 0);
+        let out = run(&mut download(
+            1,
+            Some(&format!("machine 127.0.0.1 login ci password {token}\n")),
+        ));
+        assert!(out.contains("\"Version\": \"v1.0.0\""), "{out}");
+    });
+    outcome("go", &go, "~/.netrc (a token as password) over https");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn skopeo_with_creds_and_anonymous_beside_a_private_oci_remote() {
+    use crate::oci_fixtures::{push, skopeo, tools, Registry};
+    if !tools() {
+        return;
+    }
+    let Some(skopeo_version) = version("skopeo", "--version") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let layout = w.join("layout");
+    let image = format!("{}:small", layout.display());
+    tokio::task::block_in_place(|| {
+        run(Command::new("umoci")
+            .args(["init", "--layout"])
+            .arg(&layout));
+        run(Command::new("umoci").args(["new", "--image", &image]));
+        std::fs::write(w.join("small.data"), crate::support::test_bytes(4096, 77)).unwrap();
+        run(Command::new("umoci")
+            .args(["insert", "--rootless", "--image", &image])
+            .arg(w.join("small.data"))
+            .arg("/data"));
+    });
+    let hub = Registry::start(w, "hub", &w.join("hubstore"), None);
+    let internal = Registry::start(w, "internal", &w.join("internalstore"), None);
+    tokio::task::block_in_place(|| {
+        push(
+            w,
+            &layout,
+            "small",
+            &format!("{}/team/img:small", hub.host()),
+        );
+        push(
+            w,
+            &layout,
+            "small",
+            &format!("{}/team/img:small", internal.host()),
+        );
+    });
+    let remotes = format!(
+        "[[remote]]\nname = \"hub\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n\n\
+         [[remote]]\nname = \"internal\"\nkind = \"oci\"\nmirrors = [\"{}\"]\naccess = [\"ci\"]\n",
+        hub.url(),
+        internal.url()
+    );
+    let (running, token) = private_proxy(w, &remotes, "").await;
+    let host = format!("127.0.0.1:{}", running.local_addr.port());
+    let copy = |reference: &str, into: &str, creds: Option<&str>| {
+        let mut cmd = skopeo(w);
+        cmd.args(["copy", "--src-tls-verify=false"]);
+        if let Some(creds) = creds {
+            cmd.arg("--src-creds").arg(creds);
+        }
+        cmd.arg(format!("docker://{host}/{reference}"))
+            .arg(format!("dir:{}", w.join(into).display()));
+        cmd
+    };
+    tokio::task::block_in_place(|| {
+        // The public remote: no credentials at all (skopeo answers /v2/'s
+        // challenge with empty ones).
+        run(&mut copy("hub/team/img:small", "pub", None));
+        assert!(w.join("pub/manifest.json").exists());
+        let (ok, said) = attempt(&mut copy("internal/team/img:small", "denied", None));
+        assert!(!ok, "skopeo without credentials: {said}");
+        let (ok, _) = attempt(&mut copy(
+            "internal/team/img:small",
+            "wrong",
+            Some("ci:wrong"),
+        ));
+        assert!(!ok);
+        run(&mut copy(
+            "internal/team/img:small",
+            "priv",
+            Some("ci:ci-pass"),
+        ));
+        assert!(w.join("priv/manifest.json").exists());
+        run(&mut copy(
+            "internal/team/img:small",
+            "bytoken",
+            Some(&format!("ci:{token}")),
+        ));
+    });
+    outcome(
+        "skopeo",
+        &skopeo_version,
+        "--src-creds (password, and a token); the anonymous remote with none",
+    );
+}
