@@ -132,18 +132,23 @@ pub(super) async fn admit(
     headers: &HeaderMap,
     peer: Option<&Peer>,
 ) -> Result<Caller, ProxyError> {
-    if !proxy.access.enabled() {
-        return Ok(Caller::Anonymous);
-    }
     let access = &remote.config.access;
     if access.is_anonymous() {
         // Credentials are not read for a remote anyone may read; only a
         // request that cannot be meant is refused.
-        crate::access::credentials::header_of(headers)
-            .map_err(|m| ProxyError::BadCredentials(m.0))?;
+        if proxy.access.enabled() {
+            crate::access::credentials::header_of(headers)
+                .map_err(|m| ProxyError::BadCredentials(m.0))?;
+        }
         return Ok(Caller::Anonymous);
     }
-    let caller = caller(proxy, headers, peer).await?;
+    // Whatever `[auth]` says now, a private remote is checked (fail closed:
+    // with no users, nobody gets in).
+    let caller = proxy
+        .access
+        .identify(headers, client_of(peer))
+        .await
+        .map_err(refused)?;
     match caller.user() {
         None => Err(ProxyError::Unauthenticated),
         Some(user) if access.admits(Some(user)) => Ok(caller),

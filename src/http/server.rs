@@ -70,18 +70,22 @@ impl Running {
         })
     }
 
-    /// SIGHUP: the config, the htpasswd file and the certificate, each on
-    /// its own: one that fails to load is logged and the running one stays.
+    /// SIGHUP: the config with the htpasswd file, and the certificate, each
+    /// on its own: one that fails to load is logged and the running one stays.
     pub fn reload(&self, config: &Config) {
-        if let Err(error) = self.proxy.reload(config) {
-            tracing::error!(
+        // The users go with the remotes whose `access` names them: both
+        // are taken, or neither.
+        match self.proxy.reload(config) {
+            Ok(()) => {
+                self.proxy.access.reload(config.auth.as_ref());
+                if let Some(auth) = &config.auth {
+                    tracing::info!(users = auth.users.len(), "htpasswd reloaded");
+                }
+            }
+            Err(error) => tracing::error!(
                 error = format!("{error:#}"),
-                "reload failed; keeping the running config"
-            );
-        }
-        self.proxy.access.reload(config.auth.as_ref());
-        if let Some(auth) = &config.auth {
-            tracing::info!(users = auth.users.len(), "htpasswd reloaded");
+                "reload failed; keeping the running config and users"
+            ),
         }
         if let (Some(tls), Some(paths)) = (&self.tls, &config.server.tls) {
             match tls.reload(paths) {
