@@ -163,14 +163,9 @@ async fn pip_and_uv_with_userinfo_and_netrc() {
     outcome("uv", &uv, "a token as the password in the index URL");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn npm_with_auth_token_and_auth() {
-    let Some(npm) = version("npm", "--version") else {
-        available("npm", false);
-        return;
-    };
-    let work = tempfile::tempdir().unwrap();
-    let w = work.path();
+/// `mc-solo` on a registry behind a private `npm` remote: the registry, the
+/// proxy, a token, and the remote's URL as `.npmrc` keys name it (`//host/npm/`).
+async fn private_npm(w: &Path) -> (MirrorServer, Running, String, String) {
     let registry = MirrorServer::start().await;
     crate::npm::publish(w, &registry, &[("mc-solo", json!({}))]);
     let remotes = format!(
@@ -179,6 +174,18 @@ async fn npm_with_auth_token_and_auth() {
     );
     let (running, token) = private_proxy(w, &remotes, "").await;
     let nerf = format!("//127.0.0.1:{}/npm/", running.local_addr.port());
+    (registry, running, token, nerf)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn npm_with_auth_token_and_auth() {
+    let Some(npm) = version("npm", "--version") else {
+        available("npm", false);
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let (registry, _running, token, nerf) = private_npm(w).await;
     let auth = base64::engine::general_purpose::STANDARD.encode("ci:ci-pass");
     let install = |n: usize, credentials: &str| {
         let project = crate::npm::consumer_project(w, n);
@@ -448,5 +455,112 @@ async fn skopeo_with_creds_and_anonymous_beside_a_private_oci_remote() {
         "skopeo",
         &skopeo_version,
         "--src-creds (password, and a token); the anonymous remote with none",
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pnpm_and_yarn_with_auth_token_in_npmrc() {
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let (registry, _running, token, nerf) = private_npm(w).await;
+    for tool in ["pnpm", "yarn"] {
+        let Some(tool_version) = crate::client(tool, "--version") else {
+            continue;
+        };
+        let add = |n: usize, credentials: &str| {
+            let project = crate::npm::consumer_project(&w.join(tool), n);
+            write(
+                &project.join(".npmrc"),
+                &format!("registry=http:{nerf}\n{credentials}"),
+            );
+            let home = w.join(format!("{tool}home{n}"));
+            let mut cmd = Command::new(tool);
+            cmd.args(["add", "mc-solo"])
+                .current_dir(&project)
+                .env("HOME", &home)
+                .env("XDG_CACHE_HOME", home.join(".cache"))
+                .env("CI", "true")
+                .env("YARN_IGNORE_PATH", "1");
+            if tool == "pnpm" {
+                cmd.arg("--store-dir")
+                    .arg(w.join(format!("store{n}")))
+                    .arg("--state-dir")
+                    .arg(w.join(format!("pnpmstate{n}")));
+            } else {
+                cmd.args(["--non-interactive", "--no-progress", "--cache-folder"])
+                    .arg(w.join(format!("yarncache{n}")));
+            }
+            (cmd, project)
+        };
+        tokio::task::block_in_place(|| {
+            let (mut cmd, _) = add(0, "");
+            let (ok, said) = attempt(&mut cmd);
+            assert!(!ok, "{tool} without credentials: {said}");
+            // yarn 1 sends a path-scoped token for unscoped packages only
+            // with `always-auth` (its own rule; npm and pnpm do without).
+            let (mut cmd, project) = add(
+                1,
+                &format!("{nerf}:_authToken={token}\n{nerf}:always-auth=true\n"),
+            );
+            run(&mut cmd);
+            assert!(
+                project.join("node_modules/mc-solo/index.js").exists(),
+                "{tool} installed mc-solo"
+            );
+        });
+        outcome(tool, &tool_version, "_authToken in .npmrc");
+    }
+    assert_eq!(registry.hits("/mc-solo/-/mc-solo-1.0.0.tgz"), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apt_with_auth_conf_over_https() {
+    let Some(apt) = crate::apt::apt_tools() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let repo = crate::apt::AptRepo::build(w);
+    let origin = MirrorServer::start().await;
+    repo.serve(&origin);
+    let (ca, tls_keys) = tls_files(w);
+    let remotes = format!(
+        "[[remote]]\nname = \"debian\"\nkind = \"apt\"\nmirrors = [\"{}\"]\naccess = [\"ci\"]\n",
+        origin.url("/debian")
+    );
+    let (running, token) = private_proxy(w, &remotes, &tls_keys).await;
+    let port = running.local_addr.port();
+    let source = format!("https://127.0.0.1:{port}/debian");
+    let auth_dir = w.join("auth.conf.d");
+    write(
+        &auth_dir.join("mirrorcache.conf"),
+        &format!("machine 127.0.0.1:{port}/debian login ci password {token}\n"),
+    );
+    let ca_option = format!("Acquire::https::CAInfo={}", ca.display());
+    tokio::task::block_in_place(|| {
+        let none = [
+            ca_option.clone(),
+            "Dir::Etc::netrcparts=/nonexistent".to_string(),
+        ];
+        let refused = crate::apt::apt_get_from(&w.join("apt0"), &source, &none, &["update"]);
+        let said = match refused {
+            Ok(text) | Err(text) => text,
+        };
+        assert!(said.contains("401"), "apt without credentials: {said}");
+        assert_eq!(origin.total(), 0);
+        let with = [
+            ca_option.clone(),
+            format!("Dir::Etc::netrcparts={}", auth_dir.display()),
+        ];
+        let root = w.join("apt1");
+        crate::apt::apt_get_from(&root, &source, &with, &["update"]).unwrap();
+        crate::apt::apt_get_from(&root, &source, &with, &["download", "mc-hello"]).unwrap();
+        let got = std::fs::read(root.join("download/mc-hello_1.0_all.deb")).unwrap();
+        assert_eq!(sha256_hex(&got), sha256_hex(&repo.deb));
+    });
+    outcome(
+        "apt-get",
+        &apt,
+        "auth.conf.d over https (a token as password)",
     );
 }

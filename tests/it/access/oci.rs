@@ -107,3 +107,58 @@ async fn v2_stays_open_when_every_oci_remote_is_anonymous() {
     let proxy = AuthProxy::start_with("", &remotes).await;
     assert_eq!(proxy.get("/v2/", &[]).await.0, 200);
 }
+
+/// The remote's own registry credentials go to a token realm on another
+/// host (here: another port) only when `token_realms` lists it.
+#[tokio::test]
+async fn upstream_credentials_go_only_to_a_listed_token_realm() {
+    use axum::http::StatusCode;
+    use axum::response::IntoResponse;
+    let realm = MirrorServer::start().await;
+    realm.put_typed("/token", r#"{"token":"t0k"}"#, "application/json");
+    let blob = b"layer".to_vec();
+    let digest = format!("sha256:{}", sha256_hex(&blob));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let challenge = format!("Bearer realm=\"{}\",service=\"reg\"", realm.url("/token"));
+    let app = axum::Router::new().route(
+        "/v2/{*rest}",
+        axum::routing::get(move |headers: axum::http::HeaderMap| {
+            let (challenge, blob) = (challenge.clone(), blob.clone());
+            async move {
+                if headers
+                    .get("authorization")
+                    .is_none_or(|v| v != "Bearer t0k")
+                {
+                    return (StatusCode::UNAUTHORIZED, [("www-authenticate", challenge)])
+                        .into_response();
+                }
+                blob.into_response()
+            }
+        }),
+    );
+    tokio::spawn(async move { axum::serve(listener, app).await.unwrap() });
+    std::env::set_var("MC_TEST_REALM_PASSWORD", "realm-secret");
+    for (listed, expect_credentials) in [("", false), ("listed", true)] {
+        let token_realms = if listed.is_empty() {
+            String::new()
+        } else {
+            format!("token_realms = [\"{}\"]\n", realm.url(""))
+        };
+        let remotes = format!(
+            "[[remote]]\nname = \"reg{listed}\"\nkind = \"oci\"\nmirrors = [\"http://{addr}\"]\n\
+             username = \"puller\"\npassword_env = \"MC_TEST_REALM_PASSWORD\"\n{token_realms}"
+        );
+        let proxy = AuthProxy::start_with("", &remotes).await;
+        let (status, _, _) = proxy
+            .get(&format!("/v2/reg{listed}/app/blobs/{digest}"), &[])
+            .await;
+        assert_eq!(status, 200);
+        let asked = realm.last_request().unwrap();
+        assert_eq!(
+            asked.headers.contains_key("authorization"),
+            expect_credentials,
+            "token_realms {listed:?}"
+        );
+    }
+}
