@@ -1,6 +1,6 @@
 //! Who is asking: the credentials of a request checked against the htpasswd
 //! users (`[auth]`) and the token table, verified credentials remembered by a
-//! hash of their header for a minute (bcrypt costs milliseconds and must not
+//! hash of their header for a minute (`verified`) (bcrypt costs milliseconds and must not
 //! run per request), failed logins limited per peer. Which remote a caller
 //! may read is `RemoteAccess::admits`; answering is `http::access`.
 //!
@@ -11,6 +11,7 @@
 pub mod credentials;
 pub mod limit;
 pub mod token;
+mod verified;
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -27,6 +28,7 @@ use crate::clock::now_ms;
 use crate::config::AuthConfig;
 use credentials::Offered;
 use limit::FailureLimiter;
+use verified::{Verified, VerifiedCache};
 
 /// How long a verified credential is taken on trust. A reload of the
 /// htpasswd file forgets them all at once; a token revoked on another
@@ -90,20 +92,12 @@ impl Users {
     }
 }
 
-/// A credential checked lately.
-#[derive(Clone)]
-struct Verified {
-    user: Arc<str>,
-    /// A token's expiry (unix ms).
-    until_ms: Option<i64>,
-}
-
 pub struct Access {
     /// `[auth]` is set: credentials are read at all.
     enabled: std::sync::atomic::AtomicBool,
     users: ArcSwap<Users>,
     /// By SHA-256 of the `Authorization` header.
-    verified: moka::sync::Cache<[u8; 32], Verified>,
+    verified: VerifiedCache,
     failures: FailureLimiter,
     /// The token table is in its metadata database.
     cache: Arc<Cache>,
@@ -114,10 +108,7 @@ impl Access {
         Access {
             enabled: auth.is_some().into(),
             users: ArcSwap::from_pointee(Users::of(auth)),
-            verified: moka::sync::Cache::builder()
-                .max_capacity(10_000)
-                .time_to_live(VERIFIED_FOR)
-                .build(),
+            verified: VerifiedCache::default(),
             failures: FailureLimiter::default(),
             cache,
         }
@@ -134,7 +125,7 @@ impl Access {
         self.users.store(Arc::new(Users::of(auth)));
         self.enabled
             .store(auth.is_some(), std::sync::atomic::Ordering::Relaxed);
-        self.verified.invalidate_all();
+        self.verified.clear();
     }
 
     /// Whether `user` is in the htpasswd file now.
@@ -149,11 +140,8 @@ impl Access {
             return Ok(Caller::Anonymous);
         };
         let key: [u8; 32] = Sha256::digest(value).into();
-        if let Some(known) = self.verified.get(&key) {
-            if known.until_ms.is_none_or(|until| now_ms() < until) {
-                return Ok(Caller::User(known.user));
-            }
-            self.verified.invalidate(&key);
+        if let Some(user) = self.verified.get(&key, now_ms()) {
+            return Ok(Caller::User(user));
         }
         let offered = credentials::parse(value).map_err(|m| Refusal::Malformed(m.0))?;
         if offered == Offered::None {
@@ -172,8 +160,10 @@ impl Access {
             Offered::Basic { user, password } => self.password(user, password).await,
         };
         match verified {
-            Some(verified) => {
+            Some(mut verified) => {
                 let user = verified.user.clone();
+                let trusted_until = now_ms() + VERIFIED_FOR.as_millis() as i64;
+                verified.until_ms = verified.until_ms.min(trusted_until);
                 self.verified.insert(key, verified);
                 Ok(Caller::User(user))
             }
@@ -199,7 +189,7 @@ impl Access {
         let user = task.await.ok()??;
         Some(Verified {
             user: user.into(),
-            until_ms: None,
+            until_ms: i64::MAX,
         })
     }
 
@@ -231,7 +221,7 @@ impl Access {
         }
         Ok(Some(Verified {
             user: row.user.into(),
-            until_ms: row.expires_at_ms,
+            until_ms: row.expires_at_ms.unwrap_or(i64::MAX),
         }))
     }
 }

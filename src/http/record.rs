@@ -77,8 +77,20 @@ impl Answered<'_> {
                 audit = true,
                 user = self.user.unwrap_or("-"),
                 remote = remote.name.as_str(),
-                peer = %self.peer.map_or_else(|| "-".to_string(), |p| p.client.to_string()),
+                peer = %PeerField(self.peer),
             ),
+        }
+    }
+}
+
+/// The audit line's `peer`, written without an allocation.
+struct PeerField<'a>(Option<&'a super::access::Peer>);
+
+impl std::fmt::Display for PeerField<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(peer) => peer.client.fmt(f),
+            None => f.write_str("-"),
         }
     }
 }

@@ -564,3 +564,37 @@ async fn apt_with_auth_conf_over_https() {
         "auth.conf.d over https (a token as password)",
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn podman_login_answers_the_v2_challenge() {
+    let Some(podman) = crate::client("podman", "--version") else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let remotes = "[[remote]]\nname = \"internal\"\nkind = \"oci\"\nmirrors = [\"http://127.0.0.1:1\"]\naccess = [\"ci\"]\n";
+    let (running, token) = private_proxy(w, remotes, "").await;
+    let host = format!("127.0.0.1:{}", running.local_addr.port());
+    let login = |user: &str, password: &str| {
+        let mut cmd = Command::new("podman");
+        cmd.args(["login", "--tls-verify=false", "--authfile"])
+            .arg(w.join("auth.json"))
+            .args(["-u", user, "-p", password, &host])
+            .env("HOME", w)
+            .env("XDG_RUNTIME_DIR", w)
+            .env("XDG_CONFIG_HOME", w.join("config"));
+        cmd
+    };
+    tokio::task::block_in_place(|| {
+        let (ok, said) = attempt(&mut login("ci", "wrong"));
+        assert!(!ok, "podman login with a wrong password: {said}");
+        let said = run(&mut login("ci", "ci-pass"));
+        assert!(said.contains("Login Succeeded"), "{said}");
+        run(&mut login("ci", &token));
+    });
+    outcome(
+        "podman",
+        &podman,
+        "login (password, and a token) after /v2/'s 401",
+    );
+}
