@@ -137,6 +137,8 @@ async fn audit_in(format: &str) -> String {
     let ok = client
         .get(proxy.url("/secret/hidden-package/x"))
         .header("authorization", basic("ci", "ci-pass-never-logged"))
+        // From an untrusted peer: not the logged client.
+        .header("x-forwarded-for", "203.0.113.9")
         .send()
         .await
         .unwrap();
@@ -153,7 +155,12 @@ async fn audit_in(format: &str) -> String {
     })
     .await;
     let log = proxy.log();
-    for secret in ["ci-pass-never-logged", "wrong-pass-never-logged", "Y2k6"] {
+    for secret in [
+        "ci-pass-never-logged",
+        "wrong-pass-never-logged",
+        "Y2k6",
+        "203.0.113.9",
+    ] {
         assert!(!log.contains(secret), "the log holds {secret:?}:\n{log}");
     }
     log
