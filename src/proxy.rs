@@ -160,6 +160,10 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
             o.server.tls.is_some() != n.server.tls.is_some(),
         ),
         (
+            "server.trusted_proxies",
+            o.server.trusted_proxies != n.server.trusted_proxies,
+        ),
+        (
             "server.header_read_timeout",
             o.server.header_read_timeout != n.server.header_read_timeout,
         ),
