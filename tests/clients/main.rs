@@ -22,6 +22,7 @@ mod oci;
 mod oci_fixtures;
 mod pip;
 mod private;
+mod private_oci;
 mod python_tools;
 mod warm;
 

@@ -2,8 +2,9 @@
 //! credentials its own way: pip and uv (userinfo in the index URL; pip also
 //! `~/.netrc`), npm (`_authToken` and `_auth` in `.npmrc`), cargo (a token
 //! through `cargo:token`, asked for after the 401 on `config.json`), go
-//! (`~/.netrc` over TLS). Each also runs once without credentials and must
-//! fail, with nothing sent upstream.
+//! (`~/.netrc` over TLS), pnpm and yarn 1, apt-get (`auth.conf.d` over TLS);
+//! the container clients are in `private_oci.rs`. Each also runs once
+//! without credentials and must fail, with nothing sent upstream.
 
 use std::path::Path;
 use std::process::Command;
@@ -18,7 +19,7 @@ use crate::{run, version, write};
 
 /// A proxy with `[auth]` (user `ci`, password `ci-pass`) and these remotes,
 /// with a token made for `ci`: (work dir, proxy, token).
-async fn private_proxy(w: &Path, remotes: &str, server_keys: &str) -> (Running, String) {
+pub async fn private_proxy(w: &Path, remotes: &str, server_keys: &str) -> (Running, String) {
     let users = w.join("users.htpasswd");
     std::fs::write(
         &users,
@@ -47,7 +48,7 @@ async fn private_proxy(w: &Path, remotes: &str, server_keys: &str) -> (Running, 
 }
 
 /// Runs `cmd` and returns whether it succeeded, and its stderr.
-fn attempt(cmd: &mut Command) -> (bool, String) {
+pub fn attempt(cmd: &mut Command) -> (bool, String) {
     let out = cmd.output().unwrap();
     (
         out.status.success(),
@@ -55,7 +56,7 @@ fn attempt(cmd: &mut Command) -> (bool, String) {
     )
 }
 
-fn outcome(client: &str, version: &str, how: &str) {
+pub fn outcome(client: &str, version: &str, how: &str) {
     println!("PRIVATE-CLIENT {client} ({version}): {how}: ok; without credentials: refused");
 }
 
@@ -368,96 +369,6 @@ async fn go_with_netrc_over_tls() {
     outcome("go", &go, "~/.netrc (a token as password) over https");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn skopeo_with_creds_and_anonymous_beside_a_private_oci_remote() {
-    use crate::oci_fixtures::{push, skopeo, tools, Registry};
-    if !tools() {
-        return;
-    }
-    let Some(skopeo_version) = version("skopeo", "--version") else {
-        return;
-    };
-    let work = tempfile::tempdir().unwrap();
-    let w = work.path();
-    let layout = w.join("layout");
-    let image = format!("{}:small", layout.display());
-    tokio::task::block_in_place(|| {
-        run(Command::new("umoci")
-            .args(["init", "--layout"])
-            .arg(&layout));
-        run(Command::new("umoci").args(["new", "--image", &image]));
-        std::fs::write(w.join("small.data"), crate::support::test_bytes(4096, 77)).unwrap();
-        run(Command::new("umoci")
-            .args(["insert", "--rootless", "--image", &image])
-            .arg(w.join("small.data"))
-            .arg("/data"));
-    });
-    let hub = Registry::start(w, "hub", &w.join("hubstore"), None);
-    let internal = Registry::start(w, "internal", &w.join("internalstore"), None);
-    tokio::task::block_in_place(|| {
-        push(
-            w,
-            &layout,
-            "small",
-            &format!("{}/team/img:small", hub.host()),
-        );
-        push(
-            w,
-            &layout,
-            "small",
-            &format!("{}/team/img:small", internal.host()),
-        );
-    });
-    let remotes = format!(
-        "[[remote]]\nname = \"hub\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n\n\
-         [[remote]]\nname = \"internal\"\nkind = \"oci\"\nmirrors = [\"{}\"]\naccess = [\"ci\"]\n",
-        hub.url(),
-        internal.url()
-    );
-    let (running, token) = private_proxy(w, &remotes, "").await;
-    let host = format!("127.0.0.1:{}", running.local_addr.port());
-    let copy = |reference: &str, into: &str, creds: Option<&str>| {
-        let mut cmd = skopeo(w);
-        cmd.args(["copy", "--src-tls-verify=false"]);
-        if let Some(creds) = creds {
-            cmd.arg("--src-creds").arg(creds);
-        }
-        cmd.arg(format!("docker://{host}/{reference}"))
-            .arg(format!("dir:{}", w.join(into).display()));
-        cmd
-    };
-    tokio::task::block_in_place(|| {
-        // The public remote: no credentials at all (skopeo answers /v2/'s
-        // challenge with empty ones).
-        run(&mut copy("hub/team/img:small", "pub", None));
-        assert!(w.join("pub/manifest.json").exists());
-        let (ok, said) = attempt(&mut copy("internal/team/img:small", "denied", None));
-        assert!(!ok, "skopeo without credentials: {said}");
-        let (ok, _) = attempt(&mut copy(
-            "internal/team/img:small",
-            "wrong",
-            Some("ci:wrong"),
-        ));
-        assert!(!ok);
-        run(&mut copy(
-            "internal/team/img:small",
-            "priv",
-            Some("ci:ci-pass"),
-        ));
-        assert!(w.join("priv/manifest.json").exists());
-        run(&mut copy(
-            "internal/team/img:small",
-            "bytoken",
-            Some(&format!("ci:{token}")),
-        ));
-    });
-    outcome(
-        "skopeo",
-        &skopeo_version,
-        "--src-creds (password, and a token); the anonymous remote with none",
-    );
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pnpm_and_yarn_with_auth_token_in_npmrc() {
     let work = tempfile::tempdir().unwrap();
@@ -562,39 +473,5 @@ async fn apt_with_auth_conf_over_https() {
         "apt-get",
         &apt,
         "auth.conf.d over https (a token as password)",
-    );
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn podman_login_answers_the_v2_challenge() {
-    let Some(podman) = crate::client("podman", "--version") else {
-        return;
-    };
-    let work = tempfile::tempdir().unwrap();
-    let w = work.path();
-    let remotes = "[[remote]]\nname = \"internal\"\nkind = \"oci\"\nmirrors = [\"http://127.0.0.1:1\"]\naccess = [\"ci\"]\n";
-    let (running, token) = private_proxy(w, remotes, "").await;
-    let host = format!("127.0.0.1:{}", running.local_addr.port());
-    let login = |user: &str, password: &str| {
-        let mut cmd = Command::new("podman");
-        cmd.args(["login", "--tls-verify=false", "--authfile"])
-            .arg(w.join("auth.json"))
-            .args(["-u", user, "-p", password, &host])
-            .env("HOME", w)
-            .env("XDG_RUNTIME_DIR", w)
-            .env("XDG_CONFIG_HOME", w.join("config"));
-        cmd
-    };
-    tokio::task::block_in_place(|| {
-        let (ok, said) = attempt(&mut login("ci", "wrong"));
-        assert!(!ok, "podman login with a wrong password: {said}");
-        let said = run(&mut login("ci", "ci-pass"));
-        assert!(said.contains("Login Succeeded"), "{said}");
-        run(&mut login("ci", &token));
-    });
-    outcome(
-        "podman",
-        &podman,
-        "login (password, and a token) after /v2/'s 401",
     );
 }
