@@ -8,6 +8,7 @@
 # Debian's `chromium-headless-shell`;
 # for the container-image tests (tests/clients/oci.rs) Debian's
 # docker-registry (the reference registry), skopeo, umoci and openssl;
+# podman (its `login` against a private remote);
 # for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
 set -uo pipefail
@@ -27,6 +28,8 @@ command -v chromium-headless-shell >/dev/null || need_apt+=(chromium-headless-sh
 # the puller, the image builder, and the token issuer's key and certificate.
 command -v docker-registry >/dev/null || need_apt+=(docker-registry)
 command -v skopeo >/dev/null || need_apt+=(skopeo)
+# `podman login` against a private oci remote (tests/clients/private.rs).
+command -v podman >/dev/null || need_apt+=(podman)
 command -v umoci >/dev/null || need_apt+=(umoci)
 command -v openssl >/dev/null || need_apt+=(openssl)
 # Maven (tests/clients/maven.rs): Debian's plugin packages are the fixture

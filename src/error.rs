@@ -10,6 +10,10 @@
 use axum::http::{header, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 
+/// The challenge of a 401: HTTP Basic, which every client here answers
+/// (container clients too, after `/v2/` asks for it).
+pub const CHALLENGE: &str = "Basic realm=\"mirrorcache\"";
+
 /// Which side of the proxy an error belongs to.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Side {
@@ -88,6 +92,22 @@ pub enum ProxyError {
     FillsBusy(usize),
     #[error("the fill ended without an answer")]
     FillAborted,
+    /// The remote is not anonymous and the request has no valid
+    /// credentials: 401 with a challenge. Says nothing of the path.
+    #[error("authentication required")]
+    Unauthenticated,
+    /// Valid credentials of a user the remote does not list.
+    #[error("access denied")]
+    Forbidden,
+    /// An `Authorization` header that cannot be read.
+    #[error("malformed Authorization header: {0}")]
+    BadCredentials(&'static str),
+    /// Too many failed logins from this peer lately.
+    #[error("too many failed logins; retry later")]
+    TooManyFailures,
+    /// Credentials could not be checked (the token table is unreachable).
+    #[error("credentials cannot be checked now")]
+    AuthUnavailable,
 }
 
 impl ProxyError {
@@ -99,7 +119,11 @@ impl ProxyError {
             | ProxyError::ReadOnly
             | ProxyError::Refused { .. }
             | ProxyError::RequestTooLarge { .. }
-            | ProxyError::Undeclared => Side::Downstream,
+            | ProxyError::Undeclared
+            | ProxyError::Unauthenticated
+            | ProxyError::Forbidden
+            | ProxyError::BadCredentials(_)
+            | ProxyError::TooManyFailures => Side::Downstream,
             ProxyError::NotFound { .. }
             | ProxyError::MirrorsFailed { .. }
             | ProxyError::MirrorsBusy
@@ -109,7 +133,8 @@ impl ProxyError {
             ProxyError::Store(_)
             | ProxyError::Metadata(_)
             | ProxyError::FillsBusy(_)
-            | ProxyError::FillAborted => Side::Internal,
+            | ProxyError::FillAborted
+            | ProxyError::AuthUnavailable => Side::Internal,
         }
     }
 
@@ -125,7 +150,11 @@ impl ProxyError {
     /// The one mapping from error causes to HTTP statuses.
     pub fn status(&self) -> StatusCode {
         match self {
-            ProxyError::BadPath(_) => StatusCode::BAD_REQUEST,
+            ProxyError::BadPath(_) | ProxyError::BadCredentials(_) => StatusCode::BAD_REQUEST,
+            ProxyError::Unauthenticated => StatusCode::UNAUTHORIZED,
+            ProxyError::Forbidden => StatusCode::FORBIDDEN,
+            ProxyError::TooManyFailures => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
@@ -208,6 +237,17 @@ impl IntoResponse for ProxyError {
             response
                 .headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if status == StatusCode::UNAUTHORIZED {
+            response.headers_mut().insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(CHALLENGE),
+            );
+        }
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
         }
         response
     }

@@ -12,12 +12,16 @@
 //!   backends, in-memory tier, metadata, Redis coordination, eviction, verify.
 //! - [`kind`] holds the package managers' rules: immutable paths, documents,
 //!   variants, URL rewriting, the cache policy.
+//! - [`access`] says who is asking: credentials checked against the
+//!   htpasswd users and the token table, cached, failures limited per peer;
+//!   `http::access` is the one place a request is let through or refused.
 //! - [`proxy`] wires the rooms together from a validated [`config`];
 //!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use;
 //!   [`logline`] is the text log format (with a fast request line).
 //! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
 //!   the progress display of `verify`); only `main` imports it.
 
+pub mod access;
 pub mod cache;
 pub mod clock;
 pub mod config;

@@ -1,5 +1,6 @@
-//! The `mirrorcache` command: `serve`, `check`, `verify`, `ls`, `warm`.
+//! The `mirrorcache` command: `serve`, `check`, `verify`, `ls`, `warm`, `token`.
 
+use std::io::Write as _;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -84,6 +85,50 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Access tokens of `[auth]` users, kept (as hashes) in the metadata database.
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a token for USER; it is printed once, alone on the last line.
+    Add {
+        #[arg(
+            long,
+            env = "MIRRORCACHE_CONFIG",
+            default_value = "config/mirrorcache.toml"
+        )]
+        config: PathBuf,
+        #[arg(long)]
+        user: String,
+        /// How long it is valid ("90d", "12h"); without it, until revoked.
+        #[arg(long, value_parser = humantime::parse_duration)]
+        expires: Option<std::time::Duration>,
+    },
+    /// List tokens (id, user, created, expires); never a secret.
+    List {
+        #[arg(
+            long,
+            env = "MIRRORCACHE_CONFIG",
+            default_value = "config/mirrorcache.toml"
+        )]
+        config: PathBuf,
+        #[arg(long)]
+        user: Option<String>,
+    },
+    /// Revoke the token with this id (as `token list` shows it).
+    Revoke {
+        #[arg(
+            long,
+            env = "MIRRORCACHE_CONFIG",
+            default_value = "config/mirrorcache.toml"
+        )]
+        config: PathBuf,
+        id: String,
+    },
 }
 
 fn load(path: &Path) -> Result<Config, ExitCode> {
@@ -119,8 +164,12 @@ fn main() -> ExitCode {
             jobs,
             terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }),
+        Command::Token { command } => token(command),
         Command::Check { config: path } => match load(&path) {
             Ok(c) => {
+                for warning in &c.warnings {
+                    eprintln!("warning: {warning}");
+                }
                 println!("{}: ok ({} remotes)", path.display(), c.remotes.len());
                 ExitCode::SUCCESS
             }
@@ -132,6 +181,9 @@ fn main() -> ExitCode {
                 Err(code) => return code,
             };
             let _log_writer = init_logging(&config.log);
+            for warning in &config.warnings {
+                tracing::warn!("{warning}");
+            }
             match runtime().block_on(serve(config, &path)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
@@ -173,6 +225,51 @@ fn ls(path: &Path, filter: Option<&str>, json: bool) -> ExitCode {
     )
 }
 
+fn token(command: TokenCommand) -> ExitCode {
+    use mirrorcache::ops::token;
+    let mut out = std::io::stdout().lock();
+    match command {
+        TokenCommand::Add {
+            config,
+            user,
+            expires,
+        } => {
+            let config = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            exit_with(
+                runtime().block_on(token::add(&config, &user, expires)),
+                |(row, text)| token::print_added(&row, &text, &mut out).is_ok(),
+            )
+        }
+        TokenCommand::List { config, user } => {
+            let config = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            exit_with(
+                runtime().block_on(token::list(&config, user.as_deref())),
+                |rows| token::print_list(&rows, &mut out).is_ok(),
+            )
+        }
+        TokenCommand::Revoke { config, id } => {
+            let config = match load(&config) {
+                Ok(c) => c,
+                Err(code) => return code,
+            };
+            exit_with(runtime().block_on(token::revoke(&config, &id)), |found| {
+                if found {
+                    let _ = writeln!(out, "revoked {id}");
+                } else {
+                    eprintln!("no token {id}");
+                }
+                found
+            })
+        }
+    }
+}
+
 fn warm(options: mirrorcache::ops::warm::Options) -> ExitCode {
     exit_with(
         runtime().block_on(mirrorcache::ops::warm::run(&options)),
@@ -211,11 +308,7 @@ async fn serve(config: Config, path: &Path) -> anyhow::Result<()> {
             _ = tokio::signal::ctrl_c() => break,
             _ = term.recv() => break,
             _ = hup.recv() => match Config::load(path) {
-                Ok(new) => {
-                    if let Err(error) = running.proxy.reload(&new) {
-                        tracing::error!(error = format!("{error:#}"), "reload failed; keeping the running config");
-                    }
-                }
+                Ok(new) => running.reload(&new),
                 Err(error) => tracing::error!(%error, "new config refused; keeping the running config"),
             },
         }

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use arc_swap::ArcSwap;
 
+use crate::access::Access;
 use crate::cache::Cache;
 use crate::config::{Config, ServerConfig};
 use crate::fill::FillRegistry;
@@ -35,6 +36,8 @@ pub struct Proxy {
     pub metrics: Arc<Metrics>,
     pub cache: Arc<Cache>,
     pub fills: Arc<FillRegistry>,
+    /// Who is asking (`[auth]`); reloaded with the htpasswd file.
+    pub access: Arc<Access>,
     /// Publish times (unix ms; `None`: the document gives none) of the
     /// artifacts a cooldown was checked for, by key: a publish time never
     /// changes, so a hit on an artifact under `min_release_age` is judged from
@@ -67,6 +70,7 @@ impl Proxy {
                 metrics.clone(),
                 config.server.max_fills,
             )),
+            access: Arc::new(Access::new(config.auth.as_ref(), cache.clone())),
             metrics,
             cache,
             publish_times: moka::sync::Cache::builder()
@@ -156,6 +160,14 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     let (o_redis, n_redis) = (o.redis.as_ref(), n.redis.as_ref());
     [
         ("server.listen", o.server.listen != n.server.listen),
+        (
+            "server.tls_cert",
+            o.server.tls.is_some() != n.server.tls.is_some(),
+        ),
+        (
+            "server.trusted_proxies",
+            o.server.trusted_proxies != n.server.trusted_proxies,
+        ),
         (
             "server.header_read_timeout",
             o.server.header_read_timeout != n.server.header_read_timeout,

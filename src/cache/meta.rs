@@ -126,6 +126,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed(include_str!("../../migrations/0004_declared.sql")),
             false,
         ),
+        Migration::new(
+            5,
+            Cow::Borrowed("tokens"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0005_tokens.sql")),
+            false,
+        ),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),

@@ -28,6 +28,7 @@ pub mod meta;
 mod prepared;
 mod refs;
 pub mod store;
+pub mod tokens;
 pub mod verify;
 
 use std::sync::{Arc, OnceLock};

@@ -11,8 +11,14 @@ use std::time::Duration;
 use serde::Deserialize;
 use url::Url;
 
+mod auth;
 mod raw;
+mod rules;
 mod validate;
+
+pub use auth::{
+    is_user_name, load_htpasswd, AuthConfig, HtpasswdUser, IpBlock, RemoteAccess, TlsConfig,
+};
 
 use crate::kind::guard::GuardConfig;
 use crate::kind::{Kind, VersionPolicy};
@@ -34,6 +40,10 @@ pub struct Config {
     pub storage: StorageConfig,
     pub metadata: MetadataConfig,
     pub remotes: Vec<RemoteConfig>,
+    /// `[auth]`; `None` = every remote is anonymous.
+    pub auth: Option<AuthConfig>,
+    /// What `check` warns about (and `serve` logs) without refusing the file.
+    pub warnings: Vec<String>,
 }
 
 #[derive(Debug, Clone)]
@@ -55,6 +65,10 @@ pub struct ServerConfig {
     /// The oci remote that answers `/v2/<repository>/…` without a remote
     /// prefix (docker's `registry-mirrors` cannot add one).
     pub oci_root_remote: Option<String>,
+    /// With a certificate, the listener speaks only TLS (read at start).
+    pub tls: Option<TlsConfig>,
+    /// Peers whose `X-Forwarded-For`/`-Proto`/`-Host` count.
+    pub trusted_proxies: Vec<IpBlock>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -173,8 +187,13 @@ pub struct RemoteConfig {
     /// An oci remote's registry host as containerd names it in `?ns=`
     /// (`docker.io`, `ghcr.io`): requests carrying it come here.
     pub registry: Option<String>,
+    /// Token services on other hosts than the mirrors that an oci remote's
+    /// credentials may be sent to (a challenge naming any other gets none).
+    pub token_realms: Vec<Url>,
     /// What the remote refuses to serve: young releases, denied packages.
     pub guard: GuardConfig,
+    /// Who may read it.
+    pub access: RemoteAccess,
 }
 
 /// Hedged attempts (`hedge_after`): when the mirror tried first has not sent

@@ -23,6 +23,7 @@ pub(super) struct RawConfig {
     pub(super) redis: Option<RawRedis>,
     #[serde(default, rename = "remote")]
     pub(super) remotes: Vec<Spanned<RawRemote>>,
+    pub(super) auth: Option<super::auth::RawAuth>,
 }
 
 #[derive(Deserialize)]
@@ -37,6 +38,9 @@ pub(super) struct RawServer {
     pub(super) max_fills: usize,
     pub(super) send_timeout: HumanDuration,
     pub(super) oci_root_remote: Option<Spanned<String>>,
+    pub(super) tls_cert: Option<Spanned<String>>,
+    pub(super) tls_key: Option<Spanned<String>>,
+    pub(super) trusted_proxies: Vec<Spanned<String>>,
 }
 
 impl Default for RawServer {
@@ -51,6 +55,9 @@ impl Default for RawServer {
             header_read_timeout: HumanDuration(Duration::from_secs(10)),
             max_connections: 4096,
             oci_root_remote: None,
+            tls_cert: None,
+            tls_key: None,
+            trusted_proxies: Vec::new(),
         }
     }
 }
@@ -199,12 +206,14 @@ pub(super) struct RawRemote {
     pub(super) bearer_token: Option<Spanned<String>>,
     pub(super) bearer_token_env: Option<Spanned<String>>,
     pub(super) registry: Option<Spanned<String>>,
+    pub(super) token_realms: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) min_release_age: Option<HumanDuration>,
     #[serde(default)]
     pub(super) cooldown_exempt: Vec<Spanned<String>>,
     #[serde(default)]
     pub(super) deny: Vec<Spanned<String>>,
     pub(super) allow: Option<Vec<Spanned<String>>>,
+    pub(super) access: Option<Spanned<super::auth::RawAccess>>,
 }
 
 fn default_max_document_size() -> HumanSize {

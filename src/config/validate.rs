@@ -9,7 +9,6 @@ use url::Url;
 
 use super::raw::*;
 use super::*;
-use crate::kind::guard::{self, GuardConfig};
 use crate::kind::{Kind, Protocol, VersionPolicy};
 pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
@@ -17,7 +16,7 @@ pub(super) struct Validator<'a> {
 }
 
 impl Validator<'_> {
-    fn error<T>(
+    pub(super) fn error<T>(
         &self,
         key: impl Into<String>,
         span: std::ops::Range<usize>,
@@ -67,6 +66,8 @@ impl Validator<'_> {
             }
         }
         self.oci_keys(&remotes, oci_root_remote.as_ref())?;
+        let auth = self.auth_table(raw.auth)?;
+        let warnings = self.access_needs_users(&remotes, auth.as_ref())?;
         let redis = match raw.redis {
             None => None,
             Some(r) => {
@@ -140,6 +141,8 @@ impl Validator<'_> {
                 cache_entries: raw.metadata.cache_entries.max(1),
             },
             remotes,
+            auth,
+            warnings,
         })
     }
 
@@ -178,7 +181,11 @@ impl Validator<'_> {
                 }
             },
         };
+        let tls = self.tls(raw.tls_cert.as_ref(), raw.tls_key.as_ref())?;
+        let trusted_proxies = self.trusted_proxies(&raw.trusted_proxies)?;
         Ok(ServerConfig {
+            tls,
+            trusted_proxies,
             listen,
             public_url,
             admin_token: raw.admin_token.filter(|t| !t.is_empty()),
@@ -194,6 +201,7 @@ impl Validator<'_> {
     fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
         let auth = self.auth(i, &raw)?;
         let guard = self.guard(i, &raw)?;
+        let access = self.access(i, raw.access.as_ref())?;
         let name = raw.name.get_ref().clone();
         // `/v2/…` is the container registry API (`http::oci`).
         let name_ok = !name.is_empty()
@@ -261,6 +269,11 @@ impl Validator<'_> {
             (Some(host), None) => Some(host.get_ref().to_ascii_lowercase()),
             (None, _) => None,
         };
+        let token_realms = self.optional_mirror_list(
+            &format!("remote[{i}].token_realms"),
+            raw.token_realms.as_ref(),
+            &[],
+        )?;
         let max_document_size = raw.max_document_size.0;
         let max_attempts = match raw.max_attempts {
             // Every mirror of the largest set once: a files host with more
@@ -361,54 +374,9 @@ impl Validator<'_> {
             },
             auth,
             registry,
+            token_realms,
             guard,
-        })
-    }
-
-    /// `min_release_age`, `cooldown_exempt`, `deny` and `allow`.
-    fn guard(&self, i: usize, raw: &RawRemote) -> Result<GuardConfig, ConfigError> {
-        // An unknown kind is reported by `remote` with its own message.
-        let Some(kind) = Kind::named(raw.kind.get_ref()) else {
-            return Ok(GuardConfig::default());
-        };
-        let (ecosystem, packages) = (kind.ecosystem(), kind.packages());
-        let mut cooldown_exempt = Vec::with_capacity(raw.cooldown_exempt.len());
-        for (j, glob) in raw.cooldown_exempt.iter().enumerate() {
-            match guard::name_glob(packages, glob.get_ref()) {
-                Ok(glob) => cooldown_exempt.push(glob),
-                Err(e) => {
-                    return self.error(format!("remote[{i}].cooldown_exempt[{j}]"), glob.span(), e)
-                }
-            }
-        }
-        let rules = |key: &str, list: &[Spanned<String>]| {
-            let mut rules = Vec::with_capacity(list.len());
-            for (j, rule) in list.iter().enumerate() {
-                let key = format!("remote[{i}].{key}[{j}]");
-                let packages = match (packages, ecosystem.refuses_key("deny")) {
-                    (Some(packages), None) => packages,
-                    (_, refusal) => {
-                        let refusal = refusal.unwrap_or_else(|| {
-                            format!("a {} remote cannot tell packages apart", kind.name())
-                        });
-                        return self.error(key, rule.span(), refusal);
-                    }
-                };
-                match guard::package_rule(packages, rule.get_ref()) {
-                    Ok(rule) => rules.push(rule),
-                    Err(e) => return self.error(key, rule.span(), e),
-                }
-            }
-            Ok(rules)
-        };
-        Ok(GuardConfig {
-            min_release_age: raw.min_release_age.map(|d| d.0).filter(|d| !d.is_zero()),
-            cooldown_exempt,
-            deny: rules("deny", &raw.deny)?,
-            allow: match &raw.allow {
-                Some(list) => Some(rules("allow", list)?),
-                None => None,
-            },
+            access,
         })
     }
 

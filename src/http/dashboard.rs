@@ -16,8 +16,15 @@ use super::snapshot::{MirrorView, RemoteView, Snapshot};
 use crate::fill::FillProgress;
 use crate::proxy::Proxy;
 
-pub async fn dashboard(State(proxy): State<Arc<Proxy>>) -> Markup {
-    page(&Snapshot::take(&proxy))
+/// With `[auth]`, only the remotes the caller may read.
+pub async fn dashboard(
+    State(proxy): State<Arc<Proxy>>,
+    peer: Option<axum::Extension<super::access::Peer>>,
+    headers: axum::http::HeaderMap,
+) -> Result<Markup, crate::error::ProxyError> {
+    let peer = peer.map(|axum::Extension(p)| p);
+    let snapshot = super::access::snapshot_for(&proxy, &headers, peer.as_ref()).await?;
+    Ok(page(&snapshot))
 }
 
 fn page(s: &Snapshot) -> Markup {

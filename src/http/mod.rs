@@ -3,6 +3,7 @@
 //! live in `ops`, the admin API in `admin`; errors become statuses only in
 //! `error::ProxyError::status`.
 
+pub mod access;
 mod admin;
 mod checksum;
 mod dashboard;
@@ -15,6 +16,7 @@ mod respond;
 mod send_timeout;
 pub mod server;
 pub mod snapshot;
+pub mod tls;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,6 +26,7 @@ use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, Uri};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
+use axum::Extension;
 use axum::Router;
 use tokio::sync::watch;
 
@@ -78,18 +81,36 @@ impl Served {
 
 async fn artifact(
     State(proxy): State<Arc<Proxy>>,
+    peer: Option<Extension<access::Peer>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
     body: Body,
 ) -> Response {
+    let peer = peer.map(|Extension(p)| p);
     let started = Instant::now();
     // Lets tests reach the panic path of a handler (debug builds only).
     #[cfg(debug_assertions)]
     if uri.path().contains("__mirrorcache_test_panic_in_handler__") {
         panic!("test panic in a handler");
     }
-    let (remote, varies, takes_post, result) = match resolve(&proxy, &method, &uri) {
+    // The access check, on the remote the request resolved to.
+    let mut caller = crate::access::Caller::Anonymous;
+    let mut refused_remote = None;
+    let resolved = match resolve(&proxy, &method, &uri) {
+        Ok((remote, path)) => match access::admit(&proxy, &remote, &headers, peer.as_ref()).await {
+            Ok(admitted) => {
+                caller = admitted;
+                Ok((remote, path))
+            }
+            Err(refusal) => {
+                refused_remote = Some(remote);
+                Err(refusal)
+            }
+        },
+        Err(error) => Err(error),
+    };
+    let (remote, varies, takes_post, result) = match resolved {
         Ok((remote, path)) => {
             let kind = remote.config.kind;
             let varies = !kind.variants(path.path()).is_empty();
@@ -115,7 +136,7 @@ async fn artifact(
             };
             (Some(remote), varies, api.is_some_and(|a| a.post), result)
         }
-        Err(error) => (None, false, false, Err(error)),
+        Err(error) => (refused_remote, false, false, Err(error)),
     };
     let (mut response, cache, mirror, error) = match result {
         Ok(served) => (served.response, Some(served.cache), served.mirror, None),
@@ -140,6 +161,8 @@ async fn artifact(
         cache,
         mirror: mirror.as_deref(),
         error: error.as_deref(),
+        user: caller.user(),
+        peer: peer.as_ref(),
     };
     answered.record(&proxy, &method, &uri, started, &response);
     response
@@ -429,6 +452,7 @@ impl ArtifactRequest<'_> {
         } else {
             bytes
         };
+        let body = access::mark_auth_required(&self.remote.config, self.path.path(), body);
         if self.filter.is_some() {
             // What the filter leaves changes with the config and the clock:
             // the validator follows the body served, not only the blob.
@@ -500,14 +524,22 @@ impl ArtifactRequest<'_> {
 }
 
 /// The base URL clients reach the proxy at: `server.public_url`, else
-/// `http://{Host}` from the request (checked to be a plain host[:port], so a
-/// forged Host cannot inject markup into rewritten documents).
+/// `{scheme}://{Host}` from the request (checked to be a plain host[:port], so a
+/// forged Host cannot inject markup into rewritten documents). The scheme is
+/// `https` on TLS; `X-Forwarded-Proto` and `-Host` count only from
+/// `trusted_proxies` (the listener drops them from anyone else:
+/// `access::prepare`).
 fn public_base(server: &ServerConfig, headers: &HeaderMap) -> String {
     if let Some(url) = &server.public_url {
         return url.as_str().trim_end_matches('/').to_string();
     }
+    let scheme = match headers.get("x-forwarded-proto").map(|v| v.as_bytes()) {
+        Some(b"https") => "https",
+        _ => "http",
+    };
     let host = headers
-        .get(header::HOST)
+        .get("x-forwarded-host")
+        .or_else(|| headers.get(header::HOST))
         .and_then(|v| v.to_str().ok())
         .filter(|h| {
             !h.is_empty()
@@ -515,7 +547,7 @@ fn public_base(server: &ServerConfig, headers: &HeaderMap) -> String {
                     .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '-' | ':' | '[' | ']'))
         });
     match host {
-        Some(host) => format!("http://{host}"),
-        None => format!("http://{}", server.listen),
+        Some(host) => format!("{scheme}://{host}"),
+        None => format!("{scheme}://{}", server.listen),
     }
 }

@@ -42,9 +42,19 @@ const CONTENT_DIGEST: &str = "docker-content-digest";
 /// The most tags one `tags/list` page may ask for (`n`).
 const MAX_PAGE: usize = 10_000;
 
-/// `GET /v2/`: the API version check every client starts with. No
-/// authentication is asked for: the proxy authenticates upstream itself.
-pub(super) async fn base(method: Method) -> Response {
+/// `GET /v2/`: the API version check every client starts with. The proxy
+/// authenticates upstream itself; clients are asked for credentials here
+/// only when an oci remote is not anonymous (`access::registry_base`).
+pub(super) async fn base(
+    State(proxy): State<Arc<Proxy>>,
+    peer: Option<axum::Extension<super::access::Peer>>,
+    method: Method,
+    headers: HeaderMap,
+) -> Response {
+    let peer = peer.map(|axum::Extension(p)| p);
+    if let Err(error) = super::access::registry_base(&proxy, &headers, peer.as_ref()).await {
+        return OciError::from_proxy(&error, "UNAUTHORIZED").into_response();
+    }
     if method != Method::GET && method != Method::HEAD {
         return OciError::unsupported(&method).into_response();
     }
@@ -110,6 +120,9 @@ impl OciError {
             ProxyError::IntegrityMismatch { .. } => "DIGEST_INVALID",
             ProxyError::BadPath(_) => "NAME_INVALID",
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => "UNSUPPORTED",
+            ProxyError::Unauthenticated | ProxyError::BadCredentials(_) => "UNAUTHORIZED",
+            ProxyError::Forbidden => "DENIED",
+            ProxyError::TooManyFailures => "TOOMANYREQUESTS",
             _ if status == StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
             _ => "UNKNOWN",
         };
@@ -138,6 +151,12 @@ impl IntoResponse for OciError {
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
             headers.insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
+        if self.status == StatusCode::UNAUTHORIZED {
+            headers.insert(
+                header::WWW_AUTHENTICATE,
+                HeaderValue::from_static(crate::error::CHALLENGE),
+            );
+        }
         response
     }
 }
@@ -145,13 +164,30 @@ impl IntoResponse for OciError {
 /// Any request under `/v2/` but the base.
 pub(super) async fn pull(
     State(proxy): State<Arc<Proxy>>,
+    peer: Option<axum::Extension<super::access::Peer>>,
     method: Method,
     uri: Uri,
     headers: HeaderMap,
 ) -> Response {
     let started = Instant::now();
+    let peer = peer.map(|axum::Extension(p)| p);
     let rest = uri.path().strip_prefix("/v2/").unwrap_or_default();
-    let (remote, result) = match resolve(&proxy, &uri, rest) {
+    let resolved = resolve(&proxy, &uri, rest);
+    // The access check, on the remote `?ns=`, the name or the root remote
+    // resolved to.
+    let mut caller = crate::access::Caller::Anonymous;
+    let mut refusal = None;
+    if let Some((remote, _)) = &resolved {
+        match super::access::admit(&proxy, remote, &headers, peer.as_ref()).await {
+            Ok(admitted) => caller = admitted,
+            Err(error) => refusal = Some(OciError::from_proxy(&error, "UNAUTHORIZED")),
+        }
+    }
+    let (remote, result) = match resolved {
+        Some((remote, _)) if refusal.is_some() => (
+            Some(remote),
+            Err(refusal.take().expect("checked just above")),
+        ),
         Some((remote, rest)) => {
             let request = Pull {
                 proxy: &proxy,
@@ -187,6 +223,8 @@ pub(super) async fn pull(
         cache,
         mirror: mirror.as_deref(),
         error: error.as_deref(),
+        user: caller.user(),
+        peer: peer.as_ref(),
     };
     answered.record(&proxy, &method, &uri, started, &response);
     response

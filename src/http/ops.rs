@@ -3,8 +3,9 @@
 use std::sync::Arc;
 
 use axum::extract::State;
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
+use axum::Extension;
 use axum::Json;
 
 use super::snapshot::Snapshot;
@@ -33,13 +34,25 @@ pub async fn ready(State(proxy): State<Arc<Proxy>>) -> Response {
 /// Remotes with their counts, mirrors with their in-flight gauge, health
 /// and latency, the store, fills in progress and recent errors (the
 /// dashboard's [`Snapshot`]). Never shows credentials: only names, URLs and
-/// counts.
-pub async fn status(State(proxy): State<Arc<Proxy>>) -> Json<Snapshot> {
-    Json(Snapshot::take(&proxy))
+/// counts. With `[auth]`, only the remotes the caller may read.
+pub async fn status(
+    State(proxy): State<Arc<Proxy>>,
+    peer: Option<Extension<super::access::Peer>>,
+    headers: HeaderMap,
+) -> Result<Json<Snapshot>, crate::error::ProxyError> {
+    let peer = peer.map(|Extension(p)| p);
+    super::access::snapshot_for(&proxy, &headers, peer.as_ref())
+        .await
+        .map(Json)
 }
 
-/// Prometheus (OpenMetrics) text. Gauges of state held elsewhere are read now.
-pub async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
+/// Prometheus (OpenMetrics) text. Gauges of state held elsewhere are read
+/// now. With `[auth]`, without the series of remotes the caller may not read.
+pub async fn metrics(
+    State(proxy): State<Arc<Proxy>>,
+    peer: Option<Extension<super::access::Peer>>,
+    headers: HeaderMap,
+) -> Response {
     let now = now_ms();
     let metrics = &proxy.metrics;
     for remote in proxy.remotes().values() {
@@ -63,12 +76,18 @@ pub async fn metrics(State(proxy): State<Arc<Proxy>>) -> Response {
     }
     metrics.store_bytes.set(proxy.cache.size() as i64);
     metrics.fills_in_progress.set(proxy.fills.len() as i64);
+    let peer = peer.map(|Extension(p)| p);
+    let text =
+        match super::access::metrics_for(&proxy, &headers, peer.as_ref(), metrics.encode()).await {
+            Ok(text) => text,
+            Err(error) => return error.into_response(),
+        };
     (
         [(
             header::CONTENT_TYPE,
             "application/openmetrics-text; version=1.0.0; charset=utf-8",
         )],
-        metrics.encode(),
+        text,
     )
         .into_response()
 }

@@ -19,6 +19,9 @@ pub(super) struct Answered<'a> {
     pub(super) mirror: Option<&'a str>,
     /// The error that ended it, as the log says it.
     pub(super) error: Option<&'a str>,
+    /// The user whose credentials were taken, for the audit line.
+    pub(super) user: Option<&'a str>,
+    pub(super) peer: Option<&'a super::access::Peer>,
 }
 
 impl Answered<'_> {
@@ -50,16 +53,44 @@ impl Answered<'_> {
         if let Some(remote) = self.remote {
             remote.counters.count(self.cache, bytes);
         }
-        tracing::info!(
-            target: crate::logline::REQUEST_TARGET,
-            method = %method,
-            path = uri.path(),
-            status = status.as_u16(),
-            cache = self.cache.map_or("-", CacheStatus::as_str),
-            mirror = self.mirror.unwrap_or("-"),
-            bytes,
-            ms = format_args!("{elapsed_ms:.1}"),
-            "request"
-        );
+        // One line per request; the audit line (a remote that is not
+        // anonymous) also says who asked and from where.
+        macro_rules! request_line {
+            ($($audit:tt)*) => {
+                tracing::info!(
+                    target: crate::logline::REQUEST_TARGET,
+                    method = %method,
+                    path = uri.path(),
+                    status = status.as_u16(),
+                    cache = self.cache.map_or("-", CacheStatus::as_str),
+                    mirror = self.mirror.unwrap_or("-"),
+                    bytes,
+                    ms = format_args!("{elapsed_ms:.1}"),
+                    $($audit)*
+                    "request"
+                )
+            };
+        }
+        match self.remote.filter(|r| !r.config.access.is_anonymous()) {
+            None => request_line!(),
+            Some(remote) => request_line!(
+                audit = true,
+                user = self.user.unwrap_or("-"),
+                remote = remote.name.as_str(),
+                peer = %PeerField(self.peer),
+            ),
+        }
+    }
+}
+
+/// The audit line's `peer`, written without an allocation.
+struct PeerField<'a>(Option<&'a super::access::Peer>);
+
+impl std::fmt::Display for PeerField<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.0 {
+            Some(peer) => peer.client.fmt(f),
+            None => f.write_str("-"),
+        }
     }
 }

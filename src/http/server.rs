@@ -1,25 +1,38 @@
 //! The listener: accepts connections under a connection limit, serves them
 //! with hyper's HTTP/1 (header size and read-time bounds against slow or
-//! oversized request heads), and shuts down gracefully within a bound.
+//! oversized request heads) or, over TLS when ALPN picks `h2`, HTTP/2 (its
+//! stream, header-list and reset limits set here), and shuts down
+//! gracefully within a bound. Each request is handed to
+//! `access::prepare` with its peer first.
 
 use std::future::Future;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
 use anyhow::Context;
-use hyper_util::rt::{TokioIo, TokioTimer};
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
+use tower::ServiceExt as _;
 
 use super::send_timeout::SendTimeout;
-use crate::config::Config;
+use super::tls::Tls;
+use crate::config::{Config, IpBlock};
 use crate::proxy::Proxy;
 
 /// Largest request head (request line + headers) accepted, in bytes.
 pub const MAX_REQUEST_HEAD: usize = 64 * 1024;
+
+/// HTTP/2: streams one connection may have open at once.
+pub const H2_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// HTTP/2: streams a client may open and reset before the server has
+/// accepted them (the "rapid reset" bound).
+pub const H2_MAX_PENDING_ACCEPT_RESETS: usize = 32;
+/// HTTP/2: streams the server may reset for errors before it closes.
+pub const H2_MAX_LOCAL_ERROR_RESETS: usize = 256;
 
 /// A proxy that is listening. Dropping it does not stop it; call [`Running::shutdown`].
 pub struct Running {
@@ -27,27 +40,62 @@ pub struct Running {
     pub proxy: Arc<Proxy>,
     stop: oneshot::Sender<()>,
     task: JoinHandle<()>,
+    /// The listener's TLS, when `server.tls_cert` is set.
+    tls: Option<Tls>,
 }
 
 impl Running {
     /// Builds the proxy from `config`, binds `config.server.listen` and starts serving.
     pub async fn start(config: &Config) -> anyhow::Result<Running> {
+        let tls = match &config.server.tls {
+            Some(tls) => Some(Tls::new(tls)?),
+            None => None,
+        };
         let proxy = Proxy::build(config).await?;
         let listener = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding {}", config.server.listen))?;
         let local_addr = listener.local_addr()?;
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, proxy.clone(), async {
+        let task = tokio::spawn(serve(listener, proxy.clone(), tls.clone(), async {
             let _ = stopped.await;
         }));
-        tracing::info!(%local_addr, remotes = proxy.remotes().len(), "serving");
+        tracing::info!(%local_addr, remotes = proxy.remotes().len(), tls = tls.is_some(), "serving");
         Ok(Running {
             local_addr,
             proxy,
             stop,
             task,
+            tls,
         })
+    }
+
+    /// SIGHUP: the config with the htpasswd file, and the certificate, each
+    /// on its own: one that fails to load is logged and the running one stays.
+    pub fn reload(&self, config: &Config) {
+        // The users go with the remotes whose `access` names them: both
+        // are taken, or neither.
+        match self.proxy.reload(config) {
+            Ok(()) => {
+                self.proxy.access.reload(config.auth.as_ref());
+                if let Some(auth) = &config.auth {
+                    tracing::info!(users = auth.users.len(), "htpasswd reloaded");
+                }
+            }
+            Err(error) => tracing::error!(
+                error = format!("{error:#}"),
+                "reload failed; keeping the running config and users"
+            ),
+        }
+        if let (Some(tls), Some(paths)) = (&self.tls, &config.server.tls) {
+            match tls.reload(paths) {
+                Ok(()) => tracing::info!("TLS certificate reloaded"),
+                Err(error) => tracing::error!(
+                    error = format!("{error:#}"),
+                    "TLS certificate not reloaded; the running one stays"
+                ),
+            }
+        }
     }
 
     /// Stops accepting, lets in-flight requests and fills finish (each wait
@@ -77,7 +125,12 @@ impl Running {
     }
 }
 
-async fn serve(listener: TcpListener, proxy: Arc<Proxy>, stop: impl Future<Output = ()>) {
+async fn serve(
+    listener: TcpListener,
+    proxy: Arc<Proxy>,
+    tls: Option<Tls>,
+    stop: impl Future<Output = ()>,
+) {
     // Read once: the listener's settings apply at start only (a reload
     // that changes them is refused); `shutdown_timeout` is read when needed.
     let config = proxy.server();
@@ -88,6 +141,13 @@ async fn serve(listener: TcpListener, proxy: Arc<Proxy>, stop: impl Future<Outpu
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
         .max_header_size(MAX_REQUEST_HEAD);
+    let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
+        .max_header_list_size(MAX_REQUEST_HEAD as u32)
+        .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESETS)
+        .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESETS);
+    let trusted: Arc<[IpBlock]> = config.trusted_proxies.clone().into();
     tokio::pin!(stop);
     loop {
         let permit = tokio::select! {
@@ -107,11 +167,51 @@ async fn serve(listener: TcpListener, proxy: Arc<Proxy>, stop: impl Future<Outpu
             () = &mut stop => break,
         };
         let _ = stream.set_nodelay(true);
-        let service = TowerToHyperService::new(router.clone());
+        let is_tls = tls.is_some();
+        let trusted = trusted.clone();
+        let service = TowerToHyperService::new(router.clone().map_request(
+            move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                super::access::prepare(&mut request, peer, is_tls, &trusted);
+                request
+            },
+        ));
         let stream = SendTimeout::new(stream, config.send_timeout);
-        let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+        let Some(tls) = &tls else {
+            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
+            tokio::spawn(async move {
+                if let Err(error) = connection.await {
+                    tracing::debug!(%peer, %error, "connection ended with an error");
+                }
+                drop(permit);
+            });
+            continue;
+        };
+        let (acceptor, watcher) = (tls.acceptor.clone(), graceful.watcher());
+        let (http, h2, handshake_timeout) = (http.clone(), h2.clone(), config.header_read_timeout);
         tokio::spawn(async move {
-            if let Err(error) = connection.await {
+            // Plain HTTP (or anything not TLS) ends here: no HTTP answer.
+            let stream =
+                match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
+                    Ok(Ok(stream)) => stream,
+                    Ok(Err(error)) => {
+                        tracing::debug!(%peer, %error, "TLS handshake failed");
+                        return;
+                    }
+                    Err(_) => {
+                        tracing::debug!(%peer, "TLS handshake timed out");
+                        return;
+                    }
+                };
+            let result = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
+                watcher
+                    .watch(h2.serve_connection(TokioIo::new(stream), service))
+                    .await
+            } else {
+                watcher
+                    .watch(http.serve_connection(TokioIo::new(stream), service))
+                    .await
+            };
+            if let Err(error) = result {
                 tracing::debug!(%peer, %error, "connection ended with an error");
             }
             drop(permit);

@@ -42,6 +42,21 @@ impl Ecosystem for Cargo {
         &["https://static.crates.io/crates"]
     }
 
+    /// `"auth-required": true` in `config.json`, so that cargo sends its
+    /// token with every request, crate downloads included.
+    fn mark_private(&self, path: &str, body: Vec<u8>) -> Vec<u8> {
+        if path != "config.json" {
+            return body;
+        }
+        match serde_json::from_slice::<Value>(&body) {
+            Ok(Value::Object(mut fields)) => {
+                fields.insert("auth-required".to_string(), Value::Bool(true));
+                serde_json::to_vec(&fields).unwrap_or(body)
+            }
+            _ => body,
+        }
+    }
+
     fn digests(&self) -> Option<&dyn Digests> {
         Some(self)
     }

@@ -109,6 +109,13 @@ pub trait Ecosystem: Send + Sync + 'static {
         None
     }
 
+    /// The document at `path`, of a remote that needs credentials, as the
+    /// client must see it to send them with every request (cargo:
+    /// `"auth-required": true` in `config.json`). Default: unchanged.
+    fn mark_private(&self, _path: &str, body: Vec<u8>) -> Vec<u8> {
+        body
+    }
+
     /// The public registry's separate download host(s), the default of `files`.
     fn default_files(&self) -> &'static [&'static str] {
         &[]

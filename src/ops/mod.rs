@@ -2,6 +2,7 @@
 //! each a library function that `main` calls and the tests call too.
 //!
 //! - [`ls`]: what is cached, with size, age, last access and hits.
+//! - [`token`]: access tokens (`token add|list|revoke`).
 //! - [`progress`]: the progress display of long work (`verify`, `warm`): an
 //!   indicatif bar on a terminal, plain lines otherwise (CI logs).
 //! - [`warm`]: fetches every artifact that lockfiles name through a running
@@ -12,4 +13,5 @@
 
 pub mod ls;
 pub mod progress;
+pub mod token;
 pub mod warm;

@@ -170,6 +170,28 @@ pub async fn send(
     }
 }
 
+/// Whether the remote's credentials may go to this token realm: one of the
+/// remote's own mirrors (same scheme, host and port), a realm the operator
+/// listed in `token_realms`, or Docker Hub's own token service for a Docker
+/// Hub mirror. Any other host named in a challenge gets no password.
+fn realm_is_trusted(config: &crate::config::RemoteConfig, realm: &url::Url) -> bool {
+    let origin = |u: &url::Url| {
+        (
+            u.scheme().to_string(),
+            u.host_str().unwrap_or_default().to_ascii_lowercase(),
+            u.port_or_known_default(),
+        )
+    };
+    let wanted = origin(realm);
+    let hub_realm = realm.scheme() == "https" && realm.host_str() == Some("auth.docker.io");
+    config
+        .mirrors
+        .iter()
+        .chain(&config.token_realms)
+        .any(|m| origin(m) == wanted)
+        || (hub_realm && config.mirrors.iter().any(crate::kind::oci::is_docker_hub))
+}
+
 /// The token service's answer.
 #[derive(serde::Deserialize)]
 struct Issued {
@@ -197,9 +219,18 @@ async fn issue(remote: &Remote, challenge: &Challenge) -> Option<(Token, Duratio
             }
         }
     }
+    let trusted = realm_is_trusted(&remote.config, &url);
     let mut request = remote.client.get(url);
     if let UpstreamAuth::Basic { username, password } = &remote.config.auth {
-        request = request.basic_auth(username, Some(password.expose()));
+        if trusted {
+            request = request.basic_auth(username, Some(password.expose()));
+        } else {
+            tracing::warn!(
+                remote = %remote.name,
+                "the registry names a token realm on another host; asking it without the \
+                 remote's credentials (list it in `token_realms` to send them)"
+            );
+        }
     }
     let response = match request.send().await {
         Ok(r) if r.status().is_success() => r,

@@ -119,15 +119,22 @@ impl AptRepo {
 /// Runs apt-get with `args` in a throwaway root (`root`) whose only source
 /// is the proxy's `debian` remote; its combined output, `Err` if it failed.
 pub fn apt_get(root: &Path, proxy: &TestProxy, args: &[&str]) -> Result<String, String> {
+    apt_get_from(root, &proxy.url("/debian"), &[], args)
+}
+
+/// [`apt_get`] with the source at `source` (a URL) and extra `-o` options.
+pub fn apt_get_from(
+    root: &Path,
+    source: &str,
+    options: &[String],
+    args: &[&str],
+) -> Result<String, String> {
     for dir in ["lists/partial", "cache/archives/partial", "download"] {
         std::fs::create_dir_all(root.join(dir)).unwrap();
     }
     write(
         &root.join("sources.list"),
-        &format!(
-            "deb [trusted=yes arch=amd64] {} stable main\n",
-            proxy.url("/debian")
-        ),
+        &format!("deb [trusted=yes arch=amd64] {source} stable main\n"),
     );
     if !root.join("status").exists() {
         write(&root.join("status"), "");
@@ -153,6 +160,9 @@ pub fn apt_get(root: &Path, proxy: &TestProxy, args: &[&str]) -> Result<String, 
         "-o",
         "Acquire::Retries=0",
     ]);
+    for option in options {
+        cmd.arg("-o").arg(option);
+    }
     cmd.args(args).current_dir(root.join("download"));
     let out = cmd.output().unwrap();
     let text = format!(

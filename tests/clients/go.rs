@@ -11,11 +11,11 @@ use crate::support::{available, MirrorServer, TestProxy};
 use crate::{report, run, version, write};
 
 /// The fixture module, at v1.0.0.
-const MODULE: &str = "example.com/mchello";
+pub const MODULE: &str = "example.com/mchello";
 
 /// An origin serving [`MODULE`] v1.0.0 by the GOPROXY protocol; with its
 /// `go.mod` text and its zip.
-async fn module_origin() -> (MirrorServer, String, Vec<u8>) {
+pub async fn module_origin() -> (MirrorServer, String, Vec<u8>) {
     let module = MODULE;
     let go_mod = format!("module {module}\n\ngo 1.19\n");
     let zip = crate::fixtures::module_zip(

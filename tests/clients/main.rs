@@ -22,6 +22,8 @@ mod npm_family;
 mod oci;
 mod oci_fixtures;
 mod pip;
+mod private;
+mod private_oci;
 mod python_tools;
 mod warm;
 

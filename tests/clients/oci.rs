@@ -380,7 +380,12 @@ async fn token_auth_anonymous_and_with_credentials() {
         oci_remote(
             "creds",
             &[&secured],
-            "username = \"puller\"\npassword_env = \"MC_TEST_OCI_PASSWORD\"\n"
+            // The token service is on another port than the registry: the
+            // password goes to it only because it is listed here.
+            &format!(
+                "username = \"puller\"\npassword_env = \"MC_TEST_OCI_PASSWORD\"\ntoken_realms = [\"{}\"]\n",
+                issuer.realm
+            )
         )
     );
     let proxy = TestProxy::start(&remotes).await;

@@ -3,6 +3,7 @@
 
 mod support;
 
+mod access;
 mod cache;
 mod config_check;
 mod dashboard;

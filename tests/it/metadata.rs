@@ -140,6 +140,7 @@ async fn exercise(url: &str) {
         .unwrap();
     assert!(meta.all_rows().await.unwrap().is_empty());
     declared_digests(&meta).await;
+    tokens(&meta).await;
     assert!(meta.ping().await);
     meta.close().await;
     // Migrations are idempotent: a second start on the same database is fine.
@@ -187,6 +188,42 @@ async fn declared_digests(meta: &MetadataStore) {
         .unwrap()
         .is_empty());
     meta.forget_row("c", download.stored_path()).await.unwrap();
+}
+
+/// Access tokens (migration 0005): kept by id, listed per user without
+/// their secret, revoked once.
+async fn tokens(meta: &MetadataStore) {
+    use mirrorcache::cache::tokens::TokenRow;
+    let row = |id: &str, user: &str, expires: Option<i64>| TokenRow {
+        id: id.to_string(),
+        user: user.to_string(),
+        secret_hash: format!("hash-of-{id}"),
+        created_at_ms: 1,
+        expires_at_ms: expires,
+    };
+    meta.token_insert(&row("aaaaaaaaaaaa", "ci", None))
+        .await
+        .unwrap();
+    meta.token_insert(&row("bbbbbbbbbbbb", "dev", Some(99)))
+        .await
+        .unwrap();
+    assert!(meta
+        .token_insert(&row("aaaaaaaaaaaa", "ci", None))
+        .await
+        .is_err());
+    assert_eq!(
+        meta.token_find("bbbbbbbbbbbb").await.unwrap(),
+        Some(row("bbbbbbbbbbbb", "dev", Some(99)))
+    );
+    assert_eq!(meta.token_list(None).await.unwrap().len(), 2);
+    assert_eq!(
+        meta.token_list(Some("ci")).await.unwrap()[0].id,
+        "aaaaaaaaaaaa"
+    );
+    assert!(meta.token_revoke("aaaaaaaaaaaa").await.unwrap());
+    assert!(!meta.token_revoke("aaaaaaaaaaaa").await.unwrap());
+    assert_eq!(meta.token_find("aaaaaaaaaaaa").await.unwrap(), None);
+    meta.token_revoke("bbbbbbbbbbbb").await.unwrap();
 }
 
 #[tokio::test]

@@ -1,0 +1,227 @@
+//! Who is asking: the credentials of a request checked against the htpasswd
+//! users (`[auth]`) and the token table, verified credentials remembered by a
+//! hash of their header for a minute (`verified`) (bcrypt costs milliseconds and must not
+//! run per request), failed logins limited per peer. Which remote a caller
+//! may read is `RemoteAccess::admits`; answering is `http::access`.
+//!
+//! Secrets are compared in constant time: bcrypt for passwords (an unknown
+//! user is checked against a dummy hash of the same cost, so it takes as
+//! long as a wrong password), `subtle` for token hashes.
+
+pub mod credentials;
+pub mod limit;
+pub mod token;
+mod verified;
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use arc_swap::ArcSwap;
+use axum::http::HeaderMap;
+use sha2::{Digest as _, Sha256};
+use subtle::ConstantTimeEq;
+
+use crate::cache::Cache;
+use crate::clock::now_ms;
+use crate::config::AuthConfig;
+use credentials::Offered;
+use limit::FailureLimiter;
+use verified::{Verified, VerifiedCache};
+
+/// How long a verified credential is taken on trust. A reload of the
+/// htpasswd file forgets them all at once; a token revoked on another
+/// instance stops working here within this.
+pub const VERIFIED_FOR: Duration = Duration::from_secs(60);
+
+/// Who a request comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    Anonymous,
+    User(Arc<str>),
+}
+
+impl Caller {
+    pub fn user(&self) -> Option<&str> {
+        match self {
+            Caller::Anonymous => None,
+            Caller::User(name) => Some(name),
+        }
+    }
+}
+
+/// Why credentials were not taken.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// The header cannot be read (two of them, bad base64, …): 400.
+    Malformed(&'static str),
+    /// Wrong, unknown, expired or revoked: 401.
+    BadCredentials,
+    /// This peer failed too often lately: 429.
+    TooManyFailures,
+    /// The token table could not be read: 503.
+    Unavailable,
+}
+
+/// The users of one htpasswd reading.
+struct Users {
+    hashes: HashMap<String, String>,
+    /// Checked for an unknown user, at the cost of the real hashes.
+    dummy: String,
+}
+
+impl Users {
+    fn of(auth: Option<&AuthConfig>) -> Users {
+        let hashes: HashMap<String, String> = auth
+            .map(|a| {
+                a.users
+                    .iter()
+                    .map(|u| (u.name.clone(), u.hash.expose().to_string()))
+                    .collect()
+            })
+            .unwrap_or_default();
+        let cost = hashes
+            .values()
+            .filter_map(|h| h.get(4..6)?.parse::<u32>().ok())
+            .max()
+            .unwrap_or(4);
+        let dummy = bcrypt::hash("mirrorcache: not a user", cost)
+            .unwrap_or_else(|_| bcrypt::hash("x", 4).expect("bcrypt at cost 4"));
+        Users { hashes, dummy }
+    }
+}
+
+pub struct Access {
+    /// `[auth]` is set: credentials are read at all.
+    enabled: std::sync::atomic::AtomicBool,
+    users: ArcSwap<Users>,
+    /// By SHA-256 of the `Authorization` header.
+    verified: VerifiedCache,
+    failures: FailureLimiter,
+    /// The token table is in its metadata database.
+    cache: Arc<Cache>,
+}
+
+impl Access {
+    pub fn new(auth: Option<&AuthConfig>, cache: Arc<Cache>) -> Access {
+        Access {
+            enabled: auth.is_some().into(),
+            users: ArcSwap::from_pointee(Users::of(auth)),
+            verified: VerifiedCache::default(),
+            failures: FailureLimiter::default(),
+            cache,
+        }
+    }
+
+    /// Whether `[auth]` is configured.
+    pub fn enabled(&self) -> bool {
+        self.enabled.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Takes the users of a new reading of the htpasswd file, forgetting
+    /// every credential verified under the old one.
+    pub fn reload(&self, auth: Option<&AuthConfig>) {
+        self.users.store(Arc::new(Users::of(auth)));
+        self.enabled
+            .store(auth.is_some(), std::sync::atomic::Ordering::Relaxed);
+        self.verified.clear();
+    }
+
+    /// Whether `user` is in the htpasswd file now.
+    pub fn has_user(&self, user: &str) -> bool {
+        self.users.load().hashes.contains_key(user)
+    }
+
+    /// The caller of a request with these headers, from `peer`.
+    pub async fn identify(&self, headers: &HeaderMap, peer: IpAddr) -> Result<Caller, Refusal> {
+        let Some(value) = credentials::header_of(headers).map_err(|m| Refusal::Malformed(m.0))?
+        else {
+            return Ok(Caller::Anonymous);
+        };
+        let key: [u8; 32] = Sha256::digest(value).into();
+        if let Some(user) = self.verified.get(&key, now_ms()) {
+            return Ok(Caller::User(user));
+        }
+        let offered = credentials::parse(value).map_err(|m| Refusal::Malformed(m.0))?;
+        if offered == Offered::None {
+            return Ok(Caller::Anonymous);
+        }
+        if self.failures.is_limited(peer) {
+            return Err(Refusal::TooManyFailures);
+        }
+        let verified = match offered {
+            Offered::None => unreachable!("answered above"),
+            Offered::Unknown => None,
+            Offered::Token(text) => self.token(&text, None).await?,
+            Offered::Basic { user, password } if token::is_token(&password) => {
+                self.token(&password, Some(&user)).await?
+            }
+            Offered::Basic { user, password } => self.password(user, password).await,
+        };
+        match verified {
+            Some(mut verified) => {
+                let user = verified.user.clone();
+                let trusted_until = now_ms() + VERIFIED_FOR.as_millis() as i64;
+                verified.until_ms = verified.until_ms.min(trusted_until);
+                self.verified.insert(key, verified);
+                Ok(Caller::User(user))
+            }
+            None => {
+                self.failures.fail(peer);
+                Err(Refusal::BadCredentials)
+            }
+        }
+    }
+
+    /// bcrypt, on the blocking pool: an unknown user is checked against the
+    /// dummy hash, so both failures take the same time.
+    async fn password(&self, user: String, password: String) -> Option<Verified> {
+        let users = self.users.load_full();
+        let task = tokio::task::spawn_blocking(move || {
+            let (known, hash) = match users.hashes.get(&user) {
+                Some(hash) => (true, hash.as_str()),
+                None => (false, users.dummy.as_str()),
+            };
+            let matches = bcrypt::verify(password.as_bytes(), hash).unwrap_or(false);
+            (known && matches).then_some(user)
+        });
+        let user = task.await.ok()??;
+        Some(Verified {
+            user: user.into(),
+            until_ms: i64::MAX,
+        })
+    }
+
+    /// A token: its row by id, the hash of its secret compared in constant
+    /// time, its expiry, and its user still in the htpasswd file (and the
+    /// one named, when it came as a Basic password).
+    async fn token(&self, text: &str, named: Option<&str>) -> Result<Option<Verified>, Refusal> {
+        let Some((id, secret)) = token::split(text) else {
+            return Ok(None);
+        };
+        let offered = token::hash_secret(secret);
+        let row = self
+            .cache
+            .meta
+            .token_find(id)
+            .await
+            .map_err(|_| Refusal::Unavailable)?;
+        let stored = row.as_ref().map_or(&offered, |r| &r.secret_hash);
+        let same: bool = offered.as_bytes().ct_eq(stored.as_bytes()).into();
+        let Some(row) = row.filter(|_| same) else {
+            return Ok(None);
+        };
+        let now = now_ms();
+        if row.expires_at_ms.is_some_and(|until| now >= until)
+            || !self.has_user(&row.user)
+            || named.is_some_and(|n| n != row.user)
+        {
+            return Ok(None);
+        }
+        Ok(Some(Verified {
+            user: row.user.into(),
+            until_ms: row.expires_at_ms.unwrap_or(i64::MAX),
+        }))
+    }
+}

@@ -1,0 +1,156 @@
+//! TLS on the listener, with certificates made now (rcgen): HTTP/1.1 and
+//! HTTP/2 by ALPN, credentials over both, plain HTTP to the TLS port closed
+//! without an HTTP answer, `https://` in rewritten links, and the
+//! certificate reloaded for new handshakes while open connections go on (a
+//! broken one leaves the old in place).
+
+use std::net::SocketAddr;
+use std::path::Path;
+
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+
+use super::{basic, raw_get, AuthProxy};
+use crate::support::MirrorServer;
+
+/// A CA, and a certificate for `localhost` it signed: (CA PEM, cert PEM, key PEM).
+fn certificate(name: &str) -> (String, String, String) {
+    let ca_key = KeyPair::generate().unwrap();
+    let mut ca = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca.distinguished_name
+        .push(rcgen::DnType::CommonName, format!("test CA {name}"));
+    let ca_cert = ca.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca, ca_key);
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["localhost".to_string()])
+        .unwrap()
+        .signed_by(&key, &issuer)
+        .unwrap();
+    (ca_cert.pem(), leaf.pem(), key.serialize_pem())
+}
+
+fn write(dir: &Path, cert: &str, key: &str) {
+    std::fs::write(dir.join("cert.pem"), cert).unwrap();
+    std::fs::write(dir.join("key.pem"), key).unwrap();
+}
+
+/// The status of `GET url` by a new client trusting only `ca`.
+async fn status_via(ca: &str, addr: SocketAddr, url: &str) -> u16 {
+    let response = client(ca, addr, true).get(url).send().await.unwrap();
+    response.status().as_u16()
+}
+
+fn client(ca: &str, addr: SocketAddr, http1: bool) -> reqwest::Client {
+    let mut builder = reqwest::Client::builder()
+        .add_root_certificate(reqwest::Certificate::from_pem(ca.as_bytes()).unwrap())
+        .tls_built_in_root_certs(false)
+        .resolve("localhost", addr);
+    if http1 {
+        builder = builder.http1_only();
+    }
+    builder.build().unwrap()
+}
+
+async fn tls_proxy(certs: &Path, more_remotes: &str) -> AuthProxy {
+    let keys = format!(
+        "tls_cert = \"{d}/cert.pem\"\ntls_key = \"{d}/key.pem\"",
+        d = certs.display()
+    );
+    AuthProxy::start_with(&keys, more_remotes).await
+}
+
+#[tokio::test]
+async fn tls_serves_http1_and_h2_by_alpn_and_plain_http_is_closed() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificate("a");
+    write(certs.path(), &cert, &key);
+    let (index, files) = (MirrorServer::start().await, MirrorServer::start().await);
+    let remote = super::pypi_page(&index, &files);
+    let proxy = tls_proxy(certs.path(), &remote).await;
+    let addr = proxy.running.local_addr;
+    let url = |path: &str| format!("https://localhost:{}{path}", addr.port());
+
+    for (http1, version) in [
+        (true, reqwest::Version::HTTP_11),
+        (false, reqwest::Version::HTTP_2),
+    ] {
+        let client = client(&ca, addr, http1);
+        let response = client.get(url("/pub/a.txt")).send().await.unwrap();
+        assert_eq!(response.version(), version);
+        assert_eq!(response.status(), 200);
+        assert_eq!(&response.bytes().await.unwrap()[..], b"public bytes");
+        let denied = client
+            .get(url("/secret/hidden-package/x"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(denied.status(), 401, "{version:?}");
+        let allowed = client
+            .get(url("/secret/hidden-package/x"))
+            .header("authorization", basic("ci", "ci-pass"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(allowed.status(), 200, "{version:?}");
+        // Links in rewritten documents: https, the client's host.
+        let page = client.get(url("/py/simple/six/")).send().await.unwrap();
+        let page = page.text().await.unwrap();
+        let expected = format!(
+            "href=\"https://localhost:{}/py/~files/six-1.0.whl\"",
+            addr.port()
+        );
+        assert!(page.contains(&expected), "{version:?}: {page}");
+        // The ops pages over h2 too.
+        assert_eq!(
+            client.get(url("/-/status")).send().await.unwrap().status(),
+            200
+        );
+    }
+
+    // Plain HTTP to the TLS port: no HTTP answer, the connection closed.
+    let (status, answer) = raw_get(addr, "/pub/a.txt", "").await;
+    assert_eq!(status, 0);
+    assert!(!answer.contains("HTTP/"), "{answer}");
+}
+
+#[tokio::test]
+async fn sighup_reload_swaps_the_certificate_and_a_broken_one_keeps_the_old() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca_a, cert_a, key_a) = certificate("a");
+    write(certs.path(), &cert_a, &key_a);
+    let proxy = tls_proxy(certs.path(), "").await;
+    let addr = proxy.running.local_addr;
+    let url = format!("https://localhost:{}/pub/a.txt", addr.port());
+
+    // An open HTTP/2 connection, trusting A only.
+    let open = client(&ca_a, addr, false);
+    assert_eq!(open.get(&url).send().await.unwrap().status(), 200);
+
+    let (ca_b, cert_b, key_b) = certificate("b");
+    write(certs.path(), &cert_b, &key_b);
+    proxy.running.reload(&proxy.config());
+    assert_eq!(
+        status_via(&ca_b, addr, &url).await,
+        200,
+        "new handshakes get B"
+    );
+    assert!(
+        client(&ca_a, addr, true).get(&url).send().await.is_err(),
+        "A is gone"
+    );
+    assert_eq!(
+        open.get(&url).send().await.unwrap().status(),
+        200,
+        "the open connection goes on"
+    );
+
+    // C's certificate with B's key: broken, so B stays.
+    let (_, cert_c, _) = certificate("c");
+    write(certs.path(), &cert_c, &key_b);
+    proxy.running.reload(&proxy.config());
+    assert_eq!(status_via(&ca_b, addr, &url).await, 200, "B still serves");
+    // Not PEM at all: B stays too.
+    write(certs.path(), "not a certificate", "not a key");
+    assert!(mirrorcache::config::Config::parse(&proxy.config_text, "t.toml").is_err());
+    assert_eq!(status_via(&ca_b, addr, &url).await, 200);
+}
