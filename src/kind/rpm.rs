@@ -24,9 +24,11 @@ impl Ecosystem for Rpm {
         "rpm"
     }
 
-    /// Packages, and data files named by their digest.
+    /// Packages (and delta packages), and data files named by their digest.
     fn is_immutable(&self, path: &str) -> bool {
-        path.ends_with(".rpm") || data_file(path).is_some_and(|(hex, _)| hex.is_some())
+        path.ends_with(".rpm")
+            || path.ends_with(".drpm")
+            || data_file(path).is_some_and(|(hex, _)| hex.is_some())
     }
 
     fn digests(&self) -> Option<&dyn Digests> {

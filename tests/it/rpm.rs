@@ -1,6 +1,7 @@
 //! The `rpm` kind (issue 26) against fixture repositories on 127.0.0.1: path
 //! classes, the digests `repomd.xml` and `primary.xml` declare (a tampered
-//! first mirror refused, the next asked), the previous generation's data
+//! first mirror refused, the next asked; an `xml:base` on a `files` host
+//! checked under `~files/`), the previous generation's data
 //! files kept through a regeneration, byte ranges (one range a 206, several
 //! a plain 200), and compressed files served as they are, with no
 //! `Content-Encoding`.
@@ -147,6 +148,48 @@ async fn repomd_declares_data_files_and_digest_named_files_declare_themselves() 
         proxy.metric("mirrorcache_integrity_failures_total").await,
         2.0
     );
+}
+
+#[tokio::test]
+async fn an_xml_base_on_a_files_host_is_checked_under_files() {
+    let (mirror, bad, files) = (
+        MirrorServer::start().await,
+        MirrorServer::start().await,
+        MirrorServer::start().await,
+    );
+    let rpm = test_bytes(8_000, 5);
+    let mut gen = generation(1, &[], None);
+    // A primary whose package lives on another host (`xml:base`), as a
+    // repository whose packages are on a separate download host.
+    let primary = format!(
+        "<metadata xmlns=\"http://linux.duke.edu/metadata/common\"><package type=\"rpm\"><checksum type=\"sha256\">{}</checksum><location xml:base=\"{}\" href=\"{PKG}\"/></package></metadata>",
+        sha256_hex(&rpm),
+        files.url("/pub/")
+    );
+    let gz = gzip(primary.as_bytes());
+    gen.primary = format!("repodata/{}-primary.xml.gz", sha256_hex(&gz));
+    gen.repomd = format!(
+        "<repomd><data type=\"primary\"><checksum type=\"sha256\">{}</checksum><location href=\"{}\"/></data></repomd>",
+        sha256_hex(&gz),
+        gen.primary
+    );
+    gen.files = vec![(gen.primary.clone(), gz)];
+    publish(&mirror, &gen);
+    bad.put(&format!("/pub/{PKG}"), tampered(&rpm));
+    files.put(&format!("/pub/{PKG}"), rpm.clone());
+    let extra = format!(
+        "files = [\"{}\", \"{}\"]",
+        bad.url("/pub"),
+        files.url("/pub")
+    );
+    let proxy = TestProxy::start(&remote(&[&mirror], &extra)).await;
+    let client = reqwest::Client::new();
+    read_metadata(&client, &proxy, &gen).await;
+    let (status, _, body) = get(&client, &proxy.url(&format!("/el/~files/{PKG}"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&rpm));
+    let pkg = format!("/pub/{PKG}");
+    assert_eq!((bad.hits(&pkg), files.hits(&pkg)), (1, 1));
 }
 
 #[tokio::test]

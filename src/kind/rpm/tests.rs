@@ -81,6 +81,8 @@ pub(super) fn rows() -> Rows {
             ),
             ("Packages/h/hello-1.0-1.x86_64.rpm", Class::Immutable),
             ("hello-1.0-1.src.rpm", Class::Immutable),
+            ("drpms/hello-0.9-1_1.0-1.noarch.drpm", Class::Immutable),
+            ("Packages/h/README", Class::Mutable),
         ],
         keys: vec![
             ("repodata/repomd.xml", None),
