@@ -9,6 +9,7 @@
 # for the container-image tests (tests/clients/oci.rs) Debian's
 # docker-registry (the reference registry), skopeo, umoci and openssl;
 # podman (its `login` against a private remote);
+# for the RPM tests (tests/clients/rpm.rs) rpm, createrepo-c and dnf;
 # for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
 set -uo pipefail
@@ -42,6 +43,12 @@ for pkg in libmaven-resources-plugin-java libmaven-compiler-plugin-java libsuref
     dpkg -s "$pkg" >/dev/null 2>&1 || need_apt+=("$pkg")
 done
 command -v gradle >/dev/null || need_apt+=(gradle)
+# RPM repositories (tests/clients/rpm.rs): rpmbuild builds the fixture
+# packages, createrepo_c the repository, dnf (Debian's 4.14) installs through
+# the proxy into a temporary --installroot.
+command -v rpmbuild >/dev/null || need_apt+=(rpm)
+command -v createrepo_c >/dev/null || need_apt+=(createrepo-c)
+command -v dnf >/dev/null || need_apt+=(dnf)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive

@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is.
@@ -29,6 +29,7 @@ pub mod package;
 pub mod policy;
 pub mod pypi;
 pub mod rewrite;
+pub mod rpm;
 
 #[cfg(test)]
 mod conformance;
@@ -393,7 +394,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 8] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 9] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -402,6 +403,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 8] = [
     &go::Go,
     &oci::Oci,
     &maven::Maven,
+    &rpm::Rpm,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -559,7 +561,7 @@ mod tests {
         let names: Vec<&str> = Kind::all().map(Kind::name).collect();
         assert_eq!(
             names,
-            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven"]
+            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven", "rpm"]
         );
         for name in names {
             assert_eq!(Kind::named(name).map(Kind::name), Some(name));

@@ -1,5 +1,5 @@
 //! The slow suite: real package-manager clients (pip, npm, cargo, apt-get,
-//! go) in throwaway homes, and the dashboard in headless Chromium, through the proxy, against fixture registries
+//! go, mvn, dnf) in throwaway homes, and the dashboard in headless Chromium, through the proxy, against fixture registries
 //! built on the spot from tiny packages and served on 127.0.0.1. Each client
 //! runs twice: once with the origins up, once with every origin stopped
 //! (served from the cache), and the origins' request logs show the second
@@ -25,6 +25,7 @@ mod pip;
 mod private;
 mod private_oci;
 mod python_tools;
+mod rpm;
 mod warm;
 
 use std::path::Path;
@@ -84,6 +85,20 @@ pub fn assert_refused_as_read_only(client: &str, cmd: &mut Command) {
         .find(|l| l.contains("read-only"))
         .unwrap_or_default();
     println!("PUBLISH-REFUSED {client}: {shown}");
+}
+
+/// Every file below `dir`, at any depth (a fixture tree to serve).
+pub fn files_below(dir: &Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            out.extend(files_below(&path));
+        } else {
+            out.push(path);
+        }
+    }
+    out
 }
 
 pub fn write(path: &Path, text: &str) {

@@ -41,7 +41,7 @@ fn fixture(dir: &Path) -> Option<PathBuf> {
 
 /// Every file of the fixture served at `/m/…`.
 fn serve(mirror: &MirrorServer, repo: &Path) {
-    for entry in walk(repo) {
+    for entry in crate::files_below(repo) {
         let relative = entry
             .strip_prefix(repo)
             .unwrap()
@@ -50,19 +50,6 @@ fn serve(mirror: &MirrorServer, repo: &Path) {
             .to_string();
         mirror.put(&format!("/m/{relative}"), std::fs::read(&entry).unwrap());
     }
-}
-
-fn walk(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.is_dir() {
-            out.extend(walk(&path));
-        } else {
-            out.push(path);
-        }
-    }
-    out
 }
 
 fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
@@ -77,7 +64,7 @@ fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
 fn workspace(w: &Path, n: usize, proxy_url: &str) -> (PathBuf, PathBuf, PathBuf) {
     let project = w.join(format!("project{n}"));
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/maven/project");
-    for file in walk(&source) {
+    for file in crate::files_below(&source) {
         let to = project.join(file.strip_prefix(&source).unwrap());
         std::fs::create_dir_all(to.parent().unwrap()).unwrap();
         std::fs::copy(&file, &to).unwrap();
@@ -214,7 +201,7 @@ async fn gradle_resolves_the_same_dependencies_then_from_the_cache_alone() {
     let round = |n: usize| {
         let project = w.join(format!("gradle{n}"));
         for dir in ["gradle-project", "project"] {
-            for file in walk(&source.join(dir)) {
+            for file in crate::files_below(&source.join(dir)) {
                 let relative = file.strip_prefix(source.join(dir)).unwrap();
                 if relative.starts_with("pom.xml") {
                     continue;

@@ -22,6 +22,7 @@ mod operations;
 mod path_safety;
 mod registries;
 mod reliability;
+mod rpm;
 mod s3;
 mod scaleout;
 mod security;

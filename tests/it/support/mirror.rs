@@ -148,6 +148,11 @@ impl MirrorServer {
         self.put_typed(path, bytes, "application/x-test");
     }
 
+    /// Stops serving `path` (404 from now on), as a mirror that deleted it.
+    pub fn remove(&self, path: &str) {
+        self.state.files.lock().unwrap().remove(path);
+    }
+
     /// Serves `bytes` at `path` with this `Content-Type`.
     pub fn put_typed(&self, path: &str, bytes: impl Into<Bytes>, content_type: &'static str) {
         let bytes = bytes.into();

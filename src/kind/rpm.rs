@@ -1,0 +1,291 @@
+//! rpm: a yum/dnf repository (Fedora, RHEL, openSUSE…). `repodata/repomd.xml`
+//! (and its `.asc`) is a mutable document, never rewritten; data files named
+//! by their own digest (`repodata/<hex>-primary.xml.gz`) and `.rpm` packages
+//! are immutable. `repomd.xml` declares each data file's checksum,
+//! `primary.xml` (plain, `.gz`, `.xz` or `.zst`, read as a stream with a
+//! bound on what it unpacks to) each package's; locations are relative to the
+//! repository root (the directory above `repodata/`) or to an `xml:base`.
+
+use std::io::{BufRead, BufReader, Read};
+
+use quick_xml::events::{BytesStart, Event};
+
+use super::declared::{Algo, Declared, Document};
+use super::{Digests, Ecosystem};
+
+pub struct Rpm;
+
+/// The most a `primary.xml` is read to, decompressed (Fedora's largest,
+/// `everything`, is about 300 MB): past it nothing is learned from it.
+const MAX_PRIMARY: u64 = 1024 * 1024 * 1024;
+
+impl Ecosystem for Rpm {
+    fn name(&self) -> &'static str {
+        "rpm"
+    }
+
+    /// Packages (and delta packages), and data files named by their digest.
+    fn is_immutable(&self, path: &str) -> bool {
+        path.ends_with(".rpm")
+            || path.ends_with(".drpm")
+            || data_file(path).is_some_and(|(hex, _)| hex.is_some())
+    }
+
+    fn digests(&self) -> Option<&dyn Digests> {
+        Some(self)
+    }
+
+    #[cfg(test)]
+    fn conformance(&self) -> super::conformance::Rows {
+        tests::rows()
+    }
+}
+
+/// For a file in a `repodata/` directory other than `repomd.xml*`: the hex
+/// digest its name starts with (`<hex>-`), if it does, and the rest of its
+/// name (`primary.xml.gz`).
+fn data_file(path: &str) -> Option<(Option<&str>, &str)> {
+    let (dir, name) = path.rsplit_once('/')?;
+    if !(dir == "repodata" || dir.ends_with("/repodata")) || name.starts_with("repomd.xml") {
+        return None;
+    }
+    match name.split_once('-') {
+        Some((hex, rest)) if hex.len() >= 32 && hex.bytes().all(|b| b.is_ascii_hexdigit()) => {
+            Some((Some(hex), rest))
+        }
+        _ => Some((None, name)),
+    }
+}
+
+fn is_repomd(path: &str) -> bool {
+    path == "repodata/repomd.xml" || path.ends_with("/repodata/repomd.xml")
+}
+
+impl Digests for Rpm {
+    /// `<sha256>-…` (or `<sha512>-…`) data files: createrepo_c names them
+    /// by the digest of their own bytes.
+    fn in_path(&self, path: &str) -> Option<Declared> {
+        let hex = data_file(path)?.0?;
+        match hex.len() {
+            64 => Declared::from_hex(Algo::Sha256, hex),
+            128 => Declared::from_hex(Algo::Sha512, hex),
+            _ => None,
+        }
+    }
+
+    /// Packages and data files (whose name does not declare a digest
+    /// already), and `~files/` paths (`xml:base` on a files host).
+    fn artifact_key(&self, path: &str) -> Option<String> {
+        let listed = path.ends_with(".rpm")
+            || path.starts_with(super::FILES_PREFIX)
+            || data_file(path).is_some();
+        (listed && self.in_path(path).is_none()).then(|| super::declared::canonical(path))
+    }
+
+    /// `repomd.xml`, and the `primary.xml` data file in any compression
+    /// but zchunk's.
+    fn declares(&self, path: &str) -> bool {
+        is_repomd(path)
+            || data_file(path).is_some_and(|(_, name)| {
+                matches!(
+                    name,
+                    "primary.xml" | "primary.xml.gz" | "primary.xml.xz" | "primary.xml.zst"
+                )
+            })
+    }
+
+    fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
+        learn(document, body, MAX_PRIMARY)
+    }
+}
+
+fn learn(document: &Document<'_>, body: &[u8], max: u64) -> Vec<(String, Declared)> {
+    let (record, what) = if is_repomd(document.path) {
+        (&b"data"[..], "repomd.xml")
+    } else {
+        (&b"package"[..], "primary.xml")
+    };
+    let parsed = match decompress(body, max) {
+        Ok(reader) => records(reader, record),
+        Err(error) => Err(error),
+    };
+    match parsed {
+        Ok(found) => found
+            .into_iter()
+            .filter_map(|r| Some((locate(document, &r)?, r.declared)))
+            .collect(),
+        Err(error) => {
+            tracing::warn!(path = document.path, %error, "{what} not learned");
+            Vec::new()
+        }
+    }
+}
+
+/// The body as a reader of its decompressed bytes (by its magic), which
+/// fails once it has given `max` bytes.
+fn decompress(body: &[u8], max: u64) -> std::io::Result<Box<dyn BufRead + '_>> {
+    let reader: Box<dyn Read> = if body.starts_with(&[0x1f, 0x8b]) {
+        Box::new(flate2::read::MultiGzDecoder::new(body))
+    } else if body.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
+        Box::new(zstd::stream::read::Decoder::with_buffer(body)?)
+    } else if body.starts_with(b"\xfd7zXZ\0") {
+        // lzma-rs only writes: unpacked into memory, as far as the bound.
+        let mut out = Bounded {
+            bytes: Vec::new(),
+            max,
+        };
+        let mut input = body;
+        lzma_rs::xz_decompress(&mut input, &mut out)
+            .map_err(|e| std::io::Error::other(format!("xz: {e}")))?;
+        return Ok(Box::new(std::io::Cursor::new(out.bytes)));
+    } else {
+        Box::new(body)
+    };
+    Ok(Box::new(BufReader::new(Capped {
+        inner: reader,
+        left: max,
+    })))
+}
+
+fn too_large() -> std::io::Error {
+    std::io::Error::other("unpacks past the bound on what is learned")
+}
+
+/// A reader that fails once it has given its bound.
+struct Capped<R> {
+    inner: R,
+    left: u64,
+}
+
+impl<R: Read> Read for Capped<R> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if n as u64 > self.left {
+            return Err(too_large());
+        }
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// A writer that refuses to grow past its bound (an xz bomb).
+struct Bounded {
+    bytes: Vec<u8>,
+    max: u64,
+}
+
+impl std::io::Write for Bounded {
+    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
+        if self.bytes.len() as u64 + bytes.len() as u64 > self.max {
+            return Err(too_large());
+        }
+        self.bytes.extend_from_slice(bytes);
+        Ok(bytes.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// One `<data>` (repomd) or `<package>` (primary): its checksum and where
+/// it is.
+struct Record {
+    declared: Declared,
+    href: String,
+    base: Option<String>,
+}
+
+/// Every `record` element's `<checksum type=…>` and `<location href
+/// xml:base>`, read as a stream.
+fn records(input: impl BufRead, record: &[u8]) -> std::io::Result<Vec<Record>> {
+    let mut reader = quick_xml::Reader::from_reader(input);
+    let (mut buf, mut out) = (Vec::new(), Vec::new());
+    let mut inside = false;
+    // The checksum's function while its text is read, and the text.
+    let mut algo: Option<Option<Algo>> = None;
+    let (mut text, mut checksum) = (String::new(), None);
+    let mut location: Option<(String, Option<String>)> = None;
+    loop {
+        let event = reader
+            .read_event_into(&mut buf)
+            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        match event {
+            Event::Start(e) if e.name().as_ref() == record => {
+                (inside, checksum, location) = (true, None, None);
+            }
+            Event::Start(e) if inside && e.name().as_ref() == b"checksum" => {
+                algo = Some(attribute(&e, b"type").as_deref().and_then(algo_named));
+                text.clear();
+            }
+            Event::Text(t) if algo.is_some() => {
+                text.push_str(std::str::from_utf8(&t).unwrap_or(""));
+            }
+            Event::End(e) if e.name().as_ref() == b"checksum" => {
+                if let Some(Some(algo)) = algo.take() {
+                    checksum = Declared::from_hex(algo, &text);
+                }
+            }
+            Event::Start(e) | Event::Empty(e) if inside && e.name().as_ref() == b"location" => {
+                if let Some(href) = attribute(&e, b"href") {
+                    location = Some((href, attribute(&e, b"xml:base")));
+                }
+            }
+            Event::End(e) if e.name().as_ref() == record => {
+                inside = false;
+                if let (Some(declared), Some((href, base))) = (checksum.take(), location.take()) {
+                    out.push(Record {
+                        declared,
+                        href,
+                        base,
+                    });
+                }
+            }
+            Event::Eof => return Ok(out),
+            _ => {}
+        }
+        buf.clear();
+    }
+}
+
+fn attribute(element: &BytesStart<'_>, name: &[u8]) -> Option<String> {
+    element
+        .attributes()
+        .flatten()
+        .find(|a| a.key.as_ref() == name)
+        .and_then(|a| a.unescape_value().ok().map(|v| v.into_owned()))
+}
+
+/// `sha` is createrepo's old name for sha1.
+fn algo_named(name: &str) -> Option<Algo> {
+    match name {
+        "sha" => Some(Algo::Sha1),
+        other => Algo::parse(other),
+    }
+}
+
+/// The path below the remote a record's location is served at: `href`
+/// relative to the repository root (both documents are in `repodata/`), or
+/// to an absolute `xml:base`; `None` on a host that is not the remote's.
+fn locate(document: &Document<'_>, record: &Record) -> Option<String> {
+    match &record.base {
+        Some(base) if url::Url::parse(base).is_ok() => {
+            let mut base = base.clone();
+            if !base.ends_with('/') {
+                base.push('/');
+            }
+            let url = url::Url::parse(&base).ok()?.join(&record.href).ok()?;
+            document.path_of(url.as_str())
+        }
+        Some(base) => document.path_of(&format!(
+            "../{}/{}",
+            base.trim_end_matches('/'),
+            record.href
+        )),
+        None if url::Url::parse(&record.href).is_ok() => document.path_of(&record.href),
+        None => document.path_of(&format!("../{}", record.href)),
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,203 @@
+//! The rpm kind's rows and its learning: repomd.xml and primary.xml in every
+//! compression, `xml:base`, and the bound on what a primary unpacks to.
+
+use url::Url;
+
+use super::*;
+use crate::kind::conformance::{Class, Declares, Rows};
+
+const A: &str = "aa00000000000000000000000000000000000000000000000000000000000000";
+const B: &str = "bb00000000000000000000000000000000000000000000000000000000000000";
+const MIRRORS: &[&str] = &["http://mirror.example/fedora/releases/40/Everything/x86_64/os"];
+const FILES: &[&str] = &["http://files.example/pub"];
+
+fn sha256(hex: &str) -> String {
+    format!("sha256:{hex}")
+}
+
+pub(super) fn repomd() -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<repomd xmlns="http://linux.duke.edu/metadata/repo" xmlns:rpm="http://linux.duke.edu/metadata/rpm">
+  <revision>1700000000</revision>
+  <data type="primary">
+    <checksum type="sha256">{A}</checksum>
+    <open-checksum type="sha256">{B}</open-checksum>
+    <location href="repodata/{A}-primary.xml.gz"/>
+    <size>123</size>
+  </data>
+  <data type="filelists">
+    <checksum type="sha256">{B}</checksum>
+    <location href="repodata/{B}-filelists.xml.zst"/>
+  </data>
+</repomd>
+"#
+    )
+}
+
+pub(super) fn primary() -> String {
+    format!(
+        r#"<?xml version="1.0" encoding="UTF-8"?>
+<metadata xmlns="http://linux.duke.edu/metadata/common" xmlns:rpm="http://linux.duke.edu/metadata/rpm" packages="3">
+<package type="rpm">
+  <name>hello</name>
+  <checksum type="sha256" pkgid="YES">{A}</checksum>
+  <location href="Packages/h/hello-1.0-1.x86_64.rpm"/>
+  <format><rpm:license>MIT</rpm:license></format>
+</package>
+<package type="rpm">
+  <name>bye</name>
+  <checksum type="sha256" pkgid="YES">{B}</checksum>
+  <location xml:base="http://files.example/pub/" href="b/bye-1.0-1.noarch.rpm"/>
+</package>
+<package type="rpm">
+  <name>elsewhere</name>
+  <checksum type="sha256" pkgid="YES">{B}</checksum>
+  <location xml:base="http://other.example/" href="e/elsewhere-1.0-1.noarch.rpm"/>
+</package>
+</metadata>
+"#
+    )
+}
+
+fn primary_declared() -> Vec<(String, String)> {
+    vec![
+        ("Packages/h/hello-1.0-1.x86_64.rpm".into(), sha256(A)),
+        ("~files/b/bye-1.0-1.noarch.rpm".into(), sha256(B)),
+    ]
+}
+
+pub(super) fn rows() -> Rows {
+    let hashed = Box::leak(format!("repodata/{A}-primary.xml.gz").into_boxed_str());
+    Rows {
+        paths: vec![
+            ("repodata/repomd.xml", Class::Mutable),
+            ("repodata/repomd.xml.asc", Class::Mutable),
+            ("repodata/primary.xml.gz", Class::Mutable),
+            (hashed, Class::Immutable),
+            (
+                "f/40/repodata/0123456789abcdef0123456789abcdef01234567-comps.xml.zck",
+                Class::Immutable,
+            ),
+            ("Packages/h/hello-1.0-1.x86_64.rpm", Class::Immutable),
+            ("hello-1.0-1.src.rpm", Class::Immutable),
+            ("drpms/hello-0.9-1_1.0-1.noarch.drpm", Class::Immutable),
+            ("Packages/h/README", Class::Mutable),
+        ],
+        keys: vec![
+            ("repodata/repomd.xml", None),
+            (hashed, None),
+            ("repodata/primary.xml.gz", Some("repodata/primary.xml.gz")),
+            (
+                "Packages/h/hello%2B-1.0-1.x86_64.rpm",
+                Some("Packages/h/hello+-1.0-1.x86_64.rpm"),
+            ),
+        ],
+        declares: vec![
+            Declares {
+                mirrors: MIRRORS,
+                files: FILES,
+                path: "repodata/repomd.xml",
+                body: repomd().into_bytes(),
+                declared: vec![
+                    (format!("repodata/{A}-primary.xml.gz"), sha256(A)),
+                    (format!("repodata/{B}-filelists.xml.zst"), sha256(B)),
+                ],
+            },
+            Declares {
+                mirrors: MIRRORS,
+                files: FILES,
+                path: hashed,
+                body: gzip(primary().as_bytes()),
+                declared: primary_declared(),
+            },
+        ],
+        ..Rows::default()
+    }
+}
+
+fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, bytes).unwrap();
+    gz.finish().unwrap()
+}
+
+fn urls(list: &[&str]) -> Vec<Url> {
+    list.iter().map(|u| Url::parse(u).unwrap()).collect()
+}
+
+fn learned(path: &str, body: &[u8], max: u64) -> Vec<(String, String)> {
+    let (mirrors, files) = (urls(MIRRORS), urls(FILES));
+    let document = Document::new("r", &mirrors, &files, path);
+    learn(&document, body, max)
+        .into_iter()
+        .map(|(k, d)| (k, d.to_string()))
+        .collect()
+}
+
+#[test]
+fn primary_declares_whether_plain_gzip_xz_or_zstd() {
+    let text = primary();
+    let mut xz = Vec::new();
+    lzma_rs::xz_compress(&mut text.as_bytes(), &mut xz).unwrap();
+    let zst = zstd::stream::encode_all(text.as_bytes(), 3).unwrap();
+    for (name, body) in [
+        ("primary.xml", text.clone().into_bytes()),
+        ("primary.xml.gz", gzip(text.as_bytes())),
+        ("primary.xml.xz", xz),
+        ("primary.xml.zst", zst),
+    ] {
+        let path = format!("sub/repodata/{A}-{name}");
+        assert!(Rpm.declares(&path), "{name}");
+        let expected: Vec<(String, String)> = primary_declared()
+            .into_iter()
+            .map(|(k, d)| match k.strip_prefix("Packages/") {
+                Some(rest) => (format!("sub/Packages/{rest}"), d),
+                None => (k, d),
+            })
+            .collect();
+        assert_eq!(learned(&path, &body, MAX_PRIMARY), expected, "{name}");
+    }
+}
+
+#[test]
+fn a_primary_that_unpacks_past_the_bound_declares_nothing() {
+    let mut text = primary();
+    let padding = format!("<!-- {} -->\n", "x".repeat(100_000));
+    text.insert_str(text.find("<metadata").unwrap(), &padding);
+    for body in [
+        gzip(text.as_bytes()),
+        zstd::stream::encode_all(text.as_bytes(), 3).unwrap(),
+        {
+            let mut xz = Vec::new();
+            lzma_rs::xz_compress(&mut text.as_bytes(), &mut xz).unwrap();
+            xz
+        },
+    ] {
+        let path = format!("repodata/{A}-primary.xml.gz");
+        assert_eq!(learned(&path, &body, 50_000), []);
+        assert_eq!(learned(&path, &body, 1_000_000).len(), 2);
+    }
+}
+
+#[test]
+fn data_files_named_by_their_digest_declare_themselves() {
+    let path = format!("repodata/{A}-primary.xml.gz");
+    assert_eq!(Rpm.in_path(&path), Declared::from_hex(Algo::Sha256, A));
+    assert_eq!(Rpm.in_path("repodata/primary.xml.gz"), None);
+    assert_eq!(Rpm.in_path("repodata/repomd.xml"), None);
+    let sha1 = "repodata/0123456789abcdef0123456789abcdef01234567-other.xml.gz";
+    assert_eq!(Rpm.in_path(sha1), None);
+    assert_eq!(Rpm.artifact_key(sha1).as_deref(), Some(sha1));
+    assert!(!Rpm.declares(&format!("repodata/{A}-primary.xml.zck")));
+    assert!(!Rpm.declares(&format!("repodata/{A}-filelists.xml.gz")));
+    assert!(!Rpm.is_immutable("repodata/repomd.xml"));
+}
+
+#[test]
+fn deny_and_allow_are_refused_on_rpm_remotes() {
+    assert!(Rpm.refuses_key("deny").unwrap().contains("rpm remote"));
+    assert!(Rpm.refuses_key("allow").is_some());
+    assert_eq!(Rpm.refuses_key("require_declared_hash"), None);
+    assert!(Rpm.refuses_key("version_policy").is_some());
+}
