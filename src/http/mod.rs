@@ -89,6 +89,25 @@ async fn artifact(
     if uri.path().contains("__mirrorcache_test_panic_in_handler__") {
         panic!("test panic in a handler");
     }
+    if let Some(remote) = answered_root(&proxy, &uri) {
+        let result = match method {
+            Method::GET | Method::HEAD => Ok(Served::hit(
+                respond::empty_ok(CacheStatus::Hit),
+                CacheStatus::Hit,
+            )),
+            _ => Err(refusal(&method)),
+        };
+        return finish(
+            &proxy,
+            Some(remote),
+            false,
+            false,
+            result,
+            &method,
+            &uri,
+            started,
+        );
+    }
     let (remote, varies, takes_post, result) = match resolve(&proxy, &method, &uri) {
         Ok((remote, path)) => {
             let kind = remote.config.kind;
@@ -117,6 +136,42 @@ async fn artifact(
         }
         Err(error) => (None, false, false, Err(error)),
     };
+    finish(
+        &proxy, remote, varies, takes_post, result, &method, &uri, started,
+    )
+}
+
+/// The remote whose root (`/{remote}/`) `uri` is, when its ecosystem
+/// answers the root itself ([`Ecosystem::answers_root`]).
+///
+/// [`Ecosystem::answers_root`]: crate::kind::Ecosystem::answers_root
+fn answered_root(proxy: &Proxy, uri: &Uri) -> Option<Arc<Remote>> {
+    let name = uri.path().strip_prefix('/')?;
+    let name = name.strip_suffix('/').unwrap_or(name);
+    if name.is_empty() || name.contains('/') || uri.authority().is_some() {
+        return None;
+    }
+    let remote = proxy.remote(name)?;
+    remote
+        .config
+        .kind
+        .ecosystem()
+        .answers_root()
+        .then_some(remote)
+}
+
+/// Adds what every answer carries, then counts and logs it.
+#[allow(clippy::too_many_arguments)]
+fn finish(
+    proxy: &Arc<Proxy>,
+    remote: Option<Arc<Remote>>,
+    varies: bool,
+    takes_post: bool,
+    result: Result<Served, ProxyError>,
+    method: &Method,
+    uri: &Uri,
+    started: Instant,
+) -> Response {
     let (mut response, cache, mirror, error) = match result {
         Ok(served) => (served.response, Some(served.cache), served.mirror, None),
         Err(error) => {
@@ -141,7 +196,7 @@ async fn artifact(
         mirror: mirror.as_deref(),
         error: error.as_deref(),
     };
-    answered.record(&proxy, &method, &uri, started, &response);
+    answered.record(proxy, method, uri, started, &response);
     response
 }
 
@@ -191,6 +246,8 @@ struct ArtifactRequest<'a> {
     document: bool,
     /// A document the remote's guard filters (read whole, like a document).
     filter: Option<guard::DocumentFilter>,
+    /// Validated by the MD5 of the whole body served (read whole too).
+    md5_etag: bool,
     method: &'a Method,
     headers: &'a HeaderMap,
 }
@@ -224,6 +281,7 @@ async fn serve(
         accept: variant.map(|v| v.accept),
         document: kind.is_document(path.path()),
         filter: guard::document_filter(remote, path.path(), variant),
+        md5_etag: ecosystem.md5_etag(path.path()),
         method,
         headers,
     };
@@ -417,6 +475,15 @@ impl ArtifactRequest<'_> {
         if let Some(filter) = &self.filter {
             bytes = guard::filter_document(self.proxy, self.remote, filter, bytes).await?;
         }
+        if self.md5_etag && !self.document {
+            return Ok(respond::whole_md5(
+                entry,
+                bytes,
+                cache,
+                self.method,
+                self.headers,
+            ));
+        }
         let body = if self.document {
             // Rewriting is a linear pass over up to max_document_size: off the async threads.
             tokio::task::spawn_blocking(move || match String::from_utf8(bytes) {
@@ -446,7 +513,7 @@ impl ArtifactRequest<'_> {
 
     /// Whether the body is read whole before it is served (rewritten or filtered).
     fn whole(&self) -> bool {
-        self.document || self.filter.is_some()
+        self.document || self.filter.is_some() || self.md5_etag
     }
 
     /// Stale-if-error: when the mirrors fail (not when they say "not found"), a

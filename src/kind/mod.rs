@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rubygems`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is.
@@ -29,6 +29,7 @@ pub mod package;
 pub mod policy;
 pub mod pypi;
 pub mod rewrite;
+pub mod rubygems;
 
 #[cfg(test)]
 mod conformance;
@@ -79,6 +80,23 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// the `Accept` header names, else the first ([`variant_by_accept`]).
     fn variant(&self, path: &str, request: &HeaderMap) -> Option<Variant> {
         variant_by_accept(self.variants(path), request)
+    }
+
+    /// Whether the validator of `path` is the quoted MD5 of the whole body
+    /// served (after any filter) instead of the blob's sha256, with byte
+    /// ranges cut from that whole body and carrying the same ETag: Bundler
+    /// appends to its copy of the compact index with `Range: bytes=<size-1>-`
+    /// and keeps the result only when its MD5 is the ETag. Such a body is read
+    /// whole before it is served. Default: no.
+    fn md5_etag(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Whether `GET`/`HEAD /{remote}/` (no path below the remote) answers an
+    /// empty 200 from the proxy itself (gem 3.3 probes the source's root and
+    /// uses the compact index only when it answers). Default: no (a 400).
+    fn answers_root(&self) -> bool {
+        false
     }
 
     /// The API endpoint `path` is, if it is one: forwarded uncached with its
@@ -386,7 +404,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 8] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 9] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -395,6 +413,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 8] = [
     &go::Go,
     &oci::Oci,
     &maven::Maven,
+    &rubygems::Rubygems,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -552,7 +571,7 @@ mod tests {
         let names: Vec<&str> = Kind::all().map(Kind::name).collect();
         assert_eq!(
             names,
-            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven"]
+            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven", "rubygems"]
         );
         for name in names {
             assert_eq!(Kind::named(name).map(Kind::name), Some(name));

@@ -23,6 +23,7 @@ mod oci;
 mod oci_fixtures;
 mod pip;
 mod python_tools;
+mod rubygems;
 mod warm;
 
 use std::path::Path;

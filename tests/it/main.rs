@@ -21,6 +21,7 @@ mod operations;
 mod path_safety;
 mod registries;
 mod reliability;
+mod rubygems;
 mod s3;
 mod scaleout;
 mod security;

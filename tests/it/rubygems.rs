@@ -1,0 +1,186 @@
+//! The `rubygems` kind (issue 25) against a fixture gem server on
+//! 127.0.0.1: path classes (immutable `.gem`s, revalidated compact index),
+//! the root answered for gem's probe, Bundler's MD5 ETag and its append by
+//! `Range` cut from the whole current file, and `info/<gem>`'s `checksum:`
+//! as the declared digest that refuses a tampered first mirror.
+
+use md5::Digest as _;
+
+use crate::support::proxy::get;
+use crate::support::{sha256_hex, tampered, test_bytes, toml_urls, MirrorServer, TestProxy};
+
+fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
+    format!(
+        "[[remote]]\nname = \"gems\"\nkind = \"rubygems\"\nmirrors = {}\nstrategy = \"single\"\n{extra}\n",
+        toml_urls(mirrors, "/r")
+    )
+}
+
+fn md5_tag(bytes: &[u8]) -> String {
+    format!("\"{}\"", hex::encode(md5::Md5::digest(bytes)))
+}
+
+fn info(versions: &[(&str, &[u8])]) -> String {
+    let mut out = String::from("---\n");
+    for (version, gem) in versions {
+        out.push_str(&format!(
+            "{version} |checksum:{},ruby:>= 0\n",
+            sha256_hex(gem)
+        ));
+    }
+    out
+}
+
+/// Bundler's request for what follows its copy `local` of `versions`.
+async fn bundler_append(
+    client: &reqwest::Client,
+    proxy: &TestProxy,
+    local: &str,
+) -> reqwest::Response {
+    client
+        .get(proxy.url("/gems/versions"))
+        .header("if-none-match", md5_tag(local.as_bytes()))
+        .header("range", format!("bytes={}-", local.len() - 1))
+        .send()
+        .await
+        .unwrap()
+}
+
+#[tokio::test]
+async fn the_root_answers_and_the_compact_index_has_bundlers_etag_and_ranges() {
+    let mirror = MirrorServer::start().await;
+    let gem = test_bytes(4_000, 3);
+    let first = info(&[("1.0.0", &gem)]);
+    mirror.put("/r/info/mc-alpha", first.clone());
+    let versions = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0 {}\n",
+        hex::encode(md5::Md5::digest(first.as_bytes()))
+    );
+    mirror.put("/r/versions", versions.clone());
+    mirror.put("/r/gems/mc-alpha-1.0.0.gem", gem.clone());
+    let proxy = TestProxy::start(&remote(&[&mirror], "revalidate_after = \"0s\"")).await;
+    let client = reqwest::Client::new();
+
+    // gem 3.3's probe: answered by the proxy, upstream not asked.
+    for path in ["/gems/", "/gems"] {
+        let response = client.head(proxy.url(path)).send().await.unwrap();
+        assert_eq!(response.status(), 200, "{path}");
+    }
+    assert_eq!(mirror.total(), 0);
+
+    // The whole file: ETag is the quoted MD5 of it.
+    let response = client
+        .get(proxy.url("/gems/versions"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(
+        response.headers()["etag"],
+        md5_tag(versions.as_bytes()).as_str()
+    );
+    assert_eq!(response.text().await.unwrap(), versions);
+
+    // Bundler's revalidation: If-None-Match its MD5 → 304.
+    let response = bundler_append(&client, &proxy, &versions).await;
+    assert_eq!(response.status(), 304);
+
+    // The fixture appends a version; Bundler asks from its last byte and
+    // checks the MD5 of what it then has against the 206's ETag.
+    let gem2 = test_bytes(4_000, 4);
+    let second = info(&[("1.0.0", &gem), ("1.1.0", &gem2)]);
+    mirror.put("/r/info/mc-alpha", second.clone());
+    let appended = format!(
+        "{versions}mc-alpha 1.1.0 {}\n",
+        hex::encode(md5::Md5::digest(second.as_bytes()))
+    );
+    mirror.put("/r/versions", appended.clone());
+    let response = bundler_append(&client, &proxy, &versions).await;
+    assert_eq!(response.status(), 206);
+    assert_eq!(
+        response.headers()["etag"],
+        md5_tag(appended.as_bytes()).as_str()
+    );
+    assert_eq!(
+        response.headers()["content-range"],
+        format!(
+            "bytes {}-{}/{}",
+            versions.len() - 1,
+            appended.len() - 1,
+            appended.len()
+        )
+        .as_str()
+    );
+    let tail = response.bytes().await.unwrap();
+    let mut local = versions.clone().into_bytes();
+    local.extend_from_slice(&tail[1..]);
+    assert_eq!(md5_tag(&local), md5_tag(appended.as_bytes()));
+
+    // `.gem`s are immutable and keep the sha256 ETag; not revalidated.
+    let (status, _, body) = get(&client, &proxy.url("/gems/gems/mc-alpha-1.0.0.gem")).await;
+    assert_eq!(status, 200);
+    assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&gem));
+    proxy.settle().await;
+    let (status, cache, _) = get(&client, &proxy.url("/gems/gems/mc-alpha-1.0.0.gem")).await;
+    assert_eq!((status, cache.as_str()), (200, "HIT"));
+    assert_eq!(mirror.hits("/r/gems/mc-alpha-1.0.0.gem"), 1);
+    let response = client
+        .get(proxy.url("/gems/gems/mc-alpha-1.0.0.gem"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.headers()["etag"],
+        format!("\"{}\"", sha256_hex(&gem)).as_str()
+    );
+}
+
+#[tokio::test]
+async fn a_tampered_first_mirror_is_refused_by_the_info_checksum() {
+    let (a, b) = (MirrorServer::start().await, MirrorServer::start().await);
+    let gem = test_bytes(20_000, 5);
+    let document = info(&[("1.0.0", &gem)]);
+    for mirror in [&a, &b] {
+        mirror.put("/r/info/mc-alpha", document.clone());
+    }
+    a.put("/r/gems/mc-alpha-1.0.0.gem", tampered(&gem));
+    b.put("/r/gems/mc-alpha-1.0.0.gem", gem.clone());
+    let proxy = TestProxy::start(&remote(&[&a, &b], "")).await;
+    let client = reqwest::Client::new();
+
+    let (status, _, _) = get(&client, &proxy.url("/gems/info/mc-alpha")).await;
+    assert_eq!(status, 200);
+    proxy.settle().await;
+    let (status, _, body) = get(&client, &proxy.url("/gems/gems/mc-alpha-1.0.0.gem")).await;
+    assert_eq!(status, 200);
+    assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&gem));
+    assert_eq!(
+        (
+            a.hits("/r/gems/mc-alpha-1.0.0.gem"),
+            b.hits("/r/gems/mc-alpha-1.0.0.gem")
+        ),
+        (1, 1)
+    );
+    assert_eq!(
+        proxy.metric("mirrorcache_integrity_failures_total").await,
+        1.0
+    );
+}
+
+#[tokio::test]
+async fn the_dependency_api_is_passed_through_uncached() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/r/api/v1/dependencies", "");
+    let proxy = TestProxy::start(&remote(&[&mirror], "")).await;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        let response = client
+            .get(proxy.url("/gems/api/v1/dependencies?gems=rack"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200);
+        assert_eq!(response.headers()["x-cache-status"], "PASS");
+    }
+    assert_eq!(mirror.hits("/r/api/v1/dependencies"), 2);
+}
