@@ -486,8 +486,9 @@ impl ArtifactRequest<'_> {
         }
         let body = if self.document {
             // Rewriting is a linear pass over up to max_document_size: off the async threads.
+            let (ecosystem, at) = (config.kind.ecosystem(), self.path.path().to_string());
             tokio::task::spawn_blocking(move || match String::from_utf8(bytes) {
-                Ok(text) => rewrite.apply(&text).into_bytes(),
+                Ok(text) => ecosystem.rewrite(&at, &text, &rewrite).into_bytes(),
                 // Not text: nothing to rewrite.
                 Err(e) => e.into_bytes(),
             })

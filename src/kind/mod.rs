@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rubygems`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rubygems`], [`composer`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is.
@@ -18,6 +18,7 @@
 
 pub mod apt;
 pub mod cargo;
+pub mod composer;
 pub mod declared;
 pub mod generic;
 pub mod go;
@@ -68,6 +69,16 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// to point through the proxy.
     fn is_document(&self, _path: &str) -> bool {
         false
+    }
+
+    /// The document `text` at `path` as clients get it: its URLs on the
+    /// remote's hosts re-pointed at the proxy. Default: [`Rewrite::apply`]
+    /// over the text; an ecosystem whose documents need reading first
+    /// (Composer's minified JSON, root-relative templates) does its own.
+    ///
+    /// [`Rewrite::apply`]: rewrite::Rewrite::apply
+    fn rewrite(&self, _path: &str, text: &str, rewrite: &rewrite::Rewrite) -> String {
+        rewrite.apply(text)
     }
 
     /// Every variant `path` is cached as, the default first; empty when it is
@@ -214,6 +225,17 @@ pub trait Digests: Send + Sync {
     /// found is kept. Default: none.
     fn declared_by(&self, _path: &str) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Whether the artifact at `path` (one with an [`artifact_key`]), when
+    /// nothing declares its digest, is pinned on first use: the sha256 of its
+    /// first complete download is recorded as its declared digest, so a later
+    /// fetch with other bytes (after eviction, from another mirror) is
+    /// refused. Default: no.
+    ///
+    /// [`artifact_key`]: Digests::artifact_key
+    fn pins_on_first_use(&self, _path: &str) -> bool {
+        false
     }
 
     /// Where cached rows of the artifact `artifact` (a key [`artifact_key`]
@@ -404,7 +426,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 9] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 10] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -414,6 +436,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 9] = [
     &oci::Oci,
     &maven::Maven,
     &rubygems::Rubygems,
+    &composer::Composer,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -571,7 +594,10 @@ mod tests {
         let names: Vec<&str> = Kind::all().map(Kind::name).collect();
         assert_eq!(
             names,
-            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven", "rubygems"]
+            [
+                "generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven", "rubygems",
+                "composer"
+            ]
         );
         for name in names {
             assert_eq!(Kind::named(name).map(Kind::name), Some(name));

@@ -4,6 +4,7 @@
 mod support;
 
 mod cache;
+mod composer;
 mod config_check;
 mod dashboard;
 mod failover;

@@ -80,10 +80,12 @@ async fn the_root_answers_and_the_compact_index_has_bundlers_etag_and_ranges() {
         md5_tag(versions.as_bytes()).as_str()
     );
     assert_eq!(response.text().await.unwrap(), versions);
+    proxy.settle().await;
 
     // Bundler's revalidation: If-None-Match its MD5 → 304.
     let response = bundler_append(&client, &proxy, &versions).await;
     assert_eq!(response.status(), 304);
+    proxy.settle().await;
 
     // The fixture appends a version; Bundler asks from its last byte and
     // checks the MD5 of what it then has against the 206's ETag.
