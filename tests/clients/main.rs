@@ -11,6 +11,7 @@ mod support;
 mod apt;
 mod browser;
 mod cargo_registry;
+mod composer;
 mod fixtures;
 mod go;
 mod guard;
