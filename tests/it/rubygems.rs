@@ -2,7 +2,9 @@
 //! 127.0.0.1: path classes (immutable `.gem`s, revalidated compact index),
 //! the root answered for gem's probe, Bundler's MD5 ETag and its append by
 //! `Range` cut from the whole current file, and `info/<gem>`'s `checksum:`
-//! as the declared digest that refuses a tampered first mirror.
+//! as the declared digest that refuses a tampered first mirror; `deny`
+//! with a RubyGems requirement filtering `info/<gem>`, its MD5 ETag and
+//! ranges following the filtered file.
 
 use md5::Digest as _;
 
@@ -29,6 +31,17 @@ fn info(versions: &[(&str, &[u8])]) -> String {
         ));
     }
     out
+}
+
+/// A plain GET of `path` answers `expected` whole, its ETag the quoted MD5;
+/// then waits for the fill to be committed.
+async fn assert_whole(client: &reqwest::Client, proxy: &TestProxy, path: &str, expected: &str) {
+    let response = client.get(proxy.url(path)).send().await.unwrap();
+    assert_eq!(response.status(), 200, "{path}");
+    let etag = response.headers()["etag"].to_str().unwrap().to_string();
+    assert_eq!(etag, md5_tag(expected.as_bytes()), "{path}");
+    assert_eq!(response.text().await.unwrap(), expected, "{path}");
+    proxy.settle().await;
 }
 
 /// Bundler's request for what follows its copy `local` of `versions`.
@@ -69,18 +82,7 @@ async fn the_root_answers_and_the_compact_index_has_bundlers_etag_and_ranges() {
     assert_eq!(mirror.total(), 0);
 
     // The whole file: ETag is the quoted MD5 of it.
-    let response = client
-        .get(proxy.url("/gems/versions"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 200);
-    assert_eq!(
-        response.headers()["etag"],
-        md5_tag(versions.as_bytes()).as_str()
-    );
-    assert_eq!(response.text().await.unwrap(), versions);
-    proxy.settle().await;
+    assert_whole(&client, &proxy, "/gems/versions", &versions).await;
 
     // Bundler's revalidation: If-None-Match its MD5 → 304.
     let response = bundler_append(&client, &proxy, &versions).await;
@@ -185,4 +187,52 @@ async fn the_dependency_api_is_passed_through_uncached() {
         assert_eq!(response.headers()["x-cache-status"], "PASS");
     }
     assert_eq!(mirror.hits("/r/api/v1/dependencies"), 2);
+}
+
+#[tokio::test]
+async fn a_denied_version_leaves_info_and_its_md5_etag_and_ranges_follow_the_filtered_file() {
+    let mirror = MirrorServer::start().await;
+    let (one, two) = (test_bytes(3_000, 9), test_bytes(3_000, 10));
+    mirror.put(
+        "/r/info/mc-alpha",
+        info(&[("1.0.0", &one), ("1.1.0", &two)]),
+    );
+    mirror.put("/r/gems/mc-alpha-1.1.0.gem", two.clone());
+    let proxy = TestProxy::start(&remote(&[&mirror], "deny = [\"mc-alpha@~> 1.1\"]")).await;
+    let client = reqwest::Client::new();
+
+    let filtered = info(&[("1.0.0", &one)]);
+    assert_whole(&client, &proxy, "/gems/info/mc-alpha", &filtered).await;
+
+    // Bundler's append against its (filtered) copy: nothing new, 304.
+    let response = client
+        .get(proxy.url("/gems/info/mc-alpha"))
+        .header("if-none-match", md5_tag(filtered.as_bytes()))
+        .header("range", format!("bytes={}-", filtered.len() - 1))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 304);
+    // Against an older copy: the range is cut from the filtered file.
+    let response = client
+        .get(proxy.url("/gems/info/mc-alpha"))
+        .header("range", "bytes=4-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 206);
+    assert_eq!(
+        response.headers()["etag"],
+        md5_tag(filtered.as_bytes()).as_str()
+    );
+    assert_eq!(response.text().await.unwrap(), &filtered[4..]);
+
+    let (status, _, body) = get(&client, &proxy.url("/gems/gems/mc-alpha-1.1.0.gem")).await;
+    assert_eq!(status, 403);
+    let said = String::from_utf8_lossy(&body.unwrap()).to_string();
+    assert!(
+        said.contains("mc-alpha@1.1.0") && said.contains("deny"),
+        "{said}"
+    );
+    assert_eq!(mirror.hits("/r/gems/mc-alpha-1.1.0.gem"), 0);
 }
