@@ -4,7 +4,7 @@
 //! `Range` cut from the whole current file, and `info/<gem>`'s `checksum:`
 //! as the declared digest that refuses a tampered first mirror; `deny`
 //! with a RubyGems requirement filtering `info/<gem>`, its MD5 ETag and
-//! ranges following the filtered file.
+//! ranges following the filtered file; `warm` reading a `Gemfile.lock`.
 
 use md5::Digest as _;
 
@@ -235,4 +235,36 @@ async fn a_denied_version_leaves_info_and_its_md5_etag_and_ranges_follow_the_fil
         "{said}"
     );
     assert_eq!(mirror.hits("/r/gems/mc-alpha-1.1.0.gem"), 0);
+}
+
+#[tokio::test]
+async fn warm_fetches_the_gems_a_gemfile_lock_names() {
+    let mirror = MirrorServer::start().await;
+    let (alpha, beta) = (test_bytes(2_000, 11), test_bytes(2_000, 12));
+    mirror.put("/r/gems/mc-alpha-1.0.0.gem", alpha.clone());
+    mirror.put("/r/gems/mc-beta-1.0.0.gem", beta.clone());
+    let proxy = TestProxy::start(&remote(&[&mirror], "")).await;
+    let dir = tempfile::tempdir().unwrap();
+    let lock = dir.path().join("Gemfile.lock");
+    std::fs::write(
+        &lock,
+        format!(
+            "GEM\n  remote: {}\n  specs:\n    mc-alpha (1.0.0)\n    mc-beta (1.0.0)\n      mc-alpha (>= 1.0)\n\n\
+             PLATFORMS\n  ruby\n\nDEPENDENCIES\n  mc-beta\n\nCHECKSUMS\n  mc-alpha (1.0.0) sha256={}\n",
+            proxy.url("/gems/"),
+            sha256_hex(&alpha)
+        ),
+    )
+    .unwrap();
+    let options = mirrorcache::ops::warm::Options {
+        server: proxy.url(""),
+        remote: "gems".into(),
+        files: vec![lock],
+        jobs: 2,
+        terminal: false,
+    };
+    let summary = mirrorcache::ops::warm::run(&options).await.unwrap();
+    assert_eq!((summary.fetched, summary.cached), (2, 0), "{summary}");
+    assert!(summary.failed.is_empty(), "{summary}");
+    assert_eq!(mirror.hits("/r/gems/mc-beta-1.0.0.gem"), 1);
 }
