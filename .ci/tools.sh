@@ -49,6 +49,11 @@ command -v gradle >/dev/null || need_apt+=(gradle)
 command -v rpmbuild >/dev/null || need_apt+=(rpm)
 command -v createrepo_c >/dev/null || need_apt+=(createrepo-c)
 command -v dnf >/dev/null || need_apt+=(dnf)
+# RubyGems (tests/clients/rubygems.rs): Debian's ruby 3.1 (gem 3.3) and bundler 2.3.
+command -v gem >/dev/null || need_apt+=(ruby)
+command -v bundle >/dev/null || need_apt+=(ruby-bundler)
+# Composer (tests/clients/composer.rs): Debian's composer 2.5 (with php-cli and php-zip).
+command -v composer >/dev/null || need_apt+=(composer php-zip)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -72,4 +77,5 @@ command -v poetry >/dev/null || python3 -m pip install -q --disable-pip-version-
 echo "tools: pnpm $(pnpm --version 2>/dev/null || echo absent), yarn $(yarn --version 2>/dev/null || echo absent), $(uv --version 2>/dev/null || echo 'uv absent'), $(poetry --version 2>/dev/null || echo 'poetry absent')"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"
 echo "tools: $(mvn --version 2>/dev/null | head -1 || echo 'mvn absent'), gradle $(gradle --version 2>/dev/null | grep -m1 '^Gradle' || echo absent)"
+echo "tools: $(ruby --version 2>/dev/null || echo 'ruby absent'), gem $(gem --version 2>/dev/null || echo absent), $(bundle --version 2>/dev/null || echo 'bundler absent'), $(composer --version 2>/dev/null | head -1 || echo 'composer absent')"
 echo "tools: $(docker-registry --version 2>/dev/null | cut -d' ' -f2- || echo 'docker-registry absent'), $(skopeo --version 2>/dev/null || echo 'skopeo absent'), $(umoci --version 2>/dev/null || echo 'umoci absent')"

@@ -58,6 +58,37 @@ impl FillDigests {
         Ok(FillDigests { expected, role })
     }
 
+    /// After the commit of a body fetched with nothing declared (`digest`
+    /// its sha256): records that digest as declared when the ecosystem pins
+    /// this artifact on first use (`Digests::pins_on_first_use`).
+    pub(super) async fn pin_first_use(
+        &self,
+        fills: &FillRegistry,
+        remote: &Remote,
+        path: &ArtifactPath,
+        digest: &Digest,
+    ) {
+        let kind = remote.config.kind;
+        let pins = kind
+            .digests()
+            .is_some_and(|d| d.pins_on_first_use(path.path()));
+        let (None, Some(artifact), true) = (&self.expected, &self.role.artifact_key, pins) else {
+            return;
+        };
+        let Some(pinned) = Declared::new(Algo::Sha256, digest.0.to_vec()) else {
+            return;
+        };
+        let items = [(artifact.clone(), pinned)];
+        match fills
+            .cache
+            .learn_declared(&remote.name, kind, &items, now_ms())
+            .await
+        {
+            Ok(_) => tracing::info!(key = path.key(), digest = %items[0].1, "pinned on first use"),
+            Err(error) => tracing::warn!(key = path.key(), %error, "could not pin on first use"),
+        }
+    }
+
     /// For a body fetched with nothing declared (`digest` its sha256, in
     /// `file`): the (declared, received) digests if a document learned
     /// since declared another one.

@@ -295,6 +295,7 @@ async fn receive(
     });
     let temp = Arc::into_inner(temp).expect("no writer outlives the download");
     commit(cache, temp, path, entry, stale).await;
+    digests.pin_first_use(fills, remote, path, &digest).await;
     if let Some(learning) = learning {
         let body = (digest, written);
         learn::from_document(learning, remote, path, Blob::Local(file), body).await;

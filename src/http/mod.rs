@@ -94,8 +94,32 @@ async fn artifact(
     if uri.path().contains("__mirrorcache_test_panic_in_handler__") {
         panic!("test panic in a handler");
     }
-    // The access check, on the remote the request resolved to.
+    // The access check, on the remote the request resolved to (also for the
+    // root of a remote that answers it itself).
     let mut caller = crate::access::Caller::Anonymous;
+    if let Some(remote) = answered_root(&proxy, &uri) {
+        let result = match access::admit(&proxy, &remote, &headers, peer.as_ref()).await {
+            Ok(admitted) => {
+                caller = admitted;
+                match method {
+                    Method::GET | Method::HEAD => Ok(Served::hit(
+                        respond::empty_ok(CacheStatus::Hit),
+                        CacheStatus::Hit,
+                    )),
+                    _ => Err(refusal(&method)),
+                }
+            }
+            Err(refused) => Err(refused),
+        };
+        let how = Answer {
+            remote: Some(remote),
+            varies: false,
+            takes_post: false,
+            caller: &caller,
+            peer: peer.as_ref(),
+        };
+        return finish(&proxy, how, result, &method, &uri, started);
+    }
     let mut refused_remote = None;
     let resolved = match resolve(&proxy, &method, &uri) {
         Ok((remote, path)) => match access::admit(&proxy, &remote, &headers, peer.as_ref()).await {
@@ -138,6 +162,62 @@ async fn artifact(
         }
         Err(error) => (refused_remote, false, false, Err(error)),
     };
+    let how = Answer {
+        remote,
+        varies,
+        takes_post,
+        caller: &caller,
+        peer: peer.as_ref(),
+    };
+    finish(&proxy, how, result, &method, &uri, started)
+}
+
+/// What an answer's tail needs to know besides the result.
+struct Answer<'a> {
+    remote: Option<Arc<Remote>>,
+    /// The path has `Accept` variants.
+    varies: bool,
+    /// The route takes POST (its 405 says so).
+    takes_post: bool,
+    caller: &'a crate::access::Caller,
+    peer: Option<&'a access::Peer>,
+}
+
+/// The remote whose root (`/{remote}/`) `uri` is, when its ecosystem
+/// answers the root itself ([`Ecosystem::answers_root`]).
+///
+/// [`Ecosystem::answers_root`]: crate::kind::Ecosystem::answers_root
+fn answered_root(proxy: &Proxy, uri: &Uri) -> Option<Arc<Remote>> {
+    let name = uri.path().strip_prefix('/')?;
+    let name = name.strip_suffix('/').unwrap_or(name);
+    if name.is_empty() || name.contains('/') || uri.authority().is_some() {
+        return None;
+    }
+    let remote = proxy.remote(name)?;
+    remote
+        .config
+        .kind
+        .ecosystem()
+        .answers_root()
+        .then_some(remote)
+}
+
+/// Adds what every answer carries, then counts and logs it.
+fn finish(
+    proxy: &Arc<Proxy>,
+    how: Answer<'_>,
+    result: Result<Served, ProxyError>,
+    method: &Method,
+    uri: &Uri,
+    started: Instant,
+) -> Response {
+    let Answer {
+        remote,
+        varies,
+        takes_post,
+        caller,
+        peer,
+    } = how;
     let (mut response, cache, mirror, error) = match result {
         Ok(served) => (served.response, Some(served.cache), served.mirror, None),
         Err(error) => {
@@ -162,9 +242,9 @@ async fn artifact(
         mirror: mirror.as_deref(),
         error: error.as_deref(),
         user: caller.user(),
-        peer: peer.as_ref(),
+        peer,
     };
-    answered.record(&proxy, &method, &uri, started, &response);
+    answered.record(proxy, method, uri, started, &response);
     response
 }
 
@@ -214,6 +294,8 @@ struct ArtifactRequest<'a> {
     document: bool,
     /// A document the remote's guard filters (read whole, like a document).
     filter: Option<guard::DocumentFilter>,
+    /// Validated by the MD5 of the whole body served (read whole too).
+    md5_etag: bool,
     method: &'a Method,
     headers: &'a HeaderMap,
 }
@@ -247,6 +329,7 @@ async fn serve(
         accept: variant.map(|v| v.accept),
         document: kind.is_document(path.path()),
         filter: guard::document_filter(remote, path.path(), variant),
+        md5_etag: ecosystem.md5_etag(path.path()),
         method,
         headers,
     };
@@ -440,10 +523,20 @@ impl ArtifactRequest<'_> {
         if let Some(filter) = &self.filter {
             bytes = guard::filter_document(self.proxy, self.remote, filter, bytes).await?;
         }
+        if self.md5_etag && !self.document {
+            return Ok(respond::whole_md5(
+                entry,
+                bytes,
+                cache,
+                self.method,
+                self.headers,
+            ));
+        }
         let body = if self.document {
             // Rewriting is a linear pass over up to max_document_size: off the async threads.
+            let (ecosystem, at) = (config.kind.ecosystem(), self.path.path().to_string());
             tokio::task::spawn_blocking(move || match String::from_utf8(bytes) {
-                Ok(text) => rewrite.apply(&text).into_bytes(),
+                Ok(text) => ecosystem.rewrite(&at, &text, &rewrite).into_bytes(),
                 // Not text: nothing to rewrite.
                 Err(e) => e.into_bytes(),
             })
@@ -470,7 +563,7 @@ impl ArtifactRequest<'_> {
 
     /// Whether the body is read whole before it is served (rewritten or filtered).
     fn whole(&self) -> bool {
-        self.document || self.filter.is_some()
+        self.document || self.filter.is_some() || self.md5_etag
     }
 
     /// Stale-if-error: when the mirrors fail (not when they say "not found"), a

@@ -402,6 +402,7 @@ impl Pull<'_> {
             document: false,
             // The guard's rules name packages; an oci remote has none.
             filter: None,
+            md5_etag: false,
             method: &Method::GET,
             headers: accept,
         };

@@ -76,29 +76,14 @@ pub fn from_entry(
         content_type(entry.content_type.as_deref()),
     );
 
-    let (start, len) = match requested_range(request, entry.size, validators) {
-        RangeAnswer::Full => (0, entry.size),
-        RangeAnswer::Partial(start, end) => {
-            *response.status_mut() = StatusCode::PARTIAL_CONTENT;
-            let value = format!("bytes {start}-{end}/{}", entry.size);
-            response.headers_mut().insert(
-                header::CONTENT_RANGE,
-                HeaderValue::from_str(&value).expect("digits are valid"),
-            );
-            (start, end - start + 1)
-        }
-        RangeAnswer::Unsatisfiable => {
-            *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
-            let value = format!("bytes */{}", entry.size);
-            response.headers_mut().insert(
-                header::CONTENT_RANGE,
-                HeaderValue::from_str(&value).expect("digits are valid"),
-            );
-            response
-                .headers_mut()
-                .insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
-            return response;
-        }
+    let Some((start, len)) = ranged(
+        &mut response,
+        request,
+        entry.size,
+        &validators.etag,
+        &validators.last_modified,
+    ) else {
+        return response;
     };
     response
         .headers_mut()
@@ -175,6 +160,49 @@ pub fn document(
     response
 }
 
+/// A body read whole and validated by its MD5 (`Ecosystem::md5_etag`:
+/// Bundler's compact index): ETag `"<md5>"` of the body served, 304 on a
+/// matching `If-None-Match`, one byte range cut from this body with the same
+/// ETag (so a client appending to its copy can check the whole result).
+pub fn whole_md5(
+    entry: &Entry,
+    body: Vec<u8>,
+    cache: CacheStatus,
+    method: &Method,
+    request: &HeaderMap,
+) -> Response {
+    use md5::Digest as _;
+    let md5 = hex::encode(md5::Md5::digest(&body));
+    let etag = HeaderValue::from_str(&format!("\"{md5}\"")).expect("hex is a valid header");
+    let last_modified = validators(entry).last_modified.clone();
+    let mut response = Response::new(Body::empty());
+    let headers = response.headers_mut();
+    headers.insert(X_CACHE_STATUS, status_header(cache));
+    headers.insert(header::ETAG, etag.clone());
+    headers.insert(header::LAST_MODIFIED, last_modified.clone());
+    headers.insert(header::ACCEPT_RANGES, HeaderValue::from_static("bytes"));
+    if matches_etag(request, &etag) {
+        *response.status_mut() = StatusCode::NOT_MODIFIED;
+        return response;
+    }
+    headers.insert(
+        header::CONTENT_TYPE,
+        content_type(entry.content_type.as_deref()),
+    );
+    let size = body.len() as u64;
+    let Some((start, len)) = ranged(&mut response, request, size, &etag, &last_modified) else {
+        return response;
+    };
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    if method != Method::HEAD {
+        let body = Bytes::from(body);
+        *response.body_mut() = Body::from(body.slice(start as usize..(start + len) as usize));
+    }
+    response
+}
+
 /// A remembered "not found" (404/410) from every mirror.
 pub fn absent(status: u16, cache: CacheStatus) -> Response {
     let status = StatusCode::from_u16(status).unwrap_or(StatusCode::NOT_FOUND);
@@ -241,6 +269,41 @@ fn matches_etag(request: &HeaderMap, etag: &HeaderValue) -> bool {
         .any(|tag| tag == "*" || tag.trim_start_matches("W/") == ours)
 }
 
+/// The part of a body of `size` bytes to send (offset, length), with the
+/// status and `Content-Range` set on `response`; `None` for a 416, which is
+/// then complete.
+fn ranged(
+    response: &mut Response,
+    request: &HeaderMap,
+    size: u64,
+    etag: &HeaderValue,
+    last_modified: &HeaderValue,
+) -> Option<(u64, u64)> {
+    match requested_range(request, size, etag, last_modified) {
+        RangeAnswer::Full => Some((0, size)),
+        RangeAnswer::Partial(start, end) => {
+            *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+            let value = format!("bytes {start}-{end}/{size}");
+            response.headers_mut().insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&value).expect("digits are valid"),
+            );
+            Some((start, end - start + 1))
+        }
+        RangeAnswer::Unsatisfiable => {
+            *response.status_mut() = StatusCode::RANGE_NOT_SATISFIABLE;
+            let value = format!("bytes */{size}");
+            let headers = response.headers_mut();
+            headers.insert(
+                header::CONTENT_RANGE,
+                HeaderValue::from_str(&value).expect("digits are valid"),
+            );
+            headers.insert(header::CONTENT_LENGTH, HeaderValue::from_static("0"));
+            None
+        }
+    }
+}
+
 enum RangeAnswer {
     Full,
     /// Inclusive byte offsets.
@@ -251,12 +314,17 @@ enum RangeAnswer {
 /// One byte range is served as a 206; several ranges, a range that `If-Range`
 /// rules out, or an unparsable header get the whole body (RFC 9110 allows
 /// ignoring Range). A well-formed range outside the body is a 416.
-fn requested_range(request: &HeaderMap, size: u64, ours: &Validators) -> RangeAnswer {
+fn requested_range(
+    request: &HeaderMap,
+    size: u64,
+    etag: &HeaderValue,
+    last_modified: &HeaderValue,
+) -> RangeAnswer {
     let Some(range) = request.get(header::RANGE).and_then(|v| v.to_str().ok()) else {
         return RangeAnswer::Full;
     };
     if let Some(if_range) = request.get(header::IF_RANGE) {
-        if if_range != ours.etag && if_range != ours.last_modified {
+        if if_range != etag && if_range != last_modified {
             return RangeAnswer::Full;
         }
     }

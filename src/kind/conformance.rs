@@ -161,7 +161,8 @@ fn check(kind: Kind, rows: Rows) {
         );
         let (mirrors, files) = (urls(row.mirrors), urls(row.files));
         let rewrite = Rewrite::new("r", &mirrors, &files, "http://proxy");
-        assert_eq!(rewrite.apply(row.body), row.expected, "{name} {}", row.path);
+        let got = kind.ecosystem().rewrite(row.path, row.body, &rewrite);
+        assert_eq!(got, row.expected, "{name} {}", row.path);
     }
     for row in rows.filters {
         let packages = packages.expect("filter rows need Packages");

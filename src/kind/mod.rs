@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is.
@@ -18,6 +18,7 @@
 
 pub mod apt;
 pub mod cargo;
+pub mod composer;
 pub mod declared;
 pub mod generic;
 pub mod go;
@@ -30,6 +31,7 @@ pub mod policy;
 pub mod pypi;
 pub mod rewrite;
 pub mod rpm;
+pub mod rubygems;
 
 #[cfg(test)]
 mod conformance;
@@ -70,6 +72,16 @@ pub trait Ecosystem: Send + Sync + 'static {
         false
     }
 
+    /// The document `text` at `path` as clients get it: its URLs on the
+    /// remote's hosts re-pointed at the proxy. Default: [`Rewrite::apply`]
+    /// over the text; an ecosystem whose documents need reading first
+    /// (Composer's minified JSON, root-relative templates) does its own.
+    ///
+    /// [`Rewrite::apply`]: rewrite::Rewrite::apply
+    fn rewrite(&self, _path: &str, text: &str, rewrite: &rewrite::Rewrite) -> String {
+        rewrite.apply(text)
+    }
+
     /// Every variant `path` is cached as, the default first; empty when it is
     /// not content-negotiated. Such responses carry `Vary: Accept`.
     fn variants(&self, _path: &str) -> &'static [Variant] {
@@ -80,6 +92,23 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// the `Accept` header names, else the first ([`variant_by_accept`]).
     fn variant(&self, path: &str, request: &HeaderMap) -> Option<Variant> {
         variant_by_accept(self.variants(path), request)
+    }
+
+    /// Whether the validator of `path` is the quoted MD5 of the whole body
+    /// served (after any filter) instead of the blob's sha256, with byte
+    /// ranges cut from that whole body and carrying the same ETag: Bundler
+    /// appends to its copy of the compact index with `Range: bytes=<size-1>-`
+    /// and keeps the result only when its MD5 is the ETag. Such a body is read
+    /// whole before it is served. Default: no.
+    fn md5_etag(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Whether `GET`/`HEAD /{remote}/` (no path below the remote) answers an
+    /// empty 200 from the proxy itself (gem 3.3 probes the source's root and
+    /// uses the compact index only when it answers). Default: no (a 400).
+    fn answers_root(&self) -> bool {
+        false
     }
 
     /// The API endpoint `path` is, if it is one: forwarded uncached with its
@@ -204,6 +233,17 @@ pub trait Digests: Send + Sync {
     /// found is kept. Default: none.
     fn declared_by(&self, _path: &str) -> Vec<String> {
         Vec::new()
+    }
+
+    /// Whether the artifact at `path` (one with an [`artifact_key`]), when
+    /// nothing declares its digest, is pinned on first use: the sha256 of its
+    /// first complete download is recorded as its declared digest, so a later
+    /// fetch with other bytes (after eviction, from another mirror) is
+    /// refused. Default: no.
+    ///
+    /// [`artifact_key`]: Digests::artifact_key
+    fn pins_on_first_use(&self, _path: &str) -> bool {
+        false
     }
 
     /// Where cached rows of the artifact `artifact` (a key [`artifact_key`]
@@ -394,7 +434,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 9] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 11] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -404,6 +444,8 @@ static ECOSYSTEMS: [&dyn Ecosystem; 9] = [
     &oci::Oci,
     &maven::Maven,
     &rpm::Rpm,
+    &rubygems::Rubygems,
+    &composer::Composer,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -561,7 +603,10 @@ mod tests {
         let names: Vec<&str> = Kind::all().map(Kind::name).collect();
         assert_eq!(
             names,
-            ["generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven", "rpm"]
+            [
+                "generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven", "rpm", "rubygems",
+                "composer"
+            ]
         );
         for name in names {
             assert_eq!(Kind::named(name).map(Kind::name), Some(name));
@@ -591,7 +636,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo and maven remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, maven and rubygems remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

@@ -16,6 +16,8 @@ pub struct Rewrite {
     /// (mirror base, proxy base), most path segments first; the files
     /// mirrors before the index mirrors when equally long.
     pairs: Vec<(Origin, String)>,
+    /// `{public_base}/{remote}`: where the remote is served.
+    index: String,
 }
 
 /// A base URL reduced to what two spellings of it share.
@@ -131,14 +133,26 @@ impl Rewrite {
             .iter()
             .map(|u| (u, to_files.clone()))
             .chain(mirrors.iter().map(|u| (u, to_index.clone())));
-        Rewrite::from_pairs(bases.filter_map(|(url, to)| Some((Origin::of(url)?, to))))
+        let mut rewrite =
+            Rewrite::from_pairs(bases.filter_map(|(url, to)| Some((Origin::of(url)?, to))));
+        rewrite.index = to_index;
+        rewrite
+    }
+
+    /// Where the remote is served (`{public_base}/{remote}`): what a
+    /// root-relative path of the upstream (`/p2/…`) becomes, prefixed.
+    pub fn index_base(&self) -> &str {
+        &self.index
     }
 
     fn from_pairs(pairs: impl Iterator<Item = (Origin, String)>) -> Rewrite {
         let mut pairs: Vec<(Origin, String)> = pairs.collect();
         // Stable: among equally long bases, the files mirrors stay first.
         pairs.sort_by_key(|(origin, _)| std::cmp::Reverse(origin.segments.len()));
-        Rewrite { pairs }
+        Rewrite {
+            pairs,
+            index: String::new(),
+        }
     }
 
     /// `text` with every URL on a configured base re-pointed: the scheme,

@@ -11,6 +11,7 @@ mod support;
 mod apt;
 mod browser;
 mod cargo_registry;
+mod composer;
 mod fixtures;
 mod go;
 mod guard;
@@ -26,6 +27,7 @@ mod private;
 mod private_oci;
 mod python_tools;
 mod rpm;
+mod rubygems;
 mod warm;
 
 use std::path::Path;

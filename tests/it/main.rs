@@ -5,6 +5,7 @@ mod support;
 
 mod access;
 mod cache;
+mod composer;
 mod config_check;
 mod dashboard;
 mod failover;
@@ -23,6 +24,7 @@ mod path_safety;
 mod registries;
 mod reliability;
 mod rpm;
+mod rubygems;
 mod s3;
 mod scaleout;
 mod security;

@@ -60,6 +60,7 @@ pub enum Kind {
     Requirements,
     PomXml,
     GradleLock,
+    GemfileLock,
 }
 
 impl Kind {
@@ -70,6 +71,7 @@ impl Kind {
             "go.sum" => Some(Kind::GoSum),
             "pom.xml" => Some(Kind::PomXml),
             "gradle.lockfile" => Some(Kind::GradleLock),
+            "Gemfile.lock" | "gems.locked" => Some(Kind::GemfileLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -80,7 +82,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -90,6 +92,7 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::Requirements => requirements(&text),
         Kind::PomXml => super::maven::pom_xml(&text),
         Kind::GradleLock => super::maven::gradle_lockfile(&text),
+        Kind::GemfileLock => super::gemfile::gemfile_lock(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

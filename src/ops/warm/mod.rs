@@ -8,6 +8,7 @@
 //! time, each body checked against the lockfile's digest; the server's
 //! `X-Cache-Status` tells an artifact already cached from one fetched now.
 
+mod gemfile;
 pub mod lockfile;
 mod maven;
 

@@ -1,0 +1,164 @@
+//! composer: a Composer repository in Packagist's p2 layout
+//! (`packages.json`, `p2/<vendor>/<pkg>.json`, `p2/<vendor>/<pkg>~dev.json`),
+//! dist archives on other hosts served by the `files` mirrors (`~files/`,
+//! immutable). Documents are read as JSON: a minified `composer/2.0` p2 file
+//! is expanded (each version inherits the previous one's keys, `__unset`
+//! removes one) and each `dist.url` on the remote's hosts re-pointed at the
+//! proxy; `packages.json`'s root-relative templates (`"metadata-url":
+//! "/p2/%package%.json"`), which Composer resolves against the host root,
+//! are put under the remote's prefix. `dist.shasum` (sha1) is the archive's
+//! declared digest when not empty; when empty (GitHub zipballs) the archive
+//! is pinned on first use. `notify-batch` is dropped (Composer sends no
+//! download notifications through a cache); the advisories API
+//! (`api/security-advisories/`) is passed through. No `Packages` yet.
+
+use serde_json::{Map, Value};
+
+use super::declared::{canonical, Algo, Declared, Document};
+use super::rewrite::Rewrite;
+use super::{Digests, Ecosystem, PassThrough, FILES_PREFIX};
+
+pub struct Composer;
+
+/// `p2/<vendor>/<pkg>.json` (or `~dev.json`).
+fn is_p2(path: &str) -> bool {
+    path.strip_prefix("p2/")
+        .and_then(|rest| rest.strip_suffix(".json"))
+        .and_then(|name| name.split_once('/'))
+        .is_some_and(|(vendor, pkg)| !vendor.is_empty() && !pkg.is_empty() && !pkg.contains('/'))
+}
+
+/// Every version of every package of a p2 document, expanded when it is
+/// minified (`"minified": "composer/2.0"`); the document loses the marker.
+fn expand(doc: &mut Value) {
+    let minified = doc.get("minified").and_then(Value::as_str) == Some("composer/2.0");
+    let Some(packages) = doc.get_mut("packages").and_then(Value::as_object_mut) else {
+        return;
+    };
+    if minified {
+        for versions in packages.values_mut() {
+            let Some(list) = versions.as_array_mut() else {
+                continue;
+            };
+            let mut current = Map::new();
+            for release in list.iter_mut() {
+                for (key, value) in release.as_object().into_iter().flatten() {
+                    if value.as_str() == Some("__unset") {
+                        current.remove(key);
+                    } else {
+                        current.insert(key.clone(), value.clone());
+                    }
+                }
+                *release = Value::Object(current.clone());
+            }
+        }
+    }
+    if let Some(object) = doc.as_object_mut() {
+        object.remove("minified");
+    }
+}
+
+/// Each version's `dist` object of an expanded p2 document.
+fn dists(doc: &mut Value) -> impl Iterator<Item = &mut Map<String, Value>> {
+    doc.get_mut("packages")
+        .and_then(Value::as_object_mut)
+        .into_iter()
+        .flat_map(|p| p.values_mut())
+        .filter_map(Value::as_array_mut)
+        .flatten()
+        .filter_map(|v| v.get_mut("dist").and_then(Value::as_object_mut))
+}
+
+impl Ecosystem for Composer {
+    fn name(&self) -> &'static str {
+        "composer"
+    }
+
+    fn is_document(&self, path: &str) -> bool {
+        path == "packages.json" || is_p2(path)
+    }
+
+    fn rewrite(&self, path: &str, text: &str, rewrite: &Rewrite) -> String {
+        let Ok(mut doc) = serde_json::from_str::<Value>(text) else {
+            return rewrite.apply(text);
+        };
+        if path == "packages.json" {
+            let Some(object) = doc.as_object_mut() else {
+                return rewrite.apply(text);
+            };
+            object.remove("notify-batch");
+            for value in object.values_mut() {
+                if let Some(template) = value.as_str() {
+                    let moved = match template.strip_prefix('/') {
+                        Some(rest) => format!("{}/{rest}", rewrite.index_base()),
+                        None => rewrite.apply(template),
+                    };
+                    *value = Value::String(moved);
+                }
+            }
+        } else {
+            expand(&mut doc);
+            for dist in dists(&mut doc) {
+                if let Some(url) = dist.get("url").and_then(Value::as_str) {
+                    let moved = rewrite.apply(url);
+                    dist.insert("url".into(), Value::String(moved));
+                }
+            }
+        }
+        serde_json::to_string(&doc).unwrap_or_else(|_| text.to_string())
+    }
+
+    /// `composer audit`'s advisories API: computed per request.
+    fn pass_through(&self, path: &str) -> Option<PassThrough> {
+        path.starts_with("api/")
+            .then_some(PassThrough { post: true })
+    }
+
+    fn default_files(&self) -> &'static [&'static str] {
+        &["https://api.github.com", "https://codeload.github.com"]
+    }
+
+    fn digests(&self) -> Option<&dyn Digests> {
+        Some(self)
+    }
+
+    #[cfg(test)]
+    fn conformance(&self) -> super::conformance::Rows {
+        tests::rows()
+    }
+}
+
+impl Digests for Composer {
+    fn artifact_key(&self, path: &str) -> Option<String> {
+        path.starts_with(FILES_PREFIX).then(|| canonical(path))
+    }
+
+    fn declares(&self, path: &str) -> bool {
+        is_p2(path)
+    }
+
+    /// `dist.shasum` (sha1) where it is not empty, for the archive its
+    /// `dist.url` names.
+    fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
+        let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
+            return Vec::new();
+        };
+        expand(&mut doc);
+        dists(&mut doc)
+            .filter_map(|dist| {
+                let sha1 = dist.get("shasum")?.as_str().filter(|s| !s.is_empty())?;
+                let declared = Declared::from_hex(Algo::Sha1, sha1)?;
+                Some((document.path_of(dist.get("url")?.as_str()?)?, declared))
+            })
+            .collect()
+    }
+
+    /// Archives nothing declares (Packagist's empty `shasum` for GitHub
+    /// zipballs): the first download's sha256 is kept.
+    fn pins_on_first_use(&self, path: &str) -> bool {
+        path.starts_with(FILES_PREFIX)
+    }
+}
+
+#[cfg(test)]
+mod tests;
