@@ -5,6 +5,7 @@
 
 pub mod access;
 mod admin;
+mod answer;
 mod checksum;
 mod dashboard;
 mod guard;
@@ -24,7 +25,7 @@ use std::time::Instant;
 use axum::body::Body;
 use axum::extract::State;
 use axum::http::{header, HeaderMap, Method, Uri};
-use axum::response::{IntoResponse, Response};
+use axum::response::Response;
 use axum::routing::{any, delete, get, post};
 use axum::Extension;
 use axum::Router;
@@ -41,7 +42,7 @@ use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::Remote;
-use record::Answered;
+use answer::{answered_root, finish, refusal, resolve, Answer};
 
 /// The application router. Tests call it directly with `oneshot`.
 pub fn router(proxy: Arc<Proxy>) -> Router {
@@ -170,116 +171,6 @@ async fn artifact(
         peer: peer.as_ref(),
     };
     finish(&proxy, how, result, &method, &uri, started)
-}
-
-/// What an answer's tail needs to know besides the result.
-struct Answer<'a> {
-    remote: Option<Arc<Remote>>,
-    /// The path has `Accept` variants.
-    varies: bool,
-    /// The route takes POST (its 405 says so).
-    takes_post: bool,
-    caller: &'a crate::access::Caller,
-    peer: Option<&'a access::Peer>,
-}
-
-/// The remote whose root (`/{remote}/`) `uri` is, when its ecosystem
-/// answers the root itself ([`Ecosystem::answers_root`]).
-///
-/// [`Ecosystem::answers_root`]: crate::kind::Ecosystem::answers_root
-fn answered_root(proxy: &Proxy, uri: &Uri) -> Option<Arc<Remote>> {
-    let name = uri.path().strip_prefix('/')?;
-    let name = name.strip_suffix('/').unwrap_or(name);
-    if name.is_empty() || name.contains('/') || uri.authority().is_some() {
-        return None;
-    }
-    let remote = proxy.remote(name)?;
-    remote
-        .config
-        .kind
-        .ecosystem()
-        .answers_root()
-        .then_some(remote)
-}
-
-/// Adds what every answer carries, then counts and logs it.
-fn finish(
-    proxy: &Arc<Proxy>,
-    how: Answer<'_>,
-    result: Result<Served, ProxyError>,
-    method: &Method,
-    uri: &Uri,
-    started: Instant,
-) -> Response {
-    let Answer {
-        remote,
-        varies,
-        takes_post,
-        caller,
-        peer,
-    } = how;
-    let (mut response, cache, mirror, error) = match result {
-        Ok(served) => (served.response, Some(served.cache), served.mirror, None),
-        Err(error) => {
-            let message = format!("{error}");
-            (error.into_response(), None, None, Some(message))
-        }
-    };
-    if takes_post && response.status() == axum::http::StatusCode::METHOD_NOT_ALLOWED {
-        response.headers_mut().insert(
-            header::ALLOW,
-            header::HeaderValue::from_static("GET, HEAD, POST"),
-        );
-    }
-    // Every answer for a content-negotiated path (hit, miss, 304, 404,
-    // error) depends on `Accept`.
-    if varies {
-        respond::vary_on_accept(&mut response);
-    }
-    let answered = Answered {
-        remote: remote.as_deref(),
-        cache,
-        mirror: mirror.as_deref(),
-        error: error.as_deref(),
-        user: caller.user(),
-        peer,
-    };
-    answered.record(proxy, method, uri, started, &response);
-    response
-}
-
-/// Refuses what is not a request for an artifact of a configured remote.
-fn resolve(
-    proxy: &Proxy,
-    method: &Method,
-    uri: &Uri,
-) -> Result<(Arc<Remote>, ArtifactPath), ProxyError> {
-    // Not an open proxy: no CONNECT tunnels, no absolute-form targets.
-    if method == Method::CONNECT {
-        return Err(ProxyError::MethodNotAllowed);
-    }
-    if uri.scheme().is_some() || uri.authority().is_some() {
-        return Err(ProxyError::BadPath(
-            "absolute-form request targets are refused",
-        ));
-    }
-    let path = ArtifactPath::parse(uri.path())?;
-    let remote = proxy
-        .remote(path.remote())
-        .ok_or_else(|| ProxyError::UnknownRemote(path.remote().to_string()))?;
-    Ok((remote, path))
-}
-
-/// The answer to a method a path does not take: writes (`npm publish` is a
-/// PUT, `cargo publish` a PUT, `twine upload` a POST, unpublishing and
-/// yanking DELETEs) are told this is a read-only cache; anything else is a
-/// plain 405.
-fn refusal(method: &Method) -> ProxyError {
-    if [Method::PUT, Method::POST, Method::DELETE, Method::PATCH].contains(method) {
-        ProxyError::ReadOnly
-    } else {
-        ProxyError::MethodNotAllowed
-    }
 }
 
 /// One artifact request, resolved to its remote and cache key.

@@ -24,8 +24,9 @@ use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
+use super::record::Answered;
 use super::respond::X_CACHE_STATUS;
-use super::{serve, Answered, ArtifactRequest, CacheStatus, Served};
+use super::{serve, ArtifactRequest, CacheStatus, Served};
 use crate::cache::Digest;
 use crate::clock::now_ms;
 use crate::error::{ProxyError, Side};
