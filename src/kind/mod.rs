@@ -32,6 +32,7 @@ pub mod pypi;
 pub mod rewrite;
 pub mod rpm;
 pub mod rubygems;
+mod values;
 
 #[cfg(test)]
 mod conformance;
@@ -39,7 +40,12 @@ mod conformance;
 use std::collections::HashMap;
 use std::fmt;
 
-use axum::http::{header, HeaderMap, Method};
+use axum::http::HeaderMap;
+
+pub use values::{
+    variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey, TimeSource, Variant,
+    VersionPolicy,
+};
 
 use declared::{Algo, Declared, Document};
 use guard::{Filtered, Judge, VersionSpec};
@@ -255,20 +261,6 @@ pub trait Digests: Send + Sync {
     }
 }
 
-/// Where the cached rows of an artifact key may be.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum CachedAt {
-    /// The key is the path.
-    Path,
-    /// Any path matching one of these SQL `LIKE` patterns (lower case),
-    /// `group` naming what they share, so that one query serves all keys of
-    /// a group (cargo: every version of a crate).
-    Like {
-        group: String,
-        patterns: Vec<String>,
-    },
-}
-
 /// Packages and versions: what the supply-chain guard needs to know.
 pub trait Packages: Send + Sync {
     /// A name as the ecosystem compares names. Default: as spelt.
@@ -338,59 +330,6 @@ pub trait Packages: Send + Sync {
     /// line (pip), not the body. Default: no.
     fn reason_in_status_line(&self) -> bool {
         false
-    }
-}
-
-/// Where an artifact's publish time is read: a document of the same remote
-/// (in one variant), and where in it.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct TimeSource {
-    pub document: String,
-    pub suffix: &'static str,
-    pub key: TimeKey,
-}
-
-/// Where a document gives an artifact's publish time.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TimeKey {
-    /// Under this key of its [`Packages::publish_times`].
-    Listed(String),
-    /// The `Last-Modified` the mirror sent with it (Maven's `.pom`).
-    LastModified,
-}
-
-/// Which versions a remote serves (`version_policy`), for ecosystems that
-/// tell snapshots from releases ([`Ecosystem::is_snapshot`]); the other
-/// kind is 404 without asking upstream.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum VersionPolicy {
-    Releases,
-    Snapshots,
-    #[default]
-    Both,
-}
-
-impl VersionPolicy {
-    pub fn parse(text: &str) -> Result<VersionPolicy, String> {
-        match text {
-            "releases" => Ok(VersionPolicy::Releases),
-            "snapshots" => Ok(VersionPolicy::Snapshots),
-            "both" => Ok(VersionPolicy::Both),
-            _ => Err(format!(
-                "{text:?} is not a version policy: \"releases\", \"snapshots\" or \"both\""
-            )),
-        }
-    }
-
-    /// Whether a path of a snapshot (`Some(true)`), of a release, or of
-    /// neither (`None`) is served.
-    pub fn allows(self, snapshot: Option<bool>) -> bool {
-        match (self, snapshot) {
-            (VersionPolicy::Releases, Some(true)) | (VersionPolicy::Snapshots, Some(false)) => {
-                false
-            }
-            _ => true,
-        }
     }
 }
 
@@ -545,58 +484,10 @@ impl fmt::Debug for Kind {
     }
 }
 
-/// What the ecosystem says about the digest of one path's body.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct DigestRole {
-    /// The digest the path itself declares.
-    pub in_path: Option<Declared>,
-    /// The name indexes declare its digest under.
-    pub artifact_key: Option<String>,
-    /// Whether the body declares digests of other artifacts.
-    pub declares: bool,
-}
-
-/// An API endpoint proxied to the remote's mirrors and never cached: each
-/// answer is computed for the request (an audit of the client's lockfile, a
-/// search), so a cached copy would be wrong for the next client.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PassThrough {
-    /// Whether the endpoint takes POST (with a body) besides GET and HEAD.
-    pub post: bool,
-}
-
-impl PassThrough {
-    pub fn allows(self, method: &Method) -> bool {
-        method == Method::GET || method == Method::HEAD || (self.post && method == Method::POST)
-    }
-}
-
-/// One variant of a content-negotiated document.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Variant {
-    /// Cache-key suffix (`path?suffix`).
-    pub suffix: &'static str,
-    /// The `Accept` header the mirror is asked with.
-    pub accept: &'static str,
-}
-
-/// The variant of `variants` whose (first) media type `Accept` names, else
-/// the first; `None` when there are none.
-pub fn variant_by_accept(variants: &'static [Variant], request: &HeaderMap) -> Option<Variant> {
-    let accept = request
-        .get(header::ACCEPT)
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("");
-    let (default, others) = variants.split_first()?;
-    let asked = others
-        .iter()
-        .find(|v| accept.contains(v.accept.split(',').next().unwrap_or(v.accept)));
-    Some(*asked.unwrap_or(default))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use axum::http::Method;
 
     #[test]
     fn every_kind_is_found_by_its_name_once() {
