@@ -74,9 +74,7 @@ pub(super) async fn serve(
 /// The digest in `algo` of a response's body, hashed a chunk at a time off
 /// the async threads.
 async fn hash_body(response: Response, algo: Algo) -> Result<Declared, ProxyError> {
-    // A digest of the function asked for: `Hashers` computes it beside sha256.
-    let like = Declared::new(algo, vec![0; algo.len()]).expect("a digest of the right length");
-    let mut hashers = Hashers::new(Some(&like));
+    let mut hashers = Hashers::with(Some(algo));
     let mut body = response.into_body().into_data_stream();
     while let Some(chunk) = body.next().await {
         let chunk = chunk.map_err(|e| ProxyError::Store(e.to_string()))?;

@@ -37,6 +37,7 @@ use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
 use crate::kind::rewrite::Rewrite;
+use crate::kind::VersionPolicy;
 pub use crate::metrics::CacheStatus;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
@@ -200,11 +201,9 @@ async fn serve(
 ) -> Result<Served, ProxyError> {
     let kind = remote.config.kind;
     let ecosystem = kind.ecosystem();
-    if !remote
-        .config
-        .version_policy
-        .allows(ecosystem.is_snapshot(path.path()))
-    {
+    let policy = remote.config.version_policy;
+    // `Both` serves every path: the path is not even looked at.
+    if policy != VersionPolicy::Both && !policy.allows(ecosystem.is_snapshot(path.path())) {
         // The other kind of version: this remote does not have it.
         return Err(ProxyError::NotFound { status: 404 });
     }

@@ -130,7 +130,12 @@ enum Other {
 
 impl Hashers {
     pub fn new(expected: Option<&Declared>) -> Hashers {
-        let other = match expected.map(Declared::algo) {
+        Hashers::with(expected.map(Declared::algo))
+    }
+
+    /// sha256, and `algo` beside it when it is another function.
+    pub fn with(algo: Option<Algo>) -> Hashers {
+        let other = match algo {
             Some(Algo::Sha512) => Some(Other::Sha512(sha2::Sha512::new())),
             Some(Algo::Sha1) => Some(Other::Sha1(sha1::Sha1::new())),
             Some(Algo::Md5) => Some(Other::Md5(md5::Md5::new())),

@@ -58,7 +58,8 @@ enum Build {
 
 /// A file of one version of one artifact.
 struct Coordinates<'a> {
-    group: Vec<&'a str>,
+    /// The group's directories (`org/apache/commons`).
+    group: &'a str,
     artifact: &'a str,
     /// The version directory (`1.0`, `1.0-SNAPSHOT`).
     version: &'a str,
@@ -68,17 +69,20 @@ struct Coordinates<'a> {
 
 impl Coordinates<'_> {
     fn package(&self) -> String {
-        format!("{}:{}", self.group.join("."), self.artifact)
+        format!("{}:{}", self.group.replace('/', "."), self.artifact)
     }
 }
 
 fn coordinates(path: &str) -> Option<Coordinates<'_>> {
-    let segments: Vec<&str> = path.split('/').collect();
-    let n = segments.len();
-    if n < 4 || segments.iter().any(|s| s.is_empty()) {
+    // Asked on every request of a maven remote: split from the end, no
+    // allocation.
+    let mut parts = path.rsplitn(4, '/');
+    let (file, version, artifact, group) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    if [file, version, artifact].iter().any(|s| s.is_empty()) || group.split('/').any(str::is_empty)
+    {
         return None;
     }
-    let (file, version, artifact) = (segments[n - 1], segments[n - 2], segments[n - 3]);
     let rest = file.strip_prefix(artifact)?.strip_prefix('-')?;
     let follows = |rest: &str, prefix: &str| {
         rest.strip_prefix(prefix)
@@ -94,7 +98,7 @@ fn coordinates(path: &str) -> Option<Coordinates<'_>> {
         None => return None,
     };
     Some(Coordinates {
-        group: segments[..n - 3].to_vec(),
+        group,
         artifact,
         version,
         file,

@@ -37,6 +37,13 @@ fn publish(mirror: &MirrorServer, path: &str, bytes: &[u8]) {
     mirror.put(&format!("{path}.md5"), md5_hex(bytes));
 }
 
+/// A request the remote's guard refuses: 403, and the reason in its body.
+async fn refused(client: &reqwest::Client, url: &str) -> String {
+    let response = client.get(url).send().await.unwrap();
+    assert_eq!(response.status(), 403, "{url}");
+    response.text().await.unwrap()
+}
+
 fn upstream_requests(mirrors: &[&MirrorServer]) -> usize {
     mirrors.iter().map(|m| m.total()).sum()
 }
@@ -192,13 +199,7 @@ async fn metadata_is_filtered_its_checksum_follows_and_a_denied_version_is_403()
     assert_ne!(sha1, sha1_hex(METADATA.as_bytes()));
 
     // A pinned build never reads the metadata: the file itself is refused.
-    let response = client
-        .get(proxy.url("/mvn/org/example/lib/1.1/lib-1.1.jar"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 403);
-    let reason = response.text().await.unwrap();
+    let reason = refused(&client, &proxy.url("/mvn/org/example/lib/1.1/lib-1.1.jar")).await;
     assert!(
         reason.contains("org.example:lib@1.1") && reason.contains("deny"),
         "{reason}"
@@ -237,13 +238,7 @@ async fn a_young_release_is_refused_by_its_poms_last_modified() {
     );
     let proxy = TestProxy::start(&remote(&[&mirror], "min_release_age = \"7d\"")).await;
     let client = reqwest::Client::new();
-    let response = client
-        .get(proxy.url("/mvn/org/example/lib/1.1/lib-1.1.jar"))
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 403);
-    let reason = response.text().await.unwrap();
+    let reason = refused(&client, &proxy.url("/mvn/org/example/lib/1.1/lib-1.1.jar")).await;
     assert!(
         reason.contains("min_release_age") && reason.contains("org.example:lib@1.1"),
         "{reason}"
