@@ -4,9 +4,9 @@
 //! database and opens blobs.
 //!
 //! Blobs are read on the async side (the store's own reads) and handed in
-//! chunks over a bounded channel to one thread that hashes, tars and
+//! chunks over a bounded channel to one thread that tars and
 //! compresses, so reading and compressing overlap and memory stays a few
-//! chunks. The bundle is written as `BUNDLE.partial` and renamed at the end:
+//! chunks; the reading side hashes each blob as it goes. The bundle is written as `BUNDLE.partial` and renamed at the end:
 //! a failed export never leaves a file that looks complete. A blob that
 //! does not hash to its name is an error, not a bundle that `import` would
 //! refuse.
@@ -231,23 +231,36 @@ async fn send_blob(
             blob.digest
         )
     })?;
+    // Hashed here, on the reading side, while the writer compresses the
+    // chunks before: the two run on two cores.
+    let mut hasher = Sha256::new();
     let mut chunks = opened.stream(0, blob.size);
     while let Some(chunk) = chunks.next().await {
         let piece = match chunk {
-            Ok(bytes) => Piece::Chunk(bytes),
+            Ok(bytes) => {
+                hasher.update(&bytes);
+                Piece::Chunk(bytes)
+            }
             Err(error) => Piece::Failed(error),
         };
         let failed = matches!(piece, Piece::Failed(_));
         // A send fails only when the writer has stopped (its error wins).
         if tx.send(piece).is_err() || failed {
-            break;
+            return Ok(());
         }
+    }
+    let got = hex::encode(hasher.finalize());
+    if got != blob.digest {
+        bail!(
+            "blob {} in the store hashes to {got}: it is corrupt (`mirrorcache verify --remove` drops it)",
+            blob.digest
+        );
     }
     Ok(())
 }
 
 /// The writing thread: manifest, signature, then each blob's chunks as they
-/// come, hashed on the way.
+/// come.
 fn write_bundle(
     file: File,
     manifest: &[u8],
@@ -274,18 +287,10 @@ fn write_bundle(
             rx,
             current: Bytes::new(),
             remaining: blob.size,
-            hasher: Sha256::new(),
         };
         let name = format!("{}{}", super::BLOBS, blob.digest);
         append(&mut tar, &name, blob.size, mtime, &mut reader)
             .with_context(|| format!("reading blob {}", blob.digest))?;
-        let got = hex::encode(reader.hasher.finalize());
-        if got != blob.digest {
-            bail!(
-                "blob {} in the store hashes to {got}: it is corrupt (`mirrorcache verify --remove` drops it)",
-                blob.digest
-            );
-        }
     }
     let mut out = tar.into_inner()?.finish()?;
     out.flush()?;
@@ -313,7 +318,6 @@ struct ChunkReader<'a> {
     rx: &'a Receiver<Piece>,
     current: Bytes,
     remaining: u64,
-    hasher: Sha256,
 }
 
 impl Read for ChunkReader<'_> {
@@ -338,7 +342,6 @@ impl Read for ChunkReader<'_> {
             .min(self.current.len())
             .min(self.remaining as usize);
         buf[..n].copy_from_slice(&self.current[..n]);
-        self.hasher.update(&buf[..n]);
         self.current = self.current.slice(n..);
         self.remaining -= n as u64;
         Ok(n)

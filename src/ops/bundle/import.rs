@@ -329,6 +329,8 @@ fn stored_path(remote: &str, stored: &str) -> anyhow::Result<ArtifactPath> {
 /// Reads the whole archive: the manifest again (it must be the one whose
 /// signature was checked), then every blob, hashed; the `needed` ones are
 /// written to temp files. Any mismatch stops it, and the temp files go.
+/// This thread decompresses and reads the archive; a second one hashes and
+/// writes, so the two overlap on two cores.
 fn stage(
     store: &ContentStore,
     bundle: &Path,
@@ -345,8 +347,41 @@ fn stage(
     if read_limited(first, MANIFEST_LIMIT, "the manifest")? != manifest {
         bail!("the bundle changed while it was read");
     }
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Staging>(8);
+    std::thread::scope(|scope| {
+        let checker = scope.spawn(move || check_blobs(&rx, progress));
+        let read = read_blobs(store, entries, blobs, needed, &tx);
+        drop(tx);
+        let checked = checker
+            .join()
+            .map_err(|_| anyhow::anyhow!("the blob checker panicked"))?;
+        // The checker's error (a corrupt blob) explains a reader that stopped.
+        let staged = checked?;
+        read?;
+        Ok(staged)
+    })
+}
+
+/// What the archive reader hands the checker.
+enum Staging {
+    Blob {
+        hex: String,
+        size: u64,
+        temp: Option<TempBlob>,
+    },
+    Chunk(Vec<u8>),
+}
+
+/// Reads each blob entry in the manifest's order, in chunks, to `tx`.
+fn read_blobs(
+    store: &ContentStore,
+    entries: tar::Entries<'_, zstd::stream::read::Decoder<'static, io::BufReader<File>>>,
+    blobs: &[BundledBlob],
+    needed: &HashSet<String>,
+    tx: &std::sync::mpsc::SyncSender<Staging>,
+) -> anyhow::Result<()> {
     let mut expected = blobs.iter();
-    let mut staged = HashMap::new();
+    let stopped = || anyhow::anyhow!("the blob checker stopped");
     for entry in entries {
         let mut entry = entry?;
         let name = entry.path()?.to_string_lossy().into_owned();
@@ -376,15 +411,22 @@ fn stage(
         } else {
             None
         };
-        let got = copy_hashing(&mut entry, temp.as_ref())
-            .with_context(|| format!("reading blob {hex}"))?;
-        if got != hex {
-            bail!("blob {hex} is corrupt: its bytes hash to sha256 {got}");
+        let begin = Staging::Blob {
+            hex: hex.to_string(),
+            size: blob.size,
+            temp,
+        };
+        tx.send(begin).map_err(|_| stopped())?;
+        loop {
+            let mut chunk = vec![0u8; 1 << 20];
+            let n =
+                read_full(&mut entry, &mut chunk).with_context(|| format!("reading blob {hex}"))?;
+            if n == 0 {
+                break;
+            }
+            chunk.truncate(n);
+            tx.send(Staging::Chunk(chunk)).map_err(|_| stopped())?;
         }
-        if let Some(temp) = temp {
-            staged.insert(hex.to_string(), temp);
-        }
-        progress.advance(blob.size, false);
     }
     if let Some(missing) = expected.next() {
         bail!(
@@ -392,26 +434,81 @@ fn stage(
             missing.digest
         );
     }
-    Ok(staged)
+    Ok(())
 }
 
-/// Copies `from` into `to` (when given), hashing; returns the sha256 hex.
-fn copy_hashing(from: &mut impl Read, to: Option<&TempBlob>) -> io::Result<String> {
-    let mut hasher = Sha256::new();
-    let mut buf = vec![0u8; 1 << 20];
-    let mut offset = 0;
-    loop {
-        let n = from.read(&mut buf)?;
-        if n == 0 {
-            break;
+/// Fills `buf` as far as the reader goes; returns the bytes read.
+fn read_full(from: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut filled = 0;
+    while filled < buf.len() {
+        match from.read(&mut buf[filled..])? {
+            0 => break,
+            n => filled += n,
         }
-        hasher.update(&buf[..n]);
-        if let Some(to) = to {
-            to.write_at(&buf[..n], offset)?;
-        }
-        offset += n as u64;
     }
-    Ok(hex::encode(hasher.finalize()))
+    Ok(filled)
+}
+
+/// Hashes each blob's chunks (writing them to its temp file, if any) and
+/// compares the hash with its name when the next blob begins or the
+/// archive ends.
+fn check_blobs(
+    rx: &std::sync::mpsc::Receiver<Staging>,
+    progress: &Progress,
+) -> anyhow::Result<HashMap<String, TempBlob>> {
+    struct Current {
+        hex: String,
+        size: u64,
+        temp: Option<TempBlob>,
+        hasher: Sha256,
+        written: u64,
+    }
+    let mut staged = HashMap::new();
+    let mut current: Option<Current> = None;
+    let mut finish = |done: Current| -> anyhow::Result<()> {
+        let got = hex::encode(done.hasher.finalize());
+        if got != done.hex || done.written != done.size {
+            bail!(
+                "blob {} is corrupt: its bytes hash to sha256 {got}",
+                done.hex
+            );
+        }
+        if let Some(temp) = done.temp {
+            staged.insert(done.hex, temp);
+        }
+        progress.advance(done.size, false);
+        Ok(())
+    };
+    for piece in rx {
+        match piece {
+            Staging::Blob { hex, size, temp } => {
+                if let Some(done) = current.take() {
+                    finish(done)?;
+                }
+                current = Some(Current {
+                    hex,
+                    size,
+                    temp,
+                    hasher: Sha256::new(),
+                    written: 0,
+                });
+            }
+            Staging::Chunk(bytes) => {
+                let blob = current.as_mut().expect("a chunk follows its blob");
+                blob.hasher.update(&bytes);
+                if let Some(temp) = &blob.temp {
+                    temp.write_at(&bytes, blob.written)
+                        .with_context(|| format!("staging blob {}", blob.hex))?;
+                }
+                blob.written += bytes.len() as u64;
+            }
+        }
+    }
+    if let Some(done) = current.take() {
+        finish(done)?;
+    }
+    drop(finish);
+    Ok(staged)
 }
 
 /// A second temp file with the same bytes (two rows of one digest: each
