@@ -11,6 +11,7 @@ mod dashboard;
 mod failover;
 mod fanout;
 mod guard;
+mod huggingface;
 mod hardening;
 mod hardening_keys;
 mod integrity;

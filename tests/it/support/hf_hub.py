@@ -31,6 +31,8 @@ import hashlib
 import hmac
 import json
 import os
+import mmap
+import random
 import re
 import sys
 import threading
@@ -46,16 +48,13 @@ STATE = {"tamper": False}
 
 
 def git_blob_sha1(data):
-    return hashlib.sha1(b"blob %d\0" % len(data) + data).hexdigest()
+    h = hashlib.sha1(b"blob %d\0" % len(data))
+    h.update(data)
+    return h.hexdigest()
 
 
 def pseudo_random(n, seed):
-    out = bytearray()
-    block = seed.encode()
-    while len(out) < n:
-        block = hashlib.sha256(block).digest()
-        out.extend(block)
-    return bytes(out[:n])
+    return random.Random(seed).randbytes(n)
 
 
 class Repo:
@@ -64,17 +63,19 @@ class Repo:
         self.files = files  # path -> bytes
         self.lfs = lfs  # paths stored in LFS
         self.gated = gated
-        tree = "".join(f"{p}:{git_blob_sha1(d)}\n" for p, d in sorted(files.items()))
+        # (git blob sha1, sha256) of each file, hashed once.
+        self.sums = {p: (git_blob_sha1(d), hashlib.sha256(d).hexdigest()) for p, d in files.items()}
+        tree = "".join(f"{p}:{self.sums[p][0]}\n" for p in sorted(files))
         self.sha = hashlib.sha1(tree.encode()).hexdigest()
         self.refs = {"main": self.sha, "v1.0": self.sha}
 
     def entry(self, path):
         data = self.files[path]
-        item = {"type": "file", "oid": git_blob_sha1(data), "size": len(data), "path": path}
+        oid, sha = self.sums[path]
+        item = {"type": "file", "oid": oid, "size": len(data), "path": path}
         if path in self.lfs:
-            sha = hashlib.sha256(data).hexdigest()
             item["lfs"] = {"oid": sha, "size": len(data), "pointerSize": 134}
-            item["xetHash"] = hashlib.sha256(b"xet" + data).hexdigest()
+            item["xetHash"] = hashlib.sha256(b"xet" + sha.encode()).hexdigest()
         return item
 
     def tree(self):
@@ -86,8 +87,13 @@ class Repo:
         return entries
 
 
-def make_repos(lfs_mib):
-    weights = pseudo_random(lfs_mib * 1024 * 1024, "weights")
+def make_repos(lfs_mib, lfs_file=None):
+    if lfs_file:
+        # A large file (the benchmark's) is served from the page cache, not copied.
+        with open(lfs_file, "rb") as f:
+            weights = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    else:
+        weights = pseudo_random(lfs_mib * 1024 * 1024, "weights")
     model = Repo(
         "org/tiny-model",
         {
@@ -252,13 +258,13 @@ class Hub(BaseHTTPRequestHandler):
         if file not in repo.files:
             return self.error(404, "EntryNotFound", f"{file} does not exist", [("X-Repo-Commit", sha)])
         data = repo.files[file]
-        etag = f'"{git_blob_sha1(data)}"'
+        oid, sha256 = repo.sums[file]
+        etag = f'"{oid}"'
         common = [("X-Repo-Commit", sha), ("Accept-Ranges", "bytes"), ("Vary", "Origin, Accept")]
         if file not in repo.lfs:
             if self.headers.get("If-None-Match") == etag:
                 return self.send(304, b"", [("ETag", etag), *common])
             return self.send(200, data, [("ETag", etag), ("Content-Type", "text/plain; charset=utf-8"), *common])
-        sha256 = hashlib.sha256(data).hexdigest()
         cdn_path = f"/repos/{sha256[:2]}/{sha256[2:4]}/{sha256}"
         expires = int(time.time()) + 3600
         query = urllib.parse.urlencode({
@@ -273,7 +279,7 @@ class Hub(BaseHTTPRequestHandler):
             ("ETag", etag),
             ("X-Linked-Etag", f'"{sha256}"'),
             ("X-Linked-Size", str(len(data))),
-            ("X-Xet-Hash", hashlib.sha256(b"xet" + data).hexdigest()),
+            ("X-Xet-Hash", hashlib.sha256(b"xet" + sha256.encode()).hexdigest()),
             ("X-Xet-Refresh-Route", f"/api/{repo_type}s/{repo.repo_id}/xet-read-token/{sha}"),
             ("Link", f'<http://{host}/api/{repo_type}s/{repo.repo_id}/xet-read-token/{sha}>; rel="xet-auth"'),
             ("Content-Type", "text/plain; charset=utf-8"),
@@ -307,27 +313,28 @@ class Cdn(BaseHTTPRequestHandler):
         data = self.blobs.get(url.path.rsplit("/", 1)[-1])
         if data is None:
             return self.plain(404, b"<Error><Code>NoSuchKey</Code></Error>")
-        if STATE["tamper"]:
-            data = bytes([data[0] ^ 0xFF]) + data[1:]
+        tamper = STATE["tamper"]
         start, end, status = 0, len(data) - 1, 200
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         if m:
             start = int(m.group(1))
             end = min(int(m.group(2)), end) if m.group(2) else end
             status = 206
-        body = data[start:end + 1]
+        body = memoryview(data)[start:end + 1]
         self.send_response(status)
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Content-Type", "binary/octet-stream")
-        self.send_header("ETag", '"' + hashlib.md5(data).hexdigest() + '"')
+        self.send_header("ETag", '"' + url.path.rsplit("/", 1)[-1][:32] + '"')
         self.send_header("Accept-Ranges", "bytes")
         if status == 206:
             self.send_header("Content-Range", f"bytes {start}-{end}/{len(data)}")
         self.end_headers()
         if self.command == "GET":
-            view = memoryview(body)
             for at in range(0, len(body), 1 << 20):
-                self.wfile.write(view[at:at + (1 << 20)])
+                chunk = body[at:at + (1 << 20)]
+                if tamper and at == 0 and start == 0:
+                    chunk = bytes([chunk[0] ^ 0xFF]) + bytes(chunk[1:])
+                self.wfile.write(chunk)
             with LOCK:
                 LOG["cdn_bytes"] += len(body)
 
@@ -343,15 +350,15 @@ class Cdn(BaseHTTPRequestHandler):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--lfs-mib", type=int, default=4)
+    parser.add_argument("--lfs-file", help="serve this file as the LFS weights")
     parser.add_argument("--token", default="hf_fixture_token")
     args = parser.parse_args()
-    repos = make_repos(args.lfs_mib)
+    repos = make_repos(args.lfs_mib, args.lfs_file)
     cdn = ThreadingHTTPServer(("127.0.0.1", 0), Cdn)
     cdn.daemon_threads = True
     for repo in repos.values():
         for path in repo.lfs:
-            data = repo.files[path]
-            Cdn.blobs[hashlib.sha256(data).hexdigest()] = data
+            Cdn.blobs[repo.sums[path][1]] = repo.files[path]
     Hub.repos = repos
     Hub.token = args.token
     Hub.cdn_url = f"http://127.0.0.1:{cdn.server_address[1]}"
@@ -359,9 +366,9 @@ def main():
     hub.daemon_threads = True
     threading.Thread(target=cdn.serve_forever, daemon=True).start()
     files = {
-        f"{repo_id}/{path}": hashlib.sha256(data).hexdigest()
+        f"{repo_id}/{path}": repo.sums[path][1]
         for (_, repo_id), repo in repos.items()
-        for path, data in repo.files.items()
+        for path in repo.files
     }
     commits = {repo_id: repo.sha for (_, repo_id), repo in repos.items()}
     print(json.dumps({"hub": f"http://127.0.0.1:{hub.server_address[1]}", "cdn": Hub.cdn_url,
