@@ -5,8 +5,9 @@
 //! and never its Xet ones, the LFS file's `X-Linked-Etag` as its declared
 //! digest (a tampered CDN refused, nothing cached), API documents keyed
 //! with their query and their `Link` paging re-pointed at the proxy, one
-//! blob for the same weights in two repositories, and the token sent to the
-//! hub only.
+//! blob for the same weights in two repositories, the token sent to the
+//! hub only, and a range of a file still being filled served from the bytes
+//! already written; `warm` taking `repo[@revision]`.
 
 use crate::support::{sha256_hex, HubFixture, TestProxy};
 
@@ -215,6 +216,91 @@ async fn the_same_weights_in_two_repositories_are_one_blob_and_the_token_stays_o
         .await
         .unwrap();
     assert!(!status.contains("hf_fixture_token"));
+}
+
+#[tokio::test]
+async fn a_range_of_a_file_still_being_filled_is_served_from_the_bytes_written() {
+    let Some(hub) = HubFixture::start(4) else {
+        return;
+    };
+    let proxy = TestProxy::start(&hub.remote("hf", "")).await;
+    let client = reqwest::Client::new();
+    let url = proxy.url("/hf/org/tiny-model/resolve/main/model.safetensors");
+    hub.hold(true).await;
+    // The first client starts the fill; the CDN sends one MiB and waits.
+    let first = client.get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    crate::support::wait_until("the fill has its first MiB", async || {
+        let status = crate::support::proxy::get_json(&client, &proxy.url("/-/status")).await;
+        status["fills"][0]["written"].as_u64().unwrap_or(0) >= 1 << 20
+    })
+    .await;
+    // A resumed download asks for bytes already written: answered now.
+    let resumed = client
+        .get(&url)
+        .header("range", "bytes=1000-1999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 206);
+    assert_eq!(header(&resumed, "content-range"), "bytes 1000-1999/4194304");
+    assert_eq!(header(&resumed, "x-repo-commit"), hub.commits["org/tiny-model"]);
+    let part = resumed.bytes().await.unwrap();
+    assert_eq!(part.len(), 1000);
+    hub.hold(false).await;
+    let whole = first.bytes().await.unwrap();
+    assert_eq!(sha256_hex(&whole), hub.files[WEIGHTS]);
+    assert_eq!(&whole[1000..2000], &part[..]);
+    proxy.settle().await;
+    // After the commit, from the blob.
+    let after = client
+        .get(&url)
+        .header("range", "bytes=-10")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(after.status(), 206);
+    assert_eq!(&after.bytes().await.unwrap()[..], &whole[whole.len() - 10..]);
+    assert_eq!(hub.count("cdn", "GET", "/repos/").await, 1);
+}
+
+#[tokio::test]
+async fn warm_fills_every_file_of_a_snapshot_so_clients_need_no_hub() {
+    let Some(mut hub) = HubFixture::start(1) else {
+        return;
+    };
+    let proxy = TestProxy::start(&hub.remote("hf", "")).await;
+    let commit = hub.commits["org/tiny-model"].clone();
+    let options = |names: &[&str]| mirrorcache::ops::warm::Options {
+        server: proxy.base.clone(),
+        remote: "hf".into(),
+        files: names.iter().map(std::path::PathBuf::from).collect(),
+        jobs: 2,
+        terminal: false,
+    };
+    let summary = mirrorcache::ops::warm::run(&options(&["org/tiny-model"]))
+        .await
+        .unwrap();
+    assert_eq!((summary.fetched, summary.cached), (4, 0), "{summary}");
+    assert!(summary.failed.is_empty(), "{summary}");
+    // By commit, the same files: all cached already.
+    let at_commit = format!("org/tiny-model@{commit}");
+    let summary = mirrorcache::ops::warm::run(&options(&[&at_commit]))
+        .await
+        .unwrap();
+    assert_eq!((summary.fetched, summary.cached), (0, 4), "{summary}");
+    let bad = mirrorcache::ops::warm::run(&options(&["org/../etc"])).await;
+    assert!(bad.is_err());
+
+    hub.stop();
+    let client = reqwest::Client::new();
+    for file in ["config.json", "README.md", "tokenizer/vocab.txt", "model.safetensors"] {
+        let url = proxy.url(&format!("/hf/org/tiny-model/resolve/{commit}/{file}"));
+        let response = client.get(&url).send().await.unwrap();
+        assert_eq!(header(&response, "x-cache-status"), "HIT", "{file}");
+        let body = response.bytes().await.unwrap();
+        assert_eq!(sha256_hex(&body), hub.files[&format!("org/tiny-model/{file}")]);
+    }
 }
 
 async fn json(response: reqwest::Response) -> serde_json::Value {

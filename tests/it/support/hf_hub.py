@@ -21,7 +21,8 @@ cdn (another port): GET/HEAD /repos/{aa}/{bb}/{sha256}?Expires=..&Signature=..
 
 control (on the hub port): GET /_fixture/log (requests, CDN bytes, Authorization
 seen at the CDN), POST /_fixture/tamper/{on,off} (the CDN flips one byte of every
-LFS body), POST /_fixture/reset.
+LFS body), POST /_fixture/hold/{on,off} (the CDN sends the first MiB of a body,
+then waits for off), POST /_fixture/reset.
 
 Prints one JSON line {"hub": url, "cdn": url, "files": {...}} once listening.
 """
@@ -44,7 +45,7 @@ SECRET = os.urandom(16)
 PAGE = 2
 LOCK = threading.Lock()
 LOG = {"hub": [], "cdn": [], "cdn_bytes": 0, "cdn_authorization": 0}
-STATE = {"tamper": False}
+STATE = {"tamper": False, "hold": None}
 
 
 def git_blob_sha1(data):
@@ -154,6 +155,12 @@ class Hub(BaseHTTPRequestHandler):
             STATE["tamper"] = True
         elif self.path == "/_fixture/tamper/off":
             STATE["tamper"] = False
+        elif self.path == "/_fixture/hold/on":
+            STATE["hold"] = threading.Event()
+        elif self.path == "/_fixture/hold/off":
+            if STATE["hold"] is not None:
+                STATE["hold"].set()
+            STATE["hold"] = None
         elif self.path == "/_fixture/reset":
             with LOCK:
                 LOG["hub"].clear()
@@ -313,7 +320,7 @@ class Cdn(BaseHTTPRequestHandler):
         data = self.blobs.get(url.path.rsplit("/", 1)[-1])
         if data is None:
             return self.plain(404, b"<Error><Code>NoSuchKey</Code></Error>")
-        tamper = STATE["tamper"]
+        tamper, hold = STATE["tamper"], STATE["hold"]
         start, end, status = 0, len(data) - 1, 200
         m = re.fullmatch(r"bytes=(\d+)-(\d*)", self.headers.get("Range", ""))
         if m:
@@ -335,6 +342,10 @@ class Cdn(BaseHTTPRequestHandler):
                 if tamper and at == 0 and start == 0:
                     chunk = bytes([chunk[0] ^ 0xFF]) + bytes(chunk[1:])
                 self.wfile.write(chunk)
+                if hold is not None and at == 0:
+                    # The first MiB is out; the rest waits for hold/off.
+                    self.wfile.flush()
+                    hold.wait(60)
             with LOCK:
                 LOG["cdn_bytes"] += len(body)
 

@@ -99,6 +99,14 @@ impl HubFixture {
         self.client.post(url).send().await.unwrap();
     }
 
+    /// The CDN sends the first MiB of each body, then waits (`on`) until
+    /// called with `false`.
+    pub async fn hold(&self, on: bool) {
+        let state = if on { "on" } else { "off" };
+        let url = format!("{}/_fixture/hold/{state}", self.hub);
+        self.client.post(url).send().await.unwrap();
+    }
+
     pub async fn reset(&self) {
         let url = format!("{}/_fixture/reset", self.hub);
         self.client.post(url).send().await.unwrap();
