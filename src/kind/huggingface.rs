@@ -173,7 +173,8 @@ pub fn classify(path: &str) -> Option<HubPath<'_>> {
         if repo_parts.len() != n_repo || repo_parts.iter().any(|p| p.is_empty()) {
             continue;
         }
-        let (Some("resolve"), Some(revision), Some(file)) = (parts.next(), parts.next(), parts.next())
+        let (Some("resolve"), Some(revision), Some(file)) =
+            (parts.next(), parts.next(), parts.next())
         else {
             continue;
         };
@@ -260,8 +261,9 @@ pub fn api_paths(repo: &str, revision: &str) -> (String, String) {
         .iter()
         .find_map(|p| repo.strip_prefix(p).map(|bare| (&p[..p.len() - 1], bare)))
         .unwrap_or(("models", repo));
-    let revision = percent_encoding::utf8_percent_encode(revision, percent_encoding::NON_ALPHANUMERIC)
-        .to_string();
+    let revision =
+        percent_encoding::utf8_percent_encode(revision, percent_encoding::NON_ALPHANUMERIC)
+            .to_string();
     (
         format!("api/{kind}/{bare}/revision/{revision}"),
         format!("api/{kind}/{bare}/tree/{revision}?recursive=true&expand=false"),

@@ -44,8 +44,8 @@ use std::fmt;
 use axum::http::HeaderMap;
 
 pub use values::{
-    keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey, TimeSource, Variant,
-    VersionPolicy,
+    keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey,
+    TimeSource, Variant, VersionPolicy,
 };
 
 use declared::{Algo, Declared, Document};

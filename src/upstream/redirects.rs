@@ -75,7 +75,8 @@ pub(super) async fn send_following(
             break;
         }
         keep(names, response.headers(), &mut kept);
-        if let (Some(ours), Some(theirs)) = (validators.etag, response.headers().get(header::ETAG)) {
+        if let (Some(ours), Some(theirs)) = (validators.etag, response.headers().get(header::ETAG))
+        {
             if theirs.as_bytes() == ours.as_bytes() {
                 let not_modified = axum::http::Response::builder()
                     .status(StatusCode::NOT_MODIFIED)

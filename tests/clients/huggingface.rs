@@ -24,14 +24,20 @@ fn hf_python() -> Option<PathBuf> {
         })?;
     let python = venv.join("bin/python");
     let version = Command::new(&python)
-        .args(["-c", "import huggingface_hub; print(huggingface_hub.__version__)"])
+        .args([
+            "-c",
+            "import huggingface_hub; print(huggingface_hub.__version__)",
+        ])
         .output()
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
     let ok = version.as_deref() == Some(HF_HUB_VERSION);
     available(
-        &format!("huggingface_hub {HF_HUB_VERSION} in {} (.ci/tools.sh)", venv.display()),
+        &format!(
+            "huggingface_hub {HF_HUB_VERSION} in {} (.ci/tools.sh)",
+            venv.display()
+        ),
         ok,
     );
     ok.then_some(python)
@@ -116,7 +122,10 @@ async fn snapshot_download_through_the_proxy_then_with_the_hub_stopped() {
         .collect();
     endpoints.sort();
     endpoints.dedup();
-    println!("ENDPOINTS huggingface_hub {HF_HUB_VERSION}:\n  {}", endpoints.join("\n  "));
+    println!(
+        "ENDPOINTS huggingface_hub {HF_HUB_VERSION}:\n  {}",
+        endpoints.join("\n  ")
+    );
     assert!(
         endpoints.iter().all(|e| !e.contains("xet-read-token")),
         "the client went the Xet path: {endpoints:?}"
@@ -127,7 +136,12 @@ async fn snapshot_download_through_the_proxy_then_with_the_hub_stopped() {
     // Round 2: a fresh home, the hub and its CDN stopped.
     hub.stop();
     assert_eq!(round(2), expected, "round 2: served from the cache alone");
-    report("huggingface_hub snapshot_download", HF_HUB_VERSION, first, 0);
+    report(
+        "huggingface_hub snapshot_download",
+        HF_HUB_VERSION,
+        first,
+        0,
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -163,7 +177,8 @@ async fn four_concurrent_hf_hub_downloads_from_fresh_homes_make_one_upstream_fet
     let sha = &hub.files["org/tiny-model/model.safetensors"];
     assert_eq!(hub.count("cdn", "GET", sha).await, 1, "one CDN fetch");
     assert_eq!(
-        hub.count("hub", "GET", "/resolve/main/model.safetensors").await,
+        hub.count("hub", "GET", "/resolve/main/model.safetensors")
+            .await,
         1,
         "one hub request"
     );
@@ -186,11 +201,16 @@ async fn a_tampered_cdn_is_refused_and_nothing_of_it_is_kept() {
     let endpoint = proxy.url("/hf");
     hub.tamper(true).await;
     let home = work.path().join("home1");
-    let out = client(&python, &endpoint, &home, DOWNLOAD).output().unwrap();
+    let out = client(&python, &endpoint, &home, DOWNLOAD)
+        .output()
+        .unwrap();
     assert!(!out.status.success(), "a tampered file was accepted");
     println!(
         "CLIENT-SAYS huggingface_hub on a tampered CDN: {}",
-        String::from_utf8_lossy(&out.stderr).lines().last().unwrap_or("")
+        String::from_utf8_lossy(&out.stderr)
+            .lines()
+            .last()
+            .unwrap_or("")
     );
     proxy.settle().await;
     assert!(proxy.metric("mirrorcache_integrity_failures_total").await >= 1.0);

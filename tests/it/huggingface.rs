@@ -40,7 +40,10 @@ fn assert_lfs_head(response: &reqwest::Response, commit: &str, sha256: &str, siz
     for name in response.headers().keys() {
         assert!(!name.as_str().starts_with("x-xet"), "{name} sent");
     }
-    assert!(response.headers().get("link").is_none(), "xet-auth link sent");
+    assert!(
+        response.headers().get("link").is_none(),
+        "xet-auth link sent"
+    );
 }
 
 #[tokio::test]
@@ -61,7 +64,11 @@ async fn files_by_commit_are_kept_by_branch_revalidated_and_heads_carry_the_hubs
     let hub_etag = header(&cold, "etag").to_string();
     proxy.settle().await;
     let body = client.get(&by_branch).send().await.unwrap();
-    assert_eq!(header(&body, "etag"), hub_etag, "the same validator hit or miss");
+    assert_eq!(
+        header(&body, "etag"),
+        hub_etag,
+        "the same validator hit or miss"
+    );
     assert_eq!(sha256_hex(&body.bytes().await.unwrap()), sha);
     assert_eq!(hub.count("cdn", "GET", &sha).await, 1);
 
@@ -98,7 +105,10 @@ async fn files_by_commit_are_kept_by_branch_revalidated_and_heads_carry_the_hubs
     let offline = head(&client, &by_branch).await;
     assert_eq!(header(&offline, "x-cache-status"), "STALE");
     assert_lfs_head(&offline, &commit, &sha, 2 << 20);
-    assert_eq!(header(&head(&client, &small).await, "x-cache-status"), "HIT");
+    assert_eq!(
+        header(&head(&client, &small).await, "x-cache-status"),
+        "HIT"
+    );
 }
 
 #[tokio::test]
@@ -123,7 +133,11 @@ async fn the_linked_etag_is_the_declared_digest_and_a_tampered_cdn_is_refused() 
     hub.tamper(false).await;
     let response = client.get(&url).send().await.unwrap();
     assert_eq!(response.status(), 200);
-    assert_eq!(header(&response, "x-cache-status"), "MISS", "nothing was kept");
+    assert_eq!(
+        header(&response, "x-cache-status"),
+        "MISS",
+        "nothing was kept"
+    );
     assert_eq!(
         sha256_hex(&response.bytes().await.unwrap()),
         hub.files[WEIGHTS]
@@ -191,7 +205,14 @@ async fn the_same_weights_in_two_repositories_are_one_blob_and_the_token_stays_o
     let client = reqwest::Client::new();
     for repo in ["org/tiny-model", "org/tiny-model-copy"] {
         let url = proxy.url(&format!("/hf/{repo}/resolve/main/model.safetensors"));
-        let body = client.get(&url).send().await.unwrap().bytes().await.unwrap();
+        let body = client
+            .get(&url)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
         assert_eq!(sha256_hex(&body), hub.files[WEIGHTS], "{repo}");
         proxy.settle().await;
     }
@@ -244,7 +265,10 @@ async fn a_range_of_a_file_still_being_filled_is_served_from_the_bytes_written()
         .unwrap();
     assert_eq!(resumed.status(), 206);
     assert_eq!(header(&resumed, "content-range"), "bytes 1000-1999/4194304");
-    assert_eq!(header(&resumed, "x-repo-commit"), hub.commits["org/tiny-model"]);
+    assert_eq!(
+        header(&resumed, "x-repo-commit"),
+        hub.commits["org/tiny-model"]
+    );
     let part = resumed.bytes().await.unwrap();
     assert_eq!(part.len(), 1000);
     hub.hold(false).await;
@@ -260,7 +284,10 @@ async fn a_range_of_a_file_still_being_filled_is_served_from_the_bytes_written()
         .await
         .unwrap();
     assert_eq!(after.status(), 206);
-    assert_eq!(&after.bytes().await.unwrap()[..], &whole[whole.len() - 10..]);
+    assert_eq!(
+        &after.bytes().await.unwrap()[..],
+        &whole[whole.len() - 10..]
+    );
     assert_eq!(hub.count("cdn", "GET", "/repos/").await, 1);
 }
 
@@ -294,12 +321,20 @@ async fn warm_fills_every_file_of_a_snapshot_so_clients_need_no_hub() {
 
     hub.stop();
     let client = reqwest::Client::new();
-    for file in ["config.json", "README.md", "tokenizer/vocab.txt", "model.safetensors"] {
+    for file in [
+        "config.json",
+        "README.md",
+        "tokenizer/vocab.txt",
+        "model.safetensors",
+    ] {
         let url = proxy.url(&format!("/hf/org/tiny-model/resolve/{commit}/{file}"));
         let response = client.get(&url).send().await.unwrap();
         assert_eq!(header(&response, "x-cache-status"), "HIT", "{file}");
         let body = response.bytes().await.unwrap();
-        assert_eq!(sha256_hex(&body), hub.files[&format!("org/tiny-model/{file}")]);
+        assert_eq!(
+            sha256_hex(&body),
+            hub.files[&format!("org/tiny-model/{file}")]
+        );
     }
 }
 

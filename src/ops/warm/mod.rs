@@ -74,7 +74,11 @@ pub async fn run(options: &Options) -> anyhow::Result<Summary> {
         .build()
         .context("building the HTTP client")?;
     let mut artifacts = Vec::new();
-    if remote_kind(&client, &server, &options.remote).await.as_deref() == Some("huggingface") {
+    if remote_kind(&client, &server, &options.remote)
+        .await
+        .as_deref()
+        == Some("huggingface")
+    {
         let names: Vec<String> = options
             .files
             .iter()

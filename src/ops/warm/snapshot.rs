@@ -103,8 +103,8 @@ async fn get_json(
         .bytes()
         .await
         .map_err(|e| anyhow::anyhow!("reading {url}: {}", e.without_url()))?;
-    let json = serde_json::from_slice(&body)
-        .map_err(|e| anyhow::anyhow!("{url} is not JSON: {e}"))?;
+    let json =
+        serde_json::from_slice(&body).map_err(|e| anyhow::anyhow!("{url} is not JSON: {e}"))?;
     Ok((json, link))
 }
 

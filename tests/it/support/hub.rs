@@ -71,7 +71,15 @@ impl HubFixture {
     /// many requests reached the CDN with an `Authorization` header.
     pub async fn log(&self) -> serde_json::Value {
         let url = format!("{}/_fixture/log", self.hub);
-        let body = self.client.get(url).send().await.unwrap().bytes().await.unwrap();
+        let body = self
+            .client
+            .get(url)
+            .send()
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap();
         serde_json::from_slice(&body).unwrap()
     }
 
