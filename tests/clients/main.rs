@@ -15,6 +15,7 @@ mod composer;
 mod fixtures;
 mod go;
 mod guard;
+mod huggingface;
 mod integrity;
 mod maven;
 mod npm;

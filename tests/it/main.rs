@@ -13,6 +13,7 @@ mod fanout;
 mod guard;
 mod hardening;
 mod hardening_keys;
+mod huggingface;
 mod integrity;
 mod kinds;
 mod lifetime;
