@@ -10,7 +10,7 @@
 # docker-registry (the reference registry), skopeo, umoci and openssl;
 # podman (its `login` against a private remote);
 # for the RPM tests (tests/clients/rpm.rs) rpm, createrepo-c and dnf;
-# for the S3 tests moto's server (PyPI). npm, pip and cargo come with the
+# for the S3 tests moto's server (PyPI); huggingface_hub in a venv (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
 set -uo pipefail
 
@@ -70,11 +70,18 @@ command -v pnpm >/dev/null || npm install -g --no-fund --no-audit pnpm@12.4.2 >/
     || echo "WARNING: could not install pnpm"
 command -v yarn >/dev/null || npm install -g --no-fund --no-audit yarn@1.22.22 >/dev/null \
     || echo "WARNING: could not install yarn"
+# huggingface_hub (tests/clients/huggingface.rs, bench/hf-fanout.sh): pinned, in a venv of
+# its own (with hf_xet, as pip installs it: the proxy must keep clients off the Xet path).
+HF_VENV="${MIRRORCACHE_HF_VENV:-$HOME/.cache/mirrorcache/hf-venv}"
+"$HF_VENV/bin/python" -c 'import sys, huggingface_hub as h; sys.exit(h.__version__ != "2.4.0")' 2>/dev/null \
+    || { python3 -m venv "$HF_VENV" && "$HF_VENV/bin/python" -m pip install -q --disable-pip-version-check 'huggingface_hub==2.4.0'; } \
+    || echo "WARNING: could not install huggingface_hub into $HF_VENV"
 command -v uv >/dev/null || python3 -m pip install -q --disable-pip-version-check uv \
     || echo "WARNING: could not install uv"
 command -v poetry >/dev/null || python3 -m pip install -q --disable-pip-version-check poetry \
     || echo "WARNING: could not install poetry"
 echo "tools: pnpm $(pnpm --version 2>/dev/null || echo absent), yarn $(yarn --version 2>/dev/null || echo absent), $(uv --version 2>/dev/null || echo 'uv absent'), $(poetry --version 2>/dev/null || echo 'poetry absent')"
+echo "tools: huggingface_hub $("$HF_VENV/bin/python" -c 'import huggingface_hub as h; print(h.__version__)' 2>/dev/null || echo absent)"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"
 echo "tools: $(mvn --version 2>/dev/null | head -1 || echo 'mvn absent'), gradle $(gradle --version 2>/dev/null | grep -m1 '^Gradle' || echo absent)"
 echo "tools: $(ruby --version 2>/dev/null || echo 'ruby absent'), gem $(gem --version 2>/dev/null || echo absent), $(bundle --version 2>/dev/null || echo 'bundler absent'), $(composer --version 2>/dev/null | head -1 || echo 'composer absent')"

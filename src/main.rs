@@ -82,6 +82,8 @@ enum Command {
         /// Artifacts fetched at a time.
         #[arg(long, default_value_t = 8)]
         jobs: usize,
+        /// Lockfiles; through a huggingface remote, snapshots `repo[@revision]`
+        /// (every file of the revision's tree).
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },

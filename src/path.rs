@@ -95,6 +95,29 @@ impl ArtifactPath {
         }
     }
 
+    /// The same path with the request's query string, which then is part of
+    /// the key and of what the mirror is asked for (an API document whose
+    /// query selects what it lists: `Ecosystem::query_in_key`). An empty
+    /// query changes nothing. The query is taken as sent (hyper has checked
+    /// its characters), within [`MAX_PATH_LEN`] with the path.
+    pub fn with_query(&self, query: &str) -> Result<ArtifactPath, ProxyError> {
+        if query.is_empty() {
+            return Ok(self.clone());
+        }
+        if self.key.len() + 1 + query.len() > MAX_PATH_LEN || query.contains('#') {
+            return Err(ProxyError::BadPath("query string too long"));
+        }
+        let mut key = String::with_capacity(self.path_end + 1 + query.len());
+        key.push_str(&self.key[..self.path_end]);
+        key.push('?');
+        key.push_str(query);
+        Ok(ArtifactPath {
+            path_end: key.len(),
+            key,
+            remote_len: self.remote_len,
+        })
+    }
+
     pub fn remote(&self) -> &str {
         &self.key[..self.remote_len]
     }

@@ -241,6 +241,7 @@ fn encode_entry(e: &Entry) -> String {
         "etag": e.upstream_etag,
         "last_modified": e.upstream_last_modified,
         "fetched_at": e.fetched_at_ms,
+        "kept_headers": e.kept_headers,
     })
     .to_string()
 }
@@ -248,14 +249,16 @@ fn encode_entry(e: &Entry) -> String {
 fn decode_entry(text: &str) -> Option<Entry> {
     let v: serde_json::Value = serde_json::from_str(text).ok()?;
     let field = |name: &str| v[name].as_str().map(str::to_string);
-    Some(Entry::new(
+    let mut entry = Entry::new(
         Digest::from_hex(v["digest"].as_str()?)?,
         v["size"].as_u64()?,
         field("content_type"),
         field("etag"),
         field("last_modified"),
         v["fetched_at"].as_i64()?,
-    ))
+    );
+    entry.kept_headers = field("kept_headers");
+    Some(entry)
 }
 
 async fn connect_loop(cluster: std::sync::Weak<Cluster>) {

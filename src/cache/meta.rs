@@ -33,6 +33,9 @@ pub struct Entry {
     /// The mirror's validators, sent back when revalidating.
     pub upstream_etag: Option<String>,
     pub upstream_last_modified: Option<String>,
+    /// The mirror's headers its ecosystem keeps (`Ecosystem::kept_headers`),
+    /// `name: value` lines, replayed with every answer; never read here.
+    pub kept_headers: Option<String>,
     /// When the body was fetched or last revalidated (unix ms).
     pub fetched_at_ms: i64,
     /// What the front end derives from this entry once (its header values):
@@ -55,6 +58,7 @@ impl Clone for Entry {
             content_type: self.content_type.clone(),
             upstream_etag: self.upstream_etag.clone(),
             upstream_last_modified: self.upstream_last_modified.clone(),
+            kept_headers: self.kept_headers.clone(),
             fetched_at_ms: self.fetched_at_ms,
             prepared: self.prepared.clone(),
             last_access_ms: AtomicI64::new(self.last_access_ms.load(Ordering::Relaxed)),
@@ -79,6 +83,7 @@ impl Entry {
             content_type,
             upstream_etag,
             upstream_last_modified,
+            kept_headers: None,
             fetched_at_ms,
             prepared: Prepared::default(),
             last_access_ms: AtomicI64::new(fetched_at_ms),
@@ -142,6 +147,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed(include_str!("../../migrations/0005_tokens.sql")),
             false,
         ),
+        Migration::new(
+            6,
+            Cow::Borrowed("kept_headers"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0006_kept_headers.sql")),
+            false,
+        ),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),
@@ -194,6 +206,7 @@ type EntryRow = (
     Option<String>,
     Option<String>,
     i64,
+    Option<String>,
 );
 
 impl MetadataStore {
@@ -292,8 +305,8 @@ impl MetadataStore {
         }
         self.check_available()?;
         let row: Option<EntryRow> = sqlx::query_as(
-            "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at \
-             FROM entries WHERE remote = $1 AND path = $2",
+            "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, \
+             kept_headers FROM entries WHERE remote = $1 AND path = $2",
         )
         .bind(path.remote())
         .bind(path.stored_path())
@@ -301,7 +314,7 @@ impl MetadataStore {
         .await
         .map_err(|e| self.failed(e))?;
         self.recovered();
-        let Some((digest, size, content_type, etag, last_modified, fetched_at)) = row else {
+        let Some((digest, size, content_type, etag, last_modified, fetched_at, kept)) = row else {
             return Ok(None);
         };
         let Some(digest) = Digest::from_hex(&digest) else {
@@ -311,14 +324,16 @@ impl MetadataStore {
             );
             return Ok(None);
         };
-        let entry = Arc::new(Entry::new(
+        let mut entry = Entry::new(
             digest,
             size as u64,
             content_type,
             etag,
             last_modified,
             fetched_at,
-        ));
+        );
+        entry.kept_headers = kept;
+        let entry = Arc::new(entry);
         self.cache.insert(path.key().to_string(), entry.clone());
         if let Some(cluster) = self.cluster.get() {
             cluster.put_entry(path.key(), &entry).await;
@@ -335,12 +350,12 @@ impl MetadataStore {
         // Always tried, even while lookups back off: one write per fill, off
         // the clients' path, and the entry is what makes the fill worth it.
         sqlx::query(
-            "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
+            "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access, kept_headers) \
+             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
              ON CONFLICT (remote, path) DO UPDATE SET digest = excluded.digest, size = excluded.size, \
              content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
              upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
-             last_access = excluded.last_access",
+             last_access = excluded.last_access, kept_headers = excluded.kept_headers",
         )
         .bind(path.remote())
         .bind(path.stored_path())
@@ -351,6 +366,7 @@ impl MetadataStore {
         .bind(entry.upstream_last_modified.clone())
         .bind(entry.fetched_at_ms)
         .bind(entry.fetched_at_ms)
+        .bind(entry.kept_headers.clone())
         .execute(&self.pool)
         .await
         .map_err(|e| self.failed(e))?;

@@ -41,7 +41,7 @@ use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
 use crate::upstream::Remote;
-pub use reader::{body, passthrough};
+pub use reader::{body, body_range, passthrough};
 
 /// What readers need before the body: the upstream response's head.
 #[derive(Debug)]
@@ -50,6 +50,9 @@ pub struct Head {
     pub content_length: Option<u64>,
     /// Base URL of the mirror that answered (for the request log).
     pub mirror: String,
+    /// The headers the ecosystem keeps (`Ecosystem::kept_headers`), as
+    /// `kind::keep_headers` writes them.
+    pub kept: Option<String>,
 }
 
 /// A fill's progress, as published to its readers.

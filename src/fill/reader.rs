@@ -42,10 +42,23 @@ pub fn body(
     rx: watch::Receiver<FillState>,
     file: Arc<File>,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
+    body_range(rx, file, 0, u64::MAX)
+}
+
+/// [`body`] from byte `start`, `len` bytes (a client's range): the bytes
+/// already written are sent at once, the rest as the fill writes them.
+pub fn body_range(
+    rx: watch::Receiver<FillState>,
+    file: Arc<File>,
+    start: u64,
+    len: u64,
+) -> impl Stream<Item = io::Result<Bytes>> + Send {
     struct Reader {
         rx: watch::Receiver<FillState>,
         file: Arc<File>,
         pos: u64,
+        /// Where this reader stops (exclusive).
+        end: u64,
         done: bool,
     }
     enum Step {
@@ -57,11 +70,12 @@ pub fn body(
     let reader = Reader {
         rx,
         file,
-        pos: 0,
+        pos: start,
+        end: start.saturating_add(len),
         done: false,
     };
     futures_util::stream::unfold(reader, |mut reader| async move {
-        if reader.done {
+        if reader.done || reader.pos >= reader.end {
             return None;
         }
         loop {
@@ -81,6 +95,7 @@ pub fn body(
             };
             match step {
                 Step::Read(available) => {
+                    let available = available.min(reader.end);
                     let n = (available - pos).min(READ_CHUNK as u64) as usize;
                     let read = read_at(&reader.file, pos, n, available).await;
                     match &read {

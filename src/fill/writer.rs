@@ -208,7 +208,18 @@ async fn receive(
         ));
     }
 
-    let (head, validators) = head_of(&upstream.response, upstream.mirror.base());
+    let kept_names = remote.config.kind.ecosystem().kept_headers(path.path());
+    let (head, validators) = head_of(&upstream.response, upstream.mirror.base(), kept_names);
+    // Nothing else declared a digest: the answer's head may (the hub's X-Linked-Etag).
+    let from_head = match expected {
+        Some(_) => None,
+        None => remote
+            .config
+            .kind
+            .digests()
+            .and_then(|d| d.in_head(path.path(), upstream.response.headers())),
+    };
+    let expected = expected.or(from_head.as_ref());
     let max_body = remote.config.max_body_size;
     if let Some(len) = head.content_length.filter(|&len| len > max_body) {
         return Err(ProxyError::TooLarge {
@@ -279,7 +290,7 @@ async fn receive(
     // The upstream request is over: give the mirror's in-flight count back
     // before the readers see the end, not after the commit.
     drop(upstream);
-    let entry = Entry::new(
+    let mut entry = Entry::new(
         digest,
         written,
         head.content_type.clone(),
@@ -287,6 +298,7 @@ async fn receive(
         validators.last_modified,
         now_ms(),
     );
+    entry.kept_headers = head.kept.clone();
     let learning = digests.learning(fills, remote, path, &digest);
     tx.send_replace(FillState::Complete {
         head,
@@ -310,7 +322,11 @@ struct UpstreamValidators {
 }
 
 /// What readers need from the upstream response's head, and its validators.
-fn head_of(response: &reqwest::Response, mirror: &str) -> (Arc<Head>, UpstreamValidators) {
+fn head_of(
+    response: &reqwest::Response,
+    mirror: &str,
+    kept: &[&str],
+) -> (Arc<Head>, UpstreamValidators) {
     let header = |name: axum::http::HeaderName| {
         response
             .headers()
@@ -322,6 +338,7 @@ fn head_of(response: &reqwest::Response, mirror: &str) -> (Arc<Head>, UpstreamVa
         content_type: header(axum::http::header::CONTENT_TYPE),
         content_length: response.content_length(),
         mirror: mirror.to_string(),
+        kept: crate::kind::keep_headers(kept, response.headers()),
     });
     let validators = UpstreamValidators {
         etag: header(axum::http::header::ETAG),

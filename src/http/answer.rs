@@ -111,6 +111,13 @@ pub(super) fn resolve(
     let remote = proxy
         .remote(path.remote())
         .ok_or_else(|| ProxyError::UnknownRemote(path.remote().to_string()))?;
+    // An API document whose query selects what it lists keeps it.
+    let path = match uri.query() {
+        Some(query) if remote.config.kind.ecosystem().query_in_key(path.path()) => {
+            path.with_query(query)?
+        }
+        _ => path,
+    };
     Ok((remote, path))
 }
 

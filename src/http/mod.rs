@@ -315,7 +315,16 @@ impl ArtifactRequest<'_> {
             FillState::Revalidated(entry) => self.cached(&entry, CacheStatus::Revalidated).await,
             FillState::Streaming { head, file, .. } => {
                 let mirror = Some(head.mirror.clone());
-                let response = respond::from_fill(&head, fill::body(rx, file), self.method);
+                // A range is served from the bytes as they are written.
+                let response = match respond::range_of_fill(self.headers, head.content_length) {
+                    Some(range) => {
+                        let body = fill::body_range(rx, file, range.0, range.1);
+                        let size = head.content_length.unwrap_or_default();
+                        respond::from_fill_range(&head, body, range, size, self.method)
+                    }
+                    None => respond::from_fill(&head, fill::body(rx, file), self.method),
+                };
+                let response = self.with_kept(response, head.kept.as_deref());
                 Ok(Served {
                     response,
                     cache: CacheStatus::Miss,
@@ -363,6 +372,7 @@ impl ArtifactRequest<'_> {
                 };
                 let body = fill::passthrough(upstream_response, remote.config.idle_timeout);
                 let response = respond::from_fill(&head, body, self.method);
+                let response = self.with_kept(response, head.kept.as_deref());
                 Ok(Served {
                     response,
                     cache: CacheStatus::Miss,
@@ -386,9 +396,33 @@ impl ArtifactRequest<'_> {
         Ok(Served::hit(response, cache))
     }
 
-    /// A complete body (a blob, or a finished fill's file): served as it is,
-    /// or, for an index document, read whole and rewritten.
+    /// The mirror's headers the ecosystem keeps for this path, added to
+    /// `response` (URLs on the remote's hosts re-pointed at the proxy).
+    fn with_kept(&self, mut response: Response, kept: Option<&str>) -> Response {
+        if let Some(kept) = kept {
+            let base = public_base(&self.proxy.server(), self.headers);
+            let config = &self.remote.config;
+            let rewrite = Rewrite::new(&config.name, &config.mirrors, &config.files, &base);
+            respond::add_kept(&mut response, kept, &rewrite);
+        }
+        response
+    }
+
+    /// A complete body (a blob, or a finished fill's file), with the
+    /// headers the ecosystem keeps for it.
     async fn complete(
+        &self,
+        entry: &Entry,
+        blob: Blob,
+        cache: CacheStatus,
+    ) -> Result<Response, ProxyError> {
+        let response = self.complete_body(entry, blob, cache).await?;
+        Ok(self.with_kept(response, entry.kept_headers.as_deref()))
+    }
+
+    /// A complete body: served as it is, or, for an index document, read
+    /// whole and rewritten.
+    async fn complete_body(
         &self,
         entry: &Entry,
         blob: Blob,

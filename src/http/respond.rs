@@ -123,6 +123,74 @@ pub fn from_fill(
     response
 }
 
+/// The one byte range (offset, length) a request asks of a body still
+/// arriving whose announced length is known; `None` (serve it whole) with no
+/// range, several, an `If-Range` (nothing to compare it with yet), an
+/// unknown length, or a range outside the body.
+pub fn range_of_fill(request: &HeaderMap, announced: Option<u64>) -> Option<(u64, u64)> {
+    let size = announced?;
+    let range = request.get(header::RANGE)?.to_str().ok()?;
+    if request.contains_key(header::IF_RANGE) {
+        return None;
+    }
+    let ranges = http_range_header::parse_range_header(range)
+        .ok()?
+        .validate(size)
+        .ok()?;
+    match ranges.as_slice() {
+        [one] => Some((*one.start(), one.end() - one.start() + 1)),
+        _ => None,
+    }
+}
+
+/// [`from_fill`] for one byte range of a body of `size` bytes still
+/// arriving: a 206 whose bytes come as the fill writes them (a resumed
+/// download does not wait for the whole file).
+pub fn from_fill_range(
+    head: &Head,
+    body: impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+    (start, len): (u64, u64),
+    size: u64,
+    method: &Method,
+) -> Response {
+    let mut response = from_fill(head, body, method);
+    *response.status_mut() = StatusCode::PARTIAL_CONTENT;
+    let value = format!("bytes {start}-{}/{size}", start + len - 1);
+    let headers = response.headers_mut();
+    headers.insert(
+        header::CONTENT_RANGE,
+        HeaderValue::from_str(&value).expect("digits are valid"),
+    );
+    headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    response
+}
+
+/// Adds the mirror's headers an ecosystem keeps with an entry (`kept`, as
+/// `kind::keep_headers` wrote them), absolute URLs on the remote's hosts in
+/// them re-pointed at the proxy by `rewrite`. A kept header replaces the
+/// proxy's own of that name (the hub's `ETag`).
+pub fn add_kept(response: &mut Response, kept: &str, rewrite: &crate::kind::rewrite::Rewrite) {
+    let headers = response.headers_mut();
+    let mut added: Vec<header::HeaderName> = Vec::new();
+    for (name, value) in crate::kind::kept_headers(kept) {
+        let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) else {
+            continue;
+        };
+        let value = if value.contains("://") {
+            HeaderValue::from_str(&rewrite.apply(value))
+        } else {
+            HeaderValue::from_str(value)
+        };
+        let Ok(value) = value else { continue };
+        if added.contains(&name) {
+            headers.append(name, value);
+        } else {
+            headers.insert(name.clone(), value);
+            added.push(name);
+        }
+    }
+}
+
 /// A rewritten index document. Its validator is the blob's digest qualified by
 /// the base it was rewritten for, so a client never gets a 304 for a copy
 /// rewritten for another base. No ranges: the body is built per request.

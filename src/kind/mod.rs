@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is.
@@ -23,6 +23,7 @@ pub mod declared;
 pub mod generic;
 pub mod go;
 pub mod guard;
+pub mod huggingface;
 pub mod maven;
 pub mod npm;
 pub mod oci;
@@ -43,8 +44,8 @@ use std::fmt;
 use axum::http::HeaderMap;
 
 pub use values::{
-    variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey, TimeSource, Variant,
-    VersionPolicy,
+    keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey,
+    TimeSource, Variant, VersionPolicy,
 };
 
 use declared::{Algo, Declared, Document};
@@ -152,6 +153,25 @@ pub trait Ecosystem: Send + Sync + 'static {
         body
     }
 
+    /// The response headers of the mirror's answer for `path` that are kept
+    /// with the cached entry and sent with every answer for it (GET and
+    /// HEAD, miss, hit and stale), lower-case names. Absolute URLs on the
+    /// remote's hosts in them are re-pointed at the proxy (a `Link` to the
+    /// next page). When the mirror redirects to a `files` host
+    /// ([`Protocol::SignedRedirects`]) they are taken from the mirror's own
+    /// answers, not the files host's: they describe the file, not a CDN's
+    /// copy of it. A kept `etag` replaces the proxy's own. Default: none.
+    fn kept_headers(&self, _path: &str) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// Whether the request's query string is forwarded to the mirror and is
+    /// part of the cache key (an API document whose query selects what it
+    /// lists). Default: no (the query is dropped).
+    fn query_in_key(&self, _path: &str) -> bool {
+        false
+    }
+
     /// The public registry's separate download host(s), the default of `files`.
     fn default_files(&self) -> &'static [&'static str] {
         &[]
@@ -202,6 +222,15 @@ pub enum Protocol {
     /// to the registry's token service, and blob redirects to storage hosts
     /// (a CDN, S3) are followed anywhere, without credentials.
     Registry,
+    /// Plain GETs, but a mirror's redirect is followed by the proxy itself,
+    /// hop by hop: to the remote's mirrors with its credentials, to its
+    /// `files` hosts without (the signed URL, query and all, is the
+    /// authority there), nowhere else. The [`kept_headers`] come from the
+    /// mirror's answers; a revalidation whose redirect carries the cached
+    /// copy's `ETag` is a 304 without following it.
+    ///
+    /// [`kept_headers`]: Ecosystem::kept_headers
+    SignedRedirects,
 }
 
 /// Declared digests: which artifacts an index declares a digest for, and
@@ -216,6 +245,13 @@ pub trait Digests: Send + Sync {
     /// under, or `None` when none does (documents, what is not checked).
     /// Usually [`declared::canonical`] of the path.
     fn artifact_key(&self, _path: &str) -> Option<String> {
+        None
+    }
+
+    /// A digest the mirror's answer head declares for the body at `path`
+    /// (the hub's `X-Linked-Etag`), checked like one from an index. Asked
+    /// only when nothing else declares one. Default: none.
+    fn in_head(&self, _path: &str, _head: &HeaderMap) -> Option<Declared> {
         None
     }
 
@@ -373,7 +409,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 11] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 12] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -385,6 +421,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 11] = [
     &rpm::Rpm,
     &rubygems::Rubygems,
     &composer::Composer,
+    &huggingface::Huggingface,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -495,8 +532,18 @@ mod tests {
         assert_eq!(
             names,
             [
-                "generic", "pypi", "npm", "cargo", "apt", "go", "oci", "maven", "rpm", "rubygems",
-                "composer"
+                "generic",
+                "pypi",
+                "npm",
+                "cargo",
+                "apt",
+                "go",
+                "oci",
+                "maven",
+                "rpm",
+                "rubygems",
+                "composer",
+                "huggingface"
             ]
         );
         for name in names {

@@ -122,3 +122,27 @@ pub fn variant_by_accept(variants: &'static [Variant], request: &HeaderMap) -> O
         .find(|v| accept.contains(v.accept.split(',').next().unwrap_or(v.accept)));
     Some(*asked.unwrap_or(default))
 }
+
+/// The headers of `head` that `names` ([`Ecosystem::kept_headers`]) lists,
+/// as the metadata keeps them: one `name: value` line each, in the order of
+/// `names`; `None` when none is there or a value is not text.
+///
+/// [`Ecosystem::kept_headers`]: super::Ecosystem::kept_headers
+pub fn keep_headers(names: &[&str], head: &HeaderMap) -> Option<String> {
+    let mut text = String::new();
+    for name in names {
+        for value in head.get_all(*name) {
+            let value = value.to_str().ok()?;
+            text.push_str(name);
+            text.push_str(": ");
+            text.push_str(value);
+            text.push('\n');
+        }
+    }
+    (!text.is_empty()).then_some(text)
+}
+
+/// The (name, value) pairs [`keep_headers`] wrote.
+pub fn kept_headers(text: &str) -> impl Iterator<Item = (&str, &str)> {
+    text.lines().filter_map(|line| line.split_once(": "))
+}

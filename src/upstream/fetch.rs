@@ -26,7 +26,8 @@ const MAX_REDIRECTS: usize = 5;
 /// http(s), without credentials (reqwest drops `Authorization` when the
 /// host changes), and what comes back is still checked against the digest.
 pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Error> {
-    let anywhere = config.kind.ecosystem().protocol() == Protocol::Registry;
+    let protocol = config.kind.ecosystem().protocol();
+    let anywhere = protocol == Protocol::Registry;
     let allowed: Vec<(String, Option<u16>)> = config
         .mirrors
         .iter()
@@ -56,6 +57,11 @@ pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Err
             attempt.stop()
         }
     });
+    // Followed hop by hop in `send_following` instead.
+    let policy = match protocol {
+        Protocol::SignedRedirects => redirect::Policy::none(),
+        Protocol::Plain | Protocol::Registry => policy,
+    };
     reqwest::Client::builder()
         .connect_timeout(config.connect_timeout)
         .redirect(policy)
@@ -171,7 +177,7 @@ pub async fn fetch_avoiding<'r>(
                         tracing::debug!(remote = %remote.name, mirror = set.mirrors[mirror_idx].base(), path, "hedging");
                     }
                     let request = request_for(remote, set, mirror_idx, path, validators, accept);
-                    running.push(attempt(remote, set, mirror_idx, path, request));
+                    running.push(attempt(remote, set, mirror_idx, path, request, validators));
                     started.push((mirror_idx, Instant::now()));
                     hedge_at = hedge::delay(remote, set, mirror_idx)
                         .map(|delay| tokio::time::Instant::now() + delay);
@@ -254,7 +260,7 @@ fn request_for(
     let get = remote.client.get(url);
     let mut request = match remote.config.kind.ecosystem().protocol() {
         Protocol::Registry => get,
-        Protocol::Plain => authorize(get, &remote.config.auth),
+        Protocol::Plain | Protocol::SignedRedirects => authorize(get, &remote.config.auth),
     }
     .header(header::ACCEPT_ENCODING, "identity");
     if let Some(accept) = accept {
@@ -283,6 +289,7 @@ async fn attempt<'r>(
     mirror_idx: usize,
     path: &str,
     request: reqwest::RequestBuilder,
+    validators: Validators<'_>,
 ) -> Attempt<'r> {
     let guard = set.mirrors[mirror_idx].begin_attempt();
     let started = Instant::now();
@@ -292,6 +299,9 @@ async fn attempt<'r>(
                 super::token::send(remote, set.mirrors[mirror_idx].base(), path, request).await
             }
             Protocol::Plain => request.send().await,
+            Protocol::SignedRedirects => {
+                super::redirects::send_following(remote, path, request, validators).await
+            }
         }
     };
     let outcome = tokio::time::timeout(remote.config.first_byte_timeout, send).await;

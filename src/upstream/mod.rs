@@ -5,7 +5,8 @@
 //!
 //! The room's files: [`select`] orders mirrors (one file per strategy),
 //! [`health`] ejects failing mirrors for a while, [`fetch`] runs the attempts
-//! with failover, [`probe`] the optional active probes.
+//! with failover (`redirects`: the hops of `Protocol::SignedRedirects`
+//! mirrors, followed here), [`probe`] the optional active probes.
 //!
 //! **Invariant:** this room knows nothing of the cache or of HTTP clients
 //! downstream; it imports only `config`, `kind`, `error`, `clock` and
@@ -16,6 +17,7 @@ pub mod health;
 pub mod hedge;
 pub mod pass;
 pub mod probe;
+mod redirects;
 pub mod registry;
 pub mod select;
 pub mod token;

@@ -16,6 +16,7 @@ mod composer;
 mod fixtures;
 mod go;
 mod guard;
+mod huggingface;
 mod integrity;
 mod maven;
 mod npm;

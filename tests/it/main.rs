@@ -16,6 +16,7 @@ mod guard;
 mod hardening;
 mod hardening_keys;
 mod history;
+mod huggingface;
 mod integrity;
 mod kinds;
 mod lifetime;

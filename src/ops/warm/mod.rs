@@ -7,10 +7,13 @@
 //! their simple page links to. Then the artifacts are fetched `jobs` at a
 //! time, each body checked against the lockfile's digest; the server's
 //! `X-Cache-Status` tells an artifact already cached from one fetched now.
+//! Through a huggingface remote the names are snapshots, `repo[@revision]`
+//! (`snapshot`): every file of the revision's tree.
 
 mod gemfile;
 pub mod lockfile;
 mod maven;
+mod snapshot;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -66,14 +69,28 @@ enum Outcome {
 /// lockfile that cannot be read or a server that cannot say where
 /// artifacts are; a failed artifact is counted in the summary.
 pub async fn run(options: &Options) -> anyhow::Result<Summary> {
-    let mut artifacts = Vec::new();
-    for file in &options.files {
-        artifacts.extend(lockfile::read(file).map_err(anyhow::Error::msg)?);
-    }
     let server = options.server.trim_end_matches('/').to_string();
     let client = reqwest::Client::builder()
         .build()
         .context("building the HTTP client")?;
+    let mut artifacts = Vec::new();
+    if remote_kind(&client, &server, &options.remote)
+        .await
+        .as_deref()
+        == Some("huggingface")
+    {
+        let names: Vec<String> = options
+            .files
+            .iter()
+            .map(|f| f.to_string_lossy().into_owned())
+            .collect();
+        let base = format!("{server}/{}", options.remote);
+        artifacts = snapshot::artifacts(&client, &base, &names).await?;
+    } else {
+        for file in &options.files {
+            artifacts.extend(lockfile::read(file).map_err(anyhow::Error::msg)?);
+        }
+    }
     let places = Places::learn(&client, &server, &options.remote, &artifacts).await?;
     let (artifacts, unresolved) = resolve_pins(&client, &places, artifacts, options.jobs).await;
     for (name, why) in &unresolved {
@@ -212,6 +229,17 @@ impl Places {
             }
         }
     }
+}
+
+/// The kind of the server's remote `remote`, if the server says.
+async fn remote_kind(client: &reqwest::Client, server: &str, remote: &str) -> Option<String> {
+    let status = get_json(client, &format!("{server}/-/status")).await.ok()?;
+    status["remotes"]
+        .as_array()?
+        .iter()
+        .find(|r| r["name"] == remote)?["kind"]
+        .as_str()
+        .map(str::to_string)
 }
 
 /// `GET url` as JSON.

@@ -2,10 +2,12 @@
 #![allow(dead_code, unused_imports)] // shared by the `it` and `clients` test targets; each uses a part
 
 pub mod binary;
+pub mod hub;
 pub mod mirror;
 pub mod proxy;
 
 pub use binary::BinaryProxy;
+pub use hub::HubFixture;
 pub use mirror::{toml_urls, Fault, MirrorServer};
 pub use proxy::TestProxy;
 
