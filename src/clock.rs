@@ -1,6 +1,9 @@
-//! Wall-clock time as the cache records it: unix milliseconds.
+//! Wall-clock time as the cache records it: unix milliseconds; and
+//! [`Clock`], the same reading behind a trait where tests need to move time
+//! (the dashboard's per-minute history).
 
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 /// Now, in milliseconds since the unix epoch (0 if the clock is before it).
 pub fn now_ms() -> i64 {
@@ -8,4 +11,39 @@ pub fn now_ms() -> i64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_millis() as i64)
         .unwrap_or(0)
+}
+
+/// A source of "now" (unix ms).
+pub trait Clock: Send + Sync {
+    fn now_ms(&self) -> i64;
+}
+
+/// The system's wall clock ([`now_ms`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct SystemClock;
+
+impl Clock for SystemClock {
+    fn now_ms(&self) -> i64 {
+        now_ms()
+    }
+}
+
+/// A clock that moves only when told (tests).
+#[derive(Debug, Default)]
+pub struct ManualClock(AtomicI64);
+
+impl ManualClock {
+    pub fn at(unix_ms: i64) -> ManualClock {
+        ManualClock(AtomicI64::new(unix_ms))
+    }
+
+    pub fn advance(&self, by: Duration) {
+        self.0.fetch_add(by.as_millis() as i64, Ordering::Relaxed);
+    }
+}
+
+impl Clock for ManualClock {
+    fn now_ms(&self) -> i64 {
+        self.0.load(Ordering::Relaxed)
+    }
 }

@@ -16,7 +16,8 @@
 //!   htpasswd users and the token table, cached, failures limited per peer;
 //!   `http::access` is the one place a request is let through or refused.
 //! - [`proxy`] wires the rooms together from a validated [`config`];
-//!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use;
+//!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use,
+//!   and [`history`] the dashboard's per-minute rings the proxy samples into;
 //!   [`logline`] is the text log format (with a fast request line).
 //! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
 //!   the progress display of `verify`); only `main` imports it.
@@ -27,6 +28,7 @@ pub mod clock;
 pub mod config;
 pub mod error;
 pub mod fill;
+pub mod history;
 pub mod http;
 pub mod kind;
 pub mod logline;

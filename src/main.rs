@@ -1,4 +1,4 @@
-//! The `mirrorcache` command: `serve`, `check`, `verify`, `ls`, `warm`, `token`.
+//! The `mirrorcache` command: `serve`, `check`, `verify`, `ls`, `warm`, `export`, `import`, `token`.
 
 use std::io::Write as _;
 use std::path::{Path, PathBuf};
@@ -87,6 +87,43 @@ enum Command {
         #[arg(required = true)]
         files: Vec<PathBuf>,
     },
+    /// Write the selected cached entries (rows, blobs once each, declared
+    /// digests) into one bundle (tar + zstd) for `import` on another cache.
+    Export {
+        #[arg(
+            long,
+            env = "MIRRORCACHE_CONFIG",
+            default_value = "config/mirrorcache.toml"
+        )]
+        config: PathBuf,
+        /// The bundle file to write.
+        #[arg(long)]
+        out: PathBuf,
+        /// Only entries fetched or revalidated this recently ("30d", "12h").
+        #[arg(long, value_parser = humantime::parse_duration)]
+        since: Option<std::time::Duration>,
+        /// Sign the manifest with this ed25519 key (PKCS#8 PEM, as
+        /// `openssl genpkey -algorithm ed25519` writes it).
+        #[arg(long)]
+        sign: Option<PathBuf>,
+        /// REMOTE or REMOTE/PREFIX; none: every remote.
+        select: Vec<String>,
+    },
+    /// Add a bundle's entries to this cache (beside a running server too):
+    /// the signature and every blob's sha256 are checked before anything is
+    /// added; entries already cached are kept. Exit 2 if refused.
+    Import {
+        #[arg(
+            long,
+            env = "MIRRORCACHE_CONFIG",
+            default_value = "config/mirrorcache.toml"
+        )]
+        config: PathBuf,
+        /// The public key (PEM) the bundle must be signed with.
+        #[arg(long)]
+        verify_key: Option<PathBuf>,
+        bundle: PathBuf,
+    },
     /// Access tokens of `[auth]` users, kept (as hashes) in the metadata database.
     Token {
         #[command(subcommand)]
@@ -167,6 +204,36 @@ fn main() -> ExitCode {
             terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }),
         Command::Token { command } => token(command),
+        Command::Export {
+            config,
+            out,
+            since,
+            sign,
+            select,
+        } => with_config(&config, |config| {
+            use mirrorcache::ops::bundle::export;
+            let options = export::Options {
+                out,
+                select,
+                since,
+                sign,
+                terminal: stderr_is_terminal(),
+            };
+            runtime().block_on(export::run(&config, &options))
+        }),
+        Command::Import {
+            config,
+            verify_key,
+            bundle,
+        } => with_config(&config, |config| {
+            use mirrorcache::ops::bundle::import;
+            let options = import::Options {
+                bundle,
+                verify_key,
+                terminal: stderr_is_terminal(),
+            };
+            runtime().block_on(import::run(&config, &options))
+        }),
         Command::Check { config: path } => match load(&path) {
             Ok(c) => {
                 for warning in &c.warnings {
@@ -213,6 +280,25 @@ fn main() -> ExitCode {
                 report.is_clean() || report.removed
             })
         }
+    }
+}
+
+fn stderr_is_terminal() -> bool {
+    std::io::IsTerminal::is_terminal(&std::io::stderr())
+}
+
+/// Loads the config, runs `work` with it and prints what it reports (exit
+/// 0), or the error (exit 2).
+fn with_config<T: std::fmt::Display>(
+    path: &Path,
+    work: impl FnOnce(Config) -> anyhow::Result<T>,
+) -> ExitCode {
+    match load(path) {
+        Ok(config) => exit_with(work(config), |done| {
+            println!("{done}");
+            true
+        }),
+        Err(code) => code,
     }
 }
 

@@ -72,6 +72,10 @@ pub struct Metrics {
     bytes_served_by_source: Family<SourceLabels, Counter>,
     upstream_first_byte: Family<MirrorLabels, Histogram, fn() -> Histogram>,
     upstream_failures: Family<MirrorLabels, Counter>,
+    /// Not exported (the histogram above is): kept in families so a reload,
+    /// which resolves a mirror's handles again, keeps their values.
+    first_byte_us: Family<MirrorLabels, Counter>,
+    first_bytes: Family<MirrorLabels, Counter>,
     integrity_failures: Family<MirrorLabels, Counter>,
     upstream_fetches: Family<RemoteLabels, Counter>,
     upstream_hedges: Family<RemoteLabels, Counter>,
@@ -167,9 +171,22 @@ pub struct RemoteCounts {
 #[derive(Clone, Debug)]
 pub struct MirrorMetrics {
     pub first_byte: Histogram,
+    /// The sum (µs) and count of the first-byte times in `first_byte`, for
+    /// the dashboard's per-minute history (a histogram's sum is not public).
+    pub first_byte_us: Counter,
+    pub first_bytes: Counter,
     pub failures: Counter,
     /// The process's ring of recent errors, where failed attempts are noted.
     pub recent_errors: RecentErrors,
+}
+
+impl MirrorMetrics {
+    /// A response head arrived `secs` after the request went out (miss path only).
+    pub fn observe_first_byte(&self, secs: f64) {
+        self.first_byte.observe(secs);
+        self.first_byte_us.inc_by((secs * 1e6) as u64);
+        self.first_bytes.inc();
+    }
 }
 
 /// How many errors [`RecentErrors`] keeps.
@@ -344,6 +361,8 @@ impl Metrics {
             bytes_served_by_source,
             upstream_first_byte,
             upstream_failures,
+            first_byte_us: Family::default(),
+            first_bytes: Family::default(),
             integrity_failures,
             upstream_fetches,
             upstream_hedges,
@@ -395,6 +414,8 @@ impl Metrics {
         };
         MirrorMetrics {
             first_byte: self.upstream_first_byte.get_or_create(&labels).clone(),
+            first_byte_us: self.first_byte_us.get_or_create(&labels).clone(),
+            first_bytes: self.first_bytes.get_or_create(&labels).clone(),
             failures: self.upstream_failures.get_or_create(&labels).clone(),
             recent_errors: self.recent_errors.clone(),
         }

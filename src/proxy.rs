@@ -12,6 +12,7 @@ use crate::access::Access;
 use crate::cache::Cache;
 use crate::config::{Config, ServerConfig};
 use crate::fill::FillRegistry;
+use crate::history::{History, Totals};
 use crate::metrics::Metrics;
 use crate::upstream::health::HealthRegistry;
 use crate::upstream::select::GaugeRegistry;
@@ -48,6 +49,9 @@ pub struct Proxy {
     /// the bytes served for the file and the function: a file is hashed
     /// once per process, not per request for its sidecar.
     pub checksums: moka::sync::Cache<(String, &'static str), String>,
+    /// The dashboard's per-minute history, sampled from the counters once a
+    /// minute by [`Proxy::sample_history`] (never by a request).
+    pub history: Arc<History>,
 }
 
 impl Proxy {
@@ -78,8 +82,10 @@ impl Proxy {
                 .time_to_live(std::time::Duration::from_secs(600))
                 .build(),
             checksums: moka::sync::Cache::builder().max_capacity(100_000).build(),
+            history: Arc::new(History::default()),
         });
         proxy.start_probes();
+        tokio::spawn(history_sampler(Arc::downgrade(&proxy)));
         Ok(proxy)
     }
 
@@ -107,6 +113,29 @@ impl Proxy {
         self.start_probes();
         tracing::info!(remotes = config.remotes.len(), "config reloaded");
         Ok(())
+    }
+
+    /// Reads every remote's counters once into the history (the sampler's
+    /// tick; tests call it with the history's clock moved).
+    pub fn sample_history(&self) {
+        let remotes = self.remotes.load();
+        for (name, remote) in remotes.iter() {
+            let counts = remote.counters.snapshot();
+            let mut totals = Totals {
+                requests: counts.hits + counts.misses + counts.errors,
+                hits: counts.hits,
+                bytes_from_cache: counts.bytes_from_cache,
+                bytes_from_upstream: counts.bytes_from_upstream,
+                ..Totals::default()
+            };
+            for metrics in remote.mirror_sets().flat_map(|set| set.metrics.iter()) {
+                totals.upstream_errors += metrics.failures.get();
+                totals.first_byte_us += metrics.first_byte_us.get();
+                totals.first_bytes += metrics.first_bytes.get();
+            }
+            self.history.record(name, totals);
+        }
+        self.history.retain(|name| remotes.contains_key(name));
     }
 
     /// The `[server]` settings in force now.
@@ -272,5 +301,21 @@ mod tests {
                 "redis.entry_ttl"
             ]
         );
+    }
+}
+
+/// Samples the history at the start of every minute while `server.history`
+/// is on (a reload may turn it on or off); ends with the proxy.
+async fn history_sampler(proxy: std::sync::Weak<Proxy>) {
+    loop {
+        // Just before the minute ends, so what it saw lands in its own bucket.
+        let wait = (59_950 - crate::clock::now_ms().rem_euclid(60_000)).rem_euclid(60_000);
+        tokio::time::sleep(std::time::Duration::from_millis(wait.max(100) as u64)).await;
+        let Some(proxy) = proxy.upgrade() else {
+            return;
+        };
+        if proxy.server().history {
+            proxy.sample_history();
+        }
     }
 }

@@ -102,6 +102,15 @@ impl Entry {
         }
     }
 
+    /// What the database does not have yet: hits since the last flush and
+    /// the last access kept in memory (for the browse page, which adds them).
+    pub fn unflushed(&self) -> (u64, i64) {
+        (
+            self.pending_hits.load(Ordering::Relaxed),
+            self.last_access_ms.load(Ordering::Relaxed),
+        )
+    }
+
     /// Age since the last fetch or revalidation.
     pub fn age(&self, now_ms: i64) -> Duration {
         Duration::from_millis((now_ms - self.fetched_at_ms).max(0) as u64)

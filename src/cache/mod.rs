@@ -20,6 +20,7 @@
 
 pub mod blobs;
 pub mod budget;
+pub mod bundle;
 pub mod cluster;
 mod declared;
 pub mod evict;

@@ -69,6 +69,9 @@ pub struct ServerConfig {
     pub tls: Option<TlsConfig>,
     /// Peers whose `X-Forwarded-For`/`-Proto`/`-Host` count.
     pub trusted_proxies: Vec<IpBlock>,
+    /// The dashboard's per-minute history (a sampler reading the counters
+    /// once a minute); `false` stops the sampler.
+    pub history: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -41,6 +41,7 @@ pub(super) struct RawServer {
     pub(super) tls_cert: Option<Spanned<String>>,
     pub(super) tls_key: Option<Spanned<String>>,
     pub(super) trusted_proxies: Vec<Spanned<String>>,
+    pub(super) history: bool,
 }
 
 impl Default for RawServer {
@@ -58,6 +59,7 @@ impl Default for RawServer {
             tls_cert: None,
             tls_key: None,
             trusted_proxies: Vec::new(),
+            history: true,
         }
     }
 }

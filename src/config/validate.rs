@@ -195,6 +195,7 @@ impl Validator<'_> {
             max_fills: raw.max_fills.max(1),
             send_timeout: raw.send_timeout.0,
             oci_root_remote: raw.oci_root_remote.map(Spanned::into_inner),
+            history: raw.history,
         })
     }
 

@@ -24,10 +24,42 @@ pub async fn dashboard(
 ) -> Result<Markup, crate::error::ProxyError> {
     let peer = peer.map(|axum::Extension(p)| p);
     let snapshot = super::access::snapshot_for(&proxy, &headers, peer.as_ref()).await?;
-    Ok(page(&snapshot))
+    // The history of the remotes shown, and nothing of the others.
+    let window = proxy
+        .history
+        .window(|name| snapshot.remotes.iter().any(|r| r.name == name));
+    let saved_today: Vec<u64> = snapshot
+        .remotes
+        .iter()
+        .map(|r| {
+            proxy
+                .history
+                .window(|name| name == r.name)
+                .iter()
+                .map(|m| m.bytes_from_cache)
+                .sum()
+        })
+        .collect();
+    let history = History {
+        on: proxy.server().history,
+        window: &window,
+        saved_today: &saved_today,
+    };
+    Ok(page(&snapshot, &history))
 }
 
-fn page(s: &Snapshot) -> Markup {
+/// What the dashboard shows of the per-minute history.
+struct History<'a> {
+    on: bool,
+    /// The last 24 h of the remotes shown, oldest first.
+    window: &'a [crate::history::Minute],
+    /// Bytes served from the cache in the last 24 h, by remote (as `remotes`).
+    saved_today: &'a [u64],
+}
+
+fn page(s: &Snapshot, history: &History) -> Markup {
+    let saved: u64 = s.remotes.iter().map(|r| r.counts.bytes_from_cache).sum();
+    let saved_today: u64 = history.saved_today.iter().sum();
     html! {
         (DOCTYPE)
         html lang="en" {
@@ -39,18 +71,29 @@ fn page(s: &Snapshot) -> Markup {
             }
             body {
                 h1 { "mirrorcache" }
-                p.note { "Counts since the process started. " a href="/-/status" { "JSON" } " · " a href="/-/metrics" { "metrics" } }
+                p.note { "Counts since the process started. " a href="/-/status" { "JSON" } " · " a href="/-/metrics" { "metrics" } " · " a href="/-/browse/" { "browse the cache" } }
                 section #store {
                     h2 { "Store" }
                     progress #store-bar value=(s.store_bytes) max=(s.store_max_bytes.max(1)) {}
                     " "
                     span #store-text { (store_text(s.store_bytes, s.store_max_bytes)) }
                 }
+                section #history {
+                    h2 { "Last 24 hours" }
+                    @if history.on {
+                        (super::charts::charts(history.window))
+                    } @else {
+                        p.note { "History is off (" code { "server.history = false" } ")." }
+                    }
+                }
                 section #remotes {
                     h2 { "Remotes" }
+                    p #saved { "Bytes saved (served from the cache instead of upstream): "
+                        span #saved-total { (bytes(saved)) } " since start, "
+                        span #saved-today { (bytes(saved_today)) } " in the last 24 h." }
                     table {
-                        thead { tr { th { "remote" } th { "kind" } th { "hits" } th { "misses" } th { "hit ratio" } th { "bytes from cache" } th { "bytes from upstream" } } }
-                        tbody { @for remote in &s.remotes { (remote_row(remote)) } }
+                        thead { tr { th { "remote" } th { "kind" } th { "hits" } th { "misses" } th { "hit ratio" } th { "bytes from cache" } th { "bytes from upstream" } th { "saved, 24 h" } th { "" } } }
+                        tbody { @for (remote, today) in s.remotes.iter().zip(history.saved_today) { (remote_row(remote, *today)) } }
                     }
                 }
                 section #mirrors {
@@ -87,7 +130,7 @@ fn page(s: &Snapshot) -> Markup {
     }
 }
 
-fn remote_row(r: &RemoteView) -> Markup {
+fn remote_row(r: &RemoteView, saved_today: u64) -> Markup {
     html! {
         tr data-remote=(r.name) {
             td.name { (r.name) }
@@ -97,6 +140,8 @@ fn remote_row(r: &RemoteView) -> Markup {
             td.ratio { (percent(r.hit_ratio)) }
             td.from-cache { (bytes(r.counts.bytes_from_cache)) }
             td.from-upstream { (bytes(r.counts.bytes_from_upstream)) }
+            td.saved-today { (bytes(saved_today)) }
+            td { a.browse href=(format!("/-/browse/{}/", r.name)) { "browse" } }
         }
     }
 }
@@ -179,7 +224,10 @@ const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:1.5em;color:#222
 table{border-collapse:collapse;margin-bottom:1em}\
 th,td{padding:.25em .75em;border-bottom:1px solid #ddd;text-align:left}\
 td.healthy{color:#176117}td.ejected{color:#a11}td.probation{color:#a60}\
-progress{width:16em}.note{color:#666}";
+progress{width:16em}.note{color:#666}\
+.charts{display:flex;flex-wrap:wrap;gap:1em}.chart{margin:0}\
+.chart figcaption{font-size:12px}.chart .summary{color:#666}\
+.chart .axis{display:flex;justify-content:space-between;font-size:11px;color:#888;width:360px}";
 
 /// Refreshes the numbers from `/-/status`. Everything is written with
 /// `textContent` or element properties, never as markup.

@@ -6,6 +6,8 @@
 pub mod access;
 mod admin;
 mod answer;
+mod browse;
+mod charts;
 mod checksum;
 mod dashboard;
 mod guard;
@@ -49,6 +51,11 @@ use answer::{answered_root, finish, refusal, resolve, Answer};
 pub fn router(proxy: Arc<Proxy>) -> Router {
     Router::new()
         .route("/-/", get(dashboard::dashboard))
+        .route("/-/browse", get(browse::browse))
+        .route("/-/browse/", get(browse::browse))
+        .route("/-/browse/{remote}", get(browse::browse))
+        .route("/-/browse/{remote}/", get(browse::browse))
+        .route("/-/browse/{remote}/{*prefix}", get(browse::browse))
         .route("/-/health", get(ops::health))
         .route("/-/ready", get(ops::ready))
         .route("/-/status", get(ops::status))

@@ -345,9 +345,7 @@ fn judge<'r>(
         Ok(Err(e)) if e.is_connect() => AttemptError::Connect(e.without_url().to_string()),
         Ok(Err(e)) => AttemptError::Request(e.without_url().to_string()),
         Ok(Ok(response)) => {
-            set.metrics[mirror_idx]
-                .first_byte
-                .observe(started.elapsed().as_secs_f64());
+            set.metrics[mirror_idx].observe_first_byte(started.elapsed().as_secs_f64());
             let status = response.status();
             if !status.is_server_error() {
                 // The mirror answered: it is up, whatever it said.

@@ -127,3 +127,133 @@ async fn the_dashboard_renders_in_a_browser_during_a_slow_fill() {
     assert_eq!(download.await.unwrap().unwrap(), 4 << 20);
     proxy.stop().await;
 }
+
+/// The dashboard with two hours of history and the browse page of a remote
+/// holding a hostile path, in the browser: the charts are drawn (SVG paths),
+/// the hostile path is text in the DOM after the page's script ran (no
+/// element was injected), and both screenshots are not blank. With
+/// `MIRRORCACHE_SCREENSHOTS=DIR` they are copied there as
+/// `dashboard-history.png` and `browse.png` (how `docs/` gets them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_charts_and_the_browse_page_render_and_escape_a_hostile_path() {
+    if !available(CHROMIUM, version(CHROMIUM, "--version").is_some()) {
+        return;
+    }
+    let npm = MirrorServer::start().await;
+    let hostile = "evil/%3Cimg%20src=x%20onerror=document.title='pwned'%3E%3Cscript%3Edocument.title='pwned'%3C%2Fscript%3E.tgz";
+    npm.put(&format!("/m/{hostile}"), test_bytes(5_000, 9));
+    for i in 0..40 {
+        npm.put(
+            &format!("/m/pkg-{i:02}/-/pkg-{i:02}-1.0.0.tgz"),
+            test_bytes(20_000 + i * 3_000, i as u64),
+        );
+    }
+    let proxy = TestProxy::start_with_server(
+        "admin_token = \"admin-secret\"",
+        &format!(
+            "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n",
+            npm.url("/m")
+        ),
+    )
+    .await;
+    let client = reqwest::Client::new();
+    // Two hours of traffic, a minute at a time on the history's own clock:
+    // a new package now and then (a miss), hits on the ones cached.
+    let clock = std::sync::Arc::new(mirrorcache::clock::ManualClock::at(
+        mirrorcache::clock::now_ms() - 2 * 3600 * 1000,
+    ));
+    proxy.running.proxy.history.set_clock(clock.clone());
+    for minute in 0..120u64 {
+        let cached = (minute / 3).min(39);
+        let hits = 2 + (minute * 7 % 11) + if (40..70).contains(&minute) { 12 } else { 0 };
+        for n in 0..hits {
+            let i = (n * 13 + minute) % (cached + 1);
+            let url = proxy.url(&format!("/npm/pkg-{i:02}/-/pkg-{i:02}-1.0.0.tgz"));
+            crate::support::proxy::get(&client, &url).await.2.unwrap();
+        }
+        proxy.settle().await;
+        proxy.running.proxy.sample_history();
+        clock.advance(Duration::from_secs(60));
+    }
+    let hostile_url = proxy.url(&format!("/npm/{hostile}"));
+    crate::support::proxy::get(&client, &hostile_url)
+        .await
+        .2
+        .unwrap();
+    proxy.settle().await;
+
+    let work = tempfile::tempdir().unwrap();
+    let dashboard = proxy.url("/-/");
+    let browse_url = proxy.url("/-/browse/npm/");
+    let (dashboard_dom, browse_dom) = tokio::task::block_in_place(|| {
+        (
+            browse(&work.path().join("p1"), &["--dump-dom"], &dashboard),
+            browse(&work.path().join("p2"), &["--dump-dom"], &browse_url),
+        )
+    });
+    let html = Html::parse_document(&dashboard_dom);
+    let paths = Selector::parse(".chart svg path").unwrap();
+    let drawn: Vec<&str> = html
+        .select(&paths)
+        .filter_map(|p| p.value().attr("d"))
+        .collect();
+    assert_eq!(drawn.len(), 6, "{dashboard_dom}");
+    assert!(drawn.iter().all(|d| d.contains('L')), "{drawn:?}");
+    let html = Html::parse_document(&browse_dom);
+    assert!(
+        !browse_dom.contains("pwned</title>"),
+        "the hostile path ran: {browse_dom}"
+    );
+    assert_eq!(html.select(&Selector::parse("img").unwrap()).count(), 0);
+    let cells: Vec<String> = html
+        .select(&Selector::parse("tr.entry td.path a").unwrap())
+        .map(|e| e.text().collect())
+        .collect();
+    assert!(
+        cells.contains(&"evil/<img src=x onerror=document.title='pwned'><script>document.title='pwned'</script>.tgz".to_string()),
+        "{cells:?}"
+    );
+    assert_eq!(cells.len(), 41);
+    assert!(!browse_dom.contains("admin-secret"));
+
+    let shots = work.path().join("shots");
+    std::fs::create_dir_all(&shots).unwrap();
+    let blank = work.path().join("blank.png");
+    tokio::task::block_in_place(|| {
+        browse(
+            &work.path().join("p3"),
+            &[
+                "--window-size=1100,900",
+                &format!(
+                    "--screenshot={}",
+                    shots.join("dashboard-history.png").display()
+                ),
+            ],
+            &dashboard,
+        );
+        browse(
+            &work.path().join("p4"),
+            &[&format!(
+                "--screenshot={}",
+                shots.join("browse.png").display()
+            )],
+            &format!("{browse_url}?prefix=pkg-0"),
+        );
+        browse(
+            &work.path().join("p5"),
+            &[&format!("--screenshot={}", blank.display())],
+            "about:blank",
+        );
+    });
+    let blank = std::fs::read(&blank).unwrap().len();
+    for name in ["dashboard-history.png", "browse.png"] {
+        let png = std::fs::read(shots.join(name)).unwrap();
+        assert!(png.starts_with(b"\x89PNG\r\n\x1a\n"), "{name} is not a PNG");
+        assert!(png.len() > 4 * blank, "{name} looks blank");
+        if let Ok(dir) = std::env::var("MIRRORCACHE_SCREENSHOTS") {
+            std::fs::copy(shots.join(name), Path::new(&dir).join(name)).unwrap();
+        }
+        println!("CLIENT-REPORT {CHROMIUM}: {name} {} bytes", png.len());
+    }
+    proxy.stop().await;
+}

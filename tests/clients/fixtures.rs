@@ -216,3 +216,67 @@ pub fn module_zip(module: &str, version: &str, files: &[(&str, &str)]) -> Vec<u8
     assert!(child.wait().unwrap().success());
     std::fs::read(out).unwrap()
 }
+
+/// An npm project in `project` depending on `mc-a` 1.0.0 (which depends on
+/// `mc-b`), with its `package-lock.json`; both tarballs on `registry`.
+pub fn npm_locked_project(w: &Path, project: &Path, registry: &MirrorServer) {
+    let mut locked = serde_json::Map::new();
+    locked.insert(
+        "".into(),
+        serde_json::json!({"name": "consumer", "version": "0.0.0", "dependencies": {"mc-a": "1.0.0"}}),
+    );
+    for (name, deps) in [
+        ("mc-a", serde_json::json!({"mc-b": "^1.0.0"})),
+        ("mc-b", serde_json::json!({})),
+    ] {
+        let (bytes, packed) = npm_pack(w, name, &deps);
+        let tarball = format!("/{name}/-/{name}-1.0.0.tgz");
+        registry.put(&tarball, bytes);
+        // As npm writes it against the public registry; npm itself maps that
+        // host onto --registry (replace-registry-host), warm onto the remote.
+        locked.insert(
+            format!("node_modules/{name}"),
+            serde_json::json!({
+                "version": "1.0.0",
+                "resolved": format!("https://registry.npmjs.org{tarball}"),
+                "integrity": packed["integrity"],
+                "dependencies": deps,
+            }),
+        );
+    }
+    write(
+        &project.join("package.json"),
+        &serde_json::json!({"name": "consumer", "version": "0.0.0", "private": true,
+                "dependencies": {"mc-a": "1.0.0"}})
+        .to_string(),
+    );
+    write(
+        &project.join("package-lock.json"),
+        &serde_json::to_string_pretty(&serde_json::json!({
+            "name": "consumer", "version": "0.0.0", "lockfileVersion": 3,
+            "requires": true, "packages": locked,
+        }))
+        .unwrap(),
+    );
+}
+
+/// Wheels of `mc-gamma` and `mc-delta` 1.0 (simple pages on `index`, files
+/// on `files`); returns the hashed requirements naming both.
+pub fn pip_hashed_requirements(w: &Path, index: &MirrorServer, files: &MirrorServer) -> String {
+    let mut requirements = String::new();
+    for name in ["mc-gamma", "mc-delta"] {
+        let (file, bytes) = pip_wheel(w, name, "[]");
+        let sha = sha256_hex(&bytes);
+        index.put_typed(
+            &format!("/simple/{name}/"),
+            format!(
+                "<html><body><a href=\"{}/packages/{file}#sha256={sha}\">{file}</a></body></html>",
+                files.url("")
+            ),
+            "text/html",
+        );
+        files.put(&format!("/packages/{file}"), bytes);
+        requirements += &format!("{name}==1.0 \\\n    --hash=sha256:{sha}\n");
+    }
+    requirements
+}

@@ -10,6 +10,7 @@ mod support;
 
 mod apt;
 mod browser;
+mod bundle;
 mod cargo_registry;
 mod composer;
 mod fixtures;

@@ -6,8 +6,6 @@
 
 use std::process::Command;
 
-use serde_json::json;
-
 use crate::support::{sha256_hex, MirrorServer, TestProxy};
 use crate::{report, run, write};
 use mirrorcache::ops::warm::{self, Options};
@@ -49,42 +47,8 @@ async fn npm_ci_installs_what_warm_fetched_with_the_origin_stopped() {
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let registry = MirrorServer::start().await;
-    let mut locked = serde_json::Map::new();
-    locked.insert(
-        "".into(),
-        json!({"name": "consumer", "version": "0.0.0", "dependencies": {"mc-a": "1.0.0"}}),
-    );
-    for (name, deps) in [("mc-a", json!({"mc-b": "^1.0.0"})), ("mc-b", json!({}))] {
-        let (bytes, packed) = crate::fixtures::npm_pack(w, name, &deps);
-        let tarball = format!("/{name}/-/{name}-1.0.0.tgz");
-        registry.put(&tarball, bytes);
-        // As npm writes it against the public registry; npm itself maps that
-        // host onto --registry (replace-registry-host), warm onto the remote.
-        locked.insert(
-            format!("node_modules/{name}"),
-            json!({
-                "version": "1.0.0",
-                "resolved": format!("https://registry.npmjs.org{tarball}"),
-                "integrity": packed["integrity"],
-                "dependencies": deps,
-            }),
-        );
-    }
     let project = w.join("project");
-    write(
-        &project.join("package.json"),
-        &json!({"name": "consumer", "version": "0.0.0", "private": true,
-                "dependencies": {"mc-a": "1.0.0"}})
-        .to_string(),
-    );
-    write(
-        &project.join("package-lock.json"),
-        &serde_json::to_string_pretty(&json!({
-            "name": "consumer", "version": "0.0.0", "lockfileVersion": 3,
-            "requires": true, "packages": locked,
-        }))
-        .unwrap(),
-    );
+    crate::fixtures::npm_locked_project(w, &project, &registry);
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n",
         registry.url("")
@@ -185,21 +149,7 @@ async fn pip_installs_a_hashed_requirements_file_that_warm_fetched_with_the_orig
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let (index, files) = (MirrorServer::start().await, MirrorServer::start().await);
-    let mut requirements = String::new();
-    for name in ["mc-gamma", "mc-delta"] {
-        let (file, bytes) = crate::fixtures::pip_wheel(w, name, "[]");
-        let sha = sha256_hex(&bytes);
-        index.put_typed(
-            &format!("/simple/{name}/"),
-            format!(
-                "<html><body><a href=\"{}/packages/{file}#sha256={sha}\">{file}</a></body></html>",
-                files.url("")
-            ),
-            "text/html",
-        );
-        files.put(&format!("/packages/{file}"), bytes);
-        requirements += &format!("{name}==1.0 \\\n    --hash=sha256:{sha}\n");
-    }
+    let requirements = crate::fixtures::pip_hashed_requirements(w, &index, &files);
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\n",
         index.url(""),

@@ -4,6 +4,8 @@
 mod support;
 
 mod access;
+mod browse;
+mod bundle;
 mod cache;
 mod composer;
 mod config_check;
@@ -13,6 +15,7 @@ mod fanout;
 mod guard;
 mod hardening;
 mod hardening_keys;
+mod history;
 mod huggingface;
 mod integrity;
 mod kinds;

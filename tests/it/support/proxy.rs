@@ -29,6 +29,24 @@ impl TestProxy {
         proxy
     }
 
+    /// Starts a proxy with these `[server]` keys (besides `listen`) and
+    /// `[[remote]]` tables, in a fresh temp dir.
+    pub async fn start_with_server(server_keys: &str, remotes: &str) -> TestProxy {
+        let tempdir = tempfile::tempdir().unwrap();
+        let text = config_text(tempdir.path(), remotes).replacen(
+            "[server]\n",
+            &format!("[server]\n{server_keys}\n"),
+            1,
+        );
+        let running = start_text(&text).await;
+        TestProxy {
+            base: format!("http://{}", running.local_addr),
+            running,
+            dir: tempdir.path().to_path_buf(),
+            _tempdir: Some(tempdir),
+        }
+    }
+
     /// Starts a proxy keeping its state in `dir` (to test restarts).
     pub async fn start_in(dir: &Path, remotes: &str) -> TestProxy {
         let running = start_text(&config_text(dir, remotes)).await;
