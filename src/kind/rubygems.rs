@@ -13,14 +13,15 @@
 //! spelt), rules in RubyGems requirement syntax (`~> 1.2`, `>= 1.0, < 2`);
 //! publish times from a line's `created_at:` where the index gives one;
 //! `info/<gem>` is filtered of refused versions' lines (its MD5 ETag follows
-//! the filtered bytes; the MD5 `versions` lists for it is not recomputed, so
-//! Bundler refetches a filtered `info` rather than keep it).
+//! the filtered bytes), and `versions` restated to match: a filtered gem's
+//! lines list only the versions its `info` still serves, with that `info`'s
+//! MD5 (`index_listing`, `restate_index`).
 
 mod requirement;
 
 use std::collections::HashMap;
 
-use super::declared::{canonical, Algo, Declared, Document};
+use super::declared::{canonical, Algo, Declared, Document, Hashers};
 use super::guard::{parse_time, Filtered, Judge, VersionSpec};
 use super::package::{self, Artifact};
 use super::{Digests, Ecosystem, Packages, PassThrough, TimeKey, TimeSource};
@@ -124,6 +125,18 @@ fn info_line(line: &str) -> Option<(&str, &str)> {
     Some((version, line.rsplit_once('|').map_or("", |(_, r)| r)))
 }
 
+/// The lines of `versions` after its `---`.
+fn versions_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().skip_while(|line| *line != "---").skip(1)
+}
+
+/// A `versions` line: the gem, its versions (comma-separated), the MD5.
+fn versions_line(line: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = line.split(' ');
+    let (gem, versions, md5) = (parts.next()?, parts.next()?, parts.next()?);
+    (parts.next().is_none() && !gem.is_empty()).then_some((gem, versions, md5))
+}
+
 /// A line's `created_at:` requirement, in unix ms.
 fn created_at(requirements: &str) -> Option<i64> {
     requirements
@@ -160,6 +173,73 @@ impl Packages for Rubygems {
     fn document(&self, path: &str) -> Option<String> {
         let gem = path.strip_prefix("info/")?;
         (!gem.is_empty() && !gem.contains('/')).then(|| gem.to_string())
+    }
+
+    /// `versions`: after the `---` line, `<gem> <version>,<version>,… <md5
+    /// of info/gem>` (a gem on several lines when versions were appended;
+    /// `-<version>` a yank).
+    fn index_listing(&self, path: &str, body: &[u8]) -> Option<Vec<(String, Vec<String>)>> {
+        if path != "versions" {
+            return None;
+        }
+        let text = String::from_utf8_lossy(body);
+        Some(
+            versions_lines(&text)
+                .filter_map(versions_line)
+                .map(|(gem, versions, _)| {
+                    let versions = versions.split(',').map(|v| v.trim_start_matches('-'));
+                    (gem.to_string(), versions.map(str::to_string).collect())
+                })
+                .collect(),
+        )
+    }
+
+    fn document_of(&self, name: &str) -> Option<String> {
+        Some(format!("info/{name}"))
+    }
+
+    /// A restated gem's lines list only the versions (and yanks of them)
+    /// its filtered `info` serves, with that `info`'s MD5; a line left with
+    /// none goes.
+    fn restate_index(&self, body: Vec<u8>, restated: &HashMap<String, Option<Vec<u8>>>) -> Vec<u8> {
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return body;
+        };
+        // Each restated gem's versions and MD5, from its info as served.
+        let restated: HashMap<&str, (Vec<&str>, String)> = restated
+            .iter()
+            .map(|(gem, info)| {
+                let info = info.as_deref().unwrap_or_default();
+                let text = std::str::from_utf8(info).unwrap_or("");
+                let versions = text.lines().filter_map(info_line).map(|(v, _)| v).collect();
+                let mut md5 = Hashers::with(Some(Algo::Md5));
+                md5.update(info);
+                (gem.as_str(), (versions, md5.finish().1.hex()))
+            })
+            .collect();
+        let mut out = String::with_capacity(text.len());
+        let mut listing = false;
+        for line in text.split_inclusive('\n') {
+            let bare = line.trim_end_matches('\n');
+            let entry = listing.then(|| versions_line(bare)).flatten();
+            listing |= bare == "---";
+            let Some((gem, versions, _)) = entry else {
+                out.push_str(line);
+                continue;
+            };
+            let Some((served, md5)) = restated.get(gem) else {
+                out.push_str(line);
+                continue;
+            };
+            let kept: Vec<&str> = versions
+                .split(',')
+                .filter(|v| served.contains(&v.trim_start_matches('-')))
+                .collect();
+            if !kept.is_empty() {
+                out.push_str(&format!("{gem} {} {md5}\n", kept.join(",")));
+            }
+        }
+        out.into_bytes()
     }
 
     /// By version with platform (`1.1.0-x86_64-linux`).
