@@ -4,7 +4,8 @@
 //! `Range` cut from the whole current file, and `info/<gem>`'s `checksum:`
 //! as the declared digest that refuses a tampered first mirror; `deny`
 //! with a RubyGems requirement filtering `info/<gem>`, its MD5 ETag and
-//! ranges following the filtered file; `warm` reading a `Gemfile.lock`.
+//! ranges following the filtered file, and `versions` restated to match
+//! (deny, a gem denied whole, a cooldown); `warm` reading a `Gemfile.lock`.
 
 use md5::Digest as _;
 
@@ -235,6 +236,81 @@ async fn a_denied_version_leaves_info_and_its_md5_etag_and_ranges_follow_the_fil
         "{said}"
     );
     assert_eq!(mirror.hits("/r/gems/mc-alpha-1.1.0.gem"), 0);
+}
+
+#[tokio::test]
+async fn versions_lists_what_the_filtered_infos_serve_with_their_md5() {
+    let mirror = MirrorServer::start().await;
+    let (one, two, three) = (test_bytes(100, 1), test_bytes(100, 2), test_bytes(100, 3));
+    let md5 = |text: &str| hex::encode(md5::Md5::digest(text.as_bytes()));
+    let alpha = info(&[("1.0.0", &one), ("1.1.0", &two)]);
+    let beta = info(&[("2.0.0", &three)]);
+    // A cooled gem whose info dates its versions (`created_at:`): 0.2.0 is
+    // an hour old.
+    let hour_ago = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
+    );
+    let gamma = format!(
+        "---\n0.1.0 |checksum:{},created_at:2020-01-01T00:00:00Z\n0.2.0 |checksum:{},created_at:{hour_ago}\n",
+        sha256_hex(&one),
+        sha256_hex(&two)
+    );
+    mirror.put("/r/info/mc-alpha", alpha.clone());
+    mirror.put("/r/info/mc-beta", beta.clone());
+    mirror.put("/r/info/mc-gamma", gamma.clone());
+    mirror.put("/r/info/mc-denied", info(&[("1.0.0", &one)]));
+    // An appended line for mc-alpha, as rubygems.org appends.
+    let versions = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0 {}\nmc-beta 2.0.0 {}\nmc-denied 1.0.0 {}\nmc-gamma 0.1.0,0.2.0 {}\nmc-alpha 1.1.0 {}\n",
+        md5(&info(&[("1.0.0", &one)])),
+        md5(&beta),
+        md5(&info(&[("1.0.0", &one)])),
+        md5(&gamma),
+        md5(&alpha),
+    );
+    mirror.put("/r/versions", versions.clone());
+    let extra = "deny = [\"mc-alpha@~> 1.1\", \"mc-denied\"]\nmin_release_age = \"1d\"\ncooldown_exempt = [\"mc-alpha\", \"mc-beta\", \"mc-denied\"]";
+    let proxy = TestProxy::start(&remote(&[&mirror], extra)).await;
+    let client = reqwest::Client::new();
+
+    let alpha_served = info(&[("1.0.0", &one)]);
+    let gamma_served = format!(
+        "---\n0.1.0 |checksum:{},created_at:2020-01-01T00:00:00Z\n",
+        sha256_hex(&one)
+    );
+    // mc-alpha's appended line lists only a refused version: it goes, and
+    // its first line carries the filtered info's MD5; mc-denied is left
+    // out (its info is not read); mc-beta is as the upstream wrote it.
+    let expected = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0 {}\nmc-beta 2.0.0 {}\nmc-gamma 0.1.0 {}\n",
+        md5(&alpha_served),
+        md5(&beta),
+        md5(&gamma_served),
+    );
+    assert_whole(&client, &proxy, "/gems/versions", &expected).await;
+    assert_eq!(mirror.hits("/r/info/mc-denied"), 0);
+    assert_eq!(mirror.hits("/r/info/mc-beta"), 0);
+    // Each listed MD5 is that of the info served.
+    assert_whole(&client, &proxy, "/gems/info/mc-alpha", &alpha_served).await;
+    assert_whole(&client, &proxy, "/gems/info/mc-gamma", &gamma_served).await;
+    // Bundler's append to its filtered copy: 304, and a range is cut from
+    // the whole filtered file with its MD5.
+    let response = bundler_append(&client, &proxy, &expected).await;
+    assert_eq!(response.status(), 304);
+    let response = client
+        .get(proxy.url("/gems/versions"))
+        .header("range", "bytes=10-")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 206);
+    assert_eq!(
+        response.headers()["etag"],
+        md5_tag(expected.as_bytes()).as_str()
+    );
+    assert_eq!(response.text().await.unwrap(), &expected[10..]);
+    // The upstream's versions was fetched once.
+    assert_eq!(mirror.hits("/r/versions"), 1);
 }
 
 #[tokio::test]
