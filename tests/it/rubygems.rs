@@ -45,6 +45,29 @@ async fn assert_whole(client: &reqwest::Client, proxy: &TestProxy, path: &str, e
     proxy.settle().await;
 }
 
+/// `Range: bytes=<from>-` of `path` is a 206 cut from `whole`, with the
+/// whole file's MD5 as its ETag.
+async fn assert_range_cut(
+    client: &reqwest::Client,
+    proxy: &TestProxy,
+    path: &str,
+    whole: &str,
+    from: usize,
+) {
+    let response = client
+        .get(proxy.url(path))
+        .header("range", format!("bytes={from}-"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 206, "{path}");
+    assert_eq!(
+        response.headers()["etag"],
+        md5_tag(whole.as_bytes()).as_str()
+    );
+    assert_eq!(response.text().await.unwrap(), &whole[from..]);
+}
+
 /// Bundler's request for what follows its copy `local` of `versions`.
 async fn bundler_append(
     client: &reqwest::Client,
@@ -215,18 +238,7 @@ async fn a_denied_version_leaves_info_and_its_md5_etag_and_ranges_follow_the_fil
         .unwrap();
     assert_eq!(response.status(), 304);
     // Against an older copy: the range is cut from the filtered file.
-    let response = client
-        .get(proxy.url("/gems/info/mc-alpha"))
-        .header("range", "bytes=4-")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 206);
-    assert_eq!(
-        response.headers()["etag"],
-        md5_tag(filtered.as_bytes()).as_str()
-    );
-    assert_eq!(response.text().await.unwrap(), &filtered[4..]);
+    assert_range_cut(&client, &proxy, "/gems/info/mc-alpha", &filtered, 4).await;
 
     let (status, _, body) = get(&client, &proxy.url("/gems/gems/mc-alpha-1.1.0.gem")).await;
     assert_eq!(status, 403);
@@ -297,18 +309,7 @@ async fn versions_lists_what_the_filtered_infos_serve_with_their_md5() {
     // the whole filtered file with its MD5.
     let response = bundler_append(&client, &proxy, &expected).await;
     assert_eq!(response.status(), 304);
-    let response = client
-        .get(proxy.url("/gems/versions"))
-        .header("range", "bytes=10-")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 206);
-    assert_eq!(
-        response.headers()["etag"],
-        md5_tag(expected.as_bytes()).as_str()
-    );
-    assert_eq!(response.text().await.unwrap(), &expected[10..]);
+    assert_range_cut(&client, &proxy, "/gems/versions", &expected, 10).await;
     // The upstream's versions was fetched once.
     assert_eq!(mirror.hits("/r/versions"), 1);
 }
