@@ -10,7 +10,8 @@
 //! declared digest when not empty; when empty (GitHub zipballs) the archive
 //! is pinned on first use. `notify-batch` is dropped (Composer sends no
 //! download notifications through a cache); the advisories API
-//! (`api/security-advisories/`) is passed through. Packages are
+//! (`api/security-advisories/`) is passed through, `security-advisories`'
+//! `api-url` re-pointed at it (`advisories_through_proxy`). Packages are
 //! `vendor/name` (lower case), rules in Composer constraint syntax (`^1.2`,
 //! `~1.2`, `>=1.0 <2.0`, `1.0.*`, `||`; `composer/constraint.rs`), publish
 //! times each version's `time` in the p2 document itself; a filtered p2
@@ -71,6 +72,41 @@ fn expand(doc: &mut Value) {
     }
 }
 
+/// `packages.json`'s `security-advisories`, which `composer audit` reads:
+/// an `api-url` on the remote's hosts (or root-relative) is re-pointed at
+/// the proxy, whose `api/` is passed through to the mirrors; one on another
+/// host is left out when `metadata` says the p2 files carry the advisories
+/// (Composer then reads them there, through the cache), else put under the
+/// remote's `api/` route too (asked of its mirrors), so Composer never
+/// goes around the proxy.
+fn advisories_through_proxy(advisories: &mut Map<String, Value>, rewrite: &Rewrite) {
+    let Some(url) = advisories.get("api-url").and_then(Value::as_str) else {
+        return;
+    };
+    let moved = match url.strip_prefix('/') {
+        Some(rest) => Some(format!("{}/{rest}", rewrite.index_base())),
+        None => Some(rewrite.apply(url)).filter(|moved| moved != url),
+    };
+    let in_metadata = advisories.get("metadata").and_then(Value::as_bool) == Some(true);
+    let moved = match moved {
+        Some(moved) => moved,
+        None if in_metadata => {
+            advisories.remove("api-url");
+            return;
+        }
+        None => {
+            // The remote's pass-through route, asked of its mirrors.
+            let path = url::Url::parse(url)
+                .ok()
+                .map(|u| u.path().to_string())
+                .filter(|p| p.starts_with("/api/"))
+                .unwrap_or_else(|| "/api/security-advisories/".to_string());
+            format!("{}{path}", rewrite.index_base())
+        }
+    };
+    advisories.insert("api-url".into(), Value::String(moved));
+}
+
 /// Each version's `dist` object of an expanded p2 document.
 fn dists(doc: &mut Value) -> impl Iterator<Item = &mut Map<String, Value>> {
     doc.get_mut("packages")
@@ -100,6 +136,9 @@ impl Ecosystem for Composer {
                 return rewrite.apply(text);
             };
             object.remove("notify-batch");
+            if let Some(Value::Object(advisories)) = object.get_mut("security-advisories") {
+                advisories_through_proxy(advisories, rewrite);
+            }
             for value in object.values_mut() {
                 if let Some(template) = value.as_str() {
                     let moved = match template.strip_prefix('/') {

@@ -150,3 +150,36 @@ fn rules_read_composer_constraints_and_filter_p2_versions_by_their_time() {
         Filtered::Unchanged
     ));
 }
+
+#[test]
+fn the_advisories_api_url_goes_through_the_proxy_or_is_left_out() {
+    let served = |advisories: Value| {
+        let text =
+            serde_json::json!({"packages": [], "security-advisories": advisories}).to_string();
+        let out: Value =
+            serde_json::from_str(&Composer.rewrite("packages.json", &text, &rewrite())).unwrap();
+        out["security-advisories"].clone()
+    };
+    let on_mirror = served(
+        serde_json::json!({"metadata": false, "api-url": "https://repo.packagist.org/api/security-advisories/"}),
+    );
+    assert_eq!(
+        on_mirror["api-url"],
+        "http://proxy/r/api/security-advisories/"
+    );
+    let relative = served(serde_json::json!({"api-url": "/api/security-advisories/"}));
+    assert_eq!(
+        relative["api-url"],
+        "http://proxy/r/api/security-advisories/"
+    );
+    // Another host, the advisories in the p2 files: read there instead.
+    let elsewhere = served(
+        serde_json::json!({"metadata": true, "api-url": "https://packagist.org/api/security-advisories/"}),
+    );
+    assert_eq!(elsewhere, serde_json::json!({"metadata": true}));
+    let only_api = served(serde_json::json!({"api-url": "https://advisories.example/v1/"}));
+    assert_eq!(
+        only_api["api-url"],
+        "http://proxy/r/api/security-advisories/"
+    );
+}
