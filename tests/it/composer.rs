@@ -154,3 +154,42 @@ async fn deny_and_cooldown_filter_the_p2_file_by_constraint_and_time() {
         .unwrap();
     assert_eq!(response.status(), 403);
 }
+
+/// `warm` reads a `composer.lock` made against the upstream: each archive
+/// is found by its reference in the p2 file the proxy serves (and fetched
+/// under `~files/`), checked against `dist.shasum`; a lock naming the
+/// proxy's own address is fetched there.
+#[tokio::test]
+async fn warm_fetches_the_archives_a_composer_lock_names() {
+    let (repo, dist) = (MirrorServer::start().await, MirrorServer::start().await);
+    let (one, two) = (test_bytes(3_000, 21), test_bytes(3_000, 22));
+    repo.put(P2, p2(&dist, &one));
+    dist.put("/dl/acme/hello/1.0.0.zip", one.clone());
+    dist.put("/dl/acme/hello/1.1.0.zip", two.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let running = start_text(&config_text(dir.path(), &remote(&repo, &[&dist]))).await;
+    let base = format!("http://{}", running.local_addr);
+    let lock = dir.path().join("composer.lock");
+    let locked = serde_json::json!({"packages": [
+        {"name": "acme/hello", "version": "1.0.0",
+         "dist": {"type": "zip", "url": dist.url("/dl/acme/hello/1.0.0.zip"), "reference": "aaa",
+                  "shasum": hex::encode(sha1::Sha1::digest(&one))}}
+    ], "packages-dev": [
+        {"name": "acme/hello", "version": "1.1.0",
+         "dist": {"type": "zip", "url": format!("{base}/php/~files/acme/hello/1.1.0.zip"),
+                  "reference": "bbb", "shasum": ""}}
+    ]});
+    std::fs::write(&lock, locked.to_string()).unwrap();
+    let options = mirrorcache::ops::warm::Options {
+        server: base.clone(),
+        remote: "php".into(),
+        files: vec![lock],
+        jobs: 2,
+        terminal: false,
+    };
+    let summary = mirrorcache::ops::warm::run(&options).await.unwrap();
+    assert_eq!((summary.fetched, summary.cached), (2, 0), "{summary}");
+    assert!(summary.failed.is_empty(), "{summary}");
+    assert_eq!(dist.hits("/dl/acme/hello/1.0.0.zip"), 1);
+    assert_eq!(dist.hits("/dl/acme/hello/1.1.0.zip"), 1);
+}
