@@ -29,8 +29,9 @@ pub(super) struct DocumentFilter {
     name: String,
     /// The variant asked for (`""` when the document has none).
     suffix: &'static str,
-    /// Where publish times come from when the document has none.
-    times_from: Option<(String, Variant)>,
+    /// Where publish times come from when the document has none: a variant
+    /// of it, or another document (`Packages::times_document`).
+    times_from: Option<(String, Option<Variant>)>,
     /// The cooldown that applies to the package, if any.
     cooldown: Option<std::time::Duration>,
     /// An index of many packages (`Packages::index_listing`), restated to
@@ -67,7 +68,13 @@ pub(super) fn document_filter(
         .times_variant(suffix)
         .filter(|_| cooldown.is_some())
         .and_then(|times| kind.variants(path).iter().find(|v| v.suffix == times))
-        .map(|v| (path.to_string(), *v));
+        .map(|v| (path.to_string(), Some(*v)))
+        .or_else(|| {
+            let other = packages
+                .times_document(&name)
+                .filter(|_| cooldown.is_some())?;
+            Some((other, None))
+        });
     Some(DocumentFilter {
         name,
         suffix,
@@ -91,10 +98,14 @@ pub(super) async fn filter_document(
         return Ok(Box::pin(filter_index(proxy, remote, packages, filter, body)).await);
     }
     let times = match (&filter.times_from, filter.cooldown) {
-        (Some((path, variant)), _) => {
-            let (_, sibling) = sibling_body(proxy, remote, path, Some(*variant)).await?;
-            packages.publish_times(&sibling)
-        }
+        (Some((path, variant)), _) => match sibling_body(proxy, remote, path, *variant).await {
+            Ok((_, sibling)) => packages.publish_times(&sibling),
+            // Another document the upstream lacks gives no times (a
+            // version without one passes); a variant's failure is the
+            // document's.
+            Err(ProxyError::NotFound { .. }) if variant.is_none() => HashMap::new(),
+            Err(error) => return Err(error),
+        },
         (None, Some(min_age)) => dated_times(proxy, remote, packages, filter, &body, min_age).await,
         (None, None) => HashMap::new(),
     };
@@ -236,7 +247,11 @@ pub(super) async fn check_artifact(
     let published = match proxy.publish_times.get(path.key()) {
         Some(published) => published,
         None => {
-            let published = publish_time(proxy, remote, packages, &artifact).await?;
+            let published = match publish_time(proxy, remote, packages, &artifact).await {
+                // The upstream has no such document: no time, so it passes.
+                Err(ProxyError::NotFound { .. }) => None,
+                other => other?,
+            };
             proxy
                 .publish_times
                 .insert(path.key().to_string(), published);

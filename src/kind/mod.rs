@@ -340,6 +340,14 @@ pub trait Packages: Send + Sync {
         None
     }
 
+    /// For a document of package `name` whose versions may lack publish
+    /// times: another document of the remote that has them, read through
+    /// the cache under a cooldown (rubygems: the versions API). Default:
+    /// none.
+    fn times_document(&self, _name: &str) -> Option<String> {
+        None
+    }
+
     /// For a document (of package `name`) that has no publish times and no
     /// variant with them: the artifacts whose times date its versions,
     /// newest version first (the proxy reads them until it meets one old

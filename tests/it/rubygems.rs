@@ -5,7 +5,8 @@
 //! as the declared digest that refuses a tampered first mirror; `deny`
 //! with a RubyGems requirement filtering `info/<gem>`, its MD5 ETag and
 //! ranges following the filtered file, and `versions` restated to match
-//! (deny, a gem denied whole, a cooldown); `warm` reading a `Gemfile.lock`.
+//! (deny, a gem denied whole, a cooldown), publish times from the versions
+//! API when `info` has none; `warm` reading a `Gemfile.lock`.
 
 use md5::Digest as _;
 
@@ -312,6 +313,60 @@ async fn versions_lists_what_the_filtered_infos_serve_with_their_md5() {
     assert_range_cut(&client, &proxy, "/gems/versions", &expected, 10).await;
     // The upstream's versions was fetched once.
     assert_eq!(mirror.hits("/r/versions"), 1);
+}
+
+/// rubygems.org's `info` lines carry no `created_at:`: a cooldown dates
+/// them by the versions API, read through the cache, for `info`,
+/// `versions` and a direct `.gem` alike; a gem the API does not know
+/// passes.
+#[tokio::test]
+async fn a_cooldown_reads_publish_times_from_the_versions_api() {
+    let mirror = MirrorServer::start().await;
+    let (old, new) = (test_bytes(200, 31), test_bytes(200, 32));
+    let md5 = |text: &str| hex::encode(md5::Md5::digest(text.as_bytes()));
+    let full = info(&[("1.0.0", &old), ("2.0.0", &new)]);
+    mirror.put("/r/info/mc-alpha", full.clone());
+    let ago = |days: u64| {
+        humantime::format_rfc3339_seconds(
+            std::time::SystemTime::now() - std::time::Duration::from_secs(days * 86_400),
+        )
+        .to_string()
+    };
+    let api = serde_json::json!([
+        {"number": "2.0.0", "platform": "ruby", "created_at": ago(1)},
+        {"number": "1.0.0", "platform": "ruby", "created_at": ago(30)}
+    ]);
+    mirror.put("/r/api/v1/versions/mc-alpha.json", api.to_string());
+    mirror.put("/r/info/mc-unknown", info(&[("1.0.0", &old)]));
+    mirror.put("/r/gems/mc-alpha-2.0.0.gem", new.clone());
+    mirror.put("/r/gems/mc-unknown-1.0.0.gem", old.clone());
+    let versions = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0,2.0.0 {}\n",
+        md5(&full)
+    );
+    mirror.put("/r/versions", versions);
+    let proxy = TestProxy::start(&remote(&[&mirror], "min_release_age = \"7d\"")).await;
+    let client = reqwest::Client::new();
+
+    let served = info(&[("1.0.0", &old)]);
+    assert_whole(&client, &proxy, "/gems/info/mc-alpha", &served).await;
+    let expected = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0 {}\n",
+        md5(&served)
+    );
+    assert_whole(&client, &proxy, "/gems/versions", &expected).await;
+    let (status, _, body) = get(&client, &proxy.url("/gems/gems/mc-alpha-2.0.0.gem")).await;
+    assert_eq!(status, 403);
+    let said = String::from_utf8_lossy(&body.unwrap()).to_string();
+    assert!(said.contains("min_release_age"), "{said}");
+    assert_eq!(mirror.hits("/r/gems/mc-alpha-2.0.0.gem"), 0);
+    // The API was read once, then from the cache.
+    assert_eq!(mirror.hits("/r/api/v1/versions/mc-alpha.json"), 1);
+    // No versions API for this gem: its versions have no time and pass.
+    let (status, _, _) = get(&client, &proxy.url("/gems/info/mc-unknown")).await;
+    assert_eq!(status, 200);
+    let (status, _, _) = get(&client, &proxy.url("/gems/gems/mc-unknown-1.0.0.gem")).await;
+    assert_eq!(status, 200);
 }
 
 #[tokio::test]
