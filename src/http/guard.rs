@@ -16,7 +16,7 @@ use crate::cache::Entry;
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::fill::FillState;
-use crate::kind::guard::{Filtered, Judge};
+use crate::kind::guard::{Filtered, Judge, Standing};
 use crate::kind::package::Artifact;
 use crate::kind::{Packages, TimeKey, Variant};
 use crate::path::ArtifactPath;
@@ -29,10 +29,14 @@ pub(super) struct DocumentFilter {
     name: String,
     /// The variant asked for (`""` when the document has none).
     suffix: &'static str,
-    /// Where publish times come from when the document has none.
-    times_from: Option<(String, Variant)>,
+    /// Where publish times come from when the document has none: a variant
+    /// of it, or another document (`Packages::times_document`).
+    times_from: Option<(String, Option<Variant>)>,
     /// The cooldown that applies to the package, if any.
     cooldown: Option<std::time::Duration>,
+    /// An index of many packages (`Packages::index_listing`), restated to
+    /// match their filtered documents; `name` is then the index's path.
+    index: bool,
 }
 
 /// The filter for `path` (the request's variant `variant`), if the remote
@@ -48,19 +52,35 @@ pub(super) fn document_filter(
     }
     let kind = remote.config.kind;
     let packages = kind.packages()?;
-    let name = packages.document(path)?;
+    let Some(name) = packages.document(path) else {
+        // Asked with no body, an index answers that it is one.
+        return packages.index_listing(path, &[]).map(|_| DocumentFilter {
+            name: path.to_string(),
+            suffix: "",
+            times_from: None,
+            cooldown: None,
+            index: true,
+        });
+    };
     let suffix = variant.map_or("", |v| v.suffix);
     let cooldown = guard.cooldown_for(&packages.normalise(&name));
     let times_from = packages
         .times_variant(suffix)
         .filter(|_| cooldown.is_some())
         .and_then(|times| kind.variants(path).iter().find(|v| v.suffix == times))
-        .map(|v| (path.to_string(), *v));
+        .map(|v| (path.to_string(), Some(*v)))
+        .or_else(|| {
+            let other = packages
+                .times_document(&name)
+                .filter(|_| cooldown.is_some())?;
+            Some((other, None))
+        });
     Some(DocumentFilter {
         name,
         suffix,
         times_from,
         cooldown,
+        index: false,
     })
 }
 
@@ -74,11 +94,18 @@ pub(super) async fn filter_document(
     let Some(packages) = remote.config.kind.packages() else {
         return Ok(body);
     };
+    if filter.index {
+        return Ok(Box::pin(filter_index(proxy, remote, packages, filter, body)).await);
+    }
     let times = match (&filter.times_from, filter.cooldown) {
-        (Some((path, variant)), _) => {
-            let (_, sibling) = sibling_body(proxy, remote, path, Some(*variant)).await?;
-            packages.publish_times(&sibling)
-        }
+        (Some((path, variant)), _) => match sibling_body(proxy, remote, path, *variant).await {
+            Ok((_, sibling)) => packages.publish_times(&sibling),
+            // Another document the upstream lacks gives no times (a
+            // version without one passes); a variant's failure is the
+            // document's.
+            Err(ProxyError::NotFound { .. }) if variant.is_none() => HashMap::new(),
+            Err(error) => return Err(error),
+        },
         (None, Some(min_age)) => dated_times(proxy, remote, packages, filter, &body, min_age).await,
         (None, None) => HashMap::new(),
     };
@@ -95,6 +122,82 @@ pub(super) async fn filter_document(
     })
     .await
     .map_err(|e| ProxyError::Store(e.to_string()))?
+}
+
+/// The most packages of one index whose documents are read and filtered
+/// for it: every one a rule names by version first, then those under a
+/// cooldown, newest listed first (an index appends its updates). A package
+/// beyond it keeps its line as the upstream wrote it: a client that compares
+/// the digest refetches that document rather than keep a stale one.
+const MAX_RESTATED: usize = 64;
+
+/// `body`, an index of many packages, restated so each package a rule or
+/// the cooldown changes lists what its filtered document serves, with that
+/// document's digest; a package refused whole is left out without reading
+/// its document.
+async fn filter_index(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    packages: &dyn Packages,
+    filter: &DocumentFilter,
+    body: Vec<u8>,
+) -> Vec<u8> {
+    let listing = packages.index_listing(&filter.name, &body);
+    let Some(listing) = listing.filter(|l| !l.is_empty()) else {
+        return body;
+    };
+    let judge = Judge::new(&remote.config.guard, packages, now_ms());
+    let mut restated: HashMap<String, Option<Vec<u8>>> = HashMap::new();
+    let (mut by_version, mut cooling) = (Vec::new(), Vec::new());
+    let mut seen = std::collections::HashSet::new();
+    for (name, _) in listing.iter().rev() {
+        if !seen.insert(name.as_str()) {
+            continue;
+        }
+        match judge.standing(name) {
+            Standing::Refused => {
+                restated.insert(name.clone(), None);
+            }
+            Standing::ByVersion => by_version.push(name.clone()),
+            Standing::Cooling => cooling.push(name.clone()),
+            Standing::Served => {}
+        }
+    }
+    let read: Vec<String> = by_version
+        .into_iter()
+        .chain(cooling)
+        .take(MAX_RESTATED)
+        .collect();
+    for name in read {
+        if let Some(entry) = restate_one(proxy, remote, packages, &name).await {
+            restated.insert(name, entry);
+        }
+    }
+    if restated.is_empty() {
+        return body;
+    }
+    packages.restate_index(body, &restated)
+}
+
+/// The document of package `name` as served, for its index: `Some(None)`
+/// when it is refused whole, `None` when the filter leaves it as stored (or
+/// it cannot be read: the index keeps what the upstream wrote).
+async fn restate_one(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    packages: &dyn Packages,
+    name: &str,
+) -> Option<Option<Vec<u8>>> {
+    let path = packages.document_of(name)?;
+    let filter = document_filter(remote, &path, None)?;
+    let (_, stored) = sibling_body(proxy, remote, &path, None).await.ok()?;
+    let served = match filter_document(proxy, remote, &filter, stored.clone()).await {
+        Ok(served) if served == stored => None,
+        Ok(served) => Some(Some(served)),
+        Err(ProxyError::Refused { .. }) => Some(None),
+        Err(_) => None,
+    };
+    served
 }
 
 /// `base` qualified by a digest of the filtered `body`, for the ETag of a
@@ -144,7 +247,11 @@ pub(super) async fn check_artifact(
     let published = match proxy.publish_times.get(path.key()) {
         Some(published) => published,
         None => {
-            let published = publish_time(proxy, remote, packages, &artifact).await?;
+            let published = match publish_time(proxy, remote, packages, &artifact).await {
+                // The upstream has no such document: no time, so it passes.
+                Err(ProxyError::NotFound { .. }) => None,
+                other => other?,
+            };
             proxy
                 .publish_times
                 .insert(path.key().to_string(), published);
@@ -248,7 +355,7 @@ fn refused(packages: &dyn Packages, reason: String) -> ProxyError {
 /// Another path of the remote (one `variant` of it), its entry and stored
 /// bytes, through the cache: fresh from the store, else from a fill (joined
 /// or started), else a stale copy within `max_stale` when the mirrors fail.
-async fn sibling_body(
+pub(super) async fn sibling_body(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
     path: &str,

@@ -224,7 +224,8 @@ async fn serve(
         remote,
         path: variant.map_or_else(|| path.clone(), |v| path.with_variant(v.suffix)),
         accept: variant.map(|v| v.accept),
-        document: kind.is_document(path.path()),
+        document: kind.is_document(path.path())
+            || (!remote.config.files.is_empty() && ecosystem.is_document_with_files(path.path())),
         filter: guard::document_filter(remote, path.path(), variant),
         md5_etag: ecosystem.md5_etag(path.path()),
         method,
@@ -463,16 +464,35 @@ impl ArtifactRequest<'_> {
                 self.headers,
             ));
         }
+        let ecosystem = config.kind.ecosystem();
+        let mut others = Vec::new();
+        if self.document {
+            // Paths whose bytes the rewrite states (rpm: the primaries
+            // `repomd.xml` lists), read through the cache; one that cannot
+            // be had is left out.
+            for other in ecosystem.rewritten_with(self.path.path(), &bytes) {
+                match guard::sibling_body(self.proxy, self.remote, &other, None).await {
+                    Ok((_, body)) => others.push((other, body)),
+                    Err(error) => {
+                        tracing::warn!(key = self.path.key(), other, %error, "not read for the rewrite")
+                    }
+                }
+            }
+        }
         let body = if self.document {
             // Rewriting is a linear pass over up to max_document_size: off the async threads.
-            let (ecosystem, at) = (config.kind.ecosystem(), self.path.path().to_string());
-            tokio::task::spawn_blocking(move || match String::from_utf8(bytes) {
-                Ok(text) => ecosystem.rewrite(&at, &text, &rewrite).into_bytes(),
-                // Not text: nothing to rewrite.
-                Err(e) => e.into_bytes(),
+            let (at, stated) = (self.path.path().to_string(), !others.is_empty());
+            let body = tokio::task::spawn_blocking(move || {
+                ecosystem.rewrite_body(&at, bytes, &rewrite, &others)
             })
             .await
-            .map_err(|e| ProxyError::Store(e.to_string()))?
+            .map_err(|e| ProxyError::Store(e.to_string()))?;
+            if stated {
+                // What it states follows other bodies and the config: the
+                // validator follows the body served.
+                base = guard::qualified_base(&base, &body);
+            }
+            body
         } else {
             bytes
         };

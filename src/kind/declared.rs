@@ -57,27 +57,76 @@ impl Algo {
     }
 }
 
-/// A digest an artifact must have. Shown (in logs and 502 bodies) and stored
-/// as `algo:hex`.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+/// A digest an artifact must have, and its length when the index states it
+/// too (rpm's `<size>`). Shown (in logs and 502 bodies) and stored as
+/// `algo:hex`, or `algo:hex (N bytes)` with a length.
+///
+/// Two values are equal when their digests are and their lengths do not
+/// contradict each other: a length only one side knows does not tell them
+/// apart, so a body (whose length [`Hashers`] always counts) matches a
+/// declaration without one, and one with another length is refused like
+/// another digest.
+#[derive(Debug, Clone)]
 pub struct Declared {
     algo: Algo,
     digest: Vec<u8>,
+    size: Option<u64>,
+}
+
+impl PartialEq for Declared {
+    fn eq(&self, other: &Declared) -> bool {
+        let sizes_agree = match (self.size, other.size) {
+            (Some(a), Some(b)) => a == b,
+            _ => true,
+        };
+        self.algo == other.algo && self.digest == other.digest && sizes_agree
+    }
+}
+
+impl Eq for Declared {}
+
+/// By the digest alone, as equality allows.
+impl std::hash::Hash for Declared {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.algo.hash(state);
+        self.digest.hash(state);
+    }
 }
 
 impl Declared {
     pub fn new(algo: Algo, digest: Vec<u8>) -> Option<Declared> {
-        (digest.len() == algo.len()).then_some(Declared { algo, digest })
+        (digest.len() == algo.len()).then_some(Declared {
+            algo,
+            digest,
+            size: None,
+        })
+    }
+
+    /// The same digest, with the length the index states beside it.
+    pub fn with_size(self, size: Option<u64>) -> Declared {
+        Declared { size, ..self }
+    }
+
+    /// The length stated with the digest, if any.
+    pub fn size(&self) -> Option<u64> {
+        self.size
     }
 
     pub fn from_hex(algo: Algo, hex: &str) -> Option<Declared> {
         Declared::new(algo, hex::decode(hex.trim()).ok()?)
     }
 
-    /// `sha256:hex` (the stored form).
+    /// `sha256:hex`, or `sha256:hex (N bytes)` (the stored forms).
     pub fn parse(text: &str) -> Option<Declared> {
-        let (algo, hex) = text.split_once(':')?;
-        Declared::from_hex(Algo::parse(algo)?, hex)
+        let (digest, size) = match text.split_once(' ') {
+            Some((digest, size)) => {
+                let n = size.strip_prefix('(')?.strip_suffix(" bytes)")?;
+                (digest, Some(n.parse().ok()?))
+            }
+            None => (text, None),
+        };
+        let (algo, hex) = digest.split_once(':')?;
+        Some(Declared::from_hex(Algo::parse(algo)?, hex)?.with_size(size))
     }
 
     /// A Subresource Integrity value (`sha512-<base64>`, perhaps several
@@ -109,16 +158,22 @@ impl Declared {
 
 impl fmt::Display for Declared {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}", self.algo.name(), self.hex())
+        write!(f, "{}:{}", self.algo.name(), self.hex())?;
+        match self.size {
+            Some(size) => write!(f, " ({size} bytes)"),
+            None => Ok(()),
+        }
     }
 }
 
 /// Hashes a body with sha256 (the store's address) and, when the declared
-/// digest uses another function, with that one too, in the same pass.
+/// digest uses another function, with that one too, in the same pass,
+/// counting its length.
 #[derive(Clone)]
 pub struct Hashers {
     sha256: sha2::Sha256,
     other: Option<Other>,
+    len: u64,
 }
 
 #[derive(Clone)]
@@ -144,10 +199,12 @@ impl Hashers {
         Hashers {
             sha256: sha2::Sha256::new(),
             other,
+            len: 0,
         }
     }
 
     pub fn update(&mut self, bytes: &[u8]) {
+        self.len += bytes.len() as u64;
         self.sha256.update(bytes);
         match &mut self.other {
             Some(Other::Sha512(h)) => h.update(bytes),
@@ -158,26 +215,19 @@ impl Hashers {
     }
 
     /// The sha256, and the digest in the declared function (the sha256 again
-    /// when that is the declared one).
+    /// when that is the declared one) with the length hashed.
     pub fn finish(self) -> ([u8; 32], Declared) {
         let sha256: [u8; 32] = self.sha256.finalize().into();
-        let received = match self.other {
-            Some(Other::Sha512(h)) => Declared {
-                algo: Algo::Sha512,
-                digest: h.finalize().to_vec(),
-            },
-            Some(Other::Sha1(h)) => Declared {
-                algo: Algo::Sha1,
-                digest: h.finalize().to_vec(),
-            },
-            Some(Other::Md5(h)) => Declared {
-                algo: Algo::Md5,
-                digest: h.finalize().to_vec(),
-            },
-            None => Declared {
-                algo: Algo::Sha256,
-                digest: sha256.to_vec(),
-            },
+        let (algo, digest) = match self.other {
+            Some(Other::Sha512(h)) => (Algo::Sha512, h.finalize().to_vec()),
+            Some(Other::Sha1(h)) => (Algo::Sha1, h.finalize().to_vec()),
+            Some(Other::Md5(h)) => (Algo::Md5, h.finalize().to_vec()),
+            None => (Algo::Sha256, sha256.to_vec()),
+        };
+        let received = Declared {
+            algo,
+            digest,
+            size: Some(self.len),
         };
         (sha256, received)
     }

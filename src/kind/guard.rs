@@ -159,6 +159,19 @@ pub enum Filtered {
     Refused(String),
 }
 
+/// What the rules say of a package as a whole ([`Judge::standing`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Standing {
+    /// Every version is refused (a name-only deny rule; not on the allow list).
+    Refused,
+    /// Rules name some of its versions.
+    ByVersion,
+    /// Only the cooldown may refuse versions (by their publish times).
+    Cooling,
+    /// Nothing is refused.
+    Served,
+}
+
 /// Judges versions of packages of one remote at one instant.
 pub struct Judge<'a> {
     guard: &'a GuardConfig,
@@ -180,6 +193,39 @@ impl<'a> Judge<'a> {
         self.guard
             .cooldown_for(&self.packages.normalise(name))
             .is_some()
+    }
+
+    /// What the rules say of package `name` before any of its versions is
+    /// looked at.
+    pub fn standing(&self, name: &str) -> Standing {
+        let normalised = self.packages.normalise(name);
+        // With an allow list: `None` when no entry names the package, else
+        // whether one allows every version.
+        let allowed = self.guard.allow.as_ref().map(|allow| {
+            let of_name: Vec<&PackageRule> = allow
+                .iter()
+                .filter(|r| r.name.matches(&normalised))
+                .collect();
+            (!of_name.is_empty()).then(|| of_name.iter().any(|r| r.versions.is_none()))
+        });
+        if self
+            .guard
+            .deny
+            .iter()
+            .any(|r| r.matches_package(&normalised))
+            || allowed == Some(None)
+        {
+            return Standing::Refused;
+        }
+        let by_version = allowed == Some(Some(false))
+            || self.guard.deny.iter().any(|r| r.name.matches(&normalised));
+        if by_version {
+            Standing::ByVersion
+        } else if self.guard.cooldown_for(&normalised).is_some() {
+            Standing::Cooling
+        } else {
+            Standing::Served
+        }
     }
 
     /// Why `version` of `name` is refused, or `None` if it may be served.

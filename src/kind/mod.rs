@@ -89,6 +89,43 @@ pub trait Ecosystem: Send + Sync + 'static {
         rewrite.apply(text)
     }
 
+    /// Whether `path` is a document on a remote that has `files` mirrors
+    /// (and served as stored on one that has none): rpm's `primary.xml`,
+    /// whose `xml:base` locations on the remote's hosts are re-pointed at the
+    /// proxy, and `repomd.xml`, which then restates that file's checksum and
+    /// size. Default: no.
+    fn is_document_with_files(&self, _path: &str) -> bool {
+        false
+    }
+
+    /// Other paths of the remote whose stored bytes the rewrite of the
+    /// document at `path` (`body`, as stored) needs: the proxy reads them
+    /// through its cache and hands them to [`rewrite_body`]. Default: none.
+    ///
+    /// [`rewrite_body`]: Ecosystem::rewrite_body
+    fn rewritten_with(&self, _path: &str, _body: &[u8]) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The document `body` at `path` as clients get it, given `others` (each
+    /// path [`rewritten_with`] named that could be read, with its stored
+    /// bytes). Default: a UTF-8 body through [`rewrite`], any other as it is.
+    ///
+    /// [`rewritten_with`]: Ecosystem::rewritten_with
+    /// [`rewrite`]: Ecosystem::rewrite
+    fn rewrite_body(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        rewrite: &rewrite::Rewrite,
+        _others: &[(String, Vec<u8>)],
+    ) -> Vec<u8> {
+        match String::from_utf8(body) {
+            Ok(text) => self.rewrite(path, &text, rewrite).into_bytes(),
+            Err(e) => e.into_bytes(),
+        }
+    }
+
     /// Every variant `path` is cached as, the default first; empty when it is
     /// not content-negotiated. Such responses carry `Vary: Accept`.
     fn variants(&self, _path: &str) -> &'static [Variant] {
@@ -339,6 +376,14 @@ pub trait Packages: Send + Sync {
         None
     }
 
+    /// For a document of package `name` whose versions may lack publish
+    /// times: another document of the remote that has them, read through
+    /// the cache under a cooldown (rubygems: the versions API). Default:
+    /// none.
+    fn times_document(&self, _name: &str) -> Option<String> {
+        None
+    }
+
     /// For a document (of package `name`) that has no publish times and no
     /// variant with them: the artifacts whose times date its versions,
     /// newest version first (the proxy reads them until it meets one old
@@ -360,6 +405,38 @@ pub trait Packages: Send + Sync {
         _suffix: &str,
     ) -> Filtered {
         Filtered::Unchanged
+    }
+
+    /// For an index that lists many packages with a digest of each one's
+    /// document (rubygems' `versions`, which lists each gem's versions and
+    /// the MD5 of its `info`): every (package, versions listed) in `body`,
+    /// in the order listed; `None` when `path` is no such index (asked with
+    /// an empty body to learn whether it is one). The proxy
+    /// filters each package's document (at [`document_of`]) that the guard
+    /// may change and has the index [`restate`]d to match. Default: none.
+    ///
+    /// [`document_of`]: Packages::document_of
+    /// [`restate`]: Packages::restate_index
+    fn index_listing(&self, _path: &str, _body: &[u8]) -> Option<Vec<(String, Vec<String>)>> {
+        None
+    }
+
+    /// The path of the document of package `name`, the inverse of
+    /// [`document`](Packages::document). Default: none.
+    fn document_of(&self, _name: &str) -> Option<String> {
+        None
+    }
+
+    /// The index `body` with each package in `restated` listing what its
+    /// document as served (filtered) lists, with that document's digest as
+    /// the index spells one (rubygems: the MD5 of the `info` served); a
+    /// package given `None` (refused whole) is left out. Default: unchanged.
+    fn restate_index(
+        &self,
+        body: Vec<u8>,
+        _restated: &HashMap<String, Option<Vec<u8>>>,
+    ) -> Vec<u8> {
+        body
     }
 
     /// Whether the client shows a refusal's reason only from the status
@@ -574,7 +651,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, maven and rubygems remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, maven, rubygems and composer remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

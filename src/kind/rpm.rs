@@ -1,17 +1,22 @@
 //! rpm: a yum/dnf repository (Fedora, RHEL, openSUSE…). `repodata/repomd.xml`
-//! (and its `.asc`) is a mutable document, never rewritten; data files named
-//! by their own digest (`repodata/<hex>-primary.xml.gz`) and `.rpm` packages
-//! are immutable. `repomd.xml` declares each data file's checksum,
+//! (and its `.asc`) is a mutable document; data files named by their own
+//! digest (`repodata/<hex>-primary.xml.gz`) and `.rpm` packages are
+//! immutable. `repomd.xml` declares each data file's checksum and size,
 //! `primary.xml` (plain, `.gz`, `.xz` or `.zst`, read as a stream with a
 //! bound on what it unpacks to) each package's; locations are relative to the
 //! repository root (the directory above `repodata/`) or to an `xml:base`.
+//! On a remote with `files` mirrors, `xml:base` locations on its hosts are
+//! re-pointed at the proxy (`relocate`); otherwise both are served as stored.
 
 use std::io::{BufRead, BufReader, Read};
 
 use quick_xml::events::{BytesStart, Event};
 
 use super::declared::{Algo, Declared, Document};
+use super::rewrite::Rewrite;
 use super::{Digests, Ecosystem};
+
+mod relocate;
 
 pub struct Rpm;
 
@@ -29,6 +34,40 @@ impl Ecosystem for Rpm {
         path.ends_with(".rpm")
             || path.ends_with(".drpm")
             || data_file(path).is_some_and(|(hex, _)| hex.is_some())
+    }
+
+    /// `repomd.xml` and its `primary.xml` (not the zchunk one), relocated
+    /// when their packages sit on a `files` host.
+    fn is_document_with_files(&self, path: &str) -> bool {
+        is_repomd(path) || is_primary(path)
+    }
+
+    /// `repomd.xml` states its primaries' digests: it needs them.
+    fn rewritten_with(&self, path: &str, body: &[u8]) -> Vec<String> {
+        match is_repomd(path) {
+            true => relocate::primaries(path, body),
+            false => Vec::new(),
+        }
+    }
+
+    fn rewrite_body(
+        &self,
+        path: &str,
+        body: Vec<u8>,
+        rewrite: &Rewrite,
+        others: &[(String, Vec<u8>)],
+    ) -> Vec<u8> {
+        if is_repomd(path) {
+            return relocate::restate(path, body, others, rewrite, MAX_PRIMARY);
+        }
+        match relocate::relocate(&body, rewrite, Algo::Sha256, MAX_PRIMARY) {
+            Ok(Some(relocated)) => relocated.bytes,
+            Ok(None) => body,
+            Err(error) => {
+                tracing::warn!(path, %error, "primary.xml not relocated; served as stored");
+                body
+            }
+        }
     }
 
     fn digests(&self) -> Option<&dyn Digests> {
@@ -61,6 +100,17 @@ fn is_repomd(path: &str) -> bool {
     path == "repodata/repomd.xml" || path.ends_with("/repodata/repomd.xml")
 }
 
+/// A `primary.xml` data file, plain or compressed as it can be learned
+/// (zchunk's is not).
+fn is_primary(path: &str) -> bool {
+    data_file(path).is_some_and(|(_, name)| {
+        matches!(
+            name,
+            "primary.xml" | "primary.xml.gz" | "primary.xml.xz" | "primary.xml.zst"
+        )
+    })
+}
+
 impl Digests for Rpm {
     /// `<sha256>-…` (or `<sha512>-…`) data files: createrepo_c names them
     /// by the digest of their own bytes.
@@ -85,13 +135,7 @@ impl Digests for Rpm {
     /// `repomd.xml`, and the `primary.xml` data file in any compression
     /// but zchunk's.
     fn declares(&self, path: &str) -> bool {
-        is_repomd(path)
-            || data_file(path).is_some_and(|(_, name)| {
-                matches!(
-                    name,
-                    "primary.xml" | "primary.xml.gz" | "primary.xml.xz" | "primary.xml.zst"
-                )
-            })
+        is_repomd(path) || is_primary(path)
     }
 
     fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
@@ -188,8 +232,9 @@ impl std::io::Write for Bounded {
     }
 }
 
-/// One `<data>` (repomd) or `<package>` (primary): its checksum and where
-/// it is.
+/// One `<data>` (repomd) or `<package>` (primary): its checksum (with the
+/// length `<size>` states: repomd's `<size>` text, primary's `<size
+/// package=…>`) and where it is.
 struct Record {
     declared: Declared,
     href: String,
@@ -206,13 +251,34 @@ fn records(input: impl BufRead, record: &[u8]) -> std::io::Result<Vec<Record>> {
     let mut algo: Option<Option<Algo>> = None;
     let (mut text, mut checksum) = (String::new(), None);
     let mut location: Option<(String, Option<String>)> = None;
+    // The length stated, and whether a `<size>`'s text is being read.
+    let (mut size, mut size_text): (Option<u64>, Option<String>) = (None, None);
     loop {
         let event = reader
             .read_event_into(&mut buf)
             .map_err(|e| std::io::Error::other(e.to_string()))?;
         match event {
             Event::Start(e) if e.name().as_ref() == record => {
-                (inside, checksum, location) = (true, None, None);
+                (inside, checksum, location, size) = (true, None, None, None);
+            }
+            Event::Empty(e) if inside && e.name().as_ref() == b"size" => {
+                size = attribute(&e, b"package").and_then(|n| n.parse().ok());
+            }
+            Event::Start(e) if inside && e.name().as_ref() == b"size" => {
+                match attribute(&e, b"package") {
+                    Some(n) => size = n.parse().ok(),
+                    None => size_text = Some(String::new()),
+                }
+            }
+            Event::Text(t) if size_text.is_some() => {
+                if let Some(size_text) = &mut size_text {
+                    size_text.push_str(std::str::from_utf8(&t).unwrap_or(""));
+                }
+            }
+            Event::End(e) if e.name().as_ref() == b"size" => {
+                if let Some(text) = size_text.take() {
+                    size = text.trim().parse().ok();
+                }
             }
             Event::Start(e) if inside && e.name().as_ref() == b"checksum" => {
                 algo = Some(attribute(&e, b"type").as_deref().and_then(algo_named));
@@ -235,7 +301,7 @@ fn records(input: impl BufRead, record: &[u8]) -> std::io::Result<Vec<Record>> {
                 inside = false;
                 if let (Some(declared), Some((href, base))) = (checksum.take(), location.take()) {
                     out.push(Record {
-                        declared,
+                        declared: declared.with_size(size.take()),
                         href,
                         base,
                     });

@@ -11,16 +11,19 @@
 //! index, answers 200 (`answers_root`). The dependency API
 //! (`api/v1/dependencies`) is passed through. Packages are gems (names as
 //! spelt), rules in RubyGems requirement syntax (`~> 1.2`, `>= 1.0, < 2`);
-//! publish times from a line's `created_at:` where the index gives one;
+//! publish times from a line's `created_at:` where the index gives one,
+//! else from the versions API (`api/v1/versions/<gem>.json`, cached and
+//! revalidated like the compact index);
 //! `info/<gem>` is filtered of refused versions' lines (its MD5 ETag follows
-//! the filtered bytes; the MD5 `versions` lists for it is not recomputed, so
-//! Bundler refetches a filtered `info` rather than keep it).
+//! the filtered bytes), and `versions` restated to match: a filtered gem's
+//! lines list only the versions its `info` still serves, with that `info`'s
+//! MD5 (`index_listing`, `restate_index`).
 
 mod requirement;
 
 use std::collections::HashMap;
 
-use super::declared::{canonical, Algo, Declared, Document};
+use super::declared::{canonical, Algo, Declared, Document, Hashers};
 use super::guard::{parse_time, Filtered, Judge, VersionSpec};
 use super::package::{self, Artifact};
 use super::{Digests, Ecosystem, Packages, PassThrough, TimeKey, TimeSource};
@@ -64,8 +67,10 @@ impl Ecosystem for Rubygems {
 
     /// The dependency API, which Bundler asks when the compact index fails
     /// (rubygems.org answers it 404 today), and the gem metadata API.
+    /// The versions API (`api/v1/versions/<gem>.json`), where publish times
+    /// are read, is a cached, revalidated document instead.
     fn pass_through(&self, path: &str) -> Option<PassThrough> {
-        path.starts_with("api/")
+        (path.starts_with("api/") && versions_api_gem(path).is_none())
             .then_some(PassThrough { post: false })
     }
 
@@ -124,6 +129,56 @@ fn info_line(line: &str) -> Option<(&str, &str)> {
     Some((version, line.rsplit_once('|').map_or("", |(_, r)| r)))
 }
 
+/// The versions API path of `gem`, and the gem a path is the versions API of.
+fn versions_api(gem: &str) -> String {
+    format!("api/v1/versions/{gem}.json")
+}
+
+fn versions_api_gem(path: &str) -> Option<&str> {
+    let gem = path
+        .strip_prefix("api/v1/versions/")?
+        .strip_suffix(".json")?;
+    (!gem.is_empty() && !gem.contains('/')).then_some(gem)
+}
+
+/// The versions API's `[{"number", "platform", "created_at"}, …]`, by
+/// version as `info` spells it (`1.1.0`, `1.1.0-x86_64-linux`).
+fn api_times(body: &[u8]) -> HashMap<String, i64> {
+    #[derive(serde::Deserialize)]
+    struct Release {
+        number: String,
+        #[serde(default)]
+        platform: Option<String>,
+        created_at: Option<String>,
+    }
+    let Ok(releases) = serde_json::from_slice::<Vec<Release>>(body) else {
+        return HashMap::new();
+    };
+    releases
+        .into_iter()
+        .filter_map(|r| {
+            let at = parse_time(r.created_at.as_deref()?)?;
+            let version = match r.platform.as_deref() {
+                None | Some("ruby") | Some("") => r.number,
+                Some(platform) => format!("{}-{platform}", r.number),
+            };
+            Some((version, at))
+        })
+        .collect()
+}
+
+/// The lines of `versions` after its `---`.
+fn versions_lines(text: &str) -> impl Iterator<Item = &str> {
+    text.lines().skip_while(|line| *line != "---").skip(1)
+}
+
+/// A `versions` line: the gem, its versions (comma-separated), the MD5.
+fn versions_line(line: &str) -> Option<(&str, &str, &str)> {
+    let mut parts = line.split(' ');
+    let (gem, versions, md5) = (parts.next()?, parts.next()?, parts.next()?);
+    (parts.next().is_none() && !gem.is_empty()).then_some((gem, versions, md5))
+}
+
 /// A line's `created_at:` requirement, in unix ms.
 fn created_at(requirements: &str) -> Option<i64> {
     requirements
@@ -162,8 +217,79 @@ impl Packages for Rubygems {
         (!gem.is_empty() && !gem.contains('/')).then(|| gem.to_string())
     }
 
-    /// By version with platform (`1.1.0-x86_64-linux`).
+    /// `versions`: after the `---` line, `<gem> <version>,<version>,… <md5
+    /// of info/gem>` (a gem on several lines when versions were appended;
+    /// `-<version>` a yank).
+    fn index_listing(&self, path: &str, body: &[u8]) -> Option<Vec<(String, Vec<String>)>> {
+        if path != "versions" {
+            return None;
+        }
+        let text = String::from_utf8_lossy(body);
+        Some(
+            versions_lines(&text)
+                .filter_map(versions_line)
+                .map(|(gem, versions, _)| {
+                    let versions = versions.split(',').map(|v| v.trim_start_matches('-'));
+                    (gem.to_string(), versions.map(str::to_string).collect())
+                })
+                .collect(),
+        )
+    }
+
+    fn document_of(&self, name: &str) -> Option<String> {
+        Some(format!("info/{name}"))
+    }
+
+    /// A restated gem's lines list only the versions (and yanks of them)
+    /// its filtered `info` serves, with that `info`'s MD5; a line left with
+    /// none goes.
+    fn restate_index(&self, body: Vec<u8>, restated: &HashMap<String, Option<Vec<u8>>>) -> Vec<u8> {
+        let Ok(text) = std::str::from_utf8(&body) else {
+            return body;
+        };
+        // Each restated gem's versions and MD5, from its info as served.
+        let restated: HashMap<&str, (Vec<&str>, String)> = restated
+            .iter()
+            .map(|(gem, info)| {
+                let info = info.as_deref().unwrap_or_default();
+                let text = std::str::from_utf8(info).unwrap_or("");
+                let versions = text.lines().filter_map(info_line).map(|(v, _)| v).collect();
+                let mut md5 = Hashers::with(Some(Algo::Md5));
+                md5.update(info);
+                (gem.as_str(), (versions, md5.finish().1.hex()))
+            })
+            .collect();
+        let mut out = String::with_capacity(text.len());
+        let mut listing = false;
+        for line in text.split_inclusive('\n') {
+            let bare = line.trim_end_matches('\n');
+            let entry = listing.then(|| versions_line(bare)).flatten();
+            listing |= bare == "---";
+            let Some((gem, versions, _)) = entry else {
+                out.push_str(line);
+                continue;
+            };
+            let Some((served, md5)) = restated.get(gem) else {
+                out.push_str(line);
+                continue;
+            };
+            let kept: Vec<&str> = versions
+                .split(',')
+                .filter(|v| served.contains(&v.trim_start_matches('-')))
+                .collect();
+            if !kept.is_empty() {
+                out.push_str(&format!("{gem} {} {md5}\n", kept.join(",")));
+            }
+        }
+        out.into_bytes()
+    }
+
+    /// By version with platform (`1.1.0-x86_64-linux`): an `info`'s
+    /// `created_at:`, or the versions API's `created_at`.
     fn publish_times(&self, body: &[u8]) -> HashMap<String, i64> {
+        if body.first() == Some(&b'[') {
+            return api_times(body);
+        }
         String::from_utf8_lossy(body)
             .lines()
             .filter_map(info_line)
@@ -171,21 +297,29 @@ impl Packages for Rubygems {
             .collect()
     }
 
+    /// The versions API (rubygems.org's `info` lines carry no `created_at:`).
     fn time_source(&self, artifact: &Artifact) -> Option<TimeSource> {
         Some(TimeSource {
-            document: format!("info/{}", artifact.name),
+            document: versions_api(&artifact.name),
             suffix: "",
             key: TimeKey::Listed(artifact.file.clone()),
         })
     }
 
-    /// The refused versions' lines go; an `info` with none left is the refusal.
+    /// An `info` whose lines lack `created_at:` is dated by the versions API.
+    fn times_document(&self, name: &str) -> Option<String> {
+        Some(versions_api(name))
+    }
+
+    /// The refused versions' lines go (dated by their `created_at:`, else
+    /// by `times`, the versions API's); an `info` with none left is the
+    /// refusal.
     fn filter(
         &self,
         judge: &Judge,
         name: &str,
         body: &[u8],
-        _times: &HashMap<String, i64>,
+        times: &HashMap<String, i64>,
         _suffix: &str,
     ) -> Filtered {
         let Ok(text) = std::str::from_utf8(body) else {
@@ -198,7 +332,8 @@ impl Packages for Rubygems {
                 Some((version, reqs)) => {
                     versions += 1;
                     let plain = version.split('-').next().unwrap_or(version);
-                    match judge.refusal(name, plain, created_at(reqs)) {
+                    let published = created_at(reqs).or_else(|| times.get(version).copied());
+                    match judge.refusal(name, plain, published) {
                         Some(reason) => last = Some(reason),
                         None => kept.push_str(line),
                     }
@@ -242,6 +377,7 @@ mod tests {
                 ("latest_specs.4.8.gz", Class::Mutable),
                 ("prerelease_specs.4.8.gz", Class::Mutable),
                 ("api/v1/dependencies", Class::Pass { post: false }),
+                ("api/v1/versions/rack.json", Class::Mutable),
                 ("gems/a/b.gem", Class::Mutable),
             ],
             artifacts: vec![
@@ -323,6 +459,33 @@ mod tests {
         assert!(!out.contains("1.0.0") && !out.contains("3.0.0"), "{out}");
         let times = Rubygems.publish_times(info.as_bytes());
         assert_eq!(times.get("3.0.0"), Some(&(NOW - DAY)));
+        // Without `created_at:`, the versions API dates the lines.
+        let api = serde_json::json!([
+            {"number": "2.0.0", "platform": "ruby", "created_at": iso(NOW - DAY)},
+            {"number": "1.0.0", "platform": "x86_64-linux", "created_at": iso(NOW - 30 * DAY)}
+        ]);
+        let times = Rubygems.publish_times(api.to_string().as_bytes());
+        assert_eq!(times.get("2.0.0"), Some(&(NOW - DAY)));
+        assert_eq!(times.get("1.0.0-x86_64-linux"), Some(&(NOW - 30 * DAY)));
+        let bare = format!(
+            "---\n1.0.0 |checksum:{a}\n2.0.0 |checksum:{a}\n",
+            a = "ab".repeat(32)
+        );
+        let config = guard("rubygems", Some(7), &[]);
+        let judge = Judge::new(&config, &Rubygems, NOW);
+        let Filtered::Changed(out) =
+            Rubygems.filter(&judge, "mc-alpha", bare.as_bytes(), &times, "")
+        else {
+            panic!("not changed");
+        };
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            format!("---\n1.0.0 |checksum:{}\n", "ab".repeat(32))
+        );
+        assert_eq!(
+            Rubygems.times_document("rack").as_deref(),
+            Some("api/v1/versions/rack.json")
+        );
         let config = guard("rubygems", None, &["mc-alpha"]);
         let judge = Judge::new(&config, &Rubygems, NOW);
         assert!(matches!(

@@ -5,7 +5,8 @@
 //! whose `dist.shasum` still declares the real sha1; `acme/world`'s shasum
 //! is empty, as Packagist's is for GitHub zipballs, and it is pinned on first
 //! use. `composer install` runs through the proxy, then with every origin
-//! stopped.
+//! stopped; `composer audit` asks the advisories API (`packages.json`'s
+//! `security-advisories.api-url`, re-pointed at the proxy) through it.
 
 use std::path::Path;
 use std::process::Command;
@@ -67,6 +68,25 @@ fn composer_install(w: &Path, n: usize, dir: &Path) -> String {
         .env("COMPOSER_ALLOW_SUPERUSER", "1"))
 }
 
+/// `composer audit`'s report (it exits non-zero when it finds advisories).
+fn composer_audit(w: &Path, n: usize, dir: &Path) -> String {
+    let home = w.join(format!("composer-home{n}"));
+    let out = Command::new("composer")
+        .args(["audit", "--no-interaction", "--format=plain"])
+        .current_dir(dir)
+        .env("HOME", &home)
+        .env("COMPOSER_HOME", &home)
+        .env("COMPOSER_CACHE_DIR", home.join("cache"))
+        .env("COMPOSER_ALLOW_SUPERUSER", "1")
+        .output()
+        .expect("composer audit runs");
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn composer_installs_past_a_tampered_dist_host_then_from_the_cache_alone() {
     let Some(version) = client("composer", "--version") else {
@@ -91,8 +111,16 @@ async fn composer_installs_past_a_tampered_dist_host_then_from_the_cache_alone()
     );
     repo.put(
         "/repo/packages.json",
-        r#"{"packages":[],"metadata-url":"/p2/%package%.json","available-packages":["acme/hello","acme/world"]}"#,
+        r#"{"packages":[],"metadata-url":"/p2/%package%.json","available-packages":["acme/hello","acme/world"],"security-advisories":{"metadata":false,"api-url":"/api/security-advisories/"}}"#,
     );
+    // The advisories API (a POST of the package names), root-relative as
+    // a private Packagist may write it.
+    let advisories = serde_json::json!({"advisories": {"acme/hello": [{
+        "advisoryId": "PKSA-mc-0001", "packageName": "acme/hello", "remoteId": "mc-1",
+        "title": "mc test advisory", "link": "", "cve": "CVE-2099-0001",
+        "affectedVersions": ">=1.0.0,<1.1.0", "source": "mc", "reportedAt": "2024-01-01 00:00:00",
+        "composerRepository": "mc", "sources": [{"name": "mc", "remoteId": "mc-1"}]}]}});
+    repo.put("/repo/api/security-advisories/", advisories.to_string());
     // dist.url names the first dist host; the proxy tries the second after it.
     let require = serde_json::json!({"acme/hello": "^1.0"});
     repo.put(
@@ -134,6 +162,11 @@ async fn composer_installs_past_a_tampered_dist_host_then_from_the_cache_alone()
     );
     assert_eq!(dist.hits("/dl/acme/hello/1.0.0.zip"), 1);
     assert!(proxy.metric("mirrorcache_integrity_failures_total").await >= 1.0);
+    // `composer audit` asks the advisories API through the proxy (passed
+    // through, never cached) and reports the fixture's advisory.
+    let audit = tokio::task::block_in_place(|| composer_audit(w, 1, &dir));
+    assert!(audit.contains("CVE-2099-0001"), "{audit}");
+    assert_eq!(repo.hits("/repo/api/security-advisories/"), 1);
     let first = upstream();
 
     repo.stop();

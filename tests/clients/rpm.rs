@@ -3,7 +3,9 @@
 //! createrepo_c: the first mirror sends a tampered package (refused by the
 //! digest `primary.xml` declares, the next mirror asked), a regenerated
 //! repository is picked up once `revalidate_after` has passed, and with both
-//! origins stopped a fresh installroot installs from the cache alone.
+//! origins stopped a fresh installroot installs from the cache alone; a
+//! repository whose packages sit on a second host (`xml:base`) installs
+//! through the proxy's `files` mirrors.
 
 use std::path::Path;
 use std::process::Command;
@@ -76,6 +78,64 @@ async fn dnf_installs_through_the_proxy_then_from_the_cache_alone() {
     assert_eq!(warm, 0);
     println!("dnf round 1 upstream requests {first}, with the regeneration {cold}");
     report("dnf", &dnf, cold, warm);
+    proxy.stop().await;
+}
+
+/// A repository whose packages sit on a second host (`createrepo_c
+/// --baseurl`: every `<location xml:base=…>` names it): dnf fetches them at
+/// the relocated address through the proxy, and with both hosts stopped a
+/// fresh installroot installs from the cache alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dnf_installs_packages_on_an_xml_base_host_through_the_proxy() {
+    let Some(dnf) = rpm_tools() else {
+        return;
+    };
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let repo = w.join("repo");
+    build_rpm(w, "mc-far", "1.0", &repo.join("Packages"));
+    let (origin, files) = (MirrorServer::start().await, MirrorServer::start().await);
+    let _ = std::fs::remove_dir_all(repo.join("repodata"));
+    run(Command::new("createrepo_c")
+        .arg("-q")
+        .arg("--baseurl")
+        .arg(files.url("/pkgs/"))
+        .arg(&repo));
+    for file in files_below(&repo) {
+        let rel = file
+            .strip_prefix(&repo)
+            .unwrap()
+            .to_string_lossy()
+            .into_owned();
+        let bytes = std::fs::read(&file).unwrap();
+        match rel.starts_with("repodata/") {
+            true => origin.put(&format!("/el/{rel}"), bytes),
+            false => files.put(&format!("/pkgs/{rel}"), bytes),
+        }
+    }
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"el\"\nkind = \"rpm\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\n",
+        origin.url("/el"),
+        files.url("/pkgs")
+    ))
+    .await;
+    let r1 = w.join("round1");
+    tokio::task::block_in_place(|| dnf_install(&r1, &proxy, &["mc-far"]));
+    assert_installed(&r1, "mc-far");
+    let package = "/pkgs/Packages/mc-far-1.0-1.noarch.rpm";
+    assert_eq!(files.hits(package), 1);
+    proxy.settle().await;
+    let cold = origin.total() + files.total();
+
+    // Both hosts stopped: only the proxy's copy can serve it.
+    origin.stop();
+    files.stop();
+    let r2 = w.join("round2");
+    tokio::task::block_in_place(|| dnf_install(&r2, &proxy, &["mc-far"]));
+    assert_installed(&r2, "mc-far");
+    let warm = origin.total() + files.total() - cold;
+    assert_eq!(warm, 0);
+    report("dnf (xml:base on a files host)", &dnf, cold, warm);
     proxy.stop().await;
 }
 

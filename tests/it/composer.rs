@@ -100,3 +100,96 @@ async fn documents_are_expanded_and_rewritten_and_archives_checked_or_pinned() {
     let said = String::from_utf8_lossy(&body.unwrap()).to_string();
     assert!(said.contains(&sha256_hex(&two)), "{said}");
 }
+
+/// deny with a Composer constraint and a cooldown by each version's `time`:
+/// the p2 file is served expanded without the refused versions, and `check`
+/// takes the keys on a composer remote.
+#[tokio::test]
+async fn deny_and_cooldown_filter_the_p2_file_by_constraint_and_time() {
+    let (repo, dist) = (MirrorServer::start().await, MirrorServer::start().await);
+    let day = std::time::Duration::from_secs(24 * 3600);
+    let at = |ago: u32| {
+        humantime::format_rfc3339_seconds(std::time::SystemTime::now() - day * ago).to_string()
+    };
+    let release = |version: &str, ago: u32| {
+        serde_json::json!({"name": "acme/hello", "version": version, "time": at(ago),
+            "dist": {"type": "zip", "url": dist.url(&format!("/dl/{version}.zip")),
+                     "reference": version, "shasum": ""}})
+    };
+    let doc = serde_json::json!({"packages": {"acme/hello": [
+        release("1.0.0", 30), release("1.1.0", 20), release("1.2.0", 10), release("2.0.0", 1)
+    ]}});
+    repo.put(P2, doc.to_string());
+    let extra = "deny = [\"acme/hello@>=1.1 <1.2 || 1.2.*\"]\nmin_release_age = \"7d\"\n";
+    let config = format!("{}{extra}", remote(&repo, &[&dist]));
+    let output = crate::support::binary::check(&config);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let running = start_text(&config_text(dir.path(), &config)).await;
+    let base = format!("http://{}", running.local_addr);
+    let client = reqwest::Client::new();
+    let served = get_json(&client, &format!("{base}/php/p2/acme/hello.json")).await;
+    let versions: Vec<&str> = served["packages"]["acme/hello"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["version"].as_str().unwrap())
+        .collect();
+    assert_eq!(versions, ["1.0.0"]);
+    // Every version refused: the refusal, with the reason in the status line.
+    let deny_all = format!("{}deny = [\"acme/*\"]\n", remote(&repo, &[&dist]));
+    let dir = tempfile::tempdir().unwrap();
+    let running = start_text(&config_text(dir.path(), &deny_all)).await;
+    let response = client
+        .get(format!(
+            "http://{}/php/p2/acme/hello.json",
+            running.local_addr
+        ))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+}
+
+/// `warm` reads a `composer.lock` made against the upstream: each archive
+/// is found by its reference in the p2 file the proxy serves (and fetched
+/// under `~files/`), checked against `dist.shasum`; a lock naming the
+/// proxy's own address is fetched there.
+#[tokio::test]
+async fn warm_fetches_the_archives_a_composer_lock_names() {
+    let (repo, dist) = (MirrorServer::start().await, MirrorServer::start().await);
+    let (one, two) = (test_bytes(3_000, 21), test_bytes(3_000, 22));
+    repo.put(P2, p2(&dist, &one));
+    dist.put("/dl/acme/hello/1.0.0.zip", one.clone());
+    dist.put("/dl/acme/hello/1.1.0.zip", two.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let running = start_text(&config_text(dir.path(), &remote(&repo, &[&dist]))).await;
+    let base = format!("http://{}", running.local_addr);
+    let lock = dir.path().join("composer.lock");
+    let locked = serde_json::json!({"packages": [
+        {"name": "acme/hello", "version": "1.0.0",
+         "dist": {"type": "zip", "url": dist.url("/dl/acme/hello/1.0.0.zip"), "reference": "aaa",
+                  "shasum": hex::encode(sha1::Sha1::digest(&one))}}
+    ], "packages-dev": [
+        {"name": "acme/hello", "version": "1.1.0",
+         "dist": {"type": "zip", "url": format!("{base}/php/~files/acme/hello/1.1.0.zip"),
+                  "reference": "bbb", "shasum": ""}}
+    ]});
+    std::fs::write(&lock, locked.to_string()).unwrap();
+    let options = mirrorcache::ops::warm::Options {
+        server: base.clone(),
+        remote: "php".into(),
+        files: vec![lock],
+        jobs: 2,
+        terminal: false,
+    };
+    let summary = mirrorcache::ops::warm::run(&options).await.unwrap();
+    assert_eq!((summary.fetched, summary.cached), (2, 0), "{summary}");
+    assert!(summary.failed.is_empty(), "{summary}");
+    assert_eq!(dist.hits("/dl/acme/hello/1.0.0.zip"), 1);
+    assert_eq!(dist.hits("/dl/acme/hello/1.1.0.zip"), 1);
+}

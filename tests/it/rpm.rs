@@ -1,7 +1,9 @@
 //! The `rpm` kind (issue 26) against fixture repositories on 127.0.0.1: path
 //! classes, the digests `repomd.xml` and `primary.xml` declare (a tampered
-//! first mirror refused, the next asked; an `xml:base` on a `files` host
-//! checked under `~files/`), the previous generation's data
+//! first mirror refused, the next asked; a package of another length than
+//! primary states refused; an `xml:base` on a `files` host relocated through
+//! the proxy, checked under `~files/`, with `repomd.xml` restating the
+//! relocated primary), the previous generation's data
 //! files kept through a regeneration, byte ranges (one range a 206, several
 //! a plain 200), and compressed files served as they are, with no
 //! `Content-Encoding`.
@@ -150,31 +152,52 @@ async fn repomd_declares_data_files_and_digest_named_files_declare_themselves() 
     );
 }
 
+fn gunzip(bytes: &[u8]) -> String {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(bytes), &mut text).unwrap();
+    text
+}
+
+/// The text of the first `<{element}…>…</{element}>` inside the `<data
+/// type="{kind}">` of `repomd`.
+fn data_field(repomd: &str, kind: &str, element: &str) -> String {
+    let data = &repomd[repomd.find(&format!("<data type=\"{kind}\">")).unwrap()..];
+    let data = &data[..data.find("</data>").unwrap()];
+    let open = data.find(&format!("<{element}")).unwrap();
+    let text = &data[open + data[open..].find('>').unwrap() + 1..];
+    text[..text.find('<').unwrap()].to_string()
+}
+
 #[tokio::test]
-async fn an_xml_base_on_a_files_host_is_checked_under_files() {
+async fn an_xml_base_on_a_files_host_is_relocated_through_the_proxy_and_repomd_restates_it() {
     let (mirror, bad, files) = (
         MirrorServer::start().await,
         MirrorServer::start().await,
         MirrorServer::start().await,
     );
     let rpm = test_bytes(8_000, 5);
-    let mut gen = generation(1, &[], None);
     // A primary whose package lives on another host (`xml:base`), as a
-    // repository whose packages are on a separate download host.
+    // repository whose packages are on a separate download host; a zchunk
+    // primary beside it.
     let primary = format!(
-        "<metadata xmlns=\"http://linux.duke.edu/metadata/common\"><package type=\"rpm\"><checksum type=\"sha256\">{}</checksum><location xml:base=\"{}\" href=\"{PKG}\"/></package></metadata>",
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<metadata xmlns=\"http://linux.duke.edu/metadata/common\" packages=\"1\">\n<package type=\"rpm\"><name>hello</name><checksum type=\"sha256\">{}</checksum><size package=\"{}\"/><location xml:base=\"{}\" href=\"{PKG}\"/></package>\n</metadata>\n",
         sha256_hex(&rpm),
+        rpm.len(),
         files.url("/pub/")
     );
     let gz = gzip(primary.as_bytes());
-    gen.primary = format!("repodata/{}-primary.xml.gz", sha256_hex(&gz));
-    gen.repomd = format!(
-        "<repomd><data type=\"primary\"><checksum type=\"sha256\">{}</checksum><location href=\"{}\"/></data></repomd>",
+    let primary_path = format!("repodata/{}-primary.xml.gz", sha256_hex(&gz));
+    let zck_path = format!("repodata/{}-primary.xml.zck", sha256_hex(b"zck"));
+    let repomd = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<repomd xmlns=\"http://linux.duke.edu/metadata/repo\">\n  <revision>7</revision>\n  <data type=\"primary\">\n    <checksum type=\"sha256\">{}</checksum>\n    <open-checksum type=\"sha256\">{}</open-checksum>\n    <location href=\"{primary_path}\"/>\n    <size>{}</size>\n    <open-size>{}</open-size>\n  </data>\n  <data type=\"primary_zck\">\n    <checksum type=\"sha256\">{}</checksum>\n    <location href=\"{zck_path}\"/>\n  </data>\n</repomd>\n",
         sha256_hex(&gz),
-        gen.primary
+        sha256_hex(primary.as_bytes()),
+        gz.len(),
+        primary.len(),
+        sha256_hex(b"zck"),
     );
-    gen.files = vec![(gen.primary.clone(), gz)];
-    publish(&mirror, &gen);
+    mirror.put("/os/repodata/repomd.xml", repomd.clone());
+    mirror.put(&format!("/os/{primary_path}"), gz.clone());
     bad.put(&format!("/pub/{PKG}"), tampered(&rpm));
     files.put(&format!("/pub/{PKG}"), rpm.clone());
     let extra = format!(
@@ -184,12 +207,118 @@ async fn an_xml_base_on_a_files_host_is_checked_under_files() {
     );
     let proxy = TestProxy::start(&remote(&[&mirror], &extra)).await;
     let client = reqwest::Client::new();
-    read_metadata(&client, &proxy, &gen).await;
-    let (status, _, body) = get(&client, &proxy.url(&format!("/el/~files/{PKG}"))).await;
+
+    // What dnf reads: repomd.xml, then the primary it lists, checked
+    // against what repomd.xml states.
+    let (status, _, body) = get(&client, &proxy.url("/el/repodata/repomd.xml")).await;
+    assert_eq!(status, 200);
+    let served_repomd = String::from_utf8(body.unwrap().to_vec()).unwrap();
+    let (status, _, body) = get(&client, &proxy.url(&format!("/el/{primary_path}"))).await;
+    assert_eq!(status, 200);
+    let served_primary = body.unwrap();
+    let xml = gunzip(&served_primary);
+    let relocated = format!("xml:base=\"{}\"", proxy.url("/el/~files/"));
+    assert!(xml.contains(&relocated), "{xml}");
+    assert_eq!(
+        xml,
+        primary.replace(&format!("xml:base=\"{}\"", files.url("/pub/")), &relocated)
+    );
+    assert_eq!(
+        data_field(&served_repomd, "primary", "checksum"),
+        sha256_hex(&served_primary)
+    );
+    assert_eq!(
+        data_field(&served_repomd, "primary", "size"),
+        served_primary.len().to_string()
+    );
+    assert_eq!(
+        data_field(&served_repomd, "primary", "open-checksum"),
+        sha256_hex(xml.as_bytes())
+    );
+    assert_eq!(
+        data_field(&served_repomd, "primary", "open-size"),
+        xml.len().to_string()
+    );
+    assert!(!served_repomd.contains("primary_zck"), "{served_repomd}");
+    assert!(served_repomd.contains("<revision>7</revision>"));
+    // Asked again, the same bytes (dnf may read them in separate runs).
+    let (_, _, again) = get(&client, &proxy.url("/el/repodata/repomd.xml")).await;
+    assert_eq!(again.unwrap(), served_repomd.as_bytes());
+    proxy.settle().await;
+
+    // The package, at the relocated address: through the files mirrors,
+    // the tampered first one refused by what primary declares.
+    let (status, _, body) = get(&client, &format!("{}{PKG}", proxy.url("/el/~files/"))).await;
     assert_eq!(status, 200);
     assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&rpm));
     let pkg = format!("/pub/{PKG}");
     assert_eq!((bad.hits(&pkg), files.hits(&pkg)), (1, 1));
+    // The primary from the mirror once, as stored.
+    assert_eq!(mirror.hits(&format!("/os/{primary_path}")), 1);
+}
+
+#[tokio::test]
+async fn without_files_mirrors_repomd_and_primary_are_served_as_stored() {
+    let mirror = MirrorServer::start().await;
+    let gen = generation(1, &[(PKG, b"rpm")], None);
+    publish(&mirror, &gen);
+    let proxy = TestProxy::start(&remote(&[&mirror], "")).await;
+    let client = reqwest::Client::new();
+    read_metadata(&client, &proxy, &gen).await;
+    let (_, _, body) = get(&client, &proxy.url(&format!("/el/{}", gen.primary))).await;
+    assert_eq!(body.unwrap(), gen.files[0].1);
+}
+
+#[tokio::test]
+async fn a_package_of_another_length_than_primary_states_is_refused() {
+    let mirror = MirrorServer::start().await;
+    let (right, wrong) = (
+        "Packages/r/right-1-1.noarch.rpm",
+        "Packages/w/wrong-1-1.noarch.rpm",
+    );
+    let rpm = test_bytes(6_000, 9);
+    // The same bytes under two names; primary states one's length wrongly.
+    let primary = format!(
+        "<metadata xmlns=\"http://linux.duke.edu/metadata/common\"><package type=\"rpm\"><checksum type=\"sha256\">{sha}</checksum><size package=\"{len}\"/><location href=\"{right}\"/></package><package type=\"rpm\"><checksum type=\"sha256\">{sha}</checksum><size package=\"{bad}\"/><location href=\"{wrong}\"/></package></metadata>",
+        sha = sha256_hex(&rpm),
+        len = rpm.len(),
+        bad = rpm.len() + 1,
+    );
+    let gz = gzip(primary.as_bytes());
+    let primary_path = format!("repodata/{}-primary.xml.gz", sha256_hex(&gz));
+    let repomd = format!(
+        "<repomd><data type=\"primary\"><checksum type=\"sha256\">{}</checksum><location href=\"{primary_path}\"/><size>{}</size></data></repomd>",
+        sha256_hex(&gz),
+        gz.len()
+    );
+    mirror.put("/os/repodata/repomd.xml", repomd);
+    mirror.put(&format!("/os/{primary_path}"), gz);
+    mirror.put(&format!("/os/{right}"), rpm.clone());
+    mirror.put(&format!("/os/{wrong}"), rpm.clone());
+    let proxy = TestProxy::start(&remote(&[&mirror], "")).await;
+    let client = reqwest::Client::new();
+    let (status, _, _) = get(&client, &proxy.url("/el/repodata/repomd.xml")).await;
+    assert_eq!(status, 200);
+    let (status, _, _) = get(&client, &proxy.url(&format!("/el/{primary_path}"))).await;
+    assert_eq!(status, 200);
+    proxy.settle().await;
+    let (status, _, body) = get(&client, &proxy.url(&format!("/el/{right}"))).await;
+    assert_eq!(status, 200);
+    assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&rpm));
+    let (status, _, body) = get(&client, &proxy.url(&format!("/el/{wrong}"))).await;
+    assert_eq!(status, 502);
+    let body = String::from_utf8(body.unwrap().to_vec()).unwrap();
+    assert!(
+        body.contains(&format!("({} bytes)", rpm.len() + 1)),
+        "{body}"
+    );
+    assert_eq!(
+        proxy.metric("mirrorcache_integrity_failures_total").await,
+        1.0
+    );
+    proxy.settle().await;
+    let (status, _, _) = get(&client, &proxy.url(&format!("/el/{wrong}"))).await;
+    assert_eq!(status, 502, "nothing was cached");
 }
 
 #[tokio::test]

@@ -4,7 +4,9 @@
 //! `Range` cut from the whole current file, and `info/<gem>`'s `checksum:`
 //! as the declared digest that refuses a tampered first mirror; `deny`
 //! with a RubyGems requirement filtering `info/<gem>`, its MD5 ETag and
-//! ranges following the filtered file; `warm` reading a `Gemfile.lock`.
+//! ranges following the filtered file, and `versions` restated to match
+//! (deny, a gem denied whole, a cooldown), publish times from the versions
+//! API when `info` has none; `warm` reading a `Gemfile.lock`.
 
 use md5::Digest as _;
 
@@ -42,6 +44,29 @@ async fn assert_whole(client: &reqwest::Client, proxy: &TestProxy, path: &str, e
     assert_eq!(etag, md5_tag(expected.as_bytes()), "{path}");
     assert_eq!(response.text().await.unwrap(), expected, "{path}");
     proxy.settle().await;
+}
+
+/// `Range: bytes=<from>-` of `path` is a 206 cut from `whole`, with the
+/// whole file's MD5 as its ETag.
+async fn assert_range_cut(
+    client: &reqwest::Client,
+    proxy: &TestProxy,
+    path: &str,
+    whole: &str,
+    from: usize,
+) {
+    let response = client
+        .get(proxy.url(path))
+        .header("range", format!("bytes={from}-"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 206, "{path}");
+    assert_eq!(
+        response.headers()["etag"],
+        md5_tag(whole.as_bytes()).as_str()
+    );
+    assert_eq!(response.text().await.unwrap(), &whole[from..]);
 }
 
 /// Bundler's request for what follows its copy `local` of `versions`.
@@ -214,18 +239,7 @@ async fn a_denied_version_leaves_info_and_its_md5_etag_and_ranges_follow_the_fil
         .unwrap();
     assert_eq!(response.status(), 304);
     // Against an older copy: the range is cut from the filtered file.
-    let response = client
-        .get(proxy.url("/gems/info/mc-alpha"))
-        .header("range", "bytes=4-")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(response.status(), 206);
-    assert_eq!(
-        response.headers()["etag"],
-        md5_tag(filtered.as_bytes()).as_str()
-    );
-    assert_eq!(response.text().await.unwrap(), &filtered[4..]);
+    assert_range_cut(&client, &proxy, "/gems/info/mc-alpha", &filtered, 4).await;
 
     let (status, _, body) = get(&client, &proxy.url("/gems/gems/mc-alpha-1.1.0.gem")).await;
     assert_eq!(status, 403);
@@ -235,6 +249,124 @@ async fn a_denied_version_leaves_info_and_its_md5_etag_and_ranges_follow_the_fil
         "{said}"
     );
     assert_eq!(mirror.hits("/r/gems/mc-alpha-1.1.0.gem"), 0);
+}
+
+#[tokio::test]
+async fn versions_lists_what_the_filtered_infos_serve_with_their_md5() {
+    let mirror = MirrorServer::start().await;
+    let (one, two, three) = (test_bytes(100, 1), test_bytes(100, 2), test_bytes(100, 3));
+    let md5 = |text: &str| hex::encode(md5::Md5::digest(text.as_bytes()));
+    let alpha = info(&[("1.0.0", &one), ("1.1.0", &two)]);
+    let beta = info(&[("2.0.0", &three)]);
+    // A cooled gem whose info dates its versions (`created_at:`): 0.2.0 is
+    // an hour old.
+    let hour_ago = humantime::format_rfc3339_seconds(
+        std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
+    );
+    let gamma = format!(
+        "---\n0.1.0 |checksum:{},created_at:2020-01-01T00:00:00Z\n0.2.0 |checksum:{},created_at:{hour_ago}\n",
+        sha256_hex(&one),
+        sha256_hex(&two)
+    );
+    mirror.put("/r/info/mc-alpha", alpha.clone());
+    mirror.put("/r/info/mc-beta", beta.clone());
+    mirror.put("/r/info/mc-gamma", gamma.clone());
+    mirror.put("/r/info/mc-denied", info(&[("1.0.0", &one)]));
+    // An appended line for mc-alpha, as rubygems.org appends.
+    let versions = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0 {}\nmc-beta 2.0.0 {}\nmc-denied 1.0.0 {}\nmc-gamma 0.1.0,0.2.0 {}\nmc-alpha 1.1.0 {}\n",
+        md5(&info(&[("1.0.0", &one)])),
+        md5(&beta),
+        md5(&info(&[("1.0.0", &one)])),
+        md5(&gamma),
+        md5(&alpha),
+    );
+    mirror.put("/r/versions", versions.clone());
+    let extra = "deny = [\"mc-alpha@~> 1.1\", \"mc-denied\"]\nmin_release_age = \"1d\"\ncooldown_exempt = [\"mc-alpha\", \"mc-beta\", \"mc-denied\"]";
+    let proxy = TestProxy::start(&remote(&[&mirror], extra)).await;
+    let client = reqwest::Client::new();
+
+    let alpha_served = info(&[("1.0.0", &one)]);
+    let gamma_served = format!(
+        "---\n0.1.0 |checksum:{},created_at:2020-01-01T00:00:00Z\n",
+        sha256_hex(&one)
+    );
+    // mc-alpha's appended line lists only a refused version: it goes, and
+    // its first line carries the filtered info's MD5; mc-denied is left
+    // out (its info is not read); mc-beta is as the upstream wrote it.
+    let expected = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0 {}\nmc-beta 2.0.0 {}\nmc-gamma 0.1.0 {}\n",
+        md5(&alpha_served),
+        md5(&beta),
+        md5(&gamma_served),
+    );
+    assert_whole(&client, &proxy, "/gems/versions", &expected).await;
+    assert_eq!(mirror.hits("/r/info/mc-denied"), 0);
+    assert_eq!(mirror.hits("/r/info/mc-beta"), 0);
+    // Each listed MD5 is that of the info served.
+    assert_whole(&client, &proxy, "/gems/info/mc-alpha", &alpha_served).await;
+    assert_whole(&client, &proxy, "/gems/info/mc-gamma", &gamma_served).await;
+    // Bundler's append to its filtered copy: 304, and a range is cut from
+    // the whole filtered file with its MD5.
+    let response = bundler_append(&client, &proxy, &expected).await;
+    assert_eq!(response.status(), 304);
+    assert_range_cut(&client, &proxy, "/gems/versions", &expected, 10).await;
+    // The upstream's versions was fetched once.
+    assert_eq!(mirror.hits("/r/versions"), 1);
+}
+
+/// rubygems.org's `info` lines carry no `created_at:`: a cooldown dates
+/// them by the versions API, read through the cache, for `info`,
+/// `versions` and a direct `.gem` alike; a gem the API does not know
+/// passes.
+#[tokio::test]
+async fn a_cooldown_reads_publish_times_from_the_versions_api() {
+    let mirror = MirrorServer::start().await;
+    let (old, new) = (test_bytes(200, 31), test_bytes(200, 32));
+    let md5 = |text: &str| hex::encode(md5::Md5::digest(text.as_bytes()));
+    let full = info(&[("1.0.0", &old), ("2.0.0", &new)]);
+    mirror.put("/r/info/mc-alpha", full.clone());
+    let ago = |days: u64| {
+        humantime::format_rfc3339_seconds(
+            std::time::SystemTime::now() - std::time::Duration::from_secs(days * 86_400),
+        )
+        .to_string()
+    };
+    let api = serde_json::json!([
+        {"number": "2.0.0", "platform": "ruby", "created_at": ago(1)},
+        {"number": "1.0.0", "platform": "ruby", "created_at": ago(30)}
+    ]);
+    mirror.put("/r/api/v1/versions/mc-alpha.json", api.to_string());
+    mirror.put("/r/info/mc-unknown", info(&[("1.0.0", &old)]));
+    mirror.put("/r/gems/mc-alpha-2.0.0.gem", new.clone());
+    mirror.put("/r/gems/mc-unknown-1.0.0.gem", old.clone());
+    let versions = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0,2.0.0 {}\n",
+        md5(&full)
+    );
+    mirror.put("/r/versions", versions);
+    let proxy = TestProxy::start(&remote(&[&mirror], "min_release_age = \"7d\"")).await;
+    let client = reqwest::Client::new();
+
+    let served = info(&[("1.0.0", &old)]);
+    assert_whole(&client, &proxy, "/gems/info/mc-alpha", &served).await;
+    let expected = format!(
+        "created_at: 2024-01-01T00:00:00Z\n---\nmc-alpha 1.0.0 {}\n",
+        md5(&served)
+    );
+    assert_whole(&client, &proxy, "/gems/versions", &expected).await;
+    let (status, _, body) = get(&client, &proxy.url("/gems/gems/mc-alpha-2.0.0.gem")).await;
+    assert_eq!(status, 403);
+    let said = String::from_utf8_lossy(&body.unwrap()).to_string();
+    assert!(said.contains("min_release_age"), "{said}");
+    assert_eq!(mirror.hits("/r/gems/mc-alpha-2.0.0.gem"), 0);
+    // The API was read once, then from the cache.
+    assert_eq!(mirror.hits("/r/api/v1/versions/mc-alpha.json"), 1);
+    // No versions API for this gem: its versions have no time and pass.
+    let (status, _, _) = get(&client, &proxy.url("/gems/info/mc-unknown")).await;
+    assert_eq!(status, 200);
+    let (status, _, _) = get(&client, &proxy.url("/gems/gems/mc-unknown-1.0.0.gem")).await;
+    assert_eq!(status, 200);
 }
 
 #[tokio::test]

@@ -62,3 +62,24 @@ fn documents_locate_links_on_the_remotes_hosts_only() {
     assert_eq!(document.path_of("https://evil.example/a.whl"), None);
     assert_eq!(sha256(A).hex(), A);
 }
+
+#[test]
+fn a_stated_length_is_kept_and_a_body_of_another_length_is_not_the_declared_one() {
+    let sized = sha256(A).with_size(Some(5));
+    assert_eq!(sized.to_string(), format!("sha256:{A} (5 bytes)"));
+    assert_eq!(Declared::parse(&sized.to_string()), Some(sized.clone()));
+    assert_eq!(Declared::parse(&sized.to_string()).unwrap().size(), Some(5));
+    assert_eq!(Declared::parse(&format!("sha256:{A} (x bytes)")), None);
+    // A length only one side knows does not tell them apart; two do.
+    assert_eq!(sized, sha256(A));
+    assert_ne!(sized, sha256(A).with_size(Some(6)));
+    // What a body hashes to carries its length.
+    let body = b"hello";
+    let declared = Declared::new(Algo::Sha256, sha2::Sha256::digest(body).to_vec()).unwrap();
+    let mut h = Hashers::new(Some(&declared));
+    h.update(body);
+    let (_, received) = h.finish();
+    assert_eq!(received.size(), Some(5));
+    assert_eq!(received, declared.clone().with_size(Some(5)));
+    assert_ne!(received, declared.with_size(Some(4)));
+}

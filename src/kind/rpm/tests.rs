@@ -1,6 +1,7 @@
 //! The rpm kind's rows and its learning: repomd.xml and primary.xml in every
 //! compression, `xml:base`, and the bound on what a primary unpacks to.
 
+use sha2::Digest as _;
 use url::Url;
 
 use super::*;
@@ -42,6 +43,7 @@ pub(super) fn primary() -> String {
 <package type="rpm">
   <name>hello</name>
   <checksum type="sha256" pkgid="YES">{A}</checksum>
+  <size package="1234" installed="4000" archive="4100"/>
   <location href="Packages/h/hello-1.0-1.x86_64.rpm"/>
   <format><rpm:license>MIT</rpm:license></format>
 </package>
@@ -62,7 +64,10 @@ pub(super) fn primary() -> String {
 
 fn primary_declared() -> Vec<(String, String)> {
     vec![
-        ("Packages/h/hello-1.0-1.x86_64.rpm".into(), sha256(A)),
+        (
+            "Packages/h/hello-1.0-1.x86_64.rpm".into(),
+            format!("{} (1234 bytes)", sha256(A)),
+        ),
         ("~files/b/bye-1.0-1.noarch.rpm".into(), sha256(B)),
     ]
 }
@@ -100,7 +105,10 @@ pub(super) fn rows() -> Rows {
                 path: "repodata/repomd.xml",
                 body: repomd().into_bytes(),
                 declared: vec![
-                    (format!("repodata/{A}-primary.xml.gz"), sha256(A)),
+                    (
+                        format!("repodata/{A}-primary.xml.gz"),
+                        format!("{} (123 bytes)", sha256(A)),
+                    ),
                     (format!("repodata/{B}-filelists.xml.zst"), sha256(B)),
                 ],
             },
@@ -200,4 +208,112 @@ fn deny_and_allow_are_refused_on_rpm_remotes() {
     assert!(Rpm.refuses_key("allow").is_some());
     assert_eq!(Rpm.refuses_key("require_declared_hash"), None);
     assert!(Rpm.refuses_key("version_policy").is_some());
+}
+
+fn files_rewrite() -> Rewrite {
+    Rewrite::new("r", &urls(MIRRORS), &urls(FILES), "http://proxy")
+}
+
+fn gunzip(bytes: &[u8]) -> String {
+    let mut text = String::new();
+    std::io::Read::read_to_string(&mut flate2::read::GzDecoder::new(bytes), &mut text).unwrap();
+    text
+}
+
+#[test]
+fn locations_on_a_files_host_are_relocated_in_the_compression_they_came_in() {
+    let text = primary();
+    let mut xz = Vec::new();
+    lzma_rs::xz_compress(&mut text.as_bytes(), &mut xz).unwrap();
+    let zst = zstd::stream::encode_all(text.as_bytes(), 3).unwrap();
+    for body in [text.clone().into_bytes(), gzip(text.as_bytes()), xz, zst] {
+        let relocated = relocate::relocate(&body, &files_rewrite(), Algo::Sha256, MAX_PRIMARY)
+            .unwrap()
+            .unwrap();
+        assert_eq!(&relocated.bytes[..2], &body[..2], "the same compression");
+        let mut out = String::new();
+        decompress(&relocated.bytes, MAX_PRIMARY)
+            .unwrap()
+            .read_to_string(&mut out)
+            .unwrap();
+        // Only the files host moved; the other host and everything else is as it was.
+        let expected = text.replace(
+            "xml:base=\"http://files.example/pub/\"",
+            "xml:base=\"http://proxy/r/~files/\"",
+        );
+        assert_eq!(out, expected);
+        assert_eq!(relocated.open.size(), Some(out.len() as u64));
+        let sha = sha2::Sha256::digest(out.as_bytes());
+        assert!(relocated.open.matches(&sha));
+    }
+    // Nothing on the remote's hosts: served as stored.
+    let stay = text.replace("http://files.example/pub/", "http://other.example/");
+    let none = relocate::relocate(
+        &gzip(stay.as_bytes()),
+        &files_rewrite(),
+        Algo::Sha256,
+        MAX_PRIMARY,
+    );
+    assert!(none.unwrap().is_none());
+}
+
+#[test]
+fn repomd_restates_a_relocated_primary_and_leaves_its_zchunk_out() {
+    let primary_gz = gzip(primary().as_bytes());
+    let repomd = repomd().replace(
+        "  <data type=\"filelists\">",
+        &format!("  <data type=\"primary_zck\">\n    <checksum type=\"sha256\">{A}</checksum>\n    <location href=\"repodata/{A}-primary.xml.zck\"/>\n  </data>\n  <data type=\"filelists\">"),
+    );
+    let path = "f/repodata/repomd.xml";
+    let primary_path = format!("f/repodata/{A}-primary.xml.gz");
+    assert_eq!(
+        Rpm.rewritten_with(path, repomd.as_bytes()),
+        std::slice::from_ref(&primary_path)
+    );
+    assert!(Rpm.is_document_with_files(path) && Rpm.is_document_with_files(&primary_path));
+    assert!(!Rpm.is_document_with_files(&format!("f/repodata/{A}-primary.xml.zck")));
+    let rewrite = files_rewrite();
+    let served_primary = Rpm.rewrite_body(&primary_path, primary_gz.clone(), &rewrite, &[]);
+    assert!(gunzip(&served_primary).contains("http://proxy/r/~files/"));
+    let others = [(primary_path.clone(), primary_gz.clone())];
+    let served = Rpm.rewrite_body(path, repomd.clone().into_bytes(), &rewrite, &others);
+    let served = String::from_utf8(served).unwrap();
+    let open = gunzip(&served_primary);
+    let sha = |b: &[u8]| hex::encode(sha2::Sha256::digest(b));
+    assert!(
+        served.contains(&format!(
+            "<checksum type=\"sha256\">{}</checksum>",
+            sha(&served_primary)
+        )),
+        "{served}"
+    );
+    assert!(served.contains(&format!(
+        "<open-checksum type=\"sha256\">{}</open-checksum>",
+        sha(open.as_bytes())
+    )));
+    assert!(served.contains(&format!("<size>{}</size>", served_primary.len())));
+    assert!(
+        !served.contains("primary_zck") && !served.contains(".zck"),
+        "{served}"
+    );
+    // The rest as it was: filelists, the revision.
+    assert!(served.contains(&format!(
+        "<location href=\"repodata/{B}-filelists.xml.zst\"/>"
+    )));
+    assert!(served.contains("<revision>1700000000</revision>"));
+    // Without the primary's bytes, or with nothing to relocate: as stored.
+    let unchanged = Rpm.rewrite_body(path, repomd.clone().into_bytes(), &rewrite, &[]);
+    assert_eq!(unchanged, repomd.as_bytes());
+    let elsewhere = gzip(
+        primary()
+            .replace("files.example/pub", "other.example")
+            .as_bytes(),
+    );
+    let unchanged = Rpm.rewrite_body(
+        path,
+        repomd.clone().into_bytes(),
+        &rewrite,
+        &[(primary_path, elsewhere)],
+    );
+    assert_eq!(unchanged, repomd.as_bytes());
 }

@@ -34,6 +34,14 @@ pub enum Location {
     },
     /// A URL on the server (a file a simple page links to).
     Url(String),
+    /// A Composer package's archive, found by `reference` in the remote's
+    /// p2 file unless `url` is on the server already.
+    Composer {
+        name: String,
+        version: String,
+        reference: String,
+        url: String,
+    },
 }
 
 /// What the body's digest must be.
@@ -61,6 +69,7 @@ pub enum Kind {
     PomXml,
     GradleLock,
     GemfileLock,
+    ComposerLock,
 }
 
 impl Kind {
@@ -72,6 +81,7 @@ impl Kind {
             "pom.xml" => Some(Kind::PomXml),
             "gradle.lockfile" => Some(Kind::GradleLock),
             "Gemfile.lock" | "gems.locked" => Some(Kind::GemfileLock),
+            "composer.lock" => Some(Kind::ComposerLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -82,7 +92,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -93,6 +103,7 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::PomXml => super::maven::pom_xml(&text),
         Kind::GradleLock => super::maven::gradle_lockfile(&text),
         Kind::GemfileLock => super::gemfile::gemfile_lock(&text),
+        Kind::ComposerLock => super::composer::composer_lock(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

@@ -10,6 +10,7 @@
 //! Through a huggingface remote the names are snapshots, `repo[@revision]`
 //! (`snapshot`): every file of the revision's tree.
 
+mod composer;
 mod gemfile;
 pub mod lockfile;
 mod maven;
@@ -204,6 +205,7 @@ impl Places {
         match &artifact.location {
             Location::Url(url) => Ok(url.clone()),
             Location::Pinned { .. } => Err("a pin not resolved to files".into()),
+            Location::Composer { .. } => Err("a package not resolved to its archive".into()),
             Location::Path(path) => Ok(format!("{}/{path}", self.base)),
             Location::Resolved(url) => {
                 if let Some(rest) = url.strip_prefix(&format!("{}/", self.base)) {
@@ -327,6 +329,27 @@ async fn resolve_pins(
                 } => {
                     let files = pypi_files(client, places, name, version, hashes).await;
                     (artifact.name, files)
+                }
+                Location::Composer {
+                    name,
+                    version,
+                    reference,
+                    url,
+                } => {
+                    let at = (
+                        name.as_str(),
+                        version.as_str(),
+                        reference.as_str(),
+                        url.as_str(),
+                    );
+                    let found = composer::dist_url(client, &places.base, at).await;
+                    let archive = found.map(|url| {
+                        vec![Artifact {
+                            location: Location::Url(url),
+                            ..artifact.clone()
+                        }]
+                    });
+                    (artifact.name.clone(), archive)
                 }
                 _ => (artifact.name.clone(), Ok(vec![artifact])),
             }
@@ -490,6 +513,8 @@ fn check(check: &Check, body: &[u8]) -> Result<(), String> {
         Check::Sha256Any(hexes) => hexes.contains(&hex::encode(sha2::Sha256::digest(body))),
         Check::Sha256(hex) => hex::encode(sha2::Sha256::digest(body)) == *hex,
         Check::Integrity("sha512", digest) => sha2::Sha512::digest(body).as_slice() == digest,
+        // composer.lock's `dist.shasum`.
+        Check::Integrity("sha1", digest) => sha1::Sha1::digest(body).as_slice() == digest,
         Check::Integrity(_, digest) => sha2::Sha256::digest(body).as_slice() == digest,
     };
     if matches {
