@@ -346,8 +346,13 @@ impl ArtifactRequest<'_> {
                     Some(r) => r,
                     // Someone else has the fill's response: fetch our own copy.
                     None => {
-                        match fetch::fetch(remote, path.path(), Validators::default(), self.accept)
-                            .await?
+                        match fetch::fetch(
+                            remote,
+                            path.upstream(),
+                            Validators::default(),
+                            self.accept,
+                        )
+                        .await?
                         {
                             Fetched::Body(body) => body.response,
                             Fetched::NotModified { .. } => unreachable!("no validators were sent"),
