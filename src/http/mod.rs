@@ -12,6 +12,7 @@ mod guard;
 mod oci;
 mod ops;
 mod pass;
+mod pins;
 mod record;
 mod respond;
 mod send_timeout;
@@ -55,6 +56,7 @@ pub fn router(proxy: Arc<Proxy>) -> Router {
         .route("/-/metrics", get(ops::metrics))
         .route("/-/cache/{remote}/purge", post(admin::purge))
         .route("/-/cache/{remote}/{*path}", delete(admin::delete))
+        .route("/-/pins/{remote}/{*path}", delete(pins::clear))
         .route("/v2", any(oci::base))
         .route("/v2/", any(oci::base))
         .route("/v2/{*rest}", any(oci::pull))

@@ -32,6 +32,7 @@ pub mod pypi;
 pub mod rewrite;
 pub mod rpm;
 pub mod rubygems;
+pub mod unpack;
 mod values;
 
 #[cfg(test)]
@@ -241,15 +242,18 @@ pub trait Digests: Send + Sync {
         Vec::new()
     }
 
-    /// Whether the artifact at `path` (one with an [`artifact_key`]), when
-    /// nothing declares its digest, is pinned on first use: the sha256 of its
-    /// first complete download is recorded as its declared digest, so a later
-    /// fetch with other bytes (after eviction, from another mirror) is
-    /// refused. Default: no.
+    /// Whether the immutable artifact at `path`, when nothing declares its
+    /// digest, is pinned on first use: the sha256 of its first complete
+    /// download is recorded as its declared digest (under its
+    /// [`artifact_key`], or its path when it has none), so a later fetch
+    /// with other bytes (after eviction, from another mirror) is refused.
+    /// Asked only for immutable paths that are not documents and declare
+    /// nothing in their address, on remotes with `pin_on_first_use`.
+    /// Default: yes. An ecosystem without `Digests` pins too.
     ///
     /// [`artifact_key`]: Digests::artifact_key
     fn pins_on_first_use(&self, _path: &str) -> bool {
-        false
+        true
     }
 
     /// Where cached rows of the artifact `artifact` (a key [`artifact_key`]
@@ -462,6 +466,12 @@ impl Kind {
                 declares: digests.declares(path),
             },
         }
+    }
+
+    /// Whether an immutable artifact nothing declares is pinned on first
+    /// use (`Digests::pins_on_first_use`; yes without `Digests`).
+    pub fn pins_on_first_use(self, path: &str) -> bool {
+        self.digests().is_none_or(|d| d.pins_on_first_use(path))
     }
 
     /// The name an index declares `path`'s digest under, if any.
