@@ -111,6 +111,14 @@ pub trait Ecosystem: Send + Sync + 'static {
         false
     }
 
+    /// The one spelling `path` is cached and fetched under, when the
+    /// ecosystem has two for the same thing that the path normalisation
+    /// keeps apart (npm: `@scope/name` is `@scope%2Fname`). Asked by
+    /// `http::resolve` before the access check. Default: none.
+    fn canonical_path(&self, _path: &str) -> Option<String> {
+        None
+    }
+
     /// Whether `GET`/`HEAD /{remote}/` (no path below the remote) answers an
     /// empty 200 from the proxy itself (gem 3.3 probes the source's root and
     /// uses the compact index only when it answers). Default: no (a 400).

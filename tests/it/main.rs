@@ -31,4 +31,5 @@ mod s3;
 mod scaleout;
 mod security;
 mod service;
+mod supply_chain;
 mod warm_ls;

@@ -116,7 +116,10 @@ async fn a_generic_artifact_is_pinned_refused_when_it_changes_and_its_pin_cleare
     assert_eq!(again["cleared"], true, "the new bytes were pinned");
     // A mutable path has no pin to clear.
     assert_eq!(proxy.delete_status("/-/pins/r/index.html", true).await, 400);
-    assert_eq!(proxy.delete_status("/-/pins/r/tool-1.0.bin", false).await, 401);
+    assert_eq!(
+        proxy.delete_status("/-/pins/r/tool-1.0.bin", false).await,
+        401
+    );
 }
 
 #[tokio::test]
