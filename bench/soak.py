@@ -7,8 +7,10 @@ function of the name) and mutable documents `docs/<k>.json` whose version
 moves every DOC_PERIOD seconds. Each origin flaps on a schedule: within every
 minute, origin A is faulty for seconds 0-20 and origin B for 30-50, cycling
 through the faults down (connection closed), 500, hung (no answer for 60 s),
-truncating (Content-Length announced, half sent) and lying (other bytes of
-the same length).
+truncating (Content-Length announced, half sent) and lying (a blob: other
+bytes of the same length, only for blobs an origin already sent truly — a
+first download nothing declares cannot be caught lying, and becomes the
+pin; a document: a Content-Length longer than its body).
 
 Clients (WORKERS threads) mix hits, misses, documents and ranges; every
 minute a fan-out of FANOUT clients asks for one cold 8 MiB blob; every
@@ -154,6 +156,7 @@ class Origin(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     origin = 0
     served_docs = {}  # (k) -> set of versions served
+    served_true = set()  # blobs some origin has sent whole and true
     served_lock = threading.Lock()
     requests = [0, 0]
 
@@ -169,6 +172,12 @@ class Origin(http.server.BaseHTTPRequestHandler):
         path = self.path.split("?", 1)[0].lstrip("/")
         if path.startswith("blobs/"):
             body = blob_bytes(path[len("blobs/"):])
+            # A blob nobody was ever sent truly cannot be caught lying (no
+            # index declares it, so its first download is its pin): a lying
+            # origin lies only about blobs already fetched, and refuses the
+            # others' connections.
+            if fault == "lie" and path not in Origin.served_true:
+                fault = "down"
         elif path.startswith("docs/"):
             k = int(path[len("docs/"):].split(".")[0])
             version = doc_version(now())
@@ -219,6 +228,8 @@ class Origin(http.server.BaseHTTPRequestHandler):
                 self.connection.shutdown(socket.SHUT_RDWR)
                 return
             self.wfile.write(body)
+            if fault is None and path.startswith("blobs/"):
+                Origin.served_true.add(path)
             if length != len(body):
                 self.wfile.flush()
                 self.close_connection = True

@@ -34,6 +34,7 @@ PIDS=()
 cleanup() {
     for pid in "${PIDS[@]}"; do kill "$pid" 2>/dev/null || true; done
     if [[ -n ${PG_DATA:-} ]]; then as_pg pg_ctl -D "$PG_DATA" -m immediate stop >/dev/null 2>&1 || true; fi
+    if [[ -f $WORK/redis.pid ]]; then kill "$(cat "$WORK/redis.pid")" 2>/dev/null || true; fi
     [[ -n ${KEEP:-} ]] || rm -rf "$WORK"
 }
 trap cleanup EXIT

@@ -685,3 +685,33 @@ async fn referrers_are_passed_through_cached_and_filtered_by_artifact_type() {
     assert_eq!(code(&body), "MANIFEST_UNKNOWN");
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn concurrent_revalidations_of_one_tag_send_one_head() {
+    let mirror = MirrorServer::start().await;
+    let (digest, _) = registry(&mirror, "team/app");
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{}\"]\nrevalidate_after = \"0s\"\n",
+        mirror.url("")
+    ))
+    .await;
+    let p = &proxy.running.proxy;
+    let uri = "/v2/oci/team/app/manifests/1";
+    let (status, _, _) = call(p, Method::GET, uri, Some(MANIFEST)).await;
+    assert_eq!(status, StatusCode::OK);
+    proxy.settle().await;
+    // Every request is past revalidate_after; the HEAD takes a while.
+    mirror.set_fault(crate::support::Fault::SlowFirstByte(std::time::Duration::from_millis(300)));
+    let answers = futures_util::future::join_all(
+        (0..10).map(|_| call(p, Method::GET, uri, Some(MANIFEST))),
+    )
+    .await;
+    for (status, headers, _) in &answers {
+        assert_eq!(*status, StatusCode::OK);
+        assert_eq!(header(headers, "x-cache-status"), "REVALIDATED");
+        assert_eq!(header(headers, "docker-content-digest"), digest);
+    }
+    // One GET (the fill), one HEAD for the ten.
+    assert_eq!(mirror.hits("/v2/team/app/manifests/1"), 2);
+    proxy.stop().await;
+}
