@@ -30,6 +30,10 @@ pub struct ArtifactPath {
     remote_len: usize,
     /// Where the upstream path ends in `key` (before `?variant`).
     path_end: usize,
+    /// What the mirror is asked for when it is not `path()`: a key shared
+    /// by several request paths (an OCI blob, one per digest whatever
+    /// repository names it) still needs the requester's path upstream.
+    upstream: Option<Box<str>>,
 }
 
 impl ArtifactPath {
@@ -76,6 +80,7 @@ impl ArtifactPath {
             key,
             remote_len,
             path_end,
+            upstream: None,
         })
     }
 
@@ -92,6 +97,7 @@ impl ArtifactPath {
             key,
             remote_len: self.remote_len,
             path_end: self.path_end,
+            upstream: self.upstream.clone(),
         }
     }
 
@@ -115,7 +121,22 @@ impl ArtifactPath {
             path_end: key.len(),
             key,
             remote_len: self.remote_len,
+            upstream: None,
         })
+    }
+
+    /// The same key, fetched upstream as `upstream` (a path below the
+    /// remote, already checked by the caller as one of its own request
+    /// paths).
+    pub fn fetched_as(mut self, upstream: &str) -> ArtifactPath {
+        self.upstream = Some(upstream.into());
+        self
+    }
+
+    /// What the mirror is asked for: `path()`, unless [`ArtifactPath::fetched_as`]
+    /// said otherwise.
+    pub fn upstream(&self) -> &str {
+        self.upstream.as_deref().unwrap_or_else(|| self.path())
     }
 
     pub fn remote(&self) -> &str {

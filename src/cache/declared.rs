@@ -45,6 +45,18 @@ impl MetadataStore {
         Ok(row.and_then(|(text,)| Declared::parse(&text)))
     }
 
+    /// Forgets the digest declared (or pinned) for `artifact` of `remote`;
+    /// returns whether there was one.
+    pub async fn forget_declared(&self, remote: &str, artifact: &str) -> Result<bool, ProxyError> {
+        let done = sqlx::query("DELETE FROM declared WHERE remote = $1 AND artifact = $2")
+            .bind(remote)
+            .bind(artifact)
+            .execute(&self.pool)
+            .await
+            .map_err(db_error)?;
+        Ok(done.rows_affected() > 0)
+    }
+
     /// Stores `items`; returns those that were new or changed.
     pub async fn record_declared<'a>(
         &self,

@@ -18,6 +18,7 @@
 //! the digest's stripe: a release cannot fall between a commit's rename and
 //! its row. The same lock makes the size accounting exact ([`budget`]).
 
+mod alias;
 pub mod blobs;
 pub mod budget;
 pub mod bundle;

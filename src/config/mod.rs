@@ -160,6 +160,9 @@ pub struct RemoteConfig {
     pub sumdb: Vec<Url>,
     /// Index documents rewritten in memory are refused (502) beyond this size.
     pub max_document_size: u64,
+    /// The most an index document is unpacked to while the digests it
+    /// declares are learned (`kind::unpack`); past it learning stops.
+    pub max_learned_size: u64,
     pub strategy: Strategy,
     /// `fastest`: how quickly old first-byte latency observations fade.
     pub latency_decay: Duration,
@@ -182,6 +185,9 @@ pub struct RemoteConfig {
     pub mirror_max_in_flight: Option<usize>,
     /// Artifacts whose digest no index declared are refused (403).
     pub require_declared_hash: bool,
+    /// The sha256 of an immutable artifact's first download becomes its
+    /// declared digest when nothing else declares one (`pin_on_first_use`).
+    pub pin_on_first_use: bool,
     /// Which versions are served (snapshots, releases or both); the other
     /// kind is 404 without asking upstream.
     pub version_policy: VersionPolicy,

@@ -166,6 +166,8 @@ pub(super) struct RawRemote {
     pub(super) sumdb: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default = "default_max_document_size")]
     pub(super) max_document_size: HumanSize,
+    #[serde(default = "default_max_learned_size")]
+    pub(super) max_learned_size: HumanSize,
     #[serde(default = "default_strategy")]
     pub(super) strategy: Strategy,
     #[serde(default = "default_latency_decay")]
@@ -191,6 +193,10 @@ pub(super) struct RawRemote {
     #[serde(default)]
     pub(super) mirror_max_in_flight: usize,
     pub(super) require_declared_hash: Option<Spanned<bool>>,
+    /// Immutable artifacts nothing declares a digest for keep the sha256 of
+    /// their first download as their declared digest.
+    #[serde(default = "default_pin_on_first_use")]
+    pub(super) pin_on_first_use: bool,
     /// `releases`, `snapshots` or `both` (kinds with snapshots: maven).
     pub(super) version_policy: Option<Spanned<String>>,
     #[serde(default = "default_eject_after")]
@@ -289,4 +295,12 @@ impl<'de> Deserialize<'de> for HumanSize {
             .map(|s| HumanSize(s.as_u64()))
             .map_err(|e| serde::de::Error::custom(format!("invalid size {text:?}: {e}")))
     }
+}
+
+fn default_pin_on_first_use() -> bool {
+    true
+}
+
+fn default_max_learned_size() -> HumanSize {
+    HumanSize(crate::kind::unpack::DEFAULT_MAX_UNPACKED)
 }

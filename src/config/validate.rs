@@ -348,6 +348,7 @@ impl Validator<'_> {
             files,
             sumdb,
             max_document_size,
+            max_learned_size: raw.max_learned_size.0,
             strategy: raw.strategy,
             latency_decay: raw.latency_decay.0,
             connect_timeout: raw.connect_timeout.0,
@@ -363,6 +364,7 @@ impl Validator<'_> {
             mirror_max_in_flight: (raw.mirror_max_in_flight > 0)
                 .then_some(raw.mirror_max_in_flight),
             require_declared_hash,
+            pin_on_first_use: raw.pin_on_first_use,
             version_policy,
             health: HealthConfig {
                 eject_after: raw.eject_after.max(1),

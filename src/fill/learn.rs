@@ -31,6 +31,26 @@ pub(super) struct FillDigests {
     /// The digest the body must have, if anything declares one.
     pub(super) expected: Option<Declared>,
     role: DigestRole,
+    /// Whether the sha256 of this body, if nothing declares one, becomes
+    /// its declared digest after the commit ([`pin_key`]).
+    pins: bool,
+}
+
+/// The key the digest of the artifact at `path` is declared (or pinned)
+/// under, when it is pinned on first use: an immutable artifact whose
+/// address declares nothing, not a document, on a remote with
+/// `pin_on_first_use`, whose ecosystem does not opt out
+/// (`Digests::pins_on_first_use`). The ecosystem's artifact key where it has
+/// one (an index may declare it later), else the path itself (generic, go).
+pub fn pin_key(remote: &Remote, path: &ArtifactPath) -> Option<String> {
+    let kind = remote.config.kind;
+    let role = kind.digest_role(path.path());
+    let pins = remote.config.pin_on_first_use
+        && role.in_path.is_none()
+        && !role.declares
+        && remote.policy.is_immutable(path.path())
+        && kind.pins_on_first_use(path.path());
+    pins.then(|| role.artifact_key.unwrap_or_else(|| canonical(path.path())))
 }
 
 impl FillDigests {
@@ -41,6 +61,12 @@ impl FillDigests {
         path: &ArtifactPath,
     ) -> Result<FillDigests, ProxyError> {
         let mut role = remote.config.kind.digest_role(path.path());
+        let pin = pin_key(remote, path);
+        let pins = pin.is_some();
+        if role.artifact_key.is_none() {
+            // Generic and go artifacts: nothing but a pin declares them.
+            role.artifact_key = pin;
+        }
         let expected = match (role.in_path.take(), &role.artifact_key) {
             (Some(declared), _) => Some(declared),
             (None, None) => None,
@@ -55,12 +81,16 @@ impl FillDigests {
                 },
             },
         };
-        Ok(FillDigests { expected, role })
+        Ok(FillDigests {
+            expected,
+            role,
+            pins,
+        })
     }
 
     /// After the commit of a body fetched with nothing declared (`digest`
-    /// its sha256): records that digest as declared when the ecosystem pins
-    /// this artifact on first use (`Digests::pins_on_first_use`).
+    /// its sha256): records that digest as declared when the artifact is
+    /// pinned on first use ([`pin_key`]).
     pub(super) async fn pin_first_use(
         &self,
         fills: &FillRegistry,
@@ -69,10 +99,8 @@ impl FillDigests {
         digest: &Digest,
     ) {
         let kind = remote.config.kind;
-        let pins = kind
-            .digests()
-            .is_some_and(|d| d.pins_on_first_use(path.path()));
-        let (None, Some(artifact), true) = (&self.expected, &self.role.artifact_key, pins) else {
+        let (None, Some(artifact), true) = (&self.expected, &self.role.artifact_key, self.pins)
+        else {
             return;
         };
         let Some(pinned) = Declared::new(Algo::Sha256, digest.0.to_vec()) else {
@@ -360,7 +388,8 @@ async fn learn(
     // Parsing is a pass over up to max_document_size: off the async threads.
     let items = tokio::task::spawn_blocking(move || {
         let name = &config.name;
-        let document = Document::new(name, &config.mirrors, &config.files, &doc);
+        let document = Document::new(name, &config.mirrors, &config.files, &doc)
+            .with_max_unpacked(config.max_learned_size);
         // Kept under the path a request for it normalises to, once each (a
         // JSON API page lists a file under `urls` and `releases`).
         let unique: std::collections::BTreeMap<String, Declared> = digests

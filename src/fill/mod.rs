@@ -41,6 +41,7 @@ use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
 use crate::upstream::Remote;
+pub use learn::pin_key;
 pub use reader::{body, body_range, passthrough};
 
 /// What readers need before the body: the upstream response's head.

@@ -115,12 +115,19 @@ async fn fill(
     let mut refused = Vec::new();
     let mut mismatch = None;
     loop {
-        let fetched =
-            match fetch::fetch_avoiding(remote, path.path(), validators, accept, &refused).await {
-                Ok(fetched) => fetched,
-                // The mismatch says more than "no mirror left".
-                Err(error) => return Err(mismatch.unwrap_or(error)),
-            };
+        let fetched = match fetch::fetch_avoiding(
+            remote,
+            path.upstream(),
+            validators,
+            accept,
+            &refused,
+        )
+        .await
+        {
+            Ok(fetched) => fetched,
+            // The mismatch says more than "no mirror left".
+            Err(error) => return Err(mismatch.unwrap_or(error)),
+        };
         let upstream = match fetched {
             Fetched::NotModified { mirror } => {
                 let entry = stale.expect("a 304 is only accepted when validators were sent");

@@ -16,7 +16,7 @@ use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 
 /// `None` when the request may go on; else the refusal.
-fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
+pub(super) fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
     let server = proxy.server();
     let Some(token) = &server.admin_token else {
         return Some(

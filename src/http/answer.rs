@@ -111,6 +111,12 @@ pub(super) fn resolve(
     let remote = proxy
         .remote(path.remote())
         .ok_or_else(|| ProxyError::UnknownRemote(path.remote().to_string()))?;
+    // One key for the ecosystem's two spellings of one thing (npm's scoped
+    // packuments), before the access check sees the path.
+    let path = match remote.config.kind.ecosystem().canonical_path(path.path()) {
+        Some(canonical) => ArtifactPath::parse(&format!("/{}/{canonical}", path.remote()))?,
+        None => path,
+    };
     // An API document whose query selects what it lists keeps it.
     let path = match uri.query() {
         Some(query) if remote.config.kind.ecosystem().query_in_key(path.path()) => {

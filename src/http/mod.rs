@@ -9,11 +9,13 @@ mod answer;
 mod browse;
 mod charts;
 mod checksum;
+mod complete;
 mod dashboard;
 mod guard;
 mod oci;
 mod ops;
 mod pass;
+mod pins;
 mod record;
 mod respond;
 mod send_timeout;
@@ -38,7 +40,6 @@ use crate::clock::now_ms;
 use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
-use crate::kind::rewrite::Rewrite;
 use crate::kind::VersionPolicy;
 pub use crate::metrics::CacheStatus;
 use crate::path::ArtifactPath;
@@ -62,6 +63,7 @@ pub fn router(proxy: Arc<Proxy>) -> Router {
         .route("/-/metrics", get(ops::metrics))
         .route("/-/cache/{remote}/purge", post(admin::purge))
         .route("/-/cache/{remote}/{*path}", delete(admin::delete))
+        .route("/-/pins/{remote}/{*path}", delete(pins::clear))
         .route("/v2", any(oci::base))
         .route("/v2/", any(oci::base))
         .route("/v2/{*rest}", any(oci::pull))
@@ -363,8 +365,13 @@ impl ArtifactRequest<'_> {
                     Some(r) => r,
                     // Someone else has the fill's response: fetch our own copy.
                     None => {
-                        match fetch::fetch(remote, path.path(), Validators::default(), self.accept)
-                            .await?
+                        match fetch::fetch(
+                            remote,
+                            path.upstream(),
+                            Validators::default(),
+                            self.accept,
+                        )
+                        .await?
                         {
                             Fetched::Body(body) => body.response,
                             Fetched::NotModified { .. } => unreachable!("no validators were sent"),
@@ -395,126 +402,6 @@ impl ArtifactRequest<'_> {
             .map_err(|e| ProxyError::Store(e.to_string()))?;
         let response = self.complete(entry, blob, cache).await?;
         Ok(Served::hit(response, cache))
-    }
-
-    /// The mirror's headers the ecosystem keeps for this path, added to
-    /// `response` (URLs on the remote's hosts re-pointed at the proxy).
-    fn with_kept(&self, mut response: Response, kept: Option<&str>) -> Response {
-        if let Some(kept) = kept {
-            let base = public_base(&self.proxy.server(), self.headers);
-            let config = &self.remote.config;
-            let rewrite = Rewrite::new(&config.name, &config.mirrors, &config.files, &base);
-            respond::add_kept(&mut response, kept, &rewrite);
-        }
-        response
-    }
-
-    /// A complete body (a blob, or a finished fill's file), with the
-    /// headers the ecosystem keeps for it.
-    async fn complete(
-        &self,
-        entry: &Entry,
-        blob: Blob,
-        cache: CacheStatus,
-    ) -> Result<Response, ProxyError> {
-        let response = self.complete_body(entry, blob, cache).await?;
-        Ok(self.with_kept(response, entry.kept_headers.as_deref()))
-    }
-
-    /// A complete body: served as it is, or, for an index document, read
-    /// whole and rewritten.
-    async fn complete_body(
-        &self,
-        entry: &Entry,
-        blob: Blob,
-        cache: CacheStatus,
-    ) -> Result<Response, ProxyError> {
-        if !self.whole() {
-            return Ok(respond::from_entry(
-                entry,
-                &blob,
-                cache,
-                self.method,
-                self.headers,
-            ));
-        }
-        let limit = self.remote.config.max_document_size;
-        if entry.size > limit {
-            return Err(ProxyError::TooLarge {
-                size: entry.size,
-                limit,
-            });
-        }
-        let mut base = public_base(&self.proxy.server(), self.headers);
-        let config = &self.remote.config;
-        let rewrite = Rewrite::new(&config.name, &config.mirrors, &config.files, &base);
-        let mut bytes = blob
-            .read_all(entry.size)
-            .await
-            .map_err(|e| ProxyError::Store(e.to_string()))?;
-        if let Some(filter) = &self.filter {
-            bytes = guard::filter_document(self.proxy, self.remote, filter, bytes).await?;
-        }
-        if self.md5_etag && !self.document {
-            return Ok(respond::whole_md5(
-                entry,
-                bytes,
-                cache,
-                self.method,
-                self.headers,
-            ));
-        }
-        let ecosystem = config.kind.ecosystem();
-        let mut others = Vec::new();
-        if self.document {
-            // Paths whose bytes the rewrite states (rpm: the primaries
-            // `repomd.xml` lists), read through the cache; one that cannot
-            // be had is left out.
-            for other in ecosystem.rewritten_with(self.path.path(), &bytes) {
-                match guard::sibling_body(self.proxy, self.remote, &other, None).await {
-                    Ok((_, body)) => others.push((other, body)),
-                    Err(error) => {
-                        tracing::warn!(key = self.path.key(), other, %error, "not read for the rewrite")
-                    }
-                }
-            }
-        }
-        let body = if self.document {
-            // Rewriting is a linear pass over up to max_document_size: off the async threads.
-            let (at, stated) = (self.path.path().to_string(), !others.is_empty());
-            let body = tokio::task::spawn_blocking(move || {
-                ecosystem.rewrite_body(&at, bytes, &rewrite, &others)
-            })
-            .await
-            .map_err(|e| ProxyError::Store(e.to_string()))?;
-            if stated {
-                // What it states follows other bodies and the config: the
-                // validator follows the body served.
-                base = guard::qualified_base(&base, &body);
-            }
-            body
-        } else {
-            bytes
-        };
-        let body = access::mark_auth_required(&self.remote.config, self.path.path(), body);
-        if self.filter.is_some() {
-            // What the filter leaves changes with the config and the clock:
-            // the validator follows the body served, not only the blob.
-            base = guard::qualified_base(&base, &body);
-        }
-        Ok(respond::document(
-            entry,
-            body,
-            &base,
-            cache,
-            self.method,
-            self.headers,
-        ))
-    }
-
-    /// Whether the body is read whole before it is served (rewritten or filtered).
-    fn whole(&self) -> bool {
-        self.document || self.filter.is_some() || self.md5_etag
     }
 
     /// Stale-if-error: when the mirrors fail (not when they say "not found"), a

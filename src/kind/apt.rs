@@ -4,9 +4,8 @@
 //! `Packages` (plain, `.gz` or `.xz`) those of the pool files, and a
 //! `by-hash/SHA256/<hex>` path declares its own.
 
-use std::io::Read as _;
-
 use super::declared::{Algo, Declared, Document};
+use super::unpack::{Stopped, Unpacked};
 use super::{Digests, Ecosystem};
 
 pub struct Apt;
@@ -56,103 +55,107 @@ impl Digests for Apt {
     }
 
     fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
-        learn(document.path, body)
+        learn(document, body)
     }
 }
 
-/// The largest decompressed `Packages.gz`/`.xz` read for declarations
-/// (Debian's largest, main/amd64, is about 50 MB).
-const MAX_APT_INDEX: u64 = 256 * 1024 * 1024;
+/// At most one declaration is kept per this many bytes of
+/// `max_learned_size` (a real `Packages` has about one per 1.5 KiB: 1 GiB
+/// keeps up to a million, over fifteen times Debian's largest).
+const BYTES_PER_DECLARATION: u64 = 1024;
 
-fn learn(path: &str, body: &[u8]) -> Vec<(String, Declared)> {
-    let mut inflated = Vec::new();
-    let body = if body.starts_with(&[0x1f, 0x8b]) {
-        let decoder = flate2::read::GzDecoder::new(body);
-        if decoder
-            .take(MAX_APT_INDEX)
-            .read_to_end(&mut inflated)
-            .is_err()
-        {
-            return Vec::new();
-        }
-        &inflated[..]
-    } else if body.starts_with(b"\xfd7zXZ\0") {
-        let mut input = std::io::BufReader::new(body);
-        if lzma_rs::xz_decompress(&mut input, &mut Limited(&mut inflated)).is_err() {
-            return Vec::new();
-        }
-        &inflated[..]
-    } else {
-        body
-    };
-    let Ok(text) = std::str::from_utf8(body) else {
-        return Vec::new();
-    };
-    let name = path.rsplit('/').next().unwrap_or("");
-    if matches!(name, "Release" | "InRelease") {
-        let dir = &path[..path.len() - name.len()];
-        apt_release(dir, text)
-    } else if text.starts_with("Package:") {
-        apt_packages(text)
-    } else {
-        Vec::new()
-    }
-}
-
-/// A writer that refuses to grow past [`MAX_APT_INDEX`] (an xz bomb).
-struct Limited<'a>(&'a mut Vec<u8>);
-
-impl std::io::Write for Limited<'_> {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        if self.0.len() as u64 + bytes.len() as u64 > MAX_APT_INDEX {
-            return Err(std::io::ErrorKind::OutOfMemory.into());
-        }
-        self.0.extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
-}
-
-/// `Release`'s `SHA256:` section: ` <hex> <size> <path below the suite>`.
-fn apt_release(dir: &str, text: &str) -> Vec<(String, Declared)> {
+/// What `Release`, `InRelease` or a `Packages` index (plain, `.gz` or
+/// `.xz`, or a `by-hash` copy) declares, read as a bounded stream
+/// (`kind::unpack`). Past a bound, learning stops with a warning naming the
+/// document, and what was read before it is kept.
+fn learn(document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
+    let path = document.path;
+    let most = usize::try_from(document.max_unpacked / BYTES_PER_DECLARATION).unwrap_or(usize::MAX);
     let mut out = Vec::new();
-    let mut in_sha256 = false;
-    for line in text.lines() {
-        if !line.starts_with(' ') {
-            in_sha256 = line.trim_end() == "SHA256:";
-            continue;
-        }
-        if !in_sha256 {
-            continue;
-        }
-        let mut fields = line.split_whitespace();
-        if let (Some(hex), Some(_size), Some(file)) = (fields.next(), fields.next(), fields.next())
-        {
-            if let Some(declared) = Declared::from_hex(Algo::Sha256, hex) {
-                out.push((format!("{dir}{file}"), declared));
-            }
-        }
+    let read = Unpacked::new(body, document.max_unpacked)
+        .and_then(|unpacked| declarations(path, unpacked, most, &mut out));
+    if let Err(stop) = read {
+        tracing::warn!(
+            document = path,
+            %stop,
+            learned = out.len(),
+            "stopped learning the digests this document declares; it is served as sent"
+        );
     }
     out
 }
 
-/// `Packages` paragraphs: `Filename:` (below the archive root) and `SHA256:`.
-fn apt_packages(text: &str) -> Vec<(String, Declared)> {
-    text.split("\n\n")
-        .filter_map(|paragraph| {
-            let field = |name: &str| {
-                paragraph.lines().find_map(|line| {
-                    let (key, value) = line.split_once(':')?;
-                    (key == name).then(|| value.trim())
-                })
-            };
-            let declared = Declared::from_hex(Algo::Sha256, field("SHA256")?)?;
-            Some((field("Filename")?.to_string(), declared))
-        })
-        .collect()
+/// Why learning a document stops.
+fn too_many(most: usize) -> Stopped {
+    Stopped::Broken(format!(
+        "declares more than {most} digests (one per {BYTES_PER_DECLARATION} bytes of max_learned_size)"
+    ))
+}
+
+fn declarations(
+    path: &str,
+    mut unpacked: Unpacked<'_>,
+    most: usize,
+    out: &mut Vec<(String, Declared)>,
+) -> Result<(), Stopped> {
+    let name = path.rsplit('/').next().unwrap_or("");
+    let release = matches!(name, "Release" | "InRelease");
+    let dir = &path[..path.len() - name.len()];
+    let mut line = Vec::new();
+    // Release: inside its `SHA256:` section. Packages: the paragraph's
+    // `Filename:` and `SHA256:` so far.
+    let mut in_sha256 = false;
+    let (mut filename, mut sha256): (Option<String>, Option<Declared>) = (None, None);
+    let mut first = true;
+    loop {
+        let more = unpacked.line(&mut line)?;
+        if first && !release && !line.starts_with(b"Package:") {
+            return Ok(());
+        }
+        first = false;
+        let text = std::str::from_utf8(&line).unwrap_or("");
+        if release {
+            if let Some(item) = release_line(dir, text, &mut in_sha256) {
+                out.push(item);
+            }
+        } else if text.is_empty() || !more {
+            if let (Some(file), Some(declared)) = (filename.take(), sha256.take()) {
+                out.push((file, declared));
+            }
+            (filename, sha256) = (None, None);
+        } else if let Some((key, value)) = text.split_once(':') {
+            match key {
+                "Filename" => filename = Some(value.trim().to_string()),
+                "SHA256" => sha256 = Declared::from_hex(Algo::Sha256, value.trim()),
+                _ => {}
+            }
+        }
+        if out.len() > most {
+            out.truncate(most);
+            return Err(too_many(most));
+        }
+        if !more {
+            return Ok(());
+        }
+    }
+}
+
+/// One line of `Release`: its `SHA256:` section lists
+/// ` <hex> <size> <path below the suite>`.
+fn release_line(dir: &str, line: &str, in_sha256: &mut bool) -> Option<(String, Declared)> {
+    if !line.starts_with(' ') {
+        *in_sha256 = line.trim_end() == "SHA256:";
+        return None;
+    }
+    if !*in_sha256 {
+        return None;
+    }
+    let mut fields = line.split_whitespace();
+    let (hex, _size, file) = (fields.next()?, fields.next()?, fields.next()?);
+    Some((
+        format!("{dir}{file}"),
+        Declared::from_hex(Algo::Sha256, hex)?,
+    ))
 }
 
 #[cfg(test)]
@@ -234,9 +237,14 @@ mod tests {
         std::io::Write::write_all(&mut gz, packages.as_bytes()).unwrap();
         let gz = gz.finish().unwrap();
         let mut xz = Vec::new();
-        lzma_rs::xz_compress(&mut packages.as_bytes(), &mut xz).unwrap();
+        std::io::Read::read_to_end(
+            &mut liblzma::read::XzEncoder::new(packages.as_bytes(), 1),
+            &mut xz,
+        )
+        .unwrap();
+        let document = Document::new("r", &[], &[], "dists/stable/main/binary-amd64/Packages.gz");
         for body in [packages.as_bytes(), &gz[..], &xz[..]] {
-            let learned = learn("dists/stable/main/binary-amd64/Packages.gz", body);
+            let learned = learn(&document, body);
             let learned: Vec<(String, String)> = learned
                 .into_iter()
                 .map(|(k, d)| (k, d.to_string()))
@@ -249,6 +257,38 @@ mod tests {
                 ]
             );
         }
+    }
+
+    #[test]
+    fn a_packages_bomb_stops_at_the_bound_and_keeps_what_came_before() {
+        let xz = |text: &str| {
+            let mut xz = Vec::new();
+            std::io::Read::read_to_end(
+                &mut liblzma::read::XzEncoder::new(text.as_bytes(), 1),
+                &mut xz,
+            )
+            .unwrap();
+            xz
+        };
+        let path = "dists/s/main/binary-amd64/Packages.xz";
+        // Paragraphs of a real size (over 1 KiB each).
+        let paragraph = format!(
+            "Package: p\nFilename: pool/p.deb\nSHA256: {A}\nDescription: {}\n\n",
+            "x".repeat(1100)
+        );
+        let body = xz(&paragraph.repeat(1000));
+        assert_eq!(
+            learn(&Document::new("r", &[], &[], path), &body).len(),
+            1000
+        );
+        // Unpacked past the bound: what came before is kept.
+        let small =
+            Document::new("r", &[], &[], path).with_max_unpacked(paragraph.len() as u64 * 100 + 10);
+        assert_eq!(learn(&small, &body).len(), 100);
+        // Short paragraphs: more declarations than one per KiB of the bound.
+        let short = format!("Package: p\nFilename: pool/p.deb\nSHA256: {A}\n\n");
+        let few = Document::new("r", &[], &[], path).with_max_unpacked(20 * 1024);
+        assert_eq!(learn(&few, &xz(&short.repeat(1000))).len(), 20);
     }
 
     #[test]

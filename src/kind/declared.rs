@@ -269,6 +269,9 @@ pub struct Document<'a> {
     base: Option<Url>,
     rewrite: Rewrite,
     prefix: String,
+    /// The most the document is unpacked to while it is learned
+    /// (`max_learned_size`; see `kind::unpack`).
+    pub max_unpacked: u64,
 }
 
 impl<'a> Document<'a> {
@@ -285,7 +288,14 @@ impl<'a> Document<'a> {
             base,
             rewrite: Rewrite::new(remote, mirrors, files, ""),
             prefix: format!("/{remote}/"),
+            max_unpacked: super::unpack::DEFAULT_MAX_UNPACKED,
         }
+    }
+
+    /// The same document, unpacked to at most `max` bytes while learned.
+    pub fn with_max_unpacked(mut self, max: u64) -> Document<'a> {
+        self.max_unpacked = max;
+        self
     }
 
     /// The proxy path below the remote that `link` (absolute, or relative

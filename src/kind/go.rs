@@ -4,7 +4,11 @@
 //! lookups and tiles never change once published. Go has no index that
 //! declares digests here (the go command checks the checksum database itself).
 
-use super::{standard_refusal, Ecosystem};
+use std::collections::HashMap;
+
+use super::guard::{parse_time, Filtered, Judge};
+use super::package::Artifact;
+use super::{standard_refusal, Ecosystem, Packages, TimeKey, TimeSource};
 
 pub struct Go;
 
@@ -47,9 +51,122 @@ impl Ecosystem for Go {
         }
     }
 
+    fn packages(&self) -> Option<&dyn Packages> {
+        Some(self)
+    }
+
     #[cfg(test)]
     fn conformance(&self) -> super::conformance::Rows {
         tests::rows()
+    }
+}
+
+/// Modules and versions for the guard: a version's `.zip`, `.mod` and
+/// `.info` are its artifacts, dated by the `.info`'s `Time`; `@v/list` is
+/// the document whose refused versions are taken out (the go command picks
+/// from it, and asks `@latest` only when it is empty).
+impl Packages for Go {
+    /// The module path as the go command spells it: the proxy protocol's
+    /// `!x` is `X`.
+    fn normalise(&self, name: &str) -> String {
+        let mut out = String::with_capacity(name.len());
+        let mut bang = false;
+        for c in name.chars() {
+            match c {
+                '!' => bang = true,
+                c if bang => {
+                    out.push(c.to_ascii_uppercase());
+                    bang = false;
+                }
+                c => out.push(c),
+            }
+        }
+        out
+    }
+
+    /// Refusals name the module as `go.mod` spells it.
+    fn shown_name<'a>(&self, _spelt: &'a str, normalised: &'a str) -> &'a str {
+        normalised
+    }
+
+    fn artifact(&self, path: &str) -> Option<Artifact> {
+        let (module, file) = path.split_once("/@v/")?;
+        let version = [".zip", ".mod", ".info"]
+            .iter()
+            .find_map(|ext| file.strip_suffix(ext))?;
+        (!module.is_empty() && !version.is_empty() && !version.contains('/')).then(|| Artifact {
+            name: module.to_string(),
+            version: version.to_string(),
+            file: file.to_string(),
+        })
+    }
+
+    fn document(&self, path: &str) -> Option<String> {
+        let module = path.strip_suffix("/@v/list")?;
+        (!module.is_empty() && self.sumdb_path(path).is_none()).then(|| module.to_string())
+    }
+
+    /// An `.info` file: `{"Version": …, "Time": …}`.
+    fn publish_times(&self, body: &[u8]) -> HashMap<String, i64> {
+        let info: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+        let version = info["Version"].as_str();
+        let time = info["Time"].as_str().and_then(parse_time);
+        version
+            .zip(time)
+            .map(|(v, t)| (v.to_string(), t))
+            .into_iter()
+            .collect()
+    }
+
+    fn time_source(&self, artifact: &Artifact) -> Option<TimeSource> {
+        Some(TimeSource {
+            document: format!("{}/@v/{}.info", artifact.name, artifact.version),
+            suffix: "",
+            key: TimeKey::Listed(artifact.version.clone()),
+        })
+    }
+
+    /// The versions of `@v/list`, newest first (semantic versions; what does
+    /// not parse last).
+    fn dated_versions(&self, name: &str, body: &[u8]) -> Vec<Artifact> {
+        let text = String::from_utf8_lossy(body);
+        let mut versions: Vec<&str> = text.split_whitespace().collect();
+        versions.sort_by_key(|v| {
+            std::cmp::Reverse(semver::Version::parse(v.trim_start_matches('v')).ok())
+        });
+        versions
+            .into_iter()
+            .map(|version| Artifact {
+                name: name.to_string(),
+                version: version.to_string(),
+                file: format!("{version}.info"),
+            })
+            .collect()
+    }
+
+    fn filter(
+        &self,
+        judge: &Judge,
+        name: &str,
+        body: &[u8],
+        times: &HashMap<String, i64>,
+        _suffix: &str,
+    ) -> Filtered {
+        let text = String::from_utf8_lossy(body);
+        let versions: Vec<&str> = text.split_whitespace().collect();
+        let kept: Vec<&str> = versions
+            .iter()
+            .copied()
+            .filter(|v| judge.refusal(name, v, times.get(*v).copied()).is_none())
+            .collect();
+        if kept.len() == versions.len() {
+            return Filtered::Unchanged;
+        }
+        let mut list = kept.join("\n");
+        if !list.is_empty() {
+            list.push('\n');
+        }
+        Filtered::Changed(list.into_bytes())
     }
 }
 

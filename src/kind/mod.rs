@@ -20,6 +20,7 @@ pub mod apt;
 pub mod cargo;
 pub mod composer;
 pub mod declared;
+mod facets;
 pub mod generic;
 pub mod go;
 pub mod guard;
@@ -33,24 +34,23 @@ pub mod pypi;
 pub mod rewrite;
 pub mod rpm;
 pub mod rubygems;
+pub mod unpack;
 mod values;
 
 #[cfg(test)]
 mod conformance;
 
-use std::collections::HashMap;
 use std::fmt;
 
 use axum::http::HeaderMap;
 
+pub use facets::{Digests, Packages};
 pub use values::{
     keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey,
     TimeSource, Variant, VersionPolicy,
 };
 
-use declared::{Algo, Declared, Document};
-use guard::{Filtered, Judge, VersionSpec};
-use package::Artifact;
+use declared::Algo;
 
 /// Paths under this prefix are served by the remote's `files` mirrors
 /// (`/{remote}/~files/{path}` → `{files_mirror}/{path}`).
@@ -146,6 +146,14 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// whole before it is served. Default: no.
     fn md5_etag(&self, _path: &str) -> bool {
         false
+    }
+
+    /// The one spelling `path` is cached and fetched under, when the
+    /// ecosystem has two for the same thing that the path normalisation
+    /// keeps apart (npm: `@scope/name` is `@scope%2Fname`). Asked by
+    /// `http::resolve` before the access check. Default: none.
+    fn canonical_path(&self, _path: &str) -> Option<String> {
+        None
     }
 
     /// Whether `GET`/`HEAD /{remote}/` (no path below the remote) answers an
@@ -268,182 +276,6 @@ pub enum Protocol {
     ///
     /// [`kept_headers`]: Ecosystem::kept_headers
     SignedRedirects,
-}
-
-/// Declared digests: which artifacts an index declares a digest for, and
-/// which documents declare them. All default to "none".
-pub trait Digests: Send + Sync {
-    /// A digest the artifact's own path declares (apt's `by-hash`, an OCI digest).
-    fn in_path(&self, _path: &str) -> Option<Declared> {
-        None
-    }
-
-    /// The name an index declares the digest of the artifact at `path`
-    /// under, or `None` when none does (documents, what is not checked).
-    /// Usually [`declared::canonical`] of the path.
-    fn artifact_key(&self, _path: &str) -> Option<String> {
-        None
-    }
-
-    /// A digest the mirror's answer head declares for the body at `path`
-    /// (the hub's `X-Linked-Etag`), checked like one from an index. Asked
-    /// only when nothing else declares one. Default: none.
-    fn in_head(&self, _path: &str, _head: &HeaderMap) -> Option<Declared> {
-        None
-    }
-
-    /// Whether the body at `path` is a document that declares digests.
-    fn declares(&self, _path: &str) -> bool {
-        false
-    }
-
-    /// Every (artifact key, digest) `body`, the document at `document.path`,
-    /// declares. Links are located with `document` (kept only on the remote's
-    /// own hosts); keys are paths below the remote, not yet normalised.
-    fn learn(&self, _document: &Document<'_>, _body: &[u8]) -> Vec<(String, Declared)> {
-        Vec::new()
-    }
-
-    /// Documents that declare the digest of the artifact at `path` and that
-    /// the proxy fetches itself, in the order to ask for them, before the artifact's fill
-    /// checks its body, when nothing is declared for it yet (Maven's
-    /// sidecars, which clients read only after the file). The first two are
-    /// asked for at once, the rest only when neither is there; the strongest
-    /// found is kept. Default: none.
-    fn declared_by(&self, _path: &str) -> Vec<String> {
-        Vec::new()
-    }
-
-    /// Whether the artifact at `path` (one with an [`artifact_key`]), when
-    /// nothing declares its digest, is pinned on first use: the sha256 of its
-    /// first complete download is recorded as its declared digest, so a later
-    /// fetch with other bytes (after eviction, from another mirror) is
-    /// refused. Default: no.
-    ///
-    /// [`artifact_key`]: Digests::artifact_key
-    fn pins_on_first_use(&self, _path: &str) -> bool {
-        false
-    }
-
-    /// Where cached rows of the artifact `artifact` (a key [`artifact_key`]
-    /// gave) may be. Default: at the key itself.
-    ///
-    /// [`artifact_key`]: Digests::artifact_key
-    fn cached_at(&self, _artifact: &str) -> CachedAt {
-        CachedAt::Path
-    }
-}
-
-/// Packages and versions: what the supply-chain guard needs to know.
-pub trait Packages: Send + Sync {
-    /// A name as the ecosystem compares names. Default: as spelt.
-    fn normalise(&self, name: &str) -> String {
-        name.to_string()
-    }
-
-    /// The name a refusal shows for `spelt` (normalised as `normalised`).
-    /// Default: as the path spelt it.
-    fn shown_name<'a>(&self, spelt: &'a str, _normalised: &'a str) -> &'a str {
-        spelt
-    }
-
-    /// A version or range in the ecosystem's syntax (after `@` in a rule).
-    /// Default: refused, naming the kind.
-    fn parse_versions(&self, _text: &str) -> Result<VersionSpec, String> {
-        Err("this kind takes package rules without versions only".to_string())
-    }
-
-    /// The artifact (package, version, file) `path` downloads.
-    fn artifact(&self, path: &str) -> Option<Artifact>;
-
-    /// The package whose document `path` is.
-    fn document(&self, path: &str) -> Option<String>;
-
-    /// Publish times a document gives, keyed as [`TimeKey::Listed`] names
-    /// them; empty when it gives none. Default: none.
-    fn publish_times(&self, _body: &[u8]) -> HashMap<String, i64> {
-        HashMap::new()
-    }
-
-    /// Where the publish time of `artifact` is read. Default: nowhere.
-    fn time_source(&self, _artifact: &Artifact) -> Option<TimeSource> {
-        None
-    }
-
-    /// For a document in variant `suffix` that lacks publish times: the
-    /// variant of the same path that has them.
-    fn times_variant(&self, _suffix: &str) -> Option<&'static str> {
-        None
-    }
-
-    /// For a document of package `name` whose versions may lack publish
-    /// times: another document of the remote that has them, read through
-    /// the cache under a cooldown (rubygems: the versions API). Default:
-    /// none.
-    fn times_document(&self, _name: &str) -> Option<String> {
-        None
-    }
-
-    /// For a document (of package `name`) that has no publish times and no
-    /// variant with them: the artifacts whose times date its versions,
-    /// newest version first (the proxy reads them until it meets one old
-    /// enough, and takes the older ones to be older still). Default: none.
-    fn dated_versions(&self, _name: &str, _body: &[u8]) -> Vec<Artifact> {
-        Vec::new()
-    }
-
-    /// `body`, the document (variant `suffix`) of package `name`, with the
-    /// versions `judge` refuses taken out. `times`: publish times from the
-    /// [`times_variant`](Packages::times_variant) when it is used. Default:
-    /// unchanged.
-    fn filter(
-        &self,
-        _judge: &Judge,
-        _name: &str,
-        _body: &[u8],
-        _times: &HashMap<String, i64>,
-        _suffix: &str,
-    ) -> Filtered {
-        Filtered::Unchanged
-    }
-
-    /// For an index that lists many packages with a digest of each one's
-    /// document (rubygems' `versions`, which lists each gem's versions and
-    /// the MD5 of its `info`): every (package, versions listed) in `body`,
-    /// in the order listed; `None` when `path` is no such index (asked with
-    /// an empty body to learn whether it is one). The proxy
-    /// filters each package's document (at [`document_of`]) that the guard
-    /// may change and has the index [`restate`]d to match. Default: none.
-    ///
-    /// [`document_of`]: Packages::document_of
-    /// [`restate`]: Packages::restate_index
-    fn index_listing(&self, _path: &str, _body: &[u8]) -> Option<Vec<(String, Vec<String>)>> {
-        None
-    }
-
-    /// The path of the document of package `name`, the inverse of
-    /// [`document`](Packages::document). Default: none.
-    fn document_of(&self, _name: &str) -> Option<String> {
-        None
-    }
-
-    /// The index `body` with each package in `restated` listing what its
-    /// document as served (filtered) lists, with that document's digest as
-    /// the index spells one (rubygems: the MD5 of the `info` served); a
-    /// package given `None` (refused whole) is left out. Default: unchanged.
-    fn restate_index(
-        &self,
-        body: Vec<u8>,
-        _restated: &HashMap<String, Option<Vec<u8>>>,
-    ) -> Vec<u8> {
-        body
-    }
-
-    /// Whether the client shows a refusal's reason only from the status
-    /// line (pip), not the body. Default: no.
-    fn reason_in_status_line(&self) -> bool {
-        false
-    }
 }
 
 /// The default [`Ecosystem::refuses_key`].
@@ -578,6 +410,12 @@ impl Kind {
         }
     }
 
+    /// Whether an immutable artifact nothing declares is pinned on first
+    /// use (`Digests::pins_on_first_use`; yes without `Digests`).
+    pub fn pins_on_first_use(self, path: &str) -> bool {
+        self.digests().is_none_or(|d| d.pins_on_first_use(path))
+    }
+
     /// The name an index declares `path`'s digest under, if any.
     pub fn artifact_key(self, path: &str) -> Option<String> {
         self.digests()?.artifact_key(path)
@@ -651,7 +489,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, maven, rubygems and composer remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems and composer remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

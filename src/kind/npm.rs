@@ -40,6 +40,14 @@ impl Ecosystem for Npm {
         "npm"
     }
 
+    /// A scoped packument asked for as `@scope/name` is the `@scope%2Fname`
+    /// clients send (and registries answer for both).
+    fn canonical_path(&self, path: &str) -> Option<String> {
+        let (scope, name) = path.strip_prefix('@')?.split_once('/')?;
+        (!scope.is_empty() && !name.is_empty() && !name.contains('/'))
+            .then(|| format!("@{scope}%2F{name}"))
+    }
+
     fn is_immutable(&self, path: &str) -> bool {
         path.contains("/-/") && path.ends_with(".tgz")
     }

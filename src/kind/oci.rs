@@ -77,6 +77,9 @@ pub enum Endpoint<'a> {
     Blob(&'a str),
     /// The repository's tags, a mutable document.
     TagsList,
+    /// The referrers of a manifest (signatures, SBOMs: the OCI 1.1
+    /// referrers API), a mutable document like a tag list.
+    Referrers(&'a str),
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -123,6 +126,7 @@ pub fn split(rest: &str) -> Result<(&str, Endpoint<'_>), Invalid> {
         "manifests" if is_tag(last) => Endpoint::Manifest(Reference::Tag(last)),
         "manifests" => return Err(Invalid::Tag),
         "blobs" => Endpoint::Blob(checked_digest(last)?),
+        "referrers" => Endpoint::Referrers(checked_digest(last)?),
         _ => return Err(Invalid::Unsupported),
     };
     Ok((checked_name(name)?, endpoint))
@@ -196,10 +200,21 @@ pub fn sha256_hex(digest: &str) -> Option<&str> {
 /// fetched by digest. `None` for tags and tag lists.
 pub fn digest_in_path(path: &str) -> Option<&str> {
     let rest = path.strip_prefix("v2/")?;
+    if let Some(digest) = rest.strip_prefix("blobs/") {
+        return checked_digest(digest).ok();
+    }
     match split(rest).ok()?.1 {
         Endpoint::Blob(digest) | Endpoint::Manifest(Reference::Digest(digest)) => Some(digest),
-        Endpoint::Manifest(Reference::Tag(_)) | Endpoint::TagsList => None,
+        Endpoint::Manifest(Reference::Tag(_)) | Endpoint::TagsList | Endpoint::Referrers(_) => None,
     }
+}
+
+/// The cache key (a path below the remote) of a blob, whatever repository
+/// asks for it: one entry and one fill per digest per remote. No request
+/// path has this shape (a repository name comes before `blobs/`), so it
+/// names no other artifact.
+pub fn blob_key(digest: &str) -> String {
+    format!("v2/blobs/{digest}")
 }
 
 /// Whether `path` is fetched by digest, so never changes.
@@ -376,7 +391,7 @@ mod tests {
             ("a%2fb/manifests/latest", Invalid::Name),
             ("alpine/blobs/uploads/", Invalid::Unsupported),
             ("_catalog", Invalid::Unsupported),
-            ("alpine/referrers/x", Invalid::Unsupported),
+            ("alpine/referrers/x", Invalid::Digest),
         ] {
             assert_eq!(split(rest).err(), Some(invalid), "{rest}");
         }
@@ -401,6 +416,10 @@ mod tests {
         assert!(is_immutable(&format!("v2/alpine/manifests/{D}")));
         assert!(!is_immutable("v2/alpine/manifests/latest"));
         assert!(!is_immutable("v2/alpine/tags/list"));
+        assert!(!is_immutable(&format!("v2/alpine/referrers/{D}")));
+        assert!(is_immutable(&blob_key(D)));
+        assert_eq!(digest_in_path(&blob_key(D)), Some(D));
+        assert_eq!(digest_in_path("v2/blobs/sha256:abc"), None);
         assert!(is_manifest("v2/alpine/manifests/latest"));
         assert!(!is_manifest(&format!("v2/alpine/blobs/{D}")));
     }

@@ -73,11 +73,11 @@ impl Ecosystem for Pypi {
 }
 
 impl Digests for Pypi {
-    /// Files, but not `.metadata` files (no index declares those here).
+    /// Files, and their PEP 658 `.metadata` files (which a page declares
+    /// with `data-core-metadata`, PEP 691 with `core-metadata`).
     fn artifact_key(&self, path: &str) -> Option<String> {
-        ((path.starts_with(FILES_PREFIX) || self.is_immutable(path))
-            && !path.ends_with(".metadata"))
-        .then(|| super::declared::canonical(path))
+        (path.starts_with(FILES_PREFIX) || self.is_immutable(path))
+            .then(|| super::declared::canonical(path))
     }
 
     fn declares(&self, path: &str) -> bool {
@@ -129,8 +129,13 @@ impl Packages for Pypi {
         file(package::file_name(path)?)
     }
 
+    /// A simple page (`simple/{project}/`), or the JSON API's project page
+    /// (`pypi/{project}/json`).
     fn document(&self, path: &str) -> Option<String> {
-        let project = path.strip_prefix("simple/")?.strip_suffix('/')?;
+        let project = match path.strip_prefix("simple/") {
+            Some(rest) => rest.strip_suffix('/')?,
+            None => path.strip_prefix("pypi/")?.strip_suffix("/json")?,
+        };
         (!project.is_empty() && !project.contains('/')).then(|| project.to_string())
     }
 
@@ -178,8 +183,10 @@ impl Packages for Pypi {
                 Ok(text) => filter_html(judge, name, text, times),
                 Err(_) => Filtered::Unchanged,
             }
-        } else {
+        } else if suffix == JSON.suffix {
             filter_json(judge, name, body)
+        } else {
+            filter_api(judge, name, body)
         }
     }
 
@@ -232,33 +239,53 @@ fn file(file: String) -> Option<Artifact> {
     })
 }
 
+/// Each anchor's `#sha256=` for its file, and its PEP 714
+/// `data-core-metadata` (or PEP 658 `data-dist-info-metadata`) `sha256=`
+/// for the file's `.metadata`.
 fn learn_html(html: &str, document: &Document<'_>) -> Vec<(String, Declared)> {
     let mut out = Vec::new();
-    let mut rest = html;
-    while let Some(at) = rest.find("href=") {
-        rest = &rest[at + 5..];
-        let Some(quote) = rest.chars().next().filter(|c| *c == '"' || *c == '\'') else {
+    for tag in html.split("<a").skip(1) {
+        let tag = &tag[..tag.find('>').unwrap_or(tag.len())];
+        let Some(href) = attribute(tag, "href") else {
             continue;
         };
-        let Some(end) = rest[1..].find(quote) else {
-            break;
-        };
-        let href = rest[1..1 + end].replace("&amp;", "&");
-        rest = &rest[1 + end..];
-        let Some((link, fragment)) = href.split_once('#') else {
+        let href = href.replace("&amp;", "&");
+        let (link, fragment) = href.split_once('#').unwrap_or((&href, ""));
+        let Some(path) = document.path_of(link) else {
             continue;
         };
-        let Some(hex) = fragment.strip_prefix("sha256=") else {
-            continue;
-        };
-        if let (Some(path), Some(declared)) = (
-            document.path_of(link),
-            Declared::from_hex(Algo::Sha256, hex),
-        ) {
+        let sha256 = |value: &str| Declared::from_hex(Algo::Sha256, value.strip_prefix("sha256=")?);
+        let metadata = attribute(tag, "data-core-metadata")
+            .or_else(|| attribute(tag, "data-dist-info-metadata"))
+            .and_then(sha256);
+        if let Some(declared) = metadata {
+            out.push((format!("{path}.metadata"), declared));
+        }
+        if let Some(declared) = sha256(fragment) {
             out.push((path, declared));
         }
     }
     out
+}
+
+/// The value of the attribute `name` of an HTML tag's text, quoted with
+/// `"` or `'`.
+fn attribute<'t>(tag: &'t str, name: &str) -> Option<&'t str> {
+    let mut rest = tag;
+    loop {
+        let at = rest.find(name)?;
+        let before = rest[..at].chars().next_back();
+        rest = &rest[at + name.len()..];
+        if !before.is_some_and(char::is_whitespace) {
+            continue;
+        }
+        let Some(value) = rest.strip_prefix('=') else {
+            continue;
+        };
+        let quote = value.chars().next().filter(|c| *c == '"' || *c == '\'')?;
+        let value = &value[1..];
+        return value.find(quote).map(|end| &value[..end]);
+    }
 }
 
 fn learn_json(json: &serde_json::Value, document: &Document<'_>) -> Vec<(String, Declared)> {
@@ -275,10 +302,20 @@ fn learn_json(json: &serde_json::Value, document: &Document<'_>) -> Vec<(String,
     files
         .chain(urls)
         .chain(releases)
-        .filter_map(|file| {
-            let hashes = file.get("hashes").or_else(|| file.get("digests"))?;
-            let declared = Declared::from_hex(Algo::Sha256, hashes["sha256"].as_str()?)?;
-            Some((document.path_of(file["url"].as_str()?)?, declared))
+        .flat_map(|file| {
+            let path = file["url"].as_str().and_then(|url| document.path_of(url));
+            let sha256 = |hashes: Option<&Value>| {
+                Declared::from_hex(Algo::Sha256, hashes?.get("sha256")?.as_str()?)
+            };
+            let hashes = file.get("hashes").or_else(|| file.get("digests"));
+            // PEP 691's `core-metadata` (`dist-info-metadata` before PEP 714):
+            // `{"sha256": …}` for the file's `.metadata`, or just `true`.
+            let metadata = file
+                .get("core-metadata")
+                .or_else(|| file.get("dist-info-metadata"));
+            let own = path.clone().zip(sha256(hashes));
+            let of_metadata = path.map(|p| format!("{p}.metadata")).zip(sha256(metadata));
+            own.into_iter().chain(of_metadata)
         })
         .collect()
 }
@@ -315,6 +352,40 @@ fn filter_json(judge: &Judge, name: &str, body: &[u8]) -> Filtered {
         .collect();
     if let Some(versions) = doc.get_mut("versions").and_then(Value::as_array_mut) {
         versions.retain(|v| v.as_str().is_some_and(|v| left.iter().any(|l| l == v)));
+    }
+    Filtered::Changed(serde_json::to_vec(&doc).unwrap_or_else(|_| body.to_vec()))
+}
+
+/// The JSON API's project page (`pypi/{project}/json`): the refused
+/// versions out of `releases` (each dated by its earliest file's
+/// `upload_time_iso_8601`), and `urls` emptied when the version `info`
+/// describes is refused (its files are).
+fn filter_api(judge: &Judge, name: &str, body: &[u8]) -> Filtered {
+    let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
+        return Filtered::Unchanged;
+    };
+    let refused = |version: &str, files: &Value| {
+        let published = files
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|f| f["upload_time_iso_8601"].as_str().and_then(parse_time))
+            .min();
+        judge.refusal(name, version, published).is_some()
+    };
+    let mut changed = false;
+    if let Some(releases) = doc.get_mut("releases").and_then(Value::as_object_mut) {
+        let before = releases.len();
+        releases.retain(|version, files| !refused(version, files));
+        changed = releases.len() != before;
+    }
+    let current = doc["info"]["version"].as_str().map(str::to_string);
+    if current.is_some_and(|version| refused(&version, &doc["urls"])) {
+        doc["urls"] = Value::Array(Vec::new());
+        changed = true;
+    }
+    if !changed {
+        return Filtered::Unchanged;
     }
     Filtered::Changed(serde_json::to_vec(&doc).unwrap_or_else(|_| body.to_vec()))
 }
@@ -463,12 +534,15 @@ mod tests {
             documents: vec![
                 ("simple/mc-alpha/", Some("mc-alpha")),
                 ("simple/", None),
-                ("pypi/six/json", None),
+                ("pypi/six/json", Some("six")),
             ],
             keys: vec![
                 ("~files/packages/t-2.0%2Bcpu.whl", Some("~files/packages/t-2.0+cpu.whl")),
                 ("~files/packages/t-2.0+cpu.whl", Some("~files/packages/t-2.0+cpu.whl")),
-                ("~files/packages/ab/six.whl.metadata", None),
+                (
+                    "~files/packages/ab/six.whl.metadata",
+                    Some("~files/packages/ab/six.whl.metadata"),
+                ),
                 ("simple/six/", None),
             ],
             declares: vec![

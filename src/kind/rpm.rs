@@ -8,21 +8,18 @@
 //! On a remote with `files` mirrors, `xml:base` locations on its hosts are
 //! re-pointed at the proxy (`relocate`); otherwise both are served as stored.
 
-use std::io::{BufRead, BufReader, Read};
+use std::io::BufRead;
 
 use quick_xml::events::{BytesStart, Event};
 
 use super::declared::{Algo, Declared, Document};
 use super::rewrite::Rewrite;
+use super::unpack::{stopped, Stopped, Unpacked};
 use super::{Digests, Ecosystem};
 
 mod relocate;
 
 pub struct Rpm;
-
-/// The most a `primary.xml` is read to, decompressed (Fedora's largest,
-/// `everything`, is about 300 MB): past it nothing is learned from it.
-const MAX_PRIMARY: u64 = 1024 * 1024 * 1024;
 
 impl Ecosystem for Rpm {
     fn name(&self) -> &'static str {
@@ -96,6 +93,19 @@ fn data_file(path: &str) -> Option<(Option<&str>, &str)> {
     }
 }
 
+/// The most a `primary.xml` being relocated may unpack to (learning it
+/// takes the remote's `max_learned_size`; relocation runs within
+/// `max_document_size` already).
+const MAX_PRIMARY: u64 = super::unpack::DEFAULT_MAX_UNPACKED;
+
+/// `body` decompressed by its magic as a stream of at most `max` bytes, for
+/// relocation (the one decoder learning uses too: `kind::unpack`).
+fn decompress(body: &[u8], max: u64) -> std::io::Result<Box<dyn BufRead + '_>> {
+    Unpacked::new(body, max)
+        .map(Unpacked::into_reader)
+        .map_err(std::io::Error::other)
+}
+
 fn is_repomd(path: &str) -> bool {
     path == "repodata/repomd.xml" || path.ends_with("/repodata/repomd.xml")
 }
@@ -139,7 +149,7 @@ impl Digests for Rpm {
     }
 
     fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
-        learn(document, body, MAX_PRIMARY)
+        learn(document, body, document.max_unpacked)
     }
 }
 
@@ -149,87 +159,23 @@ fn learn(document: &Document<'_>, body: &[u8], max: u64) -> Vec<(String, Declare
     } else {
         (&b"package"[..], "primary.xml")
     };
-    let parsed = match decompress(body, max) {
-        Ok(reader) => records(reader, record),
-        Err(error) => Err(error),
-    };
-    match parsed {
-        Ok(found) => found
-            .into_iter()
-            .filter_map(|r| Some((locate(document, &r)?, r.declared)))
-            .collect(),
-        Err(error) => {
-            tracing::warn!(path = document.path, %error, "{what} not learned");
-            Vec::new()
-        }
+    // Read as a stream, bounded (`kind::unpack`): past `max` learning
+    // stops, and what was read before is kept.
+    let mut found = Vec::new();
+    let read = Unpacked::new(body, max)
+        .and_then(|unpacked| records(unpacked.into_reader(), record, &mut found));
+    if let Err(stop) = read {
+        tracing::warn!(
+            document = document.path,
+            %stop,
+            learned = found.len(),
+            "stopped learning the digests this {what} declares; it is served as sent"
+        );
     }
-}
-
-/// The body as a reader of its decompressed bytes (by its magic), which
-/// fails once it has given `max` bytes.
-fn decompress(body: &[u8], max: u64) -> std::io::Result<Box<dyn BufRead + '_>> {
-    let reader: Box<dyn Read> = if body.starts_with(&[0x1f, 0x8b]) {
-        Box::new(flate2::read::MultiGzDecoder::new(body))
-    } else if body.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
-        Box::new(zstd::stream::read::Decoder::with_buffer(body)?)
-    } else if body.starts_with(b"\xfd7zXZ\0") {
-        // lzma-rs only writes: unpacked into memory, as far as the bound.
-        let mut out = Bounded {
-            bytes: Vec::new(),
-            max,
-        };
-        let mut input = body;
-        lzma_rs::xz_decompress(&mut input, &mut out)
-            .map_err(|e| std::io::Error::other(format!("xz: {e}")))?;
-        return Ok(Box::new(std::io::Cursor::new(out.bytes)));
-    } else {
-        Box::new(body)
-    };
-    Ok(Box::new(BufReader::new(Capped {
-        inner: reader,
-        left: max,
-    })))
-}
-
-fn too_large() -> std::io::Error {
-    std::io::Error::other("unpacks past the bound on what is learned")
-}
-
-/// A reader that fails once it has given its bound.
-struct Capped<R> {
-    inner: R,
-    left: u64,
-}
-
-impl<R: Read> Read for Capped<R> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        if n as u64 > self.left {
-            return Err(too_large());
-        }
-        self.left -= n as u64;
-        Ok(n)
-    }
-}
-
-/// A writer that refuses to grow past its bound (an xz bomb).
-struct Bounded {
-    bytes: Vec<u8>,
-    max: u64,
-}
-
-impl std::io::Write for Bounded {
-    fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
-        if self.bytes.len() as u64 + bytes.len() as u64 > self.max {
-            return Err(too_large());
-        }
-        self.bytes.extend_from_slice(bytes);
-        Ok(bytes.len())
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        Ok(())
-    }
+    found
+        .into_iter()
+        .filter_map(|r| Some((locate(document, &r)?, r.declared)))
+        .collect()
 }
 
 /// One `<data>` (repomd) or `<package>` (primary): its checksum (with the
@@ -243,9 +189,9 @@ struct Record {
 
 /// Every `record` element's `<checksum type=…>` and `<location href
 /// xml:base>`, read as a stream.
-fn records(input: impl BufRead, record: &[u8]) -> std::io::Result<Vec<Record>> {
+fn records(input: impl BufRead, record: &[u8], out: &mut Vec<Record>) -> Result<(), Stopped> {
     let mut reader = quick_xml::Reader::from_reader(input);
-    let (mut buf, mut out) = (Vec::new(), Vec::new());
+    let mut buf = Vec::new();
     let mut inside = false;
     // The checksum's function while its text is read, and the text.
     let mut algo: Option<Option<Algo>> = None;
@@ -254,9 +200,10 @@ fn records(input: impl BufRead, record: &[u8]) -> std::io::Result<Vec<Record>> {
     // The length stated, and whether a `<size>`'s text is being read.
     let (mut size, mut size_text): (Option<u64>, Option<String>) = (None, None);
     loop {
-        let event = reader
-            .read_event_into(&mut buf)
-            .map_err(|e| std::io::Error::other(e.to_string()))?;
+        let event = reader.read_event_into(&mut buf).map_err(|e| match e {
+            quick_xml::Error::Io(io) => stopped(&io),
+            other => Stopped::Broken(other.to_string()),
+        })?;
         match event {
             Event::Start(e) if e.name().as_ref() == record => {
                 (inside, checksum, location, size) = (true, None, None, None);
@@ -307,7 +254,7 @@ fn records(input: impl BufRead, record: &[u8]) -> std::io::Result<Vec<Record>> {
                     });
                 }
             }
-            Event::Eof => return Ok(out),
+            Event::Eof => return Ok(()),
             _ => {}
         }
         buf.clear();

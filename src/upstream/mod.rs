@@ -82,6 +82,8 @@ pub struct Remote {
     pub client: reqwest::Client,
     /// An oci remote's registry tokens (empty for other kinds).
     pub tokens: token::Tokens,
+    /// An oci remote's tag HEADs in flight (shared by concurrent requests).
+    pub tag_heads: registry::TagHeads,
 }
 
 impl Remote {
@@ -102,6 +104,7 @@ impl Remote {
             policy: CachePolicy::new(config.kind, &config.immutable, config.revalidate_after),
             client: fetch::client_for(config)?,
             tokens: token::Tokens::default(),
+            tag_heads: registry::TagHeads::default(),
             config: config.clone(),
         })
     }

@@ -3,8 +3,14 @@
 //! `GET` is needed only when that changed. Docker Hub does not count a HEAD
 //! as a pull. The attempts follow the selector's order and feed the mirrors'
 //! health as fetches do, one after the other (a HEAD is cheap; no hedging).
+//! Concurrent revalidations of one tag (and `Accept`) share one HEAD
+//! ([`TagHeads`]).
 
+use std::collections::HashMap;
+use std::sync::Mutex;
 use std::time::Instant;
+
+use tokio::sync::watch;
 
 use axum::http::{header, StatusCode};
 
@@ -24,10 +30,84 @@ pub enum TagHead {
     Unknown,
 }
 
+/// A remote's tag HEADs in flight, by path and `Accept`: the first request
+/// sends it, the others wait for its answer.
+#[derive(Debug, Default)]
+pub struct TagHeads {
+    // A std mutex: held only to look up, insert or remove, never across an
+    // await.
+    in_flight: Mutex<HashMap<String, watch::Receiver<Option<Result<TagHead, ProxyError>>>>>,
+}
+
+/// Takes the sender's entry out of the map however its HEAD ends (also
+/// when its request is dropped: the waiting ones then send their own).
+struct Leave<'a> {
+    heads: &'a TagHeads,
+    key: String,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        self.heads
+            .in_flight
+            .lock()
+            .expect("tag HEAD map poisoned")
+            .remove(&self.key);
+    }
+}
+
+/// The tag's digest now, asked with one HEAD however many requests ask at
+/// once (see [`head_uncoalesced`]).
+pub async fn head_digest(
+    remote: &Remote,
+    path: &str,
+    accept: Option<&str>,
+) -> Result<TagHead, ProxyError> {
+    let key = format!("{path}\n{}", accept.unwrap_or(""));
+    let (sender, mut answer) = {
+        let mut in_flight = remote
+            .tag_heads
+            .in_flight
+            .lock()
+            .expect("tag HEAD map poisoned");
+        match in_flight.get(&key) {
+            Some(answer) => (None, answer.clone()),
+            None => {
+                let (sender, answer) = watch::channel(None);
+                in_flight.insert(key.clone(), answer.clone());
+                (Some(sender), answer)
+            }
+        }
+    };
+    if let Some(sender) = sender {
+        let _leave = Leave {
+            heads: &remote.tag_heads,
+            key,
+        };
+        let result = head_uncoalesced(remote, path, accept).await;
+        sender.send_replace(Some(result.clone()));
+        return result;
+    }
+    loop {
+        if let Some(result) = answer.borrow_and_update().clone() {
+            return result;
+        }
+        if answer.changed().await.is_err() {
+            break;
+        }
+    }
+    // The sender's request went away without an answer.
+    let last = answer.borrow().clone();
+    match last {
+        Some(result) => result,
+        None => head_uncoalesced(remote, path, accept).await,
+    }
+}
+
 /// `HEAD {mirror}/{path}` with `accept`, in the selector's order, until a
 /// mirror answers below 500. Every mirror failing is `MirrorsFailed` (the
 /// caller then serves its copy as `STALE`).
-pub async fn head_digest(
+async fn head_uncoalesced(
     remote: &Remote,
     path: &str,
     accept: Option<&str>,

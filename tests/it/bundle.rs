@@ -192,10 +192,11 @@ async fn export_then_import_into_an_empty_store_serves_every_entry_as_a_hit_with
     let (key, public) = key_pair(work.path(), "bundle", 7);
     let bundle = work.path().join("cache.mcb");
     let exported = export_from(&a, &origin, &bundle, Some(&key)).await;
-    // The packument and 4 artifact rows; one blob for the two equal files.
+    // The packument and 4 artifact rows; one blob for the two equal files;
+    // the packument's integrity and the three generic files' first-use pins.
     assert_eq!(
         (exported.entries, exported.blobs, exported.declared),
-        (5, 4, 1),
+        (5, 4, 4),
         "{exported}"
     );
     assert!(exported.signed);
@@ -217,7 +218,7 @@ async fn export_then_import_into_an_empty_store_serves_every_entry_as_a_hit_with
             imported.skipped,
             imported.declared_added
         ),
-        (5, 0, 0, 1),
+        (5, 0, 0, 4),
         "{imported}"
     );
     assert_eq!(imported.signed, import::Signed::ByTrustedKey);

@@ -534,3 +534,185 @@ async fn tokens_are_fetched_on_a_challenge_and_blob_redirects_go_anywhere_withou
     assert_eq!(tokens.lock().unwrap().len(), 1);
     proxy.stop().await;
 }
+
+#[tokio::test]
+async fn a_manifest_pulled_by_tag_is_pulled_by_digest_from_the_cache_also_offline() {
+    let mirror = MirrorServer::start().await;
+    let (digest, _) = registry(&mirror, "team/app");
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n",
+        mirror.url("")
+    ))
+    .await;
+    let p = &proxy.running.proxy;
+    let by_tag = "/v2/oci/team/app/manifests/1";
+    let by_digest = format!("/v2/oci/team/app/manifests/{digest}");
+    let (status, headers, tag_body) = call(p, Method::GET, by_tag, Some(MANIFEST)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "x-cache-status"), "MISS");
+    // Whatever the digest request accepts: the bytes are the digest's.
+    let docker = "application/vnd.docker.distribution.manifest.v2+json, application/vnd.oci.image.manifest.v1+json";
+    let (status, headers, body) = call(p, Method::GET, &by_digest, Some(docker)).await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "x-cache-status"), "HIT");
+    assert_eq!(header(&headers, "docker-content-digest"), digest);
+    assert_eq!(header(&headers, "content-type"), MANIFEST);
+    assert_eq!(body, tag_body);
+    assert_eq!(mirror.hits("/v2/team/app/manifests/1"), 1);
+    assert_eq!(mirror.hits(&format!("/v2/team/app/manifests/{digest}")), 0);
+
+    // With the registry gone, both still answer, GET and HEAD.
+    mirror.stop();
+    for uri in [by_tag, by_digest.as_str()] {
+        let (status, headers, body) = call(p, Method::GET, uri, Some(MANIFEST)).await;
+        assert_eq!(status, StatusCode::OK, "{uri}");
+        assert_eq!(format!("sha256:{}", sha256_hex(&body)), digest, "{uri}");
+        let (status, headers_head, _) = call(p, Method::HEAD, uri, Some(MANIFEST)).await;
+        assert_eq!(status, StatusCode::OK, "{uri}");
+        assert_eq!(header(&headers_head, "docker-content-digest"), digest);
+        assert_eq!(header(&headers, "docker-content-digest"), digest);
+    }
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn one_blob_fill_serves_the_layer_under_every_repository_name() {
+    let mirror = MirrorServer::start().await;
+    let (_, blob_digest) = registry(&mirror, "team/app");
+    registry(&mirror, "other/base");
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n",
+        mirror.url("")
+    ))
+    .await;
+    let p = &proxy.running.proxy;
+    let uri = |name: &str| format!("/v2/oci/{name}/blobs/{blob_digest}");
+    // At once, and then one after the other.
+    let (team, other) = (uri("team/app"), uri("other/base"));
+    let (a, b) = tokio::join!(
+        call(p, Method::GET, &team, None),
+        call(p, Method::GET, &other, None)
+    );
+    proxy.settle().await;
+    let (c, d) = (
+        call(p, Method::GET, &uri("team/app"), None).await,
+        call(p, Method::GET, &uri("other/base"), None).await,
+    );
+    for (status, headers, body) in [a, b, c, d] {
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(&body[..], b"layer bytes");
+        assert_eq!(header(&headers, "docker-content-digest"), blob_digest);
+    }
+    let fetched = mirror.hits(&format!("/v2/team/app/blobs/{blob_digest}"))
+        + mirror.hits(&format!("/v2/other/base/blobs/{blob_digest}"));
+    assert_eq!(fetched, 1, "{:?}", mirror.requests());
+
+    // A name that does not have it upstream is no 404 remembered for the
+    // name that does.
+    let missing = "sha256:0000000000000000000000000000000000000000000000000000000000000000";
+    let (status, _, _) = call(
+        p,
+        Method::GET,
+        &format!("/v2/oci/nobody/blobs/{missing}"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    proxy.settle().await;
+    mirror.put(&format!("/v2/team/app/blobs/{missing}"), b"late".to_vec());
+    let (status, _, _) = call(
+        p,
+        Method::GET,
+        &format!("/v2/oci/team/app/blobs/{missing}"),
+        None,
+    )
+    .await;
+    // The bytes are not that digest: refused, but asked for upstream.
+    assert_eq!(status, StatusCode::BAD_GATEWAY, "{:?}", mirror.requests());
+    assert_eq!(mirror.hits(&format!("/v2/team/app/blobs/{missing}")), 1);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn referrers_are_passed_through_cached_and_filtered_by_artifact_type() {
+    let mirror = MirrorServer::start().await;
+    let (digest, _) = registry(&mirror, "team/app");
+    let index = r#"{"schemaVersion":2,"mediaType":"application/vnd.oci.image.index.v1+json","manifests":[{"artifactType":"application/vnd.dev.cosign.artifact.sig.v1+json","digest":"sha256:1111111111111111111111111111111111111111111111111111111111111111"},{"artifactType":"application/spdx+json","digest":"sha256:2222222222222222222222222222222222222222222222222222222222222222"}]}"#;
+    let upstream = format!("/v2/team/app/referrers/{digest}");
+    mirror.put_typed(&upstream, index, "application/vnd.oci.image.index.v1+json");
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n",
+        mirror.url("")
+    ))
+    .await;
+    let p = &proxy.running.proxy;
+    let uri = format!("/v2/oci/team/app/referrers/{digest}");
+    for cache in ["MISS", "HIT"] {
+        let (status, headers, body) = call(p, Method::GET, &uri, None).await;
+        assert_eq!(status, StatusCode::OK);
+        assert_eq!(header(&headers, "x-cache-status"), cache);
+        assert_eq!(&body[..], index.as_bytes());
+        assert_eq!(
+            header(&headers, "content-type"),
+            "application/vnd.oci.image.index.v1+json"
+        );
+        proxy.settle().await;
+    }
+    let (status, headers, body) = call(
+        p,
+        Method::GET,
+        &format!("{uri}?artifactType=application/spdx%2Bjson"),
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::OK);
+    assert_eq!(header(&headers, "oci-filters-applied"), "artifactType");
+    let json: serde_json::Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(json["manifests"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        json["manifests"][0]["artifactType"],
+        "application/spdx+json"
+    );
+    assert_eq!(mirror.hits(&upstream), 1);
+    let (status, _, body) = call(
+        p,
+        Method::GET,
+        "/v2/oci/team/app/referrers/sha256:9999999999999999999999999999999999999999999999999999999999999999",
+        None,
+    )
+    .await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert_eq!(code(&body), "MANIFEST_UNKNOWN");
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn concurrent_revalidations_of_one_tag_send_one_head() {
+    let mirror = MirrorServer::start().await;
+    let (digest, _) = registry(&mirror, "team/app");
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"oci\"\nkind = \"oci\"\nmirrors = [\"{}\"]\nrevalidate_after = \"0s\"\n",
+        mirror.url("")
+    ))
+    .await;
+    let p = &proxy.running.proxy;
+    let uri = "/v2/oci/team/app/manifests/1";
+    let (status, _, _) = call(p, Method::GET, uri, Some(MANIFEST)).await;
+    assert_eq!(status, StatusCode::OK);
+    proxy.settle().await;
+    // Every request is past revalidate_after; the HEAD takes a while.
+    mirror.set_fault(crate::support::Fault::SlowFirstByte(
+        std::time::Duration::from_millis(300),
+    ));
+    let answers =
+        futures_util::future::join_all((0..10).map(|_| call(p, Method::GET, uri, Some(MANIFEST))))
+            .await;
+    for (status, headers, _) in &answers {
+        assert_eq!(*status, StatusCode::OK);
+        assert_eq!(header(headers, "x-cache-status"), "REVALIDATED");
+        assert_eq!(header(headers, "docker-content-digest"), digest);
+    }
+    // One GET (the fill), one HEAD for the ten.
+    assert_eq!(mirror.hits("/v2/team/app/manifests/1"), 2);
+    proxy.stop().await;
+}

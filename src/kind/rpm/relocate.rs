@@ -34,8 +34,7 @@ pub(super) struct Relocated {
 enum Packing {
     Gzip(GzEncoder<Vec<u8>>),
     Zstd(zstd::stream::write::Encoder<'static, Vec<u8>>),
-    /// lzma-rs compresses from a reader: the XML is kept, then packed.
-    Xz(Vec<u8>),
+    Xz(liblzma::write::XzEncoder<Vec<u8>>),
     Plain(Vec<u8>),
 }
 
@@ -46,7 +45,7 @@ impl Packing {
         } else if body.starts_with(&[0x28, 0xb5, 0x2f, 0xfd]) {
             Packing::Zstd(zstd::stream::write::Encoder::new(Vec::new(), 3)?)
         } else if body.starts_with(b"\xfd7zXZ\0") {
-            Packing::Xz(Vec::new())
+            Packing::Xz(liblzma::write::XzEncoder::new(Vec::new(), 6))
         } else {
             Packing::Plain(Vec::new())
         })
@@ -56,11 +55,7 @@ impl Packing {
         match self {
             Packing::Gzip(gz) => gz.finish(),
             Packing::Zstd(zst) => zst.finish(),
-            Packing::Xz(xml) => {
-                let mut out = Vec::new();
-                lzma_rs::xz_compress(&mut xml.as_slice(), &mut out)?;
-                Ok(out)
-            }
+            Packing::Xz(xz) => xz.finish(),
             Packing::Plain(xml) => Ok(xml),
         }
     }
@@ -78,7 +73,8 @@ impl Write for Sink {
         match &mut self.packing {
             Packing::Gzip(gz) => gz.write_all(bytes)?,
             Packing::Zstd(zst) => zst.write_all(bytes)?,
-            Packing::Xz(xml) | Packing::Plain(xml) => xml.extend_from_slice(bytes),
+            Packing::Xz(xz) => xz.write_all(bytes)?,
+            Packing::Plain(xml) => xml.extend_from_slice(bytes),
         }
         Ok(bytes.len())
     }

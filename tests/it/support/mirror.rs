@@ -336,7 +336,15 @@ async fn handle(
             .unwrap();
     }
     let len = bytes.len() as u64;
-    let builder = Response::builder()
+    let mut builder = Response::builder();
+    // As a registry answers a manifest (a tag's HEAD reads it).
+    if path.contains("/manifests/") {
+        builder = builder.header(
+            "docker-content-digest",
+            format!("sha256:{}", super::sha256_hex(&bytes)),
+        );
+    }
+    let builder = builder
         .header(header::ETAG, &etag)
         .header(header::CONTENT_TYPE, content_type)
         .header(

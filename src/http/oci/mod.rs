@@ -1,15 +1,18 @@
 //! The OCI distribution API, pull side: `/v2/` and, per oci remote,
 //! `/v2/<remote>/<name>/manifests/<tag|digest>`, `/v2/<remote>/<name>/blobs/<digest>`
-//! and `/v2/<remote>/<name>/tags/list`, on GET and HEAD. Everything else
+//! `/v2/<remote>/<name>/tags/list` and `/v2/<remote>/<name>/referrers/<digest>`
+//! (`listing.rs`), on GET and HEAD. Everything else
 //! under `/v2/` (pushes, the catalog) is refused with the OCI error JSON.
 //!
 //! A request becomes an ordinary artifact request of its remote, with the
 //! upstream path `v2/<name>/…`, and goes through the same hit / fill path
-//! (`super::serve`): blobs stream as they arrive and are coalesced per
-//! digest; manifests and tag lists are small and answered whole, so that a
-//! manifest always carries its `Docker-Content-Digest`. A tag's manifest is
-//! revalidated with a HEAD (`upstream::registry`), and fetched again only
-//! when the tag moved.
+//! (`super::serve`): blobs stream as they arrive and are one entry and one
+//! fill per digest per remote, whatever repository names them; manifests
+//! and tag lists are small and answered whole, so that a manifest always
+//! carries its `Docker-Content-Digest`, and a manifest fetched by tag is
+//! kept under its digest as well. A tag's manifest is revalidated with a
+//! HEAD (`upstream::registry`, one at a time per tag), and fetched again
+//! only when the tag moved.
 //!
 //! Which remote: containerd's `?ns=<host>` picks the oci remote whose
 //! `registry` is that host; else the first name component, when it is the
@@ -27,7 +30,7 @@ use bytes::Bytes;
 use super::record::Answered;
 use super::respond::X_CACHE_STATUS;
 use super::{serve, ArtifactRequest, CacheStatus, Served};
-use crate::cache::Digest;
+use crate::cache::{Digest, Entry};
 use crate::clock::now_ms;
 use crate::error::{ProxyError, Side};
 use crate::kind::oci::{self, Endpoint, Invalid, Reference};
@@ -40,8 +43,11 @@ use crate::upstream::Remote;
 const API_VERSION: &str = "docker-distribution-api-version";
 const CONTENT_DIGEST: &str = "docker-content-digest";
 
-/// The most tags one `tags/list` page may ask for (`n`).
-const MAX_PAGE: usize = 10_000;
+/// How long a tag's manifest waits for its fill's commit before it is
+/// kept under its digest too (the commit is one fsync and one row).
+const LINK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+mod listing;
 
 /// `GET /v2/`: the API version check every client starts with. The proxy
 /// authenticates upstream itself; clients are asked for credentials here
@@ -280,6 +286,7 @@ impl Pull<'_> {
             }
             Endpoint::Blob(digest) => format!("blobs/{digest}"),
             Endpoint::TagsList => "tags/list".to_string(),
+            Endpoint::Referrers(digest) => format!("referrers/{digest}"),
         };
         let path = ArtifactPath::parse(&format!("/{}/v2/{name}/{tail}", self.remote.name))
             .map_err(|e| OciError::from_proxy(&e, "NAME_UNKNOWN"))?;
@@ -287,22 +294,33 @@ impl Pull<'_> {
             Endpoint::Blob(digest) => self.blob(&path, digest).await,
             Endpoint::Manifest(reference) => self.manifest(&path, reference).await,
             Endpoint::TagsList => self.tags(&path).await,
+            Endpoint::Referrers(_) => self.referrers(&path).await,
         }
     }
 
-    /// A blob: streamed from the cache or from the fill, as any artifact.
+    /// A blob: streamed from the cache or from the fill, as any artifact,
+    /// under one key per digest whatever repository asks (the mirror is
+    /// asked under the requester's name).
     async fn blob(&self, path: &ArtifactPath, digest: &str) -> Result<Served, OciError> {
-        let mut served = serve(self.proxy, self.remote, path, self.method, self.headers)
-            .await
-            .map_err(|e| OciError::from_proxy(&e, "BLOB_UNKNOWN"))?;
-        let status = served.response.status();
-        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
-            return Err(not_found(
-                &served,
-                "BLOB_UNKNOWN",
-                "blob unknown to every mirror",
-            ));
+        let key = ArtifactPath::parse(&format!("/{}/{}", self.remote.name, oci::blob_key(digest)))
+            .map_err(|e| OciError::from_proxy(&e, "BLOB_UNKNOWN"))?
+            .fetched_as(path.path());
+        let served = serve(self.proxy, self.remote, &key, self.method, self.headers).await;
+        let unknown = match &served {
+            Ok(served) => matches!(
+                served.response.status(),
+                StatusCode::NOT_FOUND | StatusCode::GONE
+            ),
+            Err(error) => matches!(error, ProxyError::NotFound { .. }),
+        };
+        if unknown {
+            // Unknown under this name says nothing of the same digest under
+            // another: not remembered.
+            self.proxy.cache.meta.forget_absent(&key);
         }
+        let mut served = served.map_err(|e| OciError::from_proxy(&e, "BLOB_UNKNOWN"))?;
+        known(&served, "BLOB_UNKNOWN", "blob unknown to every mirror")?;
+        let status = served.response.status();
         if status.is_success() {
             let value = HeaderValue::from_str(digest).expect("a checked digest is a header value");
             served.response.headers_mut().insert(CONTENT_DIGEST, value);
@@ -335,16 +353,19 @@ impl Pull<'_> {
                 .await
                 .map_err(|e| OciError::from_proxy(&e, "MANIFEST_UNKNOWN"))?,
         };
-        let status = served.response.status();
-        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
-            return Err(not_found(
-                &served,
-                "MANIFEST_UNKNOWN",
-                "manifest unknown to every mirror",
-            ));
-        }
+        known(
+            &served,
+            "MANIFEST_UNKNOWN",
+            "manifest unknown to every mirror",
+        )?;
         let (body, content_type) = self.read_whole(served.response).await?;
-        let digest = format!("sha256:{}", Digest::of(&body).to_hex());
+        let content_digest = Digest::of(&body);
+        let digest = format!("sha256:{}", content_digest.to_hex());
+        if let Reference::Tag(_) = reference {
+            let keyed = path.with_variant(variant.suffix);
+            self.link_digest(&keyed, content_digest, &body, content_type.as_ref())
+                .await;
+        }
         if let Reference::Digest(expected) = reference {
             if digest != expected {
                 // The fill checks this before its commit; a stored copy
@@ -375,6 +396,71 @@ impl Pull<'_> {
         );
         headers.insert(header::VARY, HeaderValue::from_static("Accept"));
         Ok(Served { response, ..served })
+    }
+
+    /// A tag's manifest is also its digest's entry (one row more for the
+    /// same blob), so a pull by digest after a pull by tag is a hit, also
+    /// offline. The tag's fill commits after its readers have the body:
+    /// this waits for it (at most `LINK_WAIT`), then records the row if the
+    /// digest's entry is not that blob already.
+    async fn link_digest(
+        &self,
+        tag: &ArtifactPath,
+        digest: Digest,
+        body: &[u8],
+        content_type: Option<&HeaderValue>,
+    ) {
+        let Some((name, _)) = tag
+            .path()
+            .strip_prefix("v2/")
+            .and_then(|r| r.rsplit_once("/manifests/"))
+        else {
+            return;
+        };
+        let raw = format!(
+            "/{}/v2/{name}/manifests/sha256:{}",
+            self.remote.name,
+            digest.to_hex()
+        );
+        let Ok(by_digest) = ArtifactPath::parse(&raw) else {
+            return;
+        };
+        let Some(variant) = oci::variants(by_digest.path()).first() else {
+            return;
+        };
+        let by_digest = by_digest.with_variant(variant.suffix);
+        let cache = &self.proxy.cache;
+        if let Ok(Some(entry)) = cache.meta.lookup(&by_digest).await {
+            if entry.digest == digest {
+                return;
+            }
+        }
+        if let Some(mut fill) = self.proxy.fills.join(tag.key()) {
+            let _ =
+                tokio::time::timeout(LINK_WAIT, async { while fill.changed().await.is_ok() {} })
+                    .await;
+        }
+        let content_type = content_type
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string);
+        let entry = Entry::new(
+            digest,
+            body.len() as u64,
+            content_type,
+            None,
+            None,
+            now_ms(),
+        );
+        match cache.link_entry(&by_digest, entry).await {
+            Ok(true) => tracing::debug!(key = by_digest.key(), "manifest kept under its digest"),
+            Ok(false) => tracing::debug!(
+                key = by_digest.key(),
+                "tag's manifest not committed; digest not linked"
+            ),
+            Err(error) => {
+                tracing::warn!(key = by_digest.key(), %error, "could not keep a manifest under its digest")
+            }
+        }
     }
 
     /// A tag's cached manifest past `revalidate_after`: a HEAD asks the
@@ -425,78 +511,6 @@ impl Pull<'_> {
         }
     }
 
-    /// `tags/list`, cached whole as a mutable document; `n` and `last`
-    /// page it here (a `Link` header names the next page).
-    async fn tags(&self, path: &ArtifactPath) -> Result<Served, OciError> {
-        let (mut n, mut last) = (None, None);
-        for (key, value) in url::form_urlencoded::parse(self.uri.query().unwrap_or("").as_bytes()) {
-            match &*key {
-                "n" => match value.parse::<usize>() {
-                    Ok(v) if v <= MAX_PAGE => n = Some(v),
-                    _ => {
-                        return Err(OciError::new(
-                            StatusCode::BAD_REQUEST,
-                            "PAGINATION_NUMBER_INVALID",
-                            format!("n must be a number up to {MAX_PAGE}"),
-                        ))
-                    }
-                },
-                "last" if oci::is_tag(&value) => last = Some(value.into_owned()),
-                "last" => return Err(OciError::invalid(Invalid::Tag)),
-                _ => {}
-            }
-        }
-        let served = serve(
-            self.proxy,
-            self.remote,
-            path,
-            &Method::GET,
-            &HeaderMap::new(),
-        )
-        .await
-        .map_err(|e| OciError::from_proxy(&e, "NAME_UNKNOWN"))?;
-        let status = served.response.status();
-        if status == StatusCode::NOT_FOUND || status == StatusCode::GONE {
-            return Err(not_found(
-                &served,
-                "NAME_UNKNOWN",
-                "repository unknown to every mirror",
-            ));
-        }
-        let (body, _) = self.read_whole(served.response).await?;
-        if n.is_none() && last.is_none() {
-            let response = self.whole(
-                body,
-                Some(HeaderValue::from_static("application/json")),
-                served.cache,
-            );
-            return Ok(Served { response, ..served });
-        }
-        let (page, next) = page_of(&body, n, last.as_deref()).ok_or_else(|| {
-            OciError::new(
-                StatusCode::BAD_GATEWAY,
-                "UNKNOWN",
-                "the mirror's tag list is not JSON",
-            )
-        })?;
-        let mut response = self.whole(
-            page.into(),
-            Some(HeaderValue::from_static("application/json")),
-            served.cache,
-        );
-        if let Some(next) = next {
-            let link = format!(
-                "<{}?n={}&last={next}>; rel=\"next\"",
-                self.uri.path(),
-                n.unwrap_or(MAX_PAGE)
-            );
-            if let Ok(link) = HeaderValue::from_str(&link) {
-                response.headers_mut().insert(header::LINK, link);
-            }
-        }
-        Ok(Served { response, ..served })
-    }
-
     /// A whole body of at most `max_document_size`, and its `Content-Type`.
     async fn read_whole(
         &self,
@@ -535,51 +549,16 @@ impl Pull<'_> {
     }
 }
 
-/// A 404 (or 410) the ordinary path answered, in the OCI error JSON.
-fn not_found(served: &Served, code: &'static str, message: &str) -> OciError {
+/// The 404 (or 410) the ordinary path answered, if it did, in the OCI
+/// error JSON.
+fn known(served: &Served, code: &'static str, message: &str) -> Result<(), OciError> {
+    if !matches!(
+        served.response.status(),
+        StatusCode::NOT_FOUND | StatusCode::GONE
+    ) {
+        return Ok(());
+    }
     let mut error = OciError::new(StatusCode::NOT_FOUND, code, message);
     error.cache = Some(served.cache);
-    error
-}
-
-/// One page of a tag list (`{"name": …, "tags": […]}`): the tags after
-/// `last`, at most `n`, and the last tag of the page when more follow.
-fn page_of(body: &[u8], n: Option<usize>, last: Option<&str>) -> Option<(Vec<u8>, Option<String>)> {
-    let mut list: serde_json::Value = serde_json::from_slice(body).ok()?;
-    let mut tags: Vec<String> = list["tags"]
-        .as_array()
-        .map(|t| {
-            t.iter()
-                .filter_map(|t| t.as_str().map(str::to_string))
-                .collect()
-        })
-        .unwrap_or_default();
-    tags.sort();
-    if let Some(last) = last {
-        tags.retain(|t| t.as_str() > last);
-    }
-    let n = n.unwrap_or(MAX_PAGE);
-    let next = (n > 0 && tags.len() > n).then(|| tags[n - 1].clone());
-    tags.truncate(n);
-    list["tags"] = serde_json::json!(tags);
-    Some((serde_json::to_vec(&list).ok()?, next))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::page_of;
-
-    #[test]
-    fn tag_lists_are_paged_after_last() {
-        let body = br#"{"name":"a","tags":["c","a","b","d"]}"#;
-        let (page, next) = page_of(body, Some(2), None).unwrap();
-        assert_eq!(page, br#"{"name":"a","tags":["a","b"]}"#);
-        assert_eq!(next.as_deref(), Some("b"));
-        let (page, next) = page_of(body, Some(2), Some("b")).unwrap();
-        assert_eq!(page, br#"{"name":"a","tags":["c","d"]}"#);
-        assert_eq!(next, None);
-        let (page, _) = page_of(body, Some(0), None).unwrap();
-        assert_eq!(page, br#"{"name":"a","tags":[]}"#);
-        assert!(page_of(b"<html>", Some(1), None).is_none());
-    }
+    Err(error)
 }
