@@ -317,38 +317,23 @@ impl MetadataStore {
         Ok(Some(entry))
     }
 
-    /// Records (or replaces) the entry for `path`.
+    /// Records (or replaces) the entry for `path` (a batch of one; fills
+    /// go through the group commit, `super::commit`).
     pub async fn record(
         &self,
         path: &ArtifactPath,
         entry: Entry,
     ) -> Result<Arc<Entry>, ProxyError> {
-        // Always tried, even while lookups back off: one write per fill, off
-        // the clients' path, and the entry is what makes the fill worth it.
-        sqlx::query(
-            "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) \
-             ON CONFLICT (remote, path) DO UPDATE SET digest = excluded.digest, size = excluded.size, \
-             content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
-             upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
-             last_access = excluded.last_access",
-        )
-        .bind(path.remote())
-        .bind(path.stored_path())
-        .bind(entry.digest.to_hex())
-        .bind(entry.size as i64)
-        .bind(entry.content_type.clone())
-        .bind(entry.upstream_etag.clone())
-        .bind(entry.upstream_last_modified.clone())
-        .bind(entry.fetched_at_ms)
-        .bind(entry.fetched_at_ms)
-        .execute(&self.pool)
-        .await
-        .map_err(|e| self.failed(e))?;
+        self.record_batch(&[(path, &entry)]).await?;
+        Ok(self.recorded(path, entry).await)
+    }
+
+    /// After its row is written: `entry` in memory, and shared.
+    pub(super) async fn recorded(&self, path: &ArtifactPath, entry: Entry) -> Arc<Entry> {
         let entry = Arc::new(entry);
         self.cache.insert(path.key().to_string(), entry.clone());
         self.shared_changed(path.key(), Some(&entry)).await;
-        Ok(entry)
+        entry
     }
 
     /// Marks the entry for `path` as revalidated now; returns the refreshed entry.
@@ -391,7 +376,7 @@ impl MetadataStore {
     /// database. Not for a pool that is merely busy (every connection taken
     /// by a herd of lookups): that is load, not an outage, and backing off
     /// would drop the fills' entries for the whole back-off.
-    fn failed(&self, e: sqlx::Error) -> ProxyError {
+    pub(super) fn failed(&self, e: sqlx::Error) -> ProxyError {
         if matches!(e, sqlx::Error::PoolTimedOut) {
             return db_error(e);
         }

@@ -13,7 +13,7 @@
 //! artifact's rows may be), `config`, `error`, `path`, `clock` and `metrics`.
 //!
 //! **Invariant: never a row without its blob.** A blob is committed and its
-//! row recorded ([`Cache::commit_entry`]), and a blob's references checked
+//! row recorded (a batch of them, [`commit`]), and a blob's references checked
 //! and the blob deleted ([`Cache::release_blob`]), each under the lock of
 //! the digest's stripe: a release cannot fall between a commit's rename and
 //! its row. The same lock makes the size accounting exact ([`budget`]).
@@ -21,6 +21,7 @@
 pub mod blobs;
 pub mod budget;
 pub mod cluster;
+pub mod commit;
 mod declared;
 pub mod evict;
 pub mod listing;
@@ -34,7 +35,7 @@ pub mod verify;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use tokio::sync::{Mutex, MutexGuard, RwLock};
+use tokio::sync::{Mutex, RwLock};
 
 use crate::config::Config;
 use crate::error::ProxyError;
@@ -44,6 +45,7 @@ pub use blobs::{Blob, BlobStore, HotBlobs};
 use blobs::{LocalBlobs, S3Blobs};
 pub use budget::Budget;
 use cluster::Cluster;
+pub use commit::{CommitSlot, Committing};
 pub use declared::Learned;
 pub use evict::Evictor;
 pub use meta::{Entry, MetadataStore};
@@ -76,6 +78,10 @@ pub struct Cache {
     accounting: RwLock<()>,
     /// Redis coordination, when `[redis]` is configured.
     cluster: OnceLock<Arc<Cluster>>,
+    /// The group commit's queue (see [`commit`]).
+    commits: commit::Queue,
+    /// Taken by the committer for each batch (and by a test to hold it).
+    commit_hold: Mutex<()>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -118,6 +124,8 @@ impl Cache {
             ),
         };
         metrics.store_max_bytes.set(config.storage.max_size as i64);
+        // As many commits may wait as fills may run.
+        let (commits, queued) = commit::queue(config.server.max_fills);
         let cache = Arc::new(Cache {
             store,
             blobs,
@@ -132,8 +140,11 @@ impl Cache {
             path_locks: (0..DIGEST_STRIPES).map(|_| Mutex::new(())).collect(),
             accounting: RwLock::new(()),
             cluster: OnceLock::new(),
+            commits,
+            commit_hold: Mutex::new(()),
             metrics,
         });
+        tokio::spawn(commit::run(Arc::downgrade(&cache), queued));
         cache
             .rederive_size()
             .await
@@ -196,12 +207,12 @@ impl Cache {
         Ok(bytes)
     }
 
-    fn path_lock(&self, path: &ArtifactPath) -> &Mutex<()> {
+    fn path_stripe(&self, path: &ArtifactPath) -> usize {
         // FNV-1a: any spread will do.
         let hash = path.key().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         });
-        &self.path_locks[hash as usize % self.path_locks.len()]
+        hash as usize % self.path_locks.len()
     }
 
     fn digest_stripe(&self, digest: &Digest) -> usize {
@@ -210,20 +221,6 @@ impl Cache {
 
     fn digest_lock(&self, digest: &Digest) -> &Mutex<()> {
         &self.digest_locks[self.digest_stripe(digest)]
-    }
-
-    /// Locks the stripes of `a` and `b` (once if they share one), lower
-    /// stripe first so two callers never wait on each other in a circle.
-    async fn lock_digests(&self, a: &Digest, b: Option<&Digest>) -> Vec<MutexGuard<'_, ()>> {
-        let mut stripes = vec![self.digest_stripe(a)];
-        stripes.extend(b.map(|b| self.digest_stripe(b)));
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut guards = Vec::with_capacity(stripes.len());
-        for stripe in stripes {
-            guards.push(self.digest_locks[stripe].lock().await);
-        }
-        guards
     }
 
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
@@ -252,65 +249,6 @@ impl Cache {
         }
         self.hot.insert(*digest, bytes.clone());
         Ok(Blob::Memory(bytes))
-    }
-
-    /// Makes a fully written, hashed temp file the entry for `path`: the
-    /// blob `entry.digest` (fsync and rename, or the upload), then its row,
-    /// both under the digest's lock, so no release of the same digest can
-    /// fall in between. If the row cannot be written, a blob nothing else
-    /// references is deleted again. A digest's first row adds its size to
-    /// the store's count; further rows add nothing. A row it replaces had
-    /// its blob released (deleted if nothing else references it).
-    pub async fn commit_entry(
-        &self,
-        temp: TempBlob,
-        path: &ArtifactPath,
-        entry: Entry,
-    ) -> Result<Arc<Entry>, ProxyError> {
-        let (digest, size) = (entry.digest, entry.size);
-        let _counting = self.accounting.read().await;
-        let _path = self.path_lock(path).lock().await;
-        let replaced = self
-            .meta
-            .stored_digest(path.remote(), path.stored_path())
-            .await
-            .inspect_err(|_| {
-                self.metrics.metadata_errors.inc();
-            })?
-            .and_then(|hex| Digest::from_hex(&hex))
-            .filter(|old| *old != digest);
-        // The replaced row's digest is locked too: its reference goes away
-        // here, and its release must follow before anyone looks at it.
-        let _locked = self.lock_digests(&digest, replaced.as_ref()).await;
-        let counted = self
-            .meta
-            .digest_referenced(&digest.to_hex())
-            .await
-            .inspect_err(|_| {
-                self.metrics.metadata_errors.inc();
-            })?;
-        self.blobs
-            .commit(temp, digest)
-            .await
-            .map_err(|e| ProxyError::Store(format!("committing the blob: {e}")))?;
-        match self.meta.record(path, entry).await {
-            Ok(entry) => {
-                if !counted {
-                    self.budget.add_committed(size);
-                }
-                if let Some(old) = replaced {
-                    self.release_held(&old).await;
-                }
-                Ok(entry)
-            }
-            Err(error) => {
-                self.metrics.metadata_errors.inc();
-                if !counted {
-                    self.delete_blob(&digest).await;
-                }
-                Err(error)
-            }
-        }
     }
 
     /// Deletes the blob if no metadata row references it any more; returns

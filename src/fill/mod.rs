@@ -30,6 +30,7 @@ mod writer;
 use std::collections::HashMap;
 use std::fs::File;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
@@ -101,6 +102,26 @@ pub struct FillProgress {
     pub mirror: Option<String>,
 }
 
+/// One of the `server.max_fills` slots, held by a fill from its start until
+/// its bytes are written ([`Slot::release`]), or until it ends, panics
+/// included.
+pub(crate) struct Slot(Option<Arc<AtomicUsize>>);
+
+impl Slot {
+    /// Gives the slot back (once).
+    pub(crate) fn release(&mut self) {
+        if let Some(active) = self.0.take() {
+            active.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
 /// The fills in progress, keyed by `remote/path`, with what a fill uses.
 pub struct FillRegistry {
     // A std mutex, not a Tokio one: it is held only to look up or insert,
@@ -111,8 +132,12 @@ pub struct FillRegistry {
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     /// `server.max_fills`: a fill nobody reads any more still counts until
-    /// it is done.
+    /// its bytes are written (its commit, queued, no longer does).
     max_fills: usize,
+    /// Fills holding one of the `max_fills` slots: from their start until
+    /// their bytes are written (see [`Slot`]). Changed under the `fills`
+    /// lock when taken, atomically when given back.
+    active: Arc<AtomicUsize>,
     /// Index documents whose declared digests are being stored now, per
     /// remote: an artifact fill of that remote that finds no declared digest
     /// waits for them (see `learn`). A std mutex: never held across an await.
@@ -130,6 +155,7 @@ impl FillRegistry {
             cache,
             metrics,
             max_fills,
+            active: Arc::default(),
             learning: Mutex::default(),
             learned_docs: moka::sync::Cache::new(100_000),
         }
@@ -163,9 +189,12 @@ impl FillRegistry {
             self.metrics.coalesced_waiters.inc();
             return Ok((rx.clone(), false));
         }
-        if fills.len() >= self.max_fills {
-            return Err(ProxyError::FillsBusy(fills.len()));
+        let active = self.active.load(Ordering::Relaxed);
+        if active >= self.max_fills {
+            return Err(ProxyError::FillsBusy(active));
         }
+        self.active.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot(Some(self.active.clone()));
         let (tx, rx) = watch::channel(FillState::Connecting);
         fills.insert(path.key().to_string(), rx.clone());
         self.metrics.fills_in_progress.set(fills.len() as i64);
@@ -177,6 +206,7 @@ impl FillRegistry {
             accept,
             stale,
             tx,
+            slot,
         );
         let (fills, key) = (self.clone(), path.key().to_string());
         tokio::spawn(async move {
@@ -190,7 +220,12 @@ impl FillRegistry {
         Ok((rx, true))
     }
 
-    /// Fills in progress now.
+    /// Fills holding a `max_fills` slot now (not those whose commit waits).
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Fills in progress now, committing ones included.
     pub fn len(&self) -> usize {
         self.fills.lock().expect("fill registry poisoned").len()
     }

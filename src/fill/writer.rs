@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::learn::{self, FillDigests};
-use super::{FillRegistry, FillState, Head};
+use super::{FillRegistry, FillState, Head, Slot};
 use crate::cache::cluster::{Cluster, LockOutcome};
-use crate::cache::{Blob, Cache, Digest, Entry, TempBlob};
+use crate::cache::{Blob, Cache, CommitSlot, Digest, Entry, TempBlob};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{Declared, Hashers};
@@ -27,6 +27,7 @@ pub(super) async fn run(
     accept: Option<&'static str>,
     stale: Option<Arc<Entry>>,
     tx: watch::Sender<FillState>,
+    mut slot: Slot,
 ) {
     let cache = &fills.cache;
     if stale.is_none() {
@@ -61,7 +62,16 @@ pub(super) async fn run(
         }
     }
     let mut tx = tx;
-    let result = fill(&fills, &remote, &path, accept, stale.as_deref(), &mut tx).await;
+    let result = fill(
+        &fills,
+        &remote,
+        &path,
+        accept,
+        stale.as_deref(),
+        &mut tx,
+        &mut slot,
+    )
+    .await;
     if let Some((cluster, lock, renewal)) = held {
         drop(renewal);
         cluster.release(lock).await;
@@ -97,6 +107,7 @@ async fn fill(
     accept: Option<&'static str>,
     stale: Option<&Entry>,
     tx: &mut watch::Sender<FillState>,
+    slot: &mut Slot,
 ) -> Result<(), ProxyError> {
     // Lets tests reach the panic path of a fill (debug builds only).
     #[cfg(debug_assertions)]
@@ -140,7 +151,7 @@ async fn fill(
             Fetched::Body(body) => body,
         };
         cache.meta.forget_absent(path);
-        match receive(fills, remote, path, upstream, &digests, stale, tx).await? {
+        match receive(fills, remote, path, upstream, &digests, stale, tx, slot).await? {
             Received::Done => return Ok(()),
             Received::Refused {
                 mirror_idx,
@@ -176,6 +187,7 @@ enum Received {
 /// commits it. A body whose digest is declared and that is small enough for
 /// the in-memory tier is held back until checked, so a refused one costs its
 /// readers nothing; a larger one streams to its readers as it arrives.
+#[allow(clippy::too_many_arguments)]
 async fn receive(
     fills: &FillRegistry,
     remote: &Remote,
@@ -184,6 +196,7 @@ async fn receive(
     digests: &FillDigests,
     stale: Option<&Entry>,
     tx: &watch::Sender<FillState>,
+    slot: &mut Slot,
 ) -> Result<Received, ProxyError> {
     let cache = &fills.cache;
     let expected = digests.expected.as_ref();
@@ -288,13 +301,22 @@ async fn receive(
         now_ms(),
     );
     let learning = digests.learning(fills, remote, path, &digest);
+    // A place in the commit queue before the readers see the end: when
+    // commits fall behind, the last bytes wait here (back-pressure), rather
+    // than new misses being refused for want of a `max_fills` slot.
+    let queued = cache.commit_slot().await;
     tx.send_replace(FillState::Complete {
         head,
         entry: Arc::new(entry.clone()),
         file: file.clone(),
     });
+    // The bytes are written: the commit waits in its own queue.
+    slot.release();
     let temp = Arc::into_inner(temp).expect("no writer outlives the download");
-    commit(cache, temp, path, entry, stale).await;
+    match queued {
+        Ok(queued) => commit(cache, queued, temp, path, entry, stale).await,
+        Err(error) => tracing::warn!(key = path.key(), %error, "could not commit; served uncached"),
+    }
     digests.pin_first_use(fills, remote, path, &digest).await;
     if let Some(learning) = learning {
         let body = (digest, written);
@@ -440,17 +462,17 @@ fn broken_body(remote: &Remote, set: &MirrorSet, mirror_idx: usize, error: Strin
 /// readers already have every byte, so a failure here costs only the caching.
 async fn commit(
     cache: &Cache,
+    queued: CommitSlot,
     temp: TempBlob,
     path: &ArtifactPath,
     entry: Entry,
     stale: Option<&Entry>,
 ) {
-    let (digest, size) = (entry.digest, entry.size);
-    if let Err(error) = cache.commit_entry(temp, path, entry).await {
-        tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
+    let digest = entry.digest;
+    // The group commit logs a failure itself.
+    if queued.send(temp, path, entry).durable().await.is_err() {
         return;
     }
-    tracing::debug!(key = path.key(), ?digest, bytes = size, "filled");
     if let Some(old) = stale.filter(|old| old.digest != digest) {
         // The entry was replaced: its old blob may now be unreferenced.
         cache.release_blob(&old.digest).await;

@@ -5,6 +5,7 @@ mod support;
 
 mod access;
 mod cache;
+mod commit;
 mod composer;
 mod config_check;
 mod dashboard;
