@@ -38,6 +38,7 @@ use std::time::Duration;
 use tokio::sync::{mpsc, oneshot};
 
 use super::meta::{db_error, Entry, MetadataStore};
+use super::purge::Ticket;
 use super::{Cache, Digest, TempBlob};
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
@@ -56,8 +57,14 @@ pub(super) struct Pending {
     temp: TempBlob,
     path: ArtifactPath,
     entry: Entry,
-    done: oneshot::Sender<Result<Arc<Entry>, ProxyError>>,
+    /// When the fill began: a purge of the key since then leaves no row.
+    ticket: Ticket,
+    done: oneshot::Sender<Answer>,
 }
+
+/// The entry committed; `None` when a purge of its key came after the fill
+/// began (nothing is left of it).
+type Answer = Result<Option<Arc<Entry>>, ProxyError>;
 
 /// A place in the commit queue, taken before the fill lets its readers see
 /// the end of the body.
@@ -78,20 +85,28 @@ impl Drop for Queued {
 
 /// A commit handed to the committer; resolves when it is durable (or failed).
 pub struct Committing {
-    answer: oneshot::Receiver<Result<Arc<Entry>, ProxyError>>,
+    answer: oneshot::Receiver<Answer>,
     _queued: Queued,
 }
 
 impl CommitSlot {
     /// Hands the complete, hashed temp file over: it becomes the entry of
-    /// `path` with the next batch.
-    pub fn send(self, temp: TempBlob, path: &ArtifactPath, entry: Entry) -> Committing {
+    /// `path` with the next batch, unless a purge of `path` comes after
+    /// `ticket` (when the fill began).
+    pub fn send(
+        self,
+        temp: TempBlob,
+        path: &ArtifactPath,
+        entry: Entry,
+        ticket: Ticket,
+    ) -> Committing {
         let (done, answer) = oneshot::channel();
         let CommitSlot { permit, queued } = self;
         permit.send(Pending {
             temp,
             path: path.clone(),
             entry,
+            ticket,
             done,
         });
         Committing {
@@ -102,7 +117,8 @@ impl CommitSlot {
 }
 
 impl Committing {
-    pub async fn durable(self) -> Result<Arc<Entry>, ProxyError> {
+    /// The committed entry once durable; `None` if purged.
+    pub async fn durable(self) -> Answer {
         self.answer
             .await
             .unwrap_or_else(|_| Err(ProxyError::Store("the committer stopped".into())))
@@ -146,15 +162,11 @@ impl Cache {
 
     /// Makes a fully written, hashed temp file the entry for `path`, through
     /// the commit queue, and waits until it is durable.
-    pub async fn commit_entry(
-        &self,
-        temp: TempBlob,
-        path: &ArtifactPath,
-        entry: Entry,
-    ) -> Result<Arc<Entry>, ProxyError> {
+    pub async fn commit_entry(&self, temp: TempBlob, path: &ArtifactPath, entry: Entry) -> Answer {
+        let ticket = self.meta.purges.ticket();
         self.commit_slot()
             .await?
-            .send(temp, path, entry)
+            .send(temp, path, entry, ticket)
             .durable()
             .await
     }
@@ -167,6 +179,20 @@ impl Cache {
     /// rows cannot be written, blobs nothing else references are deleted
     /// again.
     pub(super) async fn commit_batch(&self, batch: Vec<Pending>) {
+        // Purged since their fills began: nothing to write.
+        let (batch, purged): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|p| self.meta.purges.current(p.path.key(), p.ticket));
+        for pending in purged {
+            tracing::debug!(
+                key = pending.path.key(),
+                "purged before its commit; not committed"
+            );
+            let _ = pending.done.send(Ok(None));
+        }
+        if batch.is_empty() {
+            return;
+        }
         let _counting = self.accounting.read().await;
         let mut stripes: Vec<usize> = batch.iter().map(|p| self.path_stripe(&p.path)).collect();
         stripes.sort_unstable();
@@ -222,6 +248,7 @@ impl Cache {
             temp,
             path,
             entry,
+            ticket,
             done,
         } in batch
         {
@@ -230,7 +257,7 @@ impl Cache {
             } else {
                 jobs.push((temp, entry.digest));
             }
-            rows.push((path, entry, done));
+            rows.push((path, entry, (ticket, done)));
         }
         let results = self.blobs.commit_batch(jobs).await;
         drop(extra);
@@ -243,7 +270,7 @@ impl Cache {
         let (rows, refused): (Vec<_>, Vec<_>) = rows
             .into_iter()
             .partition(|(_, entry, _)| !failed.contains_key(&entry.digest));
-        for (path, entry, done) in refused {
+        for (path, entry, (_, done)) in refused {
             let error = failed[&entry.digest].clone();
             tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
             let _ = done.send(Err(ProxyError::Store(error)));
@@ -259,7 +286,7 @@ impl Cache {
                     self.delete_blob(digest).await;
                 }
             }
-            for (_, _, done) in rows {
+            for (_, _, (_, done)) in rows {
                 let _ = done.send(Err(error.clone()));
             }
             return;
@@ -277,12 +304,39 @@ impl Cache {
             self.release_held(old).await;
         }
         // In memory (and shared) still under the locks: a deletion of the
-        // row right after must find the entry there to drop it.
+        // row right after must find the entry there to drop it. Shared
+        // first, then the purge check: a purge after the check deletes the
+        // shared entry after it was put; one before it is seen, and the row
+        // this batch wrote is deleted again.
         let mut answers = Vec::with_capacity(rows.len());
-        for (path, entry, done) in rows {
-            let entry = self.meta.recorded(&path, entry).await;
-            tracing::debug!(key = path.key(), digest = ?entry.digest, bytes = entry.size, "filled");
-            answers.push((done, entry));
+        let mut undone = Vec::new();
+        for (path, entry, (ticket, done)) in rows {
+            let entry = Arc::new(entry);
+            self.meta.shared_changed(path.key(), Some(&entry)).await;
+            if self.meta.remember(&path, &entry, ticket) {
+                tracing::debug!(key = path.key(), digest = ?entry.digest, bytes = entry.size, "filled");
+                answers.push((done, Some(entry)));
+                continue;
+            }
+            tracing::debug!(
+                key = path.key(),
+                "purged while committing; its row is deleted again"
+            );
+            let hex = entry.digest.to_hex();
+            match self
+                .meta
+                .forget_row_of(path.remote(), path.stored_path(), Some(&hex))
+                .await
+            {
+                Ok(_) => undone.push(entry.digest),
+                Err(error) => {
+                    tracing::warn!(key = path.key(), %error, "could not delete the row of a purged fill")
+                }
+            }
+            answers.push((done, None));
+        }
+        for digest in undone {
+            self.release_held(&digest).await;
         }
         drop(digest_guards);
         drop(path_guards);

@@ -19,6 +19,7 @@ use sqlx::AnyPool;
 
 use super::cluster::{self, Cluster};
 use super::prepared::Prepared;
+use super::purge::{Purges, Ticket};
 use super::store::Digest;
 pub use crate::clock::now_ms;
 use crate::error::ProxyError;
@@ -156,7 +157,7 @@ pub type NegativeCache = moka::sync::Cache<String, (u16, i64)>;
 pub struct MetadataStore {
     pub(super) pool: AnyPool,
     pub(super) cache: EntryCache,
-    negative: NegativeCache,
+    pub(super) negative: NegativeCache,
     /// While the database is failing, the request path skips it until this
     /// time (unix ms) instead of waiting out a connect timeout per request:
     /// hits in `cache` are served, misses are proxied uncached.
@@ -164,6 +165,9 @@ pub struct MetadataStore {
     /// Redis, when instances share state: a second-level entry cache and the
     /// channel that keeps every instance's `cache` coherent.
     cluster: std::sync::OnceLock<Arc<Cluster>>,
+    /// The purge generations that keep what began before a purge from
+    /// showing after it (see `super::purge`).
+    pub purges: Purges,
 }
 
 /// How long the request path leaves a failing database alone.
@@ -238,6 +242,7 @@ impl MetadataStore {
                 .build(),
             unavailable_until_ms: AtomicI64::new(0),
             cluster: std::sync::OnceLock::new(),
+            purges: Purges::default(),
         })
     }
 
@@ -247,8 +252,16 @@ impl MetadataStore {
     }
 
     /// Drops this instance's in-memory knowledge of `key` (or of everything,
-    /// for `cluster::ALL`): what another instance changed or purged.
+    /// for `cluster::ALL`): what another instance changed; or, for a purge
+    /// message, takes the purge's generation here too.
     pub fn invalidate_local(&self, key: &str) {
+        if let Some((from, scope)) = cluster::purge_scope(key) {
+            // Our own purge took its generations already.
+            if self.cluster.get().is_none_or(|c| c.instance() != from) {
+                self.purge_memory(&scope);
+            }
+            return;
+        }
         if key == cluster::ALL {
             self.cache.invalidate_all();
             self.negative.invalidate_all();
@@ -274,10 +287,13 @@ impl MetadataStore {
         if let Some(entry) = self.cache.get(path.key()) {
             return Ok(Some(entry));
         }
+        // What this lookup reads is remembered only if no purge of the key
+        // comes before it is.
+        let ticket = self.purges.ticket();
         if let Some(cluster) = self.cluster.get() {
             if let Some(entry) = cluster.get_entry(path.key()).await {
                 let entry = Arc::new(entry);
-                self.cache.insert(path.key().to_string(), entry.clone());
+                self.remember(path, &entry, ticket);
                 return Ok(Some(entry));
             }
         }
@@ -310,9 +326,10 @@ impl MetadataStore {
             last_modified,
             fetched_at,
         ));
-        self.cache.insert(path.key().to_string(), entry.clone());
-        if let Some(cluster) = self.cluster.get() {
-            cluster.put_entry(path.key(), &entry).await;
+        if self.remember(path, &entry, ticket) {
+            if let Some(cluster) = self.cluster.get() {
+                cluster.put_entry(path.key(), &entry).await;
+            }
         }
         Ok(Some(entry))
     }
@@ -337,11 +354,14 @@ impl MetadataStore {
     }
 
     /// Marks the entry for `path` as revalidated now; returns the refreshed entry.
+    /// Not remembered (in memory or Redis) if a purge of `path` came after
+    /// `ticket` (taken when the revalidation began).
     pub async fn mark_revalidated(
         &self,
         path: &ArtifactPath,
         entry: &Entry,
         now_ms: i64,
+        ticket: Ticket,
     ) -> Result<Arc<Entry>, ProxyError> {
         sqlx::query("UPDATE entries SET fetched_at = $1 WHERE remote = $2 AND path = $3")
             .bind(now_ms)
@@ -353,8 +373,9 @@ impl MetadataStore {
         let mut fresh = entry.clone();
         fresh.fetched_at_ms = now_ms;
         let fresh = Arc::new(fresh);
-        self.cache.insert(path.key().to_string(), fresh.clone());
-        self.shared_changed(path.key(), Some(&fresh)).await;
+        if self.remember(path, &fresh, ticket) {
+            self.shared_changed(path.key(), Some(&fresh)).await;
+        }
         Ok(fresh)
     }
 
@@ -390,10 +411,13 @@ impl MetadataStore {
         db_error(e)
     }
 
-    /// Remembers that every mirror answered `status` (404/410) for `path` now.
-    pub fn remember_absent(&self, path: &ArtifactPath, status: u16, now_ms: i64) {
-        self.negative
-            .insert(path.key().to_string(), (status, now_ms));
+    /// Remembers that every mirror answered `status` (404/410) for `path`
+    /// now, unless a purge of it came after `ticket`.
+    pub fn remember_absent(&self, path: &ArtifactPath, status: u16, now_ms: i64, ticket: Ticket) {
+        self.purges.if_current(path.key(), ticket, || {
+            self.negative
+                .insert(path.key().to_string(), (status, now_ms));
+        });
     }
 
     /// The last "not found" answer for `path`, if one is remembered: (status, unix ms).

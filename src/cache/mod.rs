@@ -27,6 +27,7 @@ pub mod evict;
 pub mod listing;
 pub mod meta;
 mod prepared;
+pub mod purge;
 mod refs;
 pub mod store;
 pub mod tokens;
@@ -50,6 +51,7 @@ pub use declared::Learned;
 pub use evict::Evictor;
 pub use meta::{Entry, MetadataStore};
 pub use prepared::Prepared;
+pub use purge::{Scope, Ticket};
 pub use store::{ContentStore, Digest, TempBlob};
 
 pub struct Cache {
@@ -207,9 +209,13 @@ impl Cache {
         Ok(bytes)
     }
 
-    fn path_stripe(&self, path: &ArtifactPath) -> usize {
+    pub(super) fn path_stripe(&self, path: &ArtifactPath) -> usize {
+        self.key_stripe(path.key())
+    }
+
+    pub(super) fn key_stripe(&self, key: &str) -> usize {
         // FNV-1a: any spread will do.
-        let hash = path.key().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         });
         hash as usize % self.path_locks.len()
@@ -286,43 +292,66 @@ impl Cache {
     /// Every row is deleted under its digest's lock, then that blob
     /// released under the same lock.
     pub async fn forget_row(&self, remote: &str, path: &str) -> Result<u64, ProxyError> {
+        Ok(self.forget_row_counted(remote, path).await?.unwrap_or(0))
+    }
+
+    /// [`Cache::forget_row`]: `None` when there was no row, else the bytes
+    /// freed.
+    pub async fn forget_row_counted(
+        &self,
+        remote: &str,
+        path: &str,
+    ) -> Result<Option<u64>, ProxyError> {
         let _counting = self.accounting.read().await;
+        self.forget_row_held(remote, path).await
+    }
+
+    /// [`Cache::forget_row_counted`] for a caller holding `accounting`
+    /// shared.
+    async fn forget_row_held(&self, remote: &str, path: &str) -> Result<Option<u64>, ProxyError> {
         loop {
             let Some(hex) = self.meta.stored_digest(remote, path).await? else {
-                return Ok(0);
+                return Ok(None);
             };
             let Some(digest) = Digest::from_hex(&hex) else {
                 self.meta.forget_row(remote, path).await?;
-                return Ok(0);
+                return Ok(Some(0));
             };
             let _digest = self.digest_lock(&digest).lock().await;
             if self.meta.forget_row_of(remote, path, Some(&hex)).await? {
-                return Ok(self.release_held(&digest).await);
+                return Ok(Some(self.release_held(&digest).await));
             }
             // Replaced since it was read: look again.
         }
     }
 
     /// Drops every entry of `remote` (rows recorded while this runs may
-    /// stay) and releases their blobs, digest by digest under its lock;
-    /// returns how many digests the rows referenced and the bytes freed.
-    pub async fn forget_remote(&self, remote: &str) -> Result<(usize, u64), ProxyError> {
+    /// stay: a purge makes them stale first, `purge`) and releases their
+    /// blobs, digest by digest under its lock; returns how many rows went,
+    /// how many digests they referenced and the bytes freed. Memory and
+    /// other instances are the purge's business.
+    pub async fn forget_remote(&self, remote: &str) -> Result<(u64, usize, u64), ProxyError> {
         let _counting = self.accounting.read().await;
+        self.forget_remote_held(remote).await
+    }
+
+    /// [`Cache::forget_remote`] for a caller holding `accounting` shared.
+    async fn forget_remote_held(&self, remote: &str) -> Result<(u64, usize, u64), ProxyError> {
         let digests = self.meta.remote_digests(remote).await?;
-        let mut freed = 0;
+        let (mut rows, mut freed) = (0, 0);
         for hex in &digests {
             match Digest::from_hex(hex) {
                 Some(digest) => {
                     let _digest = self.digest_lock(&digest).lock().await;
-                    self.meta.forget_remote_digest(Some(remote), hex).await?;
+                    rows += self.meta.delete_remote_digest(Some(remote), hex).await?;
                     freed += self.release_held(&digest).await;
                 }
                 None => {
-                    self.meta.forget_remote_digest(Some(remote), hex).await?;
+                    rows += self.meta.delete_remote_digest(Some(remote), hex).await?;
                 }
             }
         }
-        Ok((digests.len(), freed))
+        Ok((rows, digests.len(), freed))
     }
 
     /// Deletes an unreferenced blob and uncounts it. The caller holds the

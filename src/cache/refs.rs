@@ -65,6 +65,19 @@ impl MetadataStore {
         remote: Option<&str>,
         digest: &str,
     ) -> Result<u64, ProxyError> {
+        let rows = self.delete_remote_digest(remote, digest).await?;
+        self.invalidate_local(cluster::ALL);
+        self.shared_changed(cluster::ALL, None).await;
+        Ok(rows)
+    }
+
+    /// [`MetadataStore::forget_remote_digest`] without telling memory or
+    /// other instances (a purge does, for its whole scope).
+    pub(super) async fn delete_remote_digest(
+        &self,
+        remote: Option<&str>,
+        digest: &str,
+    ) -> Result<u64, ProxyError> {
         let done =
             sqlx::query("DELETE FROM entries WHERE ($1 IS NULL OR remote = $1) AND digest = $2")
                 .bind(remote.map(str::to_string))
@@ -72,8 +85,6 @@ impl MetadataStore {
                 .execute(&self.pool)
                 .await
                 .map_err(db_error)?;
-        self.invalidate_local(cluster::ALL);
-        self.shared_changed(cluster::ALL, None).await;
         Ok(done.rows_affected())
     }
 

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::learn::{self, FillDigests};
-use super::{FillRegistry, FillState, Head, Slot};
+use super::{FillRegistry, FillState, Head, Me, Slot};
 use crate::cache::cluster::{Cluster, LockOutcome};
 use crate::cache::{Blob, Cache, CommitSlot, Digest, Entry, TempBlob};
 use crate::clock::now_ms;
@@ -27,7 +27,7 @@ pub(super) async fn run(
     accept: Option<&'static str>,
     stale: Option<Arc<Entry>>,
     tx: watch::Sender<FillState>,
-    mut slot: Slot,
+    (mut slot, me): (Slot, Me),
 ) {
     let cache = &fills.cache;
     if stale.is_none() {
@@ -38,7 +38,7 @@ pub(super) async fn run(
             let fresh = remote.policy.is_fresh(path.path(), entry.age(now_ms()));
             if fresh && cache.open_blob(&entry.digest, entry.size).await.is_ok() {
                 tx.send_replace(FillState::Shared(entry));
-                fills.finish(path.key());
+                fills.finish(path.key(), me);
                 return;
             }
         }
@@ -54,7 +54,7 @@ pub(super) async fn run(
             LockOutcome::Held => {
                 if let Some(entry) = wait_for_peer(cache, cluster, &path).await {
                     tx.send_replace(FillState::Shared(entry));
-                    fills.finish(path.key());
+                    fills.finish(path.key(), me);
                     return;
                 }
             }
@@ -69,7 +69,7 @@ pub(super) async fn run(
         accept,
         stale.as_deref(),
         &mut tx,
-        &mut slot,
+        (&mut slot, me),
     )
     .await;
     if let Some((cluster, lock, renewal)) = held {
@@ -79,11 +79,13 @@ pub(super) async fn run(
     if let Err(error) = result {
         tracing::debug!(key = path.key(), %error, "fill failed");
         if let ProxyError::NotFound { status } = error {
-            cache.meta.remember_absent(&path, status, now_ms());
+            cache
+                .meta
+                .remember_absent(&path, status, now_ms(), me.ticket);
         }
         tx.send_replace(FillState::Failed(error));
     }
-    fills.finish(path.key());
+    fills.finish(path.key(), me);
 }
 
 /// The Redis lock's renewal task, stopped when the fill ends — also when it
@@ -107,7 +109,7 @@ async fn fill(
     accept: Option<&'static str>,
     stale: Option<&Entry>,
     tx: &mut watch::Sender<FillState>,
-    slot: &mut Slot,
+    (slot, me): (&mut Slot, Me),
 ) -> Result<(), ProxyError> {
     // Lets tests reach the panic path of a fill (debug builds only).
     #[cfg(debug_assertions)]
@@ -135,7 +137,10 @@ async fn fill(
         let upstream = match fetched {
             Fetched::NotModified { mirror } => {
                 let entry = stale.expect("a 304 is only accepted when validators were sent");
-                let fresh = cache.meta.mark_revalidated(path, entry, now_ms()).await?;
+                let fresh = cache
+                    .meta
+                    .mark_revalidated(path, entry, now_ms(), me.ticket)
+                    .await?;
                 tracing::debug!(key = path.key(), mirror = mirror.base(), "revalidated");
                 let learning = digests.learning(fills, remote, path, &fresh.digest);
                 tx.send_replace(FillState::Revalidated(fresh.clone()));
@@ -151,7 +156,18 @@ async fn fill(
             Fetched::Body(body) => body,
         };
         cache.meta.forget_absent(path);
-        match receive(fills, remote, path, upstream, &digests, stale, tx, slot).await? {
+        match receive(
+            fills,
+            remote,
+            path,
+            upstream,
+            &digests,
+            stale,
+            tx,
+            (slot, me),
+        )
+        .await?
+        {
             Received::Done => return Ok(()),
             Received::Refused {
                 mirror_idx,
@@ -162,7 +178,7 @@ async fn fill(
                 if published {
                     // Readers that had begun get a broken transfer; the
                     // requests from now on follow the next attempt.
-                    *tx = fills.restart(path.key(), tx, error.clone());
+                    *tx = fills.restart(path.key(), me, tx, error.clone());
                 }
                 mismatch = Some(error);
             }
@@ -196,7 +212,7 @@ async fn receive(
     digests: &FillDigests,
     stale: Option<&Entry>,
     tx: &watch::Sender<FillState>,
-    slot: &mut Slot,
+    (slot, me): (&mut Slot, Me),
 ) -> Result<Received, ProxyError> {
     let cache = &fills.cache;
     let expected = digests.expected.as_ref();
@@ -313,9 +329,17 @@ async fn receive(
     // The bytes are written: the commit waits in its own queue.
     slot.release();
     let temp = Arc::into_inner(temp).expect("no writer outlives the download");
-    match queued {
-        Ok(queued) => commit(cache, queued, temp, path, entry, stale).await,
-        Err(error) => tracing::warn!(key = path.key(), %error, "could not commit; served uncached"),
+    let committed = match queued {
+        Ok(queued) => commit(cache, queued, temp, path, (entry, me), stale).await,
+        Err(error) => {
+            tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
+            false
+        }
+    };
+    if !committed {
+        // Nothing is kept (a purge came after the fill began, or the
+        // commit failed): nothing is pinned or learned from these bytes.
+        return Ok(Received::Done);
     }
     digests.pin_first_use(fills, remote, path, &digest).await;
     if let Some(learning) = learning {
@@ -459,24 +483,29 @@ fn broken_body(remote: &Remote, set: &MirrorSet, mirror_idx: usize, error: Strin
 }
 
 /// Makes a complete, hashed body a cache entry: the blob, then its row. The
-/// readers already have every byte, so a failure here costs only the caching.
+/// readers already have every byte, so a failure here costs only the
+/// caching. Returns whether the entry was committed (not when a purge of
+/// its key came after the fill began: nothing of it is left).
 async fn commit(
     cache: &Cache,
     queued: CommitSlot,
     temp: TempBlob,
     path: &ArtifactPath,
-    entry: Entry,
+    (entry, me): (Entry, Me),
     stale: Option<&Entry>,
-) {
+) -> bool {
     let digest = entry.digest;
     // The group commit logs a failure itself.
-    if queued.send(temp, path, entry).durable().await.is_err() {
-        return;
-    }
+    let committed = matches!(
+        queued.send(temp, path, entry, me.ticket).durable().await,
+        Ok(Some(_))
+    );
     if let Some(old) = stale.filter(|old| old.digest != digest) {
-        // The entry was replaced: its old blob may now be unreferenced.
+        // The entry was replaced (or purged): its old blob may now be
+        // unreferenced.
         cache.release_blob(&old.digest).await;
     }
+    committed
 }
 
 /// Waits (up to `lock_wait`) for another instance's fill of `path` to land in

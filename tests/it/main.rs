@@ -22,6 +22,7 @@ mod metadata;
 mod oci;
 mod operations;
 mod path_safety;
+mod purge;
 mod registries;
 mod reliability;
 mod rpm;
