@@ -18,6 +18,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 
 use super::cluster::{self, Cluster};
+use super::index::{Found, Index};
 use super::prepared::Prepared;
 use super::purge::{Purges, Ticket};
 use super::store::Digest;
@@ -46,6 +47,10 @@ pub struct Entry {
     flushed_access_ms: AtomicI64,
     /// Hits not yet added to the row's `hits` (written with the access times).
     pending_hits: AtomicU64,
+    /// Built from the entry index, which does not keep the mirror's `ETag`
+    /// (`upstream_etag` is `None` whatever the row says): a revalidation
+    /// reads the row first.
+    pub from_index: bool,
 }
 
 impl Clone for Entry {
@@ -61,6 +66,7 @@ impl Clone for Entry {
             last_access_ms: AtomicI64::new(self.last_access_ms.load(Ordering::Relaxed)),
             flushed_access_ms: AtomicI64::new(self.flushed_access_ms.load(Ordering::Relaxed)),
             pending_hits: AtomicU64::new(self.pending_hits.load(Ordering::Relaxed)),
+            from_index: self.from_index,
         }
     }
 }
@@ -85,6 +91,7 @@ impl Entry {
             last_access_ms: AtomicI64::new(fetched_at_ms),
             flushed_access_ms: AtomicI64::new(fetched_at_ms),
             pending_hits: AtomicU64::new(0),
+            from_index: false,
         }
     }
 
@@ -168,6 +175,11 @@ pub struct MetadataStore {
     /// The purge generations that keep what began before a purge from
     /// showing after it (see `super::purge`).
     pub purges: Purges,
+    /// Every row, compactly, once loaded (`load_index`; see `super::index`).
+    pub index: Index,
+    pub(super) is_sqlite: bool,
+    /// Rows read by lookups (`read_row`): what the index saves.
+    pub(super) row_reads: AtomicU64,
 }
 
 /// How long the request path leaves a failing database alone.
@@ -182,7 +194,7 @@ pub struct Row {
     pub size: u64,
 }
 
-type EntryRow = (
+pub(super) type EntryRow = (
     String,
     i64,
     Option<String>,
@@ -243,6 +255,9 @@ impl MetadataStore {
             unavailable_until_ms: AtomicI64::new(0),
             cluster: std::sync::OnceLock::new(),
             purges: Purges::default(),
+            index: Index::new(),
+            is_sqlite,
+            row_reads: AtomicU64::new(0),
         })
     }
 
@@ -262,10 +277,19 @@ impl MetadataStore {
             }
             return;
         }
+        // A complete index is this process's own database's: what other
+        // instances change is not in it.
+        let index = !self.index.is_complete();
         if key == cluster::ALL {
+            if index {
+                self.index.clear();
+            }
             self.cache.invalidate_all();
             self.negative.invalidate_all();
         } else {
+            if index {
+                self.index.remove(key);
+            }
             self.cache.invalidate(key);
             self.negative.invalidate(key);
         }
@@ -290,6 +314,15 @@ impl MetadataStore {
         // What this lookup reads is remembered only if no purge of the key
         // comes before it is.
         let ticket = self.purges.ticket();
+        match self.index.get(path.key()) {
+            Found::Entry(entry) => {
+                let entry = Arc::new(entry);
+                self.remember_as(path, &entry, ticket, false);
+                return Ok(Some(entry));
+            }
+            Found::Absent => return Ok(None),
+            Found::Unknown => {}
+        }
         if let Some(cluster) = self.cluster.get() {
             if let Some(entry) = cluster.get_entry(path.key()).await {
                 let entry = Arc::new(entry);
@@ -297,35 +330,10 @@ impl MetadataStore {
                 return Ok(Some(entry));
             }
         }
-        self.check_available()?;
-        let row: Option<EntryRow> = sqlx::query_as(
-            "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at \
-             FROM entries WHERE remote = $1 AND path = $2",
-        )
-        .bind(path.remote())
-        .bind(path.stored_path())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| self.failed(e))?;
-        self.recovered();
-        let Some((digest, size, content_type, etag, last_modified, fetched_at)) = row else {
+        let Some(entry) = self.read_row(path).await? else {
             return Ok(None);
         };
-        let Some(digest) = Digest::from_hex(&digest) else {
-            tracing::warn!(
-                key = path.key(),
-                "metadata row has a malformed digest; treating as a miss"
-            );
-            return Ok(None);
-        };
-        let entry = Arc::new(Entry::new(
-            digest,
-            size as u64,
-            content_type,
-            etag,
-            last_modified,
-            fetched_at,
-        ));
+        let entry = Arc::new(entry);
         if self.remember(path, &entry, ticket) {
             if let Some(cluster) = self.cluster.get() {
                 cluster.put_entry(path.key(), &entry).await;
@@ -348,6 +356,7 @@ impl MetadataStore {
     /// After its row is written: `entry` in memory, and shared.
     pub(super) async fn recorded(&self, path: &ArtifactPath, entry: Entry) -> Arc<Entry> {
         let entry = Arc::new(entry);
+        self.index.insert(path.key(), &entry);
         self.cache.insert(path.key().to_string(), entry.clone());
         self.shared_changed(path.key(), Some(&entry)).await;
         entry
@@ -384,7 +393,7 @@ impl MetadataStore {
         self.forget_row(path.remote(), path.stored_path()).await
     }
 
-    fn check_available(&self) -> Result<(), ProxyError> {
+    pub(super) fn check_available(&self) -> Result<(), ProxyError> {
         if now_ms() < self.unavailable_until_ms.load(Ordering::Relaxed) {
             return Err(ProxyError::Metadata(
                 "database unavailable; retrying shortly".into(),
@@ -529,7 +538,7 @@ impl MetadataStore {
         ok
     }
 
-    fn recovered(&self) {
+    pub(super) fn recovered(&self) {
         if self.unavailable_until_ms.swap(0, Ordering::Relaxed) != 0 {
             tracing::info!("metadata database answers again");
         }

@@ -24,6 +24,7 @@ pub mod cluster;
 pub mod commit;
 mod declared;
 pub mod evict;
+pub mod index;
 pub mod listing;
 pub mod meta;
 mod prepared;
@@ -116,6 +117,12 @@ impl Cache {
                     redact_url(&config.metadata.url)
                 )
             })?;
+        let started = std::time::Instant::now();
+        let indexed = meta
+            .load_index()
+            .await
+            .context("loading the entry index from the metadata database")?;
+        tracing::info!(entries = indexed, took = ?started.elapsed(), "entry index loaded");
         let store = Arc::new(store);
         let blobs: Arc<dyn BlobStore> = match &config.storage.s3 {
             None => Arc::new(LocalBlobs(store.clone())),

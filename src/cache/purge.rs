@@ -139,14 +139,17 @@ impl MetadataStore {
     pub fn purge_memory(&self, scope: &Scope) -> u64 {
         self.purges.purge(scope, || match scope {
             Scope::Key(key) => {
+                self.index.remove(key);
                 self.cache.invalidate(key);
                 self.negative.invalidate(key);
             }
             Scope::All => {
+                self.index.clear();
                 self.cache.invalidate_all();
                 self.negative.invalidate_all();
             }
-            Scope::Remote(_) => {
+            Scope::Remote(remote) => {
+                self.index.remove_remote(remote);
                 for (key, _) in self.cache.iter() {
                     if scope.covers(&key) {
                         self.cache.invalidate(key.as_str());
@@ -164,7 +167,22 @@ impl MetadataStore {
     /// Puts `entry` in memory for `path` unless a purge covering it came
     /// after `ticket`; returns whether it did.
     pub(super) fn remember(&self, path: &ArtifactPath, entry: &Arc<Entry>, ticket: Ticket) -> bool {
+        self.remember_as(path, entry, ticket, true)
+    }
+
+    /// [`MetadataStore::remember`]; `index`: in the entry index too (not
+    /// for an entry read from it).
+    pub(super) fn remember_as(
+        &self,
+        path: &ArtifactPath,
+        entry: &Arc<Entry>,
+        ticket: Ticket,
+        index: bool,
+    ) -> bool {
         self.purges.if_current(path.key(), ticket, || {
+            if index {
+                self.index.insert(path.key(), entry);
+            }
             self.cache.insert(path.key().to_string(), entry.clone());
         })
     }

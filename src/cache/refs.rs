@@ -33,6 +33,7 @@ impl MetadataStore {
         digest: Option<&str>,
     ) -> Result<bool, ProxyError> {
         let key = format!("{remote}/{path}");
+        self.index.remove(&key);
         self.cache.invalidate(&key);
         let done = sqlx::query(
             "DELETE FROM entries WHERE remote = $1 AND path = $2 AND ($3 IS NULL OR digest = $3)",
@@ -85,6 +86,9 @@ impl MetadataStore {
                 .execute(&self.pool)
                 .await
                 .map_err(db_error)?;
+        if let Some(digest) = super::Digest::from_hex(digest) {
+            self.index.remove_digest(remote, &digest);
+        }
         Ok(done.rows_affected())
     }
 

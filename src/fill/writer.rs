@@ -30,6 +30,14 @@ pub(super) async fn run(
     (mut slot, me): (Slot, Me),
 ) {
     let cache = &fills.cache;
+    // The entry index keeps no `ETag`: the row has it, for the revalidation.
+    let stale = match stale {
+        Some(entry) if entry.from_index => match cache.meta.read_row(&path).await {
+            Ok(Some(row)) if row.digest == entry.digest => Some(Arc::new(row)),
+            _ => Some(entry),
+        },
+        stale => stale,
+    };
     if stale.is_none() {
         // Look again now that this fill holds the key: a fill that committed
         // between the request's lookup and its joining the registry has
