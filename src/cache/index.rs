@@ -92,11 +92,6 @@ impl MetadataStore {
     /// row). Returns how many rows it loaded.
     pub async fn load_index(&self) -> Result<usize, ProxyError> {
         use futures_util::TryStreamExt as _;
-        let (count,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM entries")
-            .fetch_one(&self.pool)
-            .await
-            .map_err(db_error)?;
-        self.index.reserve(count.max(0) as usize);
         let mut rows = sqlx::query_as::<_, IndexRow>(
             "SELECT remote, path, digest, size, content_type, upstream_last_modified, fetched_at FROM entries",
         )
@@ -214,6 +209,7 @@ impl BuildHasher for BuildIdentity {
     }
 }
 
+/// The fewest shards.
 const SHARDS: usize = 64;
 
 pub struct Index {
@@ -239,12 +235,43 @@ impl Default for Index {
     }
 }
 
+/// Shards and room per shard for `expected` records, with a tenth to
+/// spare. A shard's table has a power of two of buckets, filled to 7/8 at
+/// most: with a fixed number of shards, a count just past a power of two
+/// would leave half of every table empty; the number of shards is chosen
+/// instead, so each table is nearly full at start-up.
+fn layout(expected: usize) -> (usize, usize) {
+    let wanted = expected + expected / 10;
+    for k in (4..40u32).rev() {
+        let room = (1usize << k) / 8 * 7;
+        let shards = wanted.div_ceil(room);
+        if shards >= SHARDS {
+            return (shards, room);
+        }
+    }
+    (SHARDS, 0)
+}
+
 impl Index {
     pub fn new() -> Index {
+        Index::with_room(0)
+    }
+
+    /// An index with room for `expected` records (the rows there are when
+    /// it is built, before they are loaded).
+    pub fn with_room(expected: usize) -> Index {
+        let (shards, room) = layout(expected);
         Index {
             complete: Default::default(),
             hashers: Default::default(),
-            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            shards: (0..shards)
+                .map(|_| {
+                    RwLock::new(HashMap::with_capacity_and_hasher(
+                        if expected == 0 { 0 } else { room },
+                        BuildIdentity,
+                    ))
+                })
+                .collect(),
             content_types: RwLock::default(),
             remotes: RwLock::default(),
         }
@@ -266,17 +293,7 @@ impl Index {
     }
 
     fn shard(&self, key: Key) -> &RwLock<HashMap<Key, Record, BuildIdentity>> {
-        &self.shards[key.0 as usize % SHARDS]
-    }
-
-    /// Room for `n` more records (at start-up, before loading them).
-    pub fn reserve(&self, n: usize) {
-        for shard in self.shards.iter() {
-            shard
-                .write()
-                .expect("index poisoned")
-                .reserve(n / SHARDS + 1);
-        }
+        &self.shards[key.0 as usize % self.shards.len()]
     }
 
     pub fn len(&self) -> usize {
@@ -505,6 +522,15 @@ mod tests {
         assert!(matches!(index.get("r/b"), Found::Absent));
         assert_eq!(index.len(), 1);
         assert_eq!(RECORD_BYTES, 72);
+        // Tables nearly full at start-up, whatever the count.
+        for expected in [10_000, 1_000_000, 1 << 20, 5_000_000] {
+            let (shards, room) = layout(expected);
+            assert!(shards >= SHARDS && shards * room >= expected + expected / 10);
+            assert!(
+                shards * room < (expected + expected / 10) * 8 / 7 + room,
+                "{expected}"
+            );
+        }
         let partial = Index::new();
         assert!(matches!(partial.get("r/a"), Found::Unknown));
     }

@@ -243,6 +243,12 @@ impl MetadataStore {
             .connect(&url)
             .await?;
         migrator().run(&pool).await?;
+        // The entry index is sized for the rows there are (it is filled by
+        // `load_index`, which tools never call).
+        let (rows,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM entries")
+            .fetch_one(&pool)
+            .await?;
+        let rows = rows.max(0) as usize;
         Ok(MetadataStore {
             pool,
             cache: entry_cache(cache_entries),
@@ -255,7 +261,7 @@ impl MetadataStore {
             unavailable_until_ms: AtomicI64::new(0),
             cluster: std::sync::OnceLock::new(),
             purges: Purges::default(),
-            index: Index::new(),
+            index: Index::with_room(rows),
             is_sqlite,
             row_reads: AtomicU64::new(0),
         })
