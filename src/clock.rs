@@ -47,3 +47,15 @@ impl Clock for ManualClock {
         self.0.load(Ordering::Relaxed)
     }
 }
+
+/// An HTTP date (RFC 9110: IMF-fixdate, or the obsolete forms) as unix
+/// seconds, when it is one that fits in 32 bits.
+pub fn http_date_secs(text: &str) -> Option<u32> {
+    let at = httpdate::parse_http_date(text).ok()?;
+    u32::try_from(at.duration_since(UNIX_EPOCH).ok()?.as_secs()).ok()
+}
+
+/// Unix seconds as an IMF-fixdate.
+pub fn http_date(secs: u32) -> String {
+    httpdate::fmt_http_date(UNIX_EPOCH + std::time::Duration::from_secs(u64::from(secs)))
+}

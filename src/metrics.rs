@@ -87,6 +87,13 @@ pub struct Metrics {
     pub evicted_bytes: Counter,
     pub coalesced_waiters: Counter,
     pub fills_in_progress: Gauge,
+    /// Group commit: batches committed, commits in them, commits queued or
+    /// in the batch being committed, and fills waiting for a place in the
+    /// queue (back-pressure).
+    pub commit_batches: Counter,
+    pub commits: Counter,
+    pub commits_queued: Gauge,
+    pub commits_waiting: Gauge,
     pub metadata_errors: Counter,
     pub redis_errors: Counter,
     /// The last few failures, for the dashboard.
@@ -342,6 +349,30 @@ impl Metrics {
             "Upstream fills in progress",
             fills_in_progress.clone(),
         );
+        let commit_batches = Counter::default();
+        registry.register(
+            "commit_batches",
+            "Group commits: batches of fills made durable together",
+            commit_batches.clone(),
+        );
+        let commits = Counter::default();
+        registry.register(
+            "commits",
+            "Fills committed (in all batches)",
+            commits.clone(),
+        );
+        let commits_queued = Gauge::default();
+        registry.register(
+            "commits_queued",
+            "Fills whose bytes are written, waiting for their commit to be durable",
+            commits_queued.clone(),
+        );
+        let commits_waiting = Gauge::default();
+        registry.register(
+            "commits_waiting",
+            "Fills waiting for a place in the full commit queue (back-pressure)",
+            commits_waiting.clone(),
+        );
         let metadata_errors = Counter::default();
         let redis_errors = Counter::default();
         registry.register(
@@ -374,6 +405,10 @@ impl Metrics {
             evicted_bytes,
             coalesced_waiters,
             fills_in_progress,
+            commit_batches,
+            commits,
+            commits_queued,
+            commits_waiting,
             metadata_errors,
             redis_errors,
             recent_errors: RecentErrors::default(),

@@ -16,7 +16,7 @@ impl Cache {
     pub async fn link_entry(&self, path: &ArtifactPath, entry: Entry) -> Result<bool, ProxyError> {
         let digest = entry.digest;
         let _counting = self.accounting.read().await;
-        let _path = self.path_lock(path).lock().await;
+        let _path = self.path_locks[self.path_stripe(path)].lock().await;
         let stored = self
             .meta
             .stored_digest(path.remote(), path.stored_path())
@@ -25,7 +25,17 @@ impl Cache {
         if stored == Some(digest) {
             return Ok(true);
         }
-        let _locked = self.lock_digests(&digest, stored.as_ref()).await;
+        // The digests' locks in stripe order, as a batch commit takes them.
+        let mut stripes: Vec<usize> = std::iter::once(&digest)
+            .chain(stored.as_ref())
+            .map(|d| self.digest_stripe(d))
+            .collect();
+        stripes.sort_unstable();
+        stripes.dedup();
+        let mut _locked = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            _locked.push(self.digest_locks[stripe].lock().await);
+        }
         if !self.meta.digest_referenced(&digest.to_hex()).await? {
             return Ok(false);
         }

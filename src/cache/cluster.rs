@@ -20,12 +20,41 @@ use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
 use super::meta::Entry;
+use super::purge::Scope;
 use super::store::Digest;
 use crate::config::RedisConfig;
 
-const CHANNEL: &str = "mirrorcache:invalidate";
-/// Invalidation message meaning "drop every cached entry" (purges).
+pub const CHANNEL: &str = "mirrorcache:invalidate";
+/// Invalidation message meaning "drop every cached entry".
 pub const ALL: &str = "*";
+/// The start of a purge message: `purge␟<instance>␟key:<key>`,
+/// `…␟remote:<remote>` or `…␟all`. Unlike a change, a purge makes every
+/// instance take its generation (see `super::purge`), so its fills of the
+/// scope are neither joined nor committed.
+const PURGE: &str = "purge\u{1f}";
+
+/// The message telling every instance of a purge of `scope` by `instance`.
+pub fn purge_message(instance: &str, scope: &Scope) -> String {
+    let what = match scope {
+        Scope::Key(key) => format!("key:{key}"),
+        Scope::Remote(remote) => format!("remote:{remote}"),
+        Scope::All => "all".to_string(),
+    };
+    format!("{PURGE}{instance}\u{1f}{what}")
+}
+
+/// The scope of a purge message and the instance that sent it.
+pub fn purge_scope(message: &str) -> Option<(&str, Scope)> {
+    let (instance, what) = message.strip_prefix(PURGE)?.split_once('\u{1f}')?;
+    let scope = if what == "all" {
+        Scope::All
+    } else if let Some(key) = what.strip_prefix("key:") {
+        Scope::Key(key.to_string())
+    } else {
+        Scope::Remote(what.strip_prefix("remote:")?.to_string())
+    };
+    Some((instance, scope))
+}
 
 pub struct Cluster {
     client: redis::Client,
@@ -78,6 +107,35 @@ impl Cluster {
             Arc::new(on_invalidate),
         ));
         Ok(cluster)
+    }
+
+    /// This process's name in lock tokens and purge messages.
+    pub fn instance(&self) -> &str {
+        &self.instance
+    }
+
+    /// Tells every instance of a purge of `scope`: the shared entries it
+    /// covers are deleted, and the message published.
+    pub async fn purge(&self, scope: &Scope) {
+        let Some(mut conn) = self.conn() else { return };
+        let pattern = match scope {
+            Scope::Key(key) => {
+                let del = conn.del::<_, ()>(format!("mirrorcache:entry:{key}"));
+                self.run("entry delete", del).await;
+                None
+            }
+            Scope::Remote(remote) => Some(format!("mirrorcache:entry:{}/*", glob_escape(remote))),
+            Scope::All => Some("mirrorcache:entry:*".to_string()),
+        };
+        if let Some(pattern) = pattern {
+            let keys = conn.keys::<_, Vec<String>>(pattern);
+            if let Some(keys) = self.run("entry scan", keys).await.filter(|k| !k.is_empty()) {
+                self.run("entry purge", conn.del::<_, ()>(keys)).await;
+            }
+        }
+        let message = purge_message(&self.instance, scope);
+        self.run("purge", conn.publish::<_, _, ()>(CHANNEL, message))
+            .await;
     }
 
     /// How long to wait for another instance's fill.
@@ -231,6 +289,18 @@ impl Cluster {
         self.run("invalidate", conn.publish::<_, _, ()>(CHANNEL, key))
             .await;
     }
+}
+
+/// `text` with Redis's glob characters escaped.
+fn glob_escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for c in text.chars() {
+        if matches!(c, '*' | '?' | '[' | ']' | '\\') {
+            out.push('\\');
+        }
+        out.push(c);
+    }
+    out
 }
 
 fn encode_entry(e: &Entry) -> String {

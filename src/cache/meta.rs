@@ -18,7 +18,9 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 
 use super::cluster::{self, Cluster};
+use super::index::{Found, Index};
 use super::prepared::Prepared;
+use super::purge::{Purges, Ticket};
 use super::store::Digest;
 pub use crate::clock::now_ms;
 use crate::error::ProxyError;
@@ -48,6 +50,10 @@ pub struct Entry {
     flushed_access_ms: AtomicI64,
     /// Hits not yet added to the row's `hits` (written with the access times).
     pending_hits: AtomicU64,
+    /// Built from the entry index, which does not keep the mirror's `ETag`
+    /// (`upstream_etag` is `None` whatever the row says): a revalidation
+    /// reads the row first.
+    pub from_index: bool,
 }
 
 impl Clone for Entry {
@@ -64,6 +70,7 @@ impl Clone for Entry {
             last_access_ms: AtomicI64::new(self.last_access_ms.load(Ordering::Relaxed)),
             flushed_access_ms: AtomicI64::new(self.flushed_access_ms.load(Ordering::Relaxed)),
             pending_hits: AtomicU64::new(self.pending_hits.load(Ordering::Relaxed)),
+            from_index: self.from_index,
         }
     }
 }
@@ -89,6 +96,7 @@ impl Entry {
             last_access_ms: AtomicI64::new(fetched_at_ms),
             flushed_access_ms: AtomicI64::new(fetched_at_ms),
             pending_hits: AtomicU64::new(0),
+            from_index: false,
         }
     }
 
@@ -177,7 +185,7 @@ pub type NegativeCache = moka::sync::Cache<String, (u16, i64)>;
 pub struct MetadataStore {
     pub(super) pool: AnyPool,
     pub(super) cache: EntryCache,
-    negative: NegativeCache,
+    pub(super) negative: NegativeCache,
     /// While the database is failing, the request path skips it until this
     /// time (unix ms) instead of waiting out a connect timeout per request:
     /// hits in `cache` are served, misses are proxied uncached.
@@ -185,6 +193,13 @@ pub struct MetadataStore {
     /// Redis, when instances share state: a second-level entry cache and the
     /// channel that keeps every instance's `cache` coherent.
     cluster: std::sync::OnceLock<Arc<Cluster>>,
+    /// The purge generations that keep what began before a purge from
+    /// showing after it (see `super::purge`).
+    pub purges: Purges,
+    /// Every row, compactly, once loaded (`load_index`; see `super::index`).
+    pub index: Index,
+    /// Rows read by lookups (`read_row`): what the index saves.
+    pub(super) row_reads: AtomicU64,
 }
 
 /// How long the request path leaves a failing database alone.
@@ -199,7 +214,7 @@ pub struct Row {
     pub size: u64,
 }
 
-type EntryRow = (
+pub(super) type EntryRow = (
     String,
     i64,
     Option<String>,
@@ -249,6 +264,12 @@ impl MetadataStore {
             .connect(&url)
             .await?;
         migrator().run(&pool).await?;
+        // The entry index is sized for the rows there are (it is filled by
+        // `load_index`, which tools never call).
+        let (rows,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM entries")
+            .fetch_one(&pool)
+            .await?;
+        let rows = rows.max(0) as usize;
         Ok(MetadataStore {
             pool,
             cache: entry_cache(cache_entries),
@@ -260,6 +281,9 @@ impl MetadataStore {
                 .build(),
             unavailable_until_ms: AtomicI64::new(0),
             cluster: std::sync::OnceLock::new(),
+            purges: Purges::default(),
+            index: Index::with_room(rows),
+            row_reads: AtomicU64::new(0),
         })
     }
 
@@ -269,12 +293,29 @@ impl MetadataStore {
     }
 
     /// Drops this instance's in-memory knowledge of `key` (or of everything,
-    /// for `cluster::ALL`): what another instance changed or purged.
+    /// for `cluster::ALL`): what another instance changed; or, for a purge
+    /// message, takes the purge's generation here too.
     pub fn invalidate_local(&self, key: &str) {
+        if let Some((from, scope)) = cluster::purge_scope(key) {
+            // Our own purge took its generations already.
+            if self.cluster.get().is_none_or(|c| c.instance() != from) {
+                self.purge_memory(&scope);
+            }
+            return;
+        }
+        // A complete index is this process's own database's: what other
+        // instances change is not in it.
+        let index = !self.index.is_complete();
         if key == cluster::ALL {
+            if index {
+                self.index.clear();
+            }
             self.cache.invalidate_all();
             self.negative.invalidate_all();
         } else {
+            if index {
+                self.index.remove(key);
+            }
             self.cache.invalidate(key);
             self.negative.invalidate(key);
         }
@@ -296,92 +337,66 @@ impl MetadataStore {
         if let Some(entry) = self.cache.get(path.key()) {
             return Ok(Some(entry));
         }
+        // What this lookup reads is remembered only if no purge of the key
+        // comes before it is.
+        let ticket = self.purges.ticket();
+        match self.index.get(path.key()) {
+            Found::Entry(entry) => {
+                let entry = Arc::new(entry);
+                self.remember_as(path, &entry, ticket, false);
+                return Ok(Some(entry));
+            }
+            Found::Absent => return Ok(None),
+            Found::Unknown => {}
+        }
         if let Some(cluster) = self.cluster.get() {
             if let Some(entry) = cluster.get_entry(path.key()).await {
                 let entry = Arc::new(entry);
-                self.cache.insert(path.key().to_string(), entry.clone());
+                self.remember(path, &entry, ticket);
                 return Ok(Some(entry));
             }
         }
-        self.check_available()?;
-        let row: Option<EntryRow> = sqlx::query_as(
-            "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, \
-             kept_headers FROM entries WHERE remote = $1 AND path = $2",
-        )
-        .bind(path.remote())
-        .bind(path.stored_path())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| self.failed(e))?;
-        self.recovered();
-        let Some((digest, size, content_type, etag, last_modified, fetched_at, kept)) = row else {
+        let Some(entry) = self.read_row(path).await? else {
             return Ok(None);
         };
-        let Some(digest) = Digest::from_hex(&digest) else {
-            tracing::warn!(
-                key = path.key(),
-                "metadata row has a malformed digest; treating as a miss"
-            );
-            return Ok(None);
-        };
-        let mut entry = Entry::new(
-            digest,
-            size as u64,
-            content_type,
-            etag,
-            last_modified,
-            fetched_at,
-        );
-        entry.kept_headers = kept;
         let entry = Arc::new(entry);
-        self.cache.insert(path.key().to_string(), entry.clone());
-        if let Some(cluster) = self.cluster.get() {
-            cluster.put_entry(path.key(), &entry).await;
+        if self.remember(path, &entry, ticket) {
+            if let Some(cluster) = self.cluster.get() {
+                cluster.put_entry(path.key(), &entry).await;
+            }
         }
         Ok(Some(entry))
     }
 
-    /// Records (or replaces) the entry for `path`.
+    /// Records (or replaces) the entry for `path` (a batch of one; fills
+    /// go through the group commit, `super::commit`).
     pub async fn record(
         &self,
         path: &ArtifactPath,
         entry: Entry,
     ) -> Result<Arc<Entry>, ProxyError> {
-        // Always tried, even while lookups back off: one write per fill, off
-        // the clients' path, and the entry is what makes the fill worth it.
-        sqlx::query(
-            "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access, kept_headers) \
-             VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10) \
-             ON CONFLICT (remote, path) DO UPDATE SET digest = excluded.digest, size = excluded.size, \
-             content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
-             upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
-             last_access = excluded.last_access, kept_headers = excluded.kept_headers",
-        )
-        .bind(path.remote())
-        .bind(path.stored_path())
-        .bind(entry.digest.to_hex())
-        .bind(entry.size as i64)
-        .bind(entry.content_type.clone())
-        .bind(entry.upstream_etag.clone())
-        .bind(entry.upstream_last_modified.clone())
-        .bind(entry.fetched_at_ms)
-        .bind(entry.fetched_at_ms)
-        .bind(entry.kept_headers.clone())
-        .execute(&self.pool)
-        .await
-        .map_err(|e| self.failed(e))?;
+        self.record_batch(&[(path, &entry)]).await?;
+        Ok(self.recorded(path, entry).await)
+    }
+
+    /// After its row is written: `entry` in memory, and shared.
+    pub(super) async fn recorded(&self, path: &ArtifactPath, entry: Entry) -> Arc<Entry> {
         let entry = Arc::new(entry);
+        self.index.insert(path.key(), &entry);
         self.cache.insert(path.key().to_string(), entry.clone());
         self.shared_changed(path.key(), Some(&entry)).await;
-        Ok(entry)
+        entry
     }
 
     /// Marks the entry for `path` as revalidated now; returns the refreshed entry.
+    /// Not remembered (in memory or Redis) if a purge of `path` came after
+    /// `ticket` (taken when the revalidation began).
     pub async fn mark_revalidated(
         &self,
         path: &ArtifactPath,
         entry: &Entry,
         now_ms: i64,
+        ticket: Ticket,
     ) -> Result<Arc<Entry>, ProxyError> {
         sqlx::query("UPDATE entries SET fetched_at = $1 WHERE remote = $2 AND path = $3")
             .bind(now_ms)
@@ -393,8 +408,9 @@ impl MetadataStore {
         let mut fresh = entry.clone();
         fresh.fetched_at_ms = now_ms;
         let fresh = Arc::new(fresh);
-        self.cache.insert(path.key().to_string(), fresh.clone());
-        self.shared_changed(path.key(), Some(&fresh)).await;
+        if self.remember(path, &fresh, ticket) {
+            self.shared_changed(path.key(), Some(&fresh)).await;
+        }
         Ok(fresh)
     }
 
@@ -403,7 +419,7 @@ impl MetadataStore {
         self.forget_row(path.remote(), path.stored_path()).await
     }
 
-    fn check_available(&self) -> Result<(), ProxyError> {
+    pub(super) fn check_available(&self) -> Result<(), ProxyError> {
         if now_ms() < self.unavailable_until_ms.load(Ordering::Relaxed) {
             return Err(ProxyError::Metadata(
                 "database unavailable; retrying shortly".into(),
@@ -416,7 +432,7 @@ impl MetadataStore {
     /// database. Not for a pool that is merely busy (every connection taken
     /// by a herd of lookups): that is load, not an outage, and backing off
     /// would drop the fills' entries for the whole back-off.
-    fn failed(&self, e: sqlx::Error) -> ProxyError {
+    pub(super) fn failed(&self, e: sqlx::Error) -> ProxyError {
         if matches!(e, sqlx::Error::PoolTimedOut) {
             return db_error(e);
         }
@@ -430,10 +446,13 @@ impl MetadataStore {
         db_error(e)
     }
 
-    /// Remembers that every mirror answered `status` (404/410) for `path` now.
-    pub fn remember_absent(&self, path: &ArtifactPath, status: u16, now_ms: i64) {
-        self.negative
-            .insert(path.key().to_string(), (status, now_ms));
+    /// Remembers that every mirror answered `status` (404/410) for `path`
+    /// now, unless a purge of it came after `ticket`.
+    pub fn remember_absent(&self, path: &ArtifactPath, status: u16, now_ms: i64, ticket: Ticket) {
+        self.purges.if_current(path.key(), ticket, || {
+            self.negative
+                .insert(path.key().to_string(), (status, now_ms));
+        });
     }
 
     /// The last "not found" answer for `path`, if one is remembered: (status, unix ms).
@@ -514,27 +533,6 @@ impl MetadataStore {
             .collect())
     }
 
-    /// Deletes one row by its parts (maintenance paths hold rows, not
-    /// requests).
-    pub async fn forget_row(&self, remote: &str, path: &str) -> Result<(), ProxyError> {
-        self.forget_row_of(remote, path, None).await.map(drop)
-    }
-
-    /// Whether any row still references the blob `digest` (hex).
-    pub async fn digest_referenced(&self, digest: &str) -> Result<bool, ProxyError> {
-        let row: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM entries WHERE digest = $1 LIMIT 1")
-            .bind(digest)
-            .fetch_optional(&self.pool)
-            .await
-            .map_err(db_error)?;
-        Ok(row.is_some())
-    }
-
-    /// Deletes every row that references `digest` (hex); returns how many.
-    pub async fn forget_digest(&self, digest: &str) -> Result<u64, ProxyError> {
-        self.forget_remote_digest(None, digest).await
-    }
-
     /// Whether the database answers (for readiness).
     /// Whether the database answers; an answer also ends the back-off.
     pub async fn ping(&self) -> bool {
@@ -545,7 +543,7 @@ impl MetadataStore {
         ok
     }
 
-    fn recovered(&self) {
+    pub(super) fn recovered(&self) {
         if self.unavailable_until_ms.swap(0, Ordering::Relaxed) != 0 {
             tracing::info!("metadata database answers again");
         }

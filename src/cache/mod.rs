@@ -13,7 +13,7 @@
 //! artifact's rows may be), `config`, `error`, `path`, `clock` and `metrics`.
 //!
 //! **Invariant: never a row without its blob.** A blob is committed and its
-//! row recorded ([`Cache::commit_entry`]), and a blob's references checked
+//! row recorded (a batch of them, [`commit`]), and a blob's references checked
 //! and the blob deleted ([`Cache::release_blob`]), each under the lock of
 //! the digest's stripe: a release cannot fall between a commit's rename and
 //! its row. The same lock makes the size accounting exact ([`budget`]).
@@ -23,11 +23,14 @@ pub mod blobs;
 pub mod budget;
 pub mod bundle;
 pub mod cluster;
+pub mod commit;
 mod declared;
 pub mod evict;
+pub mod index;
 pub mod listing;
 pub mod meta;
 mod prepared;
+pub mod purge;
 mod refs;
 pub mod store;
 pub mod tokens;
@@ -36,7 +39,7 @@ pub mod verify;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use tokio::sync::{Mutex, MutexGuard, RwLock};
+use tokio::sync::{Mutex, RwLock};
 
 use crate::config::Config;
 use crate::error::ProxyError;
@@ -46,10 +49,12 @@ pub use blobs::{Blob, BlobStore, HotBlobs};
 use blobs::{LocalBlobs, S3Blobs};
 pub use budget::Budget;
 use cluster::Cluster;
+pub use commit::{CommitSlot, Committing};
 pub use declared::Learned;
 pub use evict::Evictor;
 pub use meta::{Entry, MetadataStore};
 pub use prepared::Prepared;
+pub use purge::{Scope, Ticket};
 pub use store::{ContentStore, Digest, TempBlob};
 
 pub struct Cache {
@@ -78,6 +83,10 @@ pub struct Cache {
     accounting: RwLock<()>,
     /// Redis coordination, when `[redis]` is configured.
     cluster: OnceLock<Arc<Cluster>>,
+    /// The group commit's queue (see [`commit`]).
+    commits: commit::Queue,
+    /// Taken by the committer for each batch (and by a test to hold it).
+    commit_hold: Mutex<()>,
     pub metrics: Arc<Metrics>,
 }
 
@@ -110,6 +119,12 @@ impl Cache {
                     redact_url(&config.metadata.url)
                 )
             })?;
+        let started = std::time::Instant::now();
+        let indexed = meta
+            .load_index()
+            .await
+            .context("loading the entry index from the metadata database")?;
+        tracing::info!(entries = indexed, took = ?started.elapsed(), "entry index loaded");
         let store = Arc::new(store);
         let blobs: Arc<dyn BlobStore> = match &config.storage.s3 {
             None => Arc::new(LocalBlobs(store.clone())),
@@ -120,6 +135,8 @@ impl Cache {
             ),
         };
         metrics.store_max_bytes.set(config.storage.max_size as i64);
+        // As many commits may wait as fills may run.
+        let (commits, queued) = commit::queue(config.server.max_fills);
         let cache = Arc::new(Cache {
             store,
             blobs,
@@ -134,8 +151,11 @@ impl Cache {
             path_locks: (0..DIGEST_STRIPES).map(|_| Mutex::new(())).collect(),
             accounting: RwLock::new(()),
             cluster: OnceLock::new(),
+            commits,
+            commit_hold: Mutex::new(()),
             metrics,
         });
+        tokio::spawn(commit::run(Arc::downgrade(&cache), queued));
         cache
             .rederive_size()
             .await
@@ -198,12 +218,16 @@ impl Cache {
         Ok(bytes)
     }
 
-    fn path_lock(&self, path: &ArtifactPath) -> &Mutex<()> {
+    pub(super) fn path_stripe(&self, path: &ArtifactPath) -> usize {
+        self.key_stripe(path.key())
+    }
+
+    pub(super) fn key_stripe(&self, key: &str) -> usize {
         // FNV-1a: any spread will do.
-        let hash = path.key().bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         });
-        &self.path_locks[hash as usize % self.path_locks.len()]
+        hash as usize % self.path_locks.len()
     }
 
     fn digest_stripe(&self, digest: &Digest) -> usize {
@@ -212,20 +236,6 @@ impl Cache {
 
     fn digest_lock(&self, digest: &Digest) -> &Mutex<()> {
         &self.digest_locks[self.digest_stripe(digest)]
-    }
-
-    /// Locks the stripes of `a` and `b` (once if they share one), lower
-    /// stripe first so two callers never wait on each other in a circle.
-    async fn lock_digests(&self, a: &Digest, b: Option<&Digest>) -> Vec<MutexGuard<'_, ()>> {
-        let mut stripes = vec![self.digest_stripe(a)];
-        stripes.extend(b.map(|b| self.digest_stripe(b)));
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut guards = Vec::with_capacity(stripes.len());
-        for stripe in stripes {
-            guards.push(self.digest_locks[stripe].lock().await);
-        }
-        guards
     }
 
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
@@ -254,65 +264,6 @@ impl Cache {
         }
         self.hot.insert(*digest, bytes.clone());
         Ok(Blob::Memory(bytes))
-    }
-
-    /// Makes a fully written, hashed temp file the entry for `path`: the
-    /// blob `entry.digest` (fsync and rename, or the upload), then its row,
-    /// both under the digest's lock, so no release of the same digest can
-    /// fall in between. If the row cannot be written, a blob nothing else
-    /// references is deleted again. A digest's first row adds its size to
-    /// the store's count; further rows add nothing. A row it replaces had
-    /// its blob released (deleted if nothing else references it).
-    pub async fn commit_entry(
-        &self,
-        temp: TempBlob,
-        path: &ArtifactPath,
-        entry: Entry,
-    ) -> Result<Arc<Entry>, ProxyError> {
-        let (digest, size) = (entry.digest, entry.size);
-        let _counting = self.accounting.read().await;
-        let _path = self.path_lock(path).lock().await;
-        let replaced = self
-            .meta
-            .stored_digest(path.remote(), path.stored_path())
-            .await
-            .inspect_err(|_| {
-                self.metrics.metadata_errors.inc();
-            })?
-            .and_then(|hex| Digest::from_hex(&hex))
-            .filter(|old| *old != digest);
-        // The replaced row's digest is locked too: its reference goes away
-        // here, and its release must follow before anyone looks at it.
-        let _locked = self.lock_digests(&digest, replaced.as_ref()).await;
-        let counted = self
-            .meta
-            .digest_referenced(&digest.to_hex())
-            .await
-            .inspect_err(|_| {
-                self.metrics.metadata_errors.inc();
-            })?;
-        self.blobs
-            .commit(temp, digest)
-            .await
-            .map_err(|e| ProxyError::Store(format!("committing the blob: {e}")))?;
-        match self.meta.record(path, entry).await {
-            Ok(entry) => {
-                if !counted {
-                    self.budget.add_committed(size);
-                }
-                if let Some(old) = replaced {
-                    self.release_held(&old).await;
-                }
-                Ok(entry)
-            }
-            Err(error) => {
-                self.metrics.metadata_errors.inc();
-                if !counted {
-                    self.delete_blob(&digest).await;
-                }
-                Err(error)
-            }
-        }
     }
 
     /// Deletes the blob if no metadata row references it any more; returns
@@ -350,43 +301,66 @@ impl Cache {
     /// Every row is deleted under its digest's lock, then that blob
     /// released under the same lock.
     pub async fn forget_row(&self, remote: &str, path: &str) -> Result<u64, ProxyError> {
+        Ok(self.forget_row_counted(remote, path).await?.unwrap_or(0))
+    }
+
+    /// [`Cache::forget_row`]: `None` when there was no row, else the bytes
+    /// freed.
+    pub async fn forget_row_counted(
+        &self,
+        remote: &str,
+        path: &str,
+    ) -> Result<Option<u64>, ProxyError> {
         let _counting = self.accounting.read().await;
+        self.forget_row_held(remote, path).await
+    }
+
+    /// [`Cache::forget_row_counted`] for a caller holding `accounting`
+    /// shared.
+    async fn forget_row_held(&self, remote: &str, path: &str) -> Result<Option<u64>, ProxyError> {
         loop {
             let Some(hex) = self.meta.stored_digest(remote, path).await? else {
-                return Ok(0);
+                return Ok(None);
             };
             let Some(digest) = Digest::from_hex(&hex) else {
                 self.meta.forget_row(remote, path).await?;
-                return Ok(0);
+                return Ok(Some(0));
             };
             let _digest = self.digest_lock(&digest).lock().await;
             if self.meta.forget_row_of(remote, path, Some(&hex)).await? {
-                return Ok(self.release_held(&digest).await);
+                return Ok(Some(self.release_held(&digest).await));
             }
             // Replaced since it was read: look again.
         }
     }
 
     /// Drops every entry of `remote` (rows recorded while this runs may
-    /// stay) and releases their blobs, digest by digest under its lock;
-    /// returns how many digests the rows referenced and the bytes freed.
-    pub async fn forget_remote(&self, remote: &str) -> Result<(usize, u64), ProxyError> {
+    /// stay: a purge makes them stale first, `purge`) and releases their
+    /// blobs, digest by digest under its lock; returns how many rows went,
+    /// how many digests they referenced and the bytes freed. Memory and
+    /// other instances are the purge's business.
+    pub async fn forget_remote(&self, remote: &str) -> Result<(u64, usize, u64), ProxyError> {
         let _counting = self.accounting.read().await;
+        self.forget_remote_held(remote).await
+    }
+
+    /// [`Cache::forget_remote`] for a caller holding `accounting` shared.
+    async fn forget_remote_held(&self, remote: &str) -> Result<(u64, usize, u64), ProxyError> {
         let digests = self.meta.remote_digests(remote).await?;
-        let mut freed = 0;
+        let (mut rows, mut freed) = (0, 0);
         for hex in &digests {
             match Digest::from_hex(hex) {
                 Some(digest) => {
                     let _digest = self.digest_lock(&digest).lock().await;
-                    self.meta.forget_remote_digest(Some(remote), hex).await?;
+                    rows += self.meta.delete_remote_digest(Some(remote), hex).await?;
                     freed += self.release_held(&digest).await;
                 }
                 None => {
-                    self.meta.forget_remote_digest(Some(remote), hex).await?;
+                    rows += self.meta.delete_remote_digest(Some(remote), hex).await?;
                 }
             }
         }
-        Ok((digests.len(), freed))
+        Ok((rows, digests.len(), freed))
     }
 
     /// Deletes an unreferenced blob and uncounts it. The caller holds the

@@ -8,6 +8,27 @@ use super::meta::{db_error, MetadataStore};
 use crate::error::ProxyError;
 
 impl MetadataStore {
+    /// Deletes one row by its parts (maintenance paths hold rows, not
+    /// requests).
+    pub async fn forget_row(&self, remote: &str, path: &str) -> Result<(), ProxyError> {
+        self.forget_row_of(remote, path, None).await.map(drop)
+    }
+
+    /// Whether any row still references the blob `digest` (hex).
+    pub async fn digest_referenced(&self, digest: &str) -> Result<bool, ProxyError> {
+        let row: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM entries WHERE digest = $1 LIMIT 1")
+            .bind(digest)
+            .fetch_optional(self.pool())
+            .await
+            .map_err(db_error)?;
+        Ok(row.is_some())
+    }
+
+    /// Deletes every row that references `digest` (hex); returns how many.
+    pub async fn forget_digest(&self, digest: &str) -> Result<u64, ProxyError> {
+        self.forget_remote_digest(None, digest).await
+    }
+
     /// The digest (hex) the row of `remote`/`path` references, if any.
     pub async fn stored_digest(
         &self,
@@ -33,6 +54,7 @@ impl MetadataStore {
         digest: Option<&str>,
     ) -> Result<bool, ProxyError> {
         let key = format!("{remote}/{path}");
+        self.index.remove(&key);
         self.cache.invalidate(&key);
         let done = sqlx::query(
             "DELETE FROM entries WHERE remote = $1 AND path = $2 AND ($3 IS NULL OR digest = $3)",
@@ -65,6 +87,19 @@ impl MetadataStore {
         remote: Option<&str>,
         digest: &str,
     ) -> Result<u64, ProxyError> {
+        let rows = self.delete_remote_digest(remote, digest).await?;
+        self.invalidate_local(cluster::ALL);
+        self.shared_changed(cluster::ALL, None).await;
+        Ok(rows)
+    }
+
+    /// [`MetadataStore::forget_remote_digest`] without telling memory or
+    /// other instances (a purge does, for its whole scope).
+    pub(super) async fn delete_remote_digest(
+        &self,
+        remote: Option<&str>,
+        digest: &str,
+    ) -> Result<u64, ProxyError> {
         let done =
             sqlx::query("DELETE FROM entries WHERE ($1 IS NULL OR remote = $1) AND digest = $2")
                 .bind(remote.map(str::to_string))
@@ -72,8 +107,9 @@ impl MetadataStore {
                 .execute(&self.pool)
                 .await
                 .map_err(db_error)?;
-        self.invalidate_local(cluster::ALL);
-        self.shared_changed(cluster::ALL, None).await;
+        if let Some(digest) = super::Digest::from_hex(digest) {
+            self.index.remove_digest(remote, &digest);
+        }
         Ok(done.rows_affected())
     }
 

@@ -54,6 +54,11 @@ impl fmt::Debug for Digest {
     }
 }
 
+/// A directory of the blob tree that a group commit renamed blobs into and
+/// must sync; opaque outside this module, which alone knows blob paths.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct BlobDir(PathBuf);
+
 pub struct ContentStore {
     blobs: PathBuf,
     tmp: PathBuf,
@@ -201,6 +206,44 @@ impl ContentStore {
         temp.committed = true;
         File::open(dir)?.sync_all()?;
         Ok(())
+    }
+
+    /// A group commit's first step for one temp file (see `cache::commit`):
+    /// its data on disk (`fdatasync`), unless the blob `digest` is there
+    /// already, committed before and synced then; `Ok(false)` says so, and
+    /// the temp file is simply dropped. Blocking; a batch runs these side by
+    /// side, so a journaling file system makes one commit for them all.
+    pub fn sync_temp(&self, temp: &TempBlob, digest: &Digest) -> io::Result<bool> {
+        if self.blob_path(digest).is_file() {
+            return Ok(false);
+        }
+        temp.file.sync_data()?;
+        Ok(true)
+    }
+
+    /// A group commit's second step: a synced temp file renamed into place
+    /// as the blob `digest`. Returns the directory that now names it, to be
+    /// synced ([`ContentStore::sync_dir`]) before anything points at the
+    /// blob: its parent's too when the directory is new. Blocking.
+    pub fn place(&self, mut temp: TempBlob, digest: &Digest) -> io::Result<Vec<BlobDir>> {
+        let dest = self.blob_path(digest);
+        let dir = dest.parent().expect("blob paths have a parent");
+        let mut dirs = Vec::with_capacity(2);
+        if !dir.is_dir() {
+            fs::create_dir_all(dir)?;
+            let parent = dir.parent().expect("blob directories have a parent");
+            dirs.push(BlobDir(parent.to_path_buf()));
+        }
+        fs::rename(&temp.path, &dest)?;
+        temp.committed = true;
+        dirs.push(BlobDir(dir.to_path_buf()));
+        Ok(dirs)
+    }
+
+    /// A group commit's third step: a directory that names new blobs, synced
+    /// (each once per batch, side by side). Blocking.
+    pub fn sync_dir(dir: &BlobDir) -> io::Result<()> {
+        File::open(&dir.0)?.sync_all()
     }
 
     /// Opens a committed blob for (positional) reading; `NotFound` if it is

@@ -156,6 +156,19 @@ pub async fn run_observed(
     }
 
     if remove {
+        // The keys whose rows go: running servers sharing Redis are told, as
+        // of a purge (they forget them and take the purge's generation).
+        let mut purged_keys: Vec<String> = Vec::new();
+        let mut keys_of = |hex: &str| {
+            purged_keys.extend(
+                rows.iter()
+                    .filter(|row| row.digest == hex)
+                    .map(|row| format!("{}/{}", row.remote, row.path)),
+            )
+        };
+        for hex in report.corrupt.iter().chain(&report.missing) {
+            keys_of(hex);
+        }
         // Each decision is checked again just before it is acted on: a fill
         // may have committed the same bytes since they were looked at.
         for hex in &report.corrupt {
@@ -186,9 +199,42 @@ pub async fn run_observed(
             }
         }
         report.removed = true;
+        if let Some(redis) = &config.redis {
+            announce_purges(&redis.url, &purged_keys).await;
+        }
     }
     meta.close().await;
     Ok(report)
+}
+
+/// Tells the servers sharing Redis that `keys` were purged (their entries
+/// deleted there, the purge published); a warning if Redis does not answer.
+/// Without Redis a server learns it on its next hit of a removed blob: the
+/// blob is gone, so the hit is a miss (a small blob it holds in memory was
+/// checked when read, and stays servable until it is evicted from there).
+async fn announce_purges(url: &str, keys: &[String]) {
+    use redis::AsyncCommands;
+    if keys.is_empty() {
+        return;
+    }
+    let told = async {
+        let mut conn = redis::Client::open(url)?
+            .get_multiplexed_async_connection()
+            .await?;
+        for key in keys {
+            conn.del::<_, ()>(format!("mirrorcache:entry:{key}"))
+                .await?;
+            let message = super::cluster::purge_message("verify", &super::Scope::Key(key.clone()));
+            conn.publish::<_, _, ()>(super::cluster::CHANNEL, message)
+                .await?;
+        }
+        Ok::<_, redis::RedisError>(())
+    };
+    match tokio::time::timeout(std::time::Duration::from_secs(10), told).await {
+        Ok(Ok(())) => {}
+        Ok(Err(error)) => tracing::warn!(%error, "could not tell the servers through redis"),
+        Err(_) => tracing::warn!("redis too slow; the servers were not told"),
+    }
 }
 
 /// The sha256 of the blob `digest` as it is on disk now; `None` if it is gone.

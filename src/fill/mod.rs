@@ -30,13 +30,15 @@ mod writer;
 use std::collections::HashMap;
 use std::fs::File;
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::FutureExt;
 
 use tokio::sync::watch;
 
-use crate::cache::{Cache, Digest, Entry};
+use crate::cache::purge::Purged;
+use crate::cache::{Cache, Digest, Entry, Scope, Ticket};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
@@ -105,18 +107,74 @@ pub struct FillProgress {
     pub mirror: Option<String>,
 }
 
+/// Which fill a fill task is, for the registry.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Me {
+    pub(crate) ticket: Ticket,
+    id: u64,
+}
+
+/// One of the `server.max_fills` slots, held by a fill from its start until
+/// its bytes are written ([`Slot::release`]), or until it ends, panics
+/// included.
+pub(crate) struct Slot(Option<Arc<AtomicUsize>>);
+
+impl Slot {
+    /// Gives the slot back (once).
+    pub(crate) fn release(&mut self) {
+        if let Some(active) = self.0.take() {
+            active.fetch_sub(1, Ordering::Relaxed);
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.release();
+    }
+}
+
+/// One fill in the registry.
+struct Running {
+    rx: watch::Receiver<FillState>,
+    /// The purge generation when it began: once a purge of its key comes
+    /// after it, it is neither joined nor committed.
+    ticket: Ticket,
+    /// Which fill of the key this is: a fill leaves (or restarts in) the
+    /// registry only if the key is still its own, not a newer fill's
+    /// started after a purge.
+    id: u64,
+}
+
+/// What a purge did (see [`FillRegistry::purge`]).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct PurgeReport {
+    pub purged: Purged,
+    /// Fills of the scope in progress (downloading or committing) that will
+    /// not be made visible; their readers still get their bytes.
+    pub fills_cancelled: usize,
+}
+
 /// The fills in progress, keyed by `remote/path`, with what a fill uses.
 pub struct FillRegistry {
     // A std mutex, not a Tokio one: it is held only to look up or insert,
     // never across an await.
-    fills: Mutex<HashMap<String, watch::Receiver<FillState>>>,
-    /// Woken when the last fill in progress finishes.
+    fills: Mutex<HashMap<String, Running>>,
+    /// The next fill's [`Running::id`].
+    next_id: std::sync::atomic::AtomicU64,
+    /// Woken when the last fill task ends.
     idle: tokio::sync::Notify,
+    /// Fill tasks running, those a purge took out of the registry included.
+    tasks: AtomicUsize,
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     /// `server.max_fills`: a fill nobody reads any more still counts until
-    /// it is done.
+    /// its bytes are written (its commit, queued, no longer does).
     max_fills: usize,
+    /// Fills holding one of the `max_fills` slots: from their start until
+    /// their bytes are written (see [`Slot`]). Changed under the `fills`
+    /// lock when taken, atomically when given back.
+    active: Arc<AtomicUsize>,
     /// Index documents whose declared digests are being stored now, per
     /// remote: an artifact fill of that remote that finds no declared digest
     /// waits for them (see `learn`). A std mutex: never held across an await.
@@ -130,10 +188,13 @@ impl FillRegistry {
     pub fn new(cache: Arc<Cache>, metrics: Arc<Metrics>, max_fills: usize) -> FillRegistry {
         FillRegistry {
             fills: Mutex::default(),
+            next_id: Default::default(),
             idle: tokio::sync::Notify::new(),
+            tasks: AtomicUsize::new(0),
             cache,
             metrics,
             max_fills,
+            active: Arc::default(),
             learning: Mutex::default(),
             learned_docs: moka::sync::Cache::new(100_000),
         }
@@ -141,14 +202,13 @@ impl FillRegistry {
 
     /// Joins the fill of `key` if one is running.
     pub fn join(&self, key: &str) -> Option<watch::Receiver<FillState>> {
-        let rx = self
-            .fills
-            .lock()
-            .expect("fill registry poisoned")
-            .get(key)
-            .cloned()?;
+        let fills = self.fills.lock().expect("fill registry poisoned");
+        let running = fills.get(key)?;
+        if !self.cache.meta.purges.current(key, running.ticket) {
+            return None;
+        }
         self.metrics.coalesced_waiters.inc();
-        Some(rx)
+        Some(running.rx.clone())
     }
 
     /// Joins the fill of `path` if one is running, else starts one (`started`
@@ -163,17 +223,35 @@ impl FillRegistry {
         stale: Option<Arc<Entry>>,
     ) -> Result<(watch::Receiver<FillState>, bool), ProxyError> {
         let mut fills = self.fills.lock().expect("fill registry poisoned");
-        if let Some(rx) = fills.get(path.key()) {
-            self.metrics.coalesced_waiters.inc();
-            return Ok((rx.clone(), false));
+        let purges = &self.cache.meta.purges;
+        if let Some(running) = fills.get(path.key()) {
+            // A fill begun before a purge of the key is not joined: a new
+            // one takes its place (its readers keep reading it).
+            if purges.current(path.key(), running.ticket) {
+                self.metrics.coalesced_waiters.inc();
+                return Ok((running.rx.clone(), false));
+            }
         }
-        if fills.len() >= self.max_fills {
-            return Err(ProxyError::FillsBusy(fills.len()));
+        let active = self.active.load(Ordering::Relaxed);
+        if active >= self.max_fills {
+            return Err(ProxyError::FillsBusy(active));
         }
+        self.active.fetch_add(1, Ordering::Relaxed);
+        let slot = Slot(Some(self.active.clone()));
         let (tx, rx) = watch::channel(FillState::Connecting);
-        fills.insert(path.key().to_string(), rx.clone());
+        let (ticket, id) = (
+            purges.ticket(),
+            self.next_id.fetch_add(1, Ordering::Relaxed),
+        );
+        let running = Running {
+            rx: rx.clone(),
+            ticket,
+            id,
+        };
+        fills.insert(path.key().to_string(), running);
         self.metrics.fills_in_progress.set(fills.len() as i64);
         drop(fills);
+        let me = Me { ticket, id };
         let fill = writer::run(
             self.clone(),
             remote.clone(),
@@ -181,20 +259,30 @@ impl FillRegistry {
             accept,
             stale,
             tx,
+            (slot, me),
         );
         let (fills, key) = (self.clone(), path.key().to_string());
+        self.tasks.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             // A panic in a fill ends it as failed: its readers see the channel
             // close (502), and the key is free for the next request to refetch.
             if AssertUnwindSafe(fill).catch_unwind().await.is_err() {
                 tracing::error!(key, "fill panicked; its readers get 502");
-                fills.finish(&key);
+                fills.finish(&key, me);
+            }
+            if fills.tasks.fetch_sub(1, Ordering::AcqRel) == 1 {
+                fills.idle.notify_waiters();
             }
         });
         Ok((rx, true))
     }
 
-    /// Fills in progress now.
+    /// Fills holding a `max_fills` slot now (not those whose commit waits).
+    pub fn active(&self) -> usize {
+        self.active.load(Ordering::Relaxed)
+    }
+
+    /// Fills in progress now, committing ones included.
     pub fn len(&self) -> usize {
         self.fills.lock().expect("fill registry poisoned").len()
     }
@@ -203,15 +291,39 @@ impl FillRegistry {
         self.len() == 0
     }
 
-    /// Returns once no fill is in progress.
+    /// Returns once no fill is in progress (and no fill task a purge
+    /// cancelled is still running: its commit is dropped).
     pub async fn wait_idle(&self) {
         loop {
             let idle = self.idle.notified();
-            if self.is_empty() {
+            if self.tasks.load(Ordering::Acquire) == 0 {
                 return;
             }
             idle.await;
         }
+    }
+
+    /// Purges `scope` (the admin API): a purge generation first, so that
+    /// every fill of the scope in progress is neither joined nor committed
+    /// from now on (they leave the registry at once; their readers get
+    /// their bytes), memory forgotten and other instances told; then the
+    /// rows and blobs deleted (`Cache::purge_begin`, `Cache::purge_rows`).
+    pub async fn purge(&self, scope: &Scope) -> Result<PurgeReport, ProxyError> {
+        self.cache.purge_begin(scope).await;
+        let fills_cancelled = {
+            let mut fills = self.fills.lock().expect("fill registry poisoned");
+            let purges = &self.cache.meta.purges;
+            let before = fills.len();
+            fills.retain(|key, running| !scope.covers(key) || purges.current(key, running.ticket));
+            let cancelled = before - fills.len();
+            self.metrics.fills_in_progress.set(fills.len() as i64);
+            cancelled
+        };
+        let purged = self.cache.purge_rows(scope).await?;
+        Ok(PurgeReport {
+            purged,
+            fills_cancelled,
+        })
     }
 
     /// What each fill in progress has done so far, sorted by key (for the
@@ -222,7 +334,7 @@ impl FillRegistry {
             .lock()
             .expect("fill registry poisoned")
             .iter()
-            .map(|(key, rx)| (key.clone(), rx.clone()))
+            .map(|(key, running)| (key.clone(), running.rx.clone()))
             .collect();
         let mut progress: Vec<FillProgress> = fills
             .into_iter()
@@ -270,26 +382,32 @@ impl FillRegistry {
     fn restart(
         &self,
         key: &str,
+        me: Me,
         old: &watch::Sender<FillState>,
         error: ProxyError,
     ) -> watch::Sender<FillState> {
         let (tx, rx) = watch::channel(FillState::Connecting);
         // The new channel first: a request joining now follows the retry,
-        // never the failure.
-        self.fills
+        // never the failure. (A purged fill is no longer the key's: it
+        // retries for its own readers only.)
+        if let Some(running) = self
+            .fills
             .lock()
             .expect("fill registry poisoned")
-            .insert(key.to_string(), rx);
+            .get_mut(key)
+            .filter(|running| running.id == me.id)
+        {
+            running.rx = rx;
+        }
         old.send_replace(FillState::Failed(error));
         tx
     }
 
-    /// Takes a finished fill out of the map.
-    fn finish(&self, key: &str) {
+    /// Takes a finished fill out of the map (if the key is still its own).
+    fn finish(&self, key: &str, me: Me) {
         let mut fills = self.fills.lock().expect("fill registry poisoned");
-        fills.remove(key);
-        if fills.is_empty() {
-            self.idle.notify_waiters();
+        if fills.get(key).is_some_and(|running| running.id == me.id) {
+            fills.remove(key);
         }
         self.metrics.fills_in_progress.set(fills.len() as i64);
     }

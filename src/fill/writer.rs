@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 
 use super::learn::{self, FillDigests};
-use super::{FillRegistry, FillState, Head};
+use super::{FillRegistry, FillState, Head, Me, Slot};
 use crate::cache::cluster::{Cluster, LockOutcome};
-use crate::cache::{Blob, Cache, Digest, Entry, TempBlob};
+use crate::cache::{Blob, Cache, CommitSlot, Digest, Entry, TempBlob};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{Declared, Hashers};
@@ -27,8 +27,17 @@ pub(super) async fn run(
     accept: Option<&'static str>,
     stale: Option<Arc<Entry>>,
     tx: watch::Sender<FillState>,
+    (mut slot, me): (Slot, Me),
 ) {
     let cache = &fills.cache;
+    // The entry index keeps no `ETag`: the row has it, for the revalidation.
+    let stale = match stale {
+        Some(entry) if entry.from_index => match cache.meta.read_row(&path).await {
+            Ok(Some(row)) if row.digest == entry.digest => Some(Arc::new(row)),
+            _ => Some(entry),
+        },
+        stale => stale,
+    };
     if stale.is_none() {
         // Look again now that this fill holds the key: a fill that committed
         // between the request's lookup and its joining the registry has
@@ -37,7 +46,7 @@ pub(super) async fn run(
             let fresh = remote.policy.is_fresh(path.path(), entry.age(now_ms()));
             if fresh && cache.open_blob(&entry.digest, entry.size).await.is_ok() {
                 tx.send_replace(FillState::Shared(entry));
-                fills.finish(path.key());
+                fills.finish(path.key(), me);
                 return;
             }
         }
@@ -53,7 +62,7 @@ pub(super) async fn run(
             LockOutcome::Held => {
                 if let Some(entry) = wait_for_peer(cache, cluster, &path).await {
                     tx.send_replace(FillState::Shared(entry));
-                    fills.finish(path.key());
+                    fills.finish(path.key(), me);
                     return;
                 }
             }
@@ -61,7 +70,16 @@ pub(super) async fn run(
         }
     }
     let mut tx = tx;
-    let result = fill(&fills, &remote, &path, accept, stale.as_deref(), &mut tx).await;
+    let result = fill(
+        &fills,
+        &remote,
+        &path,
+        accept,
+        stale.as_deref(),
+        &mut tx,
+        (&mut slot, me),
+    )
+    .await;
     if let Some((cluster, lock, renewal)) = held {
         drop(renewal);
         cluster.release(lock).await;
@@ -69,11 +87,13 @@ pub(super) async fn run(
     if let Err(error) = result {
         tracing::debug!(key = path.key(), %error, "fill failed");
         if let ProxyError::NotFound { status } = error {
-            cache.meta.remember_absent(&path, status, now_ms());
+            cache
+                .meta
+                .remember_absent(&path, status, now_ms(), me.ticket);
         }
         tx.send_replace(FillState::Failed(error));
     }
-    fills.finish(path.key());
+    fills.finish(path.key(), me);
 }
 
 /// The Redis lock's renewal task, stopped when the fill ends — also when it
@@ -97,6 +117,7 @@ async fn fill(
     accept: Option<&'static str>,
     stale: Option<&Entry>,
     tx: &mut watch::Sender<FillState>,
+    (slot, me): (&mut Slot, Me),
 ) -> Result<(), ProxyError> {
     // Lets tests reach the panic path of a fill (debug builds only).
     #[cfg(debug_assertions)]
@@ -131,7 +152,10 @@ async fn fill(
         let upstream = match fetched {
             Fetched::NotModified { mirror } => {
                 let entry = stale.expect("a 304 is only accepted when validators were sent");
-                let fresh = cache.meta.mark_revalidated(path, entry, now_ms()).await?;
+                let fresh = cache
+                    .meta
+                    .mark_revalidated(path, entry, now_ms(), me.ticket)
+                    .await?;
                 tracing::debug!(key = path.key(), mirror = mirror.base(), "revalidated");
                 let learning = digests.learning(fills, remote, path, &fresh.digest);
                 tx.send_replace(FillState::Revalidated(fresh.clone()));
@@ -147,7 +171,18 @@ async fn fill(
             Fetched::Body(body) => body,
         };
         cache.meta.forget_absent(path);
-        match receive(fills, remote, path, upstream, &digests, stale, tx).await? {
+        match receive(
+            fills,
+            remote,
+            path,
+            upstream,
+            &digests,
+            stale,
+            tx,
+            (slot, me),
+        )
+        .await?
+        {
             Received::Done => return Ok(()),
             Received::Refused {
                 mirror_idx,
@@ -158,7 +193,7 @@ async fn fill(
                 if published {
                     // Readers that had begun get a broken transfer; the
                     // requests from now on follow the next attempt.
-                    *tx = fills.restart(path.key(), tx, error.clone());
+                    *tx = fills.restart(path.key(), me, tx, error.clone());
                 }
                 mismatch = Some(error);
             }
@@ -183,6 +218,7 @@ enum Received {
 /// commits it. A body whose digest is declared and that is small enough for
 /// the in-memory tier is held back until checked, so a refused one costs its
 /// readers nothing; a larger one streams to its readers as it arrives.
+#[allow(clippy::too_many_arguments)]
 async fn receive(
     fills: &FillRegistry,
     remote: &Remote,
@@ -191,6 +227,7 @@ async fn receive(
     digests: &FillDigests,
     stale: Option<&Entry>,
     tx: &watch::Sender<FillState>,
+    (slot, me): (&mut Slot, Me),
 ) -> Result<Received, ProxyError> {
     let cache = &fills.cache;
     let expected = digests.expected.as_ref();
@@ -307,13 +344,30 @@ async fn receive(
     );
     entry.kept_headers = head.kept.clone();
     let learning = digests.learning(fills, remote, path, &digest);
+    // A place in the commit queue before the readers see the end: when
+    // commits fall behind, the last bytes wait here (back-pressure), rather
+    // than new misses being refused for want of a `max_fills` slot.
+    let queued = cache.commit_slot().await;
     tx.send_replace(FillState::Complete {
         head,
         entry: Arc::new(entry.clone()),
         file: file.clone(),
     });
+    // The bytes are written: the commit waits in its own queue.
+    slot.release();
     let temp = Arc::into_inner(temp).expect("no writer outlives the download");
-    commit(cache, temp, path, entry, stale).await;
+    let committed = match queued {
+        Ok(queued) => commit(cache, queued, temp, path, (entry, me), stale).await,
+        Err(error) => {
+            tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
+            false
+        }
+    };
+    if !committed {
+        // Nothing is kept (a purge came after the fill began, or the
+        // commit failed): nothing is pinned or learned from these bytes.
+        return Ok(Received::Done);
+    }
     digests.pin_first_use(fills, remote, path, &digest).await;
     if let Some(learning) = learning {
         let body = (digest, written);
@@ -461,24 +515,29 @@ fn broken_body(remote: &Remote, set: &MirrorSet, mirror_idx: usize, error: Strin
 }
 
 /// Makes a complete, hashed body a cache entry: the blob, then its row. The
-/// readers already have every byte, so a failure here costs only the caching.
+/// readers already have every byte, so a failure here costs only the
+/// caching. Returns whether the entry was committed (not when a purge of
+/// its key came after the fill began: nothing of it is left).
 async fn commit(
     cache: &Cache,
+    queued: CommitSlot,
     temp: TempBlob,
     path: &ArtifactPath,
-    entry: Entry,
+    (entry, me): (Entry, Me),
     stale: Option<&Entry>,
-) {
-    let (digest, size) = (entry.digest, entry.size);
-    if let Err(error) = cache.commit_entry(temp, path, entry).await {
-        tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
-        return;
-    }
-    tracing::debug!(key = path.key(), ?digest, bytes = size, "filled");
+) -> bool {
+    let digest = entry.digest;
+    // The group commit logs a failure itself.
+    let committed = matches!(
+        queued.send(temp, path, entry, me.ticket).durable().await,
+        Ok(Some(_))
+    );
     if let Some(old) = stale.filter(|old| old.digest != digest) {
-        // The entry was replaced: its old blob may now be unreferenced.
+        // The entry was replaced (or purged): its old blob may now be
+        // unreferenced.
         cache.release_blob(&old.digest).await;
     }
+    committed
 }
 
 /// Waits (up to `lock_wait`) for another instance's fill of `path` to land in

@@ -11,6 +11,7 @@ use serde_json::json;
 use sha2::{Digest as _, Sha256};
 use subtle::ConstantTimeEq;
 
+use crate::cache::Scope;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
@@ -51,9 +52,10 @@ pub(super) fn refuse(proxy: &Proxy, headers: &HeaderMap) -> Option<Response> {
     }
 }
 
-/// `DELETE /-/cache/{remote}/{path}`: forgets one path — and every variant
+/// `DELETE /-/cache/{remote}/{path}`: purges one path — and every variant
 /// it is cached as, for a content-negotiated document — with each blob no
-/// other path shares.
+/// other path shares, and cancels its fills in progress (their readers get
+/// their bytes; nothing of them is kept): the next request goes upstream.
 pub async fn delete(State(proxy): State<Arc<Proxy>>, uri: Uri, headers: HeaderMap) -> Response {
     if let Some(refusal) = refuse(&proxy, &headers) {
         return refusal;
@@ -70,26 +72,35 @@ pub async fn delete(State(proxy): State<Arc<Proxy>>, uri: Uri, headers: HeaderMa
     let variants = remote.config.kind.variants(path.path());
     let keys =
         std::iter::once(path.clone()).chain(variants.iter().map(|v| path.with_variant(v.suffix)));
-    let (mut entries, mut freed) = (0, 0);
+    let (mut entries, mut freed, mut cancelled) = (0, 0, 0);
     for key in keys {
-        proxy.cache.meta.forget_absent(&key);
-        match proxy.cache.meta.lookup(&key).await {
-            Ok(Some(_)) => {}
-            Ok(None) => continue,
+        match proxy.fills.purge(&Scope::Key(key.key().to_string())).await {
+            Ok(report) => {
+                entries += report.purged.entries;
+                freed += report.purged.freed;
+                cancelled += report.fills_cancelled;
+            }
             Err(e) => return e.into_response(),
         }
-        match proxy.cache.forget_entry(&key).await {
-            Ok(bytes) => freed += bytes,
-            Err(e) => return e.into_response(),
-        }
-        entries += 1;
     }
-    tracing::info!(key = path.key(), entries, freed, "admin: removed");
-    Json(json!({ "removed": entries > 0, "entries": entries, "freed_bytes": freed }))
-        .into_response()
+    tracing::info!(
+        key = path.key(),
+        entries,
+        freed,
+        fills_cancelled = cancelled,
+        "admin: removed"
+    );
+    Json(json!({
+        "removed": entries > 0 || cancelled > 0,
+        "entries": entries,
+        "freed_bytes": freed,
+        "fills_cancelled": cancelled,
+    }))
+    .into_response()
 }
 
-/// `POST /-/cache/{remote}/purge`: forgets every path of a remote.
+/// `POST /-/cache/{remote}/purge`: purges every path of a remote, fills in
+/// progress included.
 pub async fn purge(
     State(proxy): State<Arc<Proxy>>,
     axum::extract::Path(remote): axum::extract::Path<String>,
@@ -101,10 +112,25 @@ pub async fn purge(
     if proxy.remote(&remote).is_none() {
         return ProxyError::UnknownRemote(remote).into_response();
     }
-    let (blobs, freed) = match proxy.cache.forget_remote(&remote).await {
-        Ok(done) => done,
+    let report = match proxy.fills.purge(&Scope::Remote(remote.clone())).await {
+        Ok(report) => report,
         Err(e) => return e.into_response(),
     };
-    tracing::info!(remote, blobs, freed, "admin: purged");
-    Json(json!({ "remote": remote, "blobs": blobs, "freed_bytes": freed })).into_response()
+    let (purged, cancelled) = (report.purged, report.fills_cancelled);
+    tracing::info!(
+        remote,
+        entries = purged.entries,
+        blobs = purged.blobs,
+        freed = purged.freed,
+        fills_cancelled = cancelled,
+        "admin: purged"
+    );
+    Json(json!({
+        "remote": remote,
+        "entries": purged.entries,
+        "blobs": purged.blobs,
+        "freed_bytes": purged.freed,
+        "fills_cancelled": cancelled,
+    }))
+    .into_response()
 }

@@ -1,5 +1,7 @@
 //! Hits, restarts, revalidation, conditional and range requests.
 
+use std::time::Duration;
+
 use crate::support::proxy::get;
 use crate::support::{sha256_hex, test_bytes, toml_urls, MirrorServer, TestProxy};
 
@@ -337,4 +339,74 @@ async fn writes(db: &sqlx::SqlitePool) -> i64 {
         .await
         .unwrap()
         .0
+}
+
+/// Hits do not depend on how many entries the in-memory entry cache holds:
+/// with room for one entry, 30 entries after a restart (loaded into the
+/// entry index at start-up) are each a HIT with no row read from the
+/// database, and on SQLite (this process's own database) a cold miss reads
+/// none either: the index knows the key has no row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hits_read_no_row_whatever_the_entry_cache_holds() {
+    let mirror = MirrorServer::start().await;
+    for i in 0..31 {
+        mirror.put(&format!("/m/f{i}"), test_bytes(3000, 40 + i));
+    }
+    mirror.put_dated(
+        "/m/dated",
+        b"dated".to_vec(),
+        std::time::UNIX_EPOCH + Duration::from_secs(1_600_000_000),
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = format!(
+        "[[remote]]\nname = \"r\"\nmirrors = {}\nimmutable = [\"**\"]\n",
+        toml_urls(&[&mirror], "/m")
+    );
+    let text = crate::support::proxy::config_text(dir.path(), &remotes)
+        .replace("[metadata]\n", "[metadata]\ncache_entries = 1\n");
+    let running = crate::support::proxy::start_text(&text).await;
+    let client = reqwest::Client::new();
+    let url = |running: &mirrorcache::http::server::Running, p: &str| {
+        format!("http://{}{p}", running.local_addr)
+    };
+    for i in 0..30 {
+        get(&client, &url(&running, &format!("/r/f{i}")))
+            .await
+            .2
+            .unwrap();
+    }
+    get(&client, &url(&running, "/r/dated")).await.2.unwrap();
+    running.proxy.fills.wait_idle().await;
+    let hit = client.get(url(&running, "/r/dated")).send().await.unwrap();
+    assert_eq!(hit.headers()["x-cache-status"], "HIT");
+    let modified = hit.headers()["last-modified"].clone();
+    running.shutdown().await;
+
+    let running = crate::support::proxy::start_text(&text).await;
+    let meta = &running.proxy.cache.meta;
+    let reads = meta.row_reads();
+    for round in 0..2 {
+        for i in 0..30 {
+            let (status, cache, bytes) = get(&client, &url(&running, &format!("/r/f{i}"))).await;
+            assert_eq!((status, cache.as_str()), (200, "HIT"), "round {round} f{i}");
+            assert_eq!(
+                sha256_hex(&bytes.unwrap()),
+                sha256_hex(&test_bytes(3000, 40 + i))
+            );
+        }
+    }
+    // Built from the index, a hit answers as one built from the row.
+    let hit = client.get(url(&running, "/r/dated")).send().await.unwrap();
+    assert_eq!(hit.headers()["x-cache-status"], "HIT");
+    assert_eq!(hit.headers()["last-modified"], modified);
+    assert_eq!(hit.headers()["content-type"], "application/x-test");
+    assert_eq!(meta.row_reads(), reads, "a hit read a row");
+    let (status, cache, _) = get(&client, &url(&running, "/r/f30")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    // A key the index does not list is looked up in the database (`import`
+    // may have added it from another process): before the fill's slot is
+    // taken and once more after it (the double check).
+    assert_eq!(meta.row_reads(), reads + 2, "a cold miss looks its row up");
+    assert_eq!(mirror.hits("/m/f0"), 1);
+    running.shutdown().await;
 }

@@ -106,7 +106,12 @@ async fn exercise(url: &str) {
     // Replace, revalidate.
     meta.record(&a, entry(3, 30, 4_000)).await.unwrap();
     let fresh = meta
-        .mark_revalidated(&a, &meta.lookup(&a).await.unwrap().unwrap(), 5_000)
+        .mark_revalidated(
+            &a,
+            &meta.lookup(&a).await.unwrap().unwrap(),
+            5_000,
+            meta.purges.ticket(),
+        )
         .await
         .unwrap();
     assert_eq!(fresh.fetched_at_ms, 5_000);

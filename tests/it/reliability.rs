@@ -352,8 +352,12 @@ async fn kill_9_during_ten_fills_loses_nothing_and_serves_nothing_partial() {
     let mut proxy = BinaryProxy::start(dir.path(), &text).await;
     let client = reqwest::Client::new();
     get(&client, &proxy.url("/r/done")).await.2.unwrap();
+    // A HIT alone is not a commit: a request that joins the finished fill
+    // before its commit is durable is served (as a HIT) from its file. The
+    // fill leaves `/-/status` only once its row is on disk.
     wait_until("/r/done to be committed", async || {
         get(&client, &proxy.url("/r/done")).await.1 == "HIT"
+            && get_json(&client, &proxy.url("/-/status")).await["fills_in_progress"] == 0
     })
     .await;
     let before = mirror.total();

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 use futures_util::future::join_all;
 
 use crate::metadata::PgDatabase;
-use crate::support::proxy::{get, get_text};
+use crate::support::proxy::{get, get_json, get_text};
 use crate::support::{
     available, sha256_hex, test_bytes, wait_until, BinaryProxy, Fault, MirrorServer, S3Server,
 };
@@ -195,6 +195,47 @@ async fn two_instances_share_one_fill_purges_and_survive_a_redis_outage() {
     })
     .await;
     assert_eq!((answer.0, answer.1.as_str()), (200, "MISS"));
+
+    // A purge on A of a path B is still filling: B's fill is cancelled by
+    // the purge's message (its client gets v1 whole, nothing of it is
+    // kept), so both serve what the mirror has after the purge.
+    let (v1, v2) = (
+        test_bytes(2 * 1024 * 1024, 31),
+        test_bytes(2 * 1024 * 1024, 32),
+    );
+    mirror.put("/m/slow.bin", v1.clone());
+    // 32 pieces, 40 ms apart: about 1.3 s.
+    mirror.set_fault(Fault::SlowBody(Duration::from_millis(40)));
+    let slow = {
+        let (client, url) = (client.clone(), b.url("/r/slow.bin"));
+        tokio::spawn(async move { get(&client, &url).await })
+    };
+    wait_until("B's fill to start", async || {
+        mirror.hits("/m/slow.bin") == 1
+    })
+    .await;
+    let removed = client
+        .delete(a.url("/-/cache/r/slow.bin"))
+        .bearer_auth("t")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(removed.status(), 200);
+    mirror.set_fault(Fault::None);
+    mirror.put("/m/slow.bin", v2.clone());
+    let (status, _, bytes) = slow.await.unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&v1));
+    wait_until("B's purged fill to end", async || {
+        get_json(&client, &b.url("/-/status")).await["fills_in_progress"] == 0
+    })
+    .await;
+    for proxy in [&b, &a] {
+        let (status, _, bytes) = get(&client, &proxy.url("/r/slow.bin")).await;
+        assert_eq!(status, 200);
+        assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&v2), "v1 came back");
+    }
+    assert_eq!(mirror.hits("/m/slow.bin"), 2);
 
     // Redis goes away: not one failed request.
     redis.stop();

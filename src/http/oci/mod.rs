@@ -476,6 +476,8 @@ impl Pull<'_> {
     ) -> Option<Served> {
         let (proxy, remote) = (self.proxy, self.remote);
         let keyed = path.with_variant(variant.suffix);
+        // A purge of the tag while it is revalidated is not undone.
+        let ticket = proxy.cache.meta.purges.ticket();
         let entry = proxy.cache.meta.lookup(&keyed).await.ok().flatten()?;
         let now = now_ms();
         if remote.policy.is_fresh(keyed.path(), entry.age(now)) {
@@ -500,7 +502,7 @@ impl Pull<'_> {
                 let fresh = proxy
                     .cache
                     .meta
-                    .mark_revalidated(&keyed, &entry, now)
+                    .mark_revalidated(&keyed, &entry, now, ticket)
                     .await
                     .ok()?;
                 tracing::debug!(key = keyed.key(), "tag unchanged upstream (HEAD)");

@@ -1,0 +1,155 @@
+#!/usr/bin/env bash
+# bench/many-entries.sh — hits with many entries: does a hit care how big the
+# cache is? For each N (default 10k, 1M and 5M), N rows are made quickly
+# (mirrorcache creates its schema once, then Python's sqlite3 inserts N rows
+# in one transaction, all naming one 1 KiB blob, so hits are served from the
+# in-memory blob tier and only the entry lookup differs), then mirrorcache is
+# started on them and measured:
+#   startup      from exec to the first HIT answered (s)
+#   RSS idle     VmRSS after start-up, before any load (MiB), and per entry
+#                (RSS less the 10k run's, divided by the extra entries)
+#   random hits  wrk -t2 -c64, every request a uniformly random one of the N
+#                keys (a Lua script), req/s
+#   hot hits     the same server, 1,000 keys, req/s
+#   ratio        random ÷ hot (target ≥ 0.8 at 1M)
+# Each measure is ROUNDS rounds (random and hot alternating), median and
+# spread. Nothing but 127.0.0.1 is used; no origin is needed (every request
+# is a hit; the remote's mirror is a closed port).
+#
+# Usage: bash bench/many-entries.sh     (as root: installs wrk if missing)
+#   env: SIZES="10000 1000000 5000000" DURATION=7 ROUNDS=3 MC_BIN=path
+# Results are recorded in BENCHMARKS.md.
+
+set -euo pipefail
+
+SIZES=${SIZES:-"10000 1000000 5000000"}
+DURATION=${DURATION:-7}
+ROUNDS=${ROUNDS:-3}
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+log() { printf '[many-entries] %s\n' "$*" >&2; }
+
+if ! command -v wrk >/dev/null; then
+    log "installing wrk"
+    apt-get update -qq
+    apt-get install -y -qq wrk >/dev/null
+fi
+source "$ROOT/bench/lib.sh"
+need_tools "" wrk curl python3 awk ss
+
+if [[ -z "${MC_BIN:-}" ]]; then
+    log "cargo build --release"
+    cargo build --release --quiet
+    MC_BIN="$ROOT/target/release/mirrorcache"
+fi
+
+WORK=$(mktemp -d /tmp/mc-many.XXXXXX)
+cleanup() {
+    stop_started
+    [[ "${KEEP_TMP:-0}" == 1 ]] && log "kept $WORK" || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+median_spread() { # values... -> "median (min–max)"
+    printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
+        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+        if (a[1] == a[NR]) printf "%.0f", m; else printf "%.0f (%.0f–%.0f)", m, a[1], a[NR] }'
+}
+rps() { # lua-script url
+    wrk -t2 -c64 -d"${DURATION}s" -s "$1" "$2" | awk '/Requests\/sec/ { printf "%.0f", $2 }'
+}
+rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
+
+ROWS=()
+for n in $SIZES; do
+    dir=$WORK/n$n
+    mkdir -p "$dir"
+    free_port
+    port=$PORT
+    # A closed port: no request goes upstream (each one is a hit).
+    mirrorcache_toml "$dir" "$port" "http://127.0.0.1:9" >"$dir/mirrorcache.toml"
+    printf '\n[log]\nlevel = "warn"\n' >>"$dir/mirrorcache.toml"
+    # The schema, once.
+    "$MC_BIN" serve --config "$dir/mirrorcache.toml" 2>"$dir/first.log" &
+    pid=$!
+    for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/-/health" && break; sleep 0.1; done
+    kill -TERM "$pid"; wait "$pid" || true
+    log "N=$n: making the rows"
+    t0=$(date +%s.%N)
+    python3 - "$dir" "$n" <<'EOF'
+import hashlib, os, sqlite3, sys, time
+d, n = sys.argv[1], int(sys.argv[2])
+blob = os.urandom(1024)
+hexd = hashlib.sha256(blob).hexdigest()
+os.makedirs(f"{d}/store/blobs/{hexd[0:2]}/{hexd[2:4]}", exist_ok=True)
+with open(f"{d}/store/blobs/{hexd[0:2]}/{hexd[2:4]}/{hexd}", "wb") as f:
+    f.write(blob)
+db = sqlite3.connect(f"{d}/meta.db")
+db.execute("PRAGMA journal_mode = WAL")
+db.execute("PRAGMA synchronous = OFF")
+now = int(time.time() * 1000)
+lm = "Tue, 01 Dec 2026 10:00:00 GMT"
+rows = ((("o", f"k/{i}", hexd, 1024, "application/octet-stream", f'"e{i}"', lm, now, now)) for i in range(n))
+db.executemany("INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)", rows)
+db.commit()
+db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
+db.close()
+EOF
+    log "N=$n: rows made in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+    sync
+    t0=$(date +%s.%N)
+    "$MC_BIN" serve --config "$dir/mirrorcache.toml" 2>"$dir/mc.log" &
+    pid=$!
+    PIDS+=("$pid")
+    until curl -s -I "http://127.0.0.1:$port/o/k/0" 2>/dev/null | grep -qi '^x-cache-status: HIT'; do sleep 0.01; done
+    startup=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+    sleep 1
+    rss=$(rss_mib "$pid")
+    log "N=$n: first hit after $startup s; idle RSS $rss MiB"
+    cat >"$dir/random.lua" <<EOF
+math.randomseed(os.time())
+request = function() return wrk.format("GET", "/o/k/" .. math.random(0, $((n - 1)))) end
+EOF
+    cat >"$dir/hot.lua" <<EOF
+math.randomseed(os.time())
+request = function() return wrk.format("GET", "/o/k/" .. math.random(0, 999)) end
+EOF
+    # Warm the hot keys (and the blob in memory).
+    wrk -t2 -c64 -d2s -s "$dir/hot.lua" "http://127.0.0.1:$port" >/dev/null
+    random=() hot=() ratios=()
+    for round in $(seq 1 "$ROUNDS"); do
+        r=$(rps "$dir/random.lua" "http://127.0.0.1:$port")
+        h=$(rps "$dir/hot.lua" "http://127.0.0.1:$port")
+        log "N=$n round $round: random $r req/s, hot $h req/s"
+        random+=("$r") hot+=("$h")
+        ratios+=("$(awk -v a="$r" -v b="$h" 'BEGIN { printf "%.3f", a / b }')")
+    done
+    peak=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
+    errors=$(grep -c ' ERROR ' "$dir/mc.log" || true)
+    ratio=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ a[NR] = $1 } END {
+        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+        if (a[1] == a[NR]) printf "%.2f", m; else printf "%.2f (%.2f–%.2f)", m, a[1], a[NR] }')
+    ROWS+=("$n|$startup|$rss|$peak|$(median_spread "${random[@]}")|$(median_spread "${hot[@]}")|$ratio|$errors")
+    kill -TERM "$pid"; wait "$pid" || true
+    rm -rf "$dir/store" "$dir/meta.db"*
+done
+
+base_rss=""
+base_n=""
+{
+    echo
+    echo "## bench/many-entries.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c64 -d${DURATION}s, $ROUNDS rounds"
+    echo
+    echo "| entries | startup to first HIT s | idle RSS MiB | bytes per entry (over the smallest run) | peak RSS MiB | random-key hits req/s | hot-key hits req/s (1,000 keys) | random ÷ hot | errors logged |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    for row in "${ROWS[@]}"; do
+        IFS='|' read -r n startup rss peak random hot ratio errors <<<"$row"
+        if [[ -z $base_rss ]]; then
+            base_rss=$rss base_n=$n per=-
+        else
+            per=$(awk -v r="$rss" -v b="$base_rss" -v n="$n" -v bn="$base_n" 'BEGIN { printf "%.0f", (r - b) * 1048576 / (n - bn) }')
+        fi
+        echo "| $n | $startup | $rss | $per | $peak | $random | $hot | $ratio | $errors |"
+    done
+}

@@ -1,0 +1,237 @@
+#!/usr/bin/env bash
+# bench/sustained-miss.sh — sustained cold misses: keep-alive clients that
+# ask for a new cold 1 KiB artifact with every request (a CI fleet
+# installing fresh lockfiles), against mirrorcache and the tuned nginx
+# proxy_cache (the anchor of bench/compare.sh: proxy_cache_lock on, access
+# log buffered), on 127.0.0.1 only.
+#
+# The origin is nginx. Two kinds of keys:
+#   distinct  /distinct/<key>: a 1 KiB file with `sub_filter` putting the
+#             request URI into it, so every key has its own bytes (its own
+#             digest: one blob, one fsync per key)
+#   same      /same/<key>: one 1 KiB file under every name (one digest:
+#             the commits of one blob)
+# Each run is wrk -t2 with 8 or 32 connections for DURATION seconds and a Lua
+# script that makes every request a new key (a per-thread prefix and a
+# counter). Reported per server: 2xx answers per second, the share of
+# non-2xx answers and socket errors, and for mirrorcache the rows committed
+# once the run settled, per second of the run. ROUNDS rounds, the servers
+# alternating; medians with the spread, and the ratios of the medians.
+#
+# Usage: bash bench/sustained-miss.sh   (as root: installs nginx and wrk if missing)
+#   env: DURATION=7 ROUNDS=3 MC_BIN=path KEEP_TMP=1
+# Results are recorded in BENCHMARKS.md.
+
+set -euo pipefail
+
+DURATION=${DURATION:-7}
+ROUNDS=${ROUNDS:-3}
+
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+log() { printf '[sustained-miss] %s\n' "$*" >&2; }
+
+if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
+    log "installing nginx and wrk"
+    apt-get update -qq
+    apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 ||
+        apt-get install -y -qq nginx wrk >/dev/null
+fi
+source "$ROOT/bench/lib.sh"
+need_tools "" nginx wrk curl python3 awk ss
+
+if [[ -z "${MC_BIN:-}" ]]; then
+    log "cargo build --release"
+    cargo build --release --quiet
+    MC_BIN="$ROOT/target/release/mirrorcache"
+fi
+
+WORK=$(mktemp -d /tmp/mc-sustained.XXXXXX)
+cleanup() {
+    stop_started
+    [[ "${KEEP_TMP:-0}" == 1 ]] && log "kept $WORK" || rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+# --- origin: nginx, every key a 1 KiB body --------------------------------------
+O_DIR=$WORK/origin
+mkdir -p "$O_DIR/www"
+python3 -c "import os,sys; b=bytearray(os.urandom(1024)); b[100:102]=b'@@'; sys.stdout.buffer.write(bytes(b).replace(b'@@',b'@@',1))" >"$O_DIR/www/seed.bin"
+head -c 1024 /dev/urandom >"$O_DIR/www/same.bin"
+free_port
+O_PORT=$PORT
+start_nginx "$O_DIR" "$O_PORT" '
+    location /distinct/ { rewrite ^ /seed.bin break; sub_filter "@@" "$request_uri"; sub_filter_once on; sub_filter_types *; }
+    location /same/ { rewrite ^ /same.bin break; }'
+ORIGIN=http://127.0.0.1:$O_PORT
+
+# --- nginx proxy_cache, tuned as in bench/compare.sh ---------------------------
+N_DIR=$WORK/nginx
+mkdir -p "$N_DIR/tmp" "$N_DIR/cache"
+free_port
+N_PORT=$PORT
+cat >"$N_DIR/nginx.conf" <<EOF
+daemon off;
+user root;
+worker_processes auto;
+pid $N_DIR/nginx.pid;
+error_log $N_DIR/error.log warn;
+events { worker_connections 4096; }
+http {
+    client_body_temp_path $N_DIR/tmp/body;
+    proxy_temp_path $N_DIR/tmp/proxy;
+    fastcgi_temp_path $N_DIR/tmp/fastcgi;
+    uwsgi_temp_path $N_DIR/tmp/uwsgi;
+    scgi_temp_path $N_DIR/tmp/scgi;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush off;
+    tcp_nodelay on;
+    keepalive_timeout 65;
+    keepalive_requests 1000000;
+    access_log $N_DIR/access.log combined buffer=256k flush=1s;
+    proxy_cache_path $N_DIR/cache levels=1:2 keys_zone=bench:64m max_size=4g inactive=1h use_temp_path=off;
+    upstream origin {
+        server 127.0.0.1:$O_PORT;
+        keepalive 64;
+    }
+    server {
+        listen 127.0.0.1:$N_PORT;
+        location /o/ {
+            proxy_pass http://origin/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache bench;
+            proxy_cache_lock on;
+            proxy_cache_valid 200 1h;
+            add_header X-Cache-Status \$upstream_cache_status always;
+        }
+    }
+}
+EOF
+nginx -p "$N_DIR" -c "$N_DIR/nginx.conf" &
+PIDS+=("$!")
+NGINX=http://127.0.0.1:$N_PORT/o
+
+# --- mirrorcache -------------------------------------------------------------------
+M_DIR=$WORK/mirrorcache
+mkdir -p "$M_DIR"
+free_port
+M_PORT=$PORT
+{
+    mirrorcache_toml "$M_DIR" "$M_PORT" "$ORIGIN" 'max_size = "4GiB"'
+    printf '\n[log]\nlevel = "warn"\n'
+} >"$M_DIR/mirrorcache.toml"
+"$MC_BIN" serve --config "$M_DIR/mirrorcache.toml" 2>"$M_DIR/mirrorcache.log" &
+M_PID=$!
+PIDS+=("$M_PID")
+MC=http://127.0.0.1:$M_PORT/o
+
+for url in "$ORIGIN/same/x" "http://127.0.0.1:$N_PORT/" "http://127.0.0.1:$M_PORT/-/health"; do
+    for _ in $(seq 1 200); do curl -s -o /dev/null "$url" && break; sleep 0.05; done
+done
+a=$(curl -s "$ORIGIN/distinct/a" | sha256sum)
+b=$(curl -s "$ORIGIN/distinct/b" | sha256sum)
+[[ $a != "$b" ]] || { log "the origin's distinct keys have the same bytes"; exit 1; }
+
+cat >"$WORK/cold.lua" <<'EOF'
+local counter = 0
+local threads = 0
+function setup(thread)
+    threads = threads + 1
+    thread:set("tid", threads)
+end
+function init(args)
+    prefix = string.format("%s/r%s-t%d-%d-", base, round, tid, math.random(1, 1000000000))
+end
+request = function()
+    counter = counter + 1
+    return wrk.format("GET", prefix .. counter)
+end
+EOF
+
+# One run: prints "ok_per_s errors_share total".
+run() { # base_url kind connections round
+    local dir=$WORK/lua-$1-$2-$3-$4
+    local script=$WORK/cold-$RANDOM.lua
+    { echo "base = \"$(echo "$1" | sed 's|http://[^/]*||')/$2\""; echo "round = \"$4$RANDOM\""; cat "$WORK/cold.lua"; } >"$script"
+    local host
+    host=$(echo "$1" | sed -E 's|(http://[^/]*).*|\1|')
+    wrk -t2 -c"$3" -d"${DURATION}s" -s "$script" "$host" | awk -v d="$DURATION" '
+        /requests in/ { total = $1 }
+        /Non-2xx/ { err += $NF }
+        /Socket errors/ { gsub(/,/, ""); err += $4 + $6 + $8 + $10 }
+        END { ok = total - err; printf "%.0f %.4f %d\n", ok / d, (total > 0 ? err / total : 0), total }'
+}
+rows_now() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM entries').fetchone()[0])" "$M_DIR/meta.db"; }
+settle() {
+    local i
+    for i in $(seq 1 200); do
+        curl -s "http://127.0.0.1:$M_PORT/-/status" | grep -q '"fills_in_progress":0' && return
+        sleep 0.05
+    done
+}
+
+median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m }'; }
+spread() { # digits values...
+    local d=$1
+    shift
+    printf '%s\n' "$@" | sort -g | awk -v d="$d" '{ a[NR] = $1 } END {
+        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+        f = "%." d "f"
+        if (a[1] == a[NR]) printf f, m; else printf f " (" f "–" f ")", m, a[1], a[NR] }'
+}
+
+declare -A R
+for kind in distinct same; do
+    for conns in 8 32; do
+        for round in $(seq 1 "$ROUNDS"); do
+            order="mc nginx"
+            ((round % 2 == 0)) && order="nginx mc"
+            for who in $order; do
+                if [[ $who == mc ]]; then
+                    settle
+                    before=$(rows_now)
+                    read -r ok err total < <(run "$MC" "$kind" "$conns" "$round")
+                    settle
+                    committed=$(( $(rows_now) - before ))
+                    R[${kind}_${conns}_mc_committed]+="$(awk -v c="$committed" -v d="$DURATION" 'BEGIN { printf "%.0f", c / d }') "
+                else
+                    read -r ok err total < <(run "$NGINX" "$kind" "$conns" "$round")
+                fi
+                log "$kind c$conns round $round $who: $ok 2xx/s, error share $err ($total requests)"
+                R[${kind}_${conns}_${who}_ok]+="$ok "
+                R[${kind}_${conns}_${who}_err]+="$err "
+            done
+        done
+    done
+done
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
+{
+    echo
+    echo "## bench/sustained-miss.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -d${DURATION}s, $ROUNDS rounds"
+    echo
+    echo "mirrorcache: \`${MC_BIN#"$ROOT"/}\`; nginx $(nginx -v 2>&1 | sed 's/.*nginx\///') proxy_cache, access log buffered (the tuned anchor). Cells: median (min–max) over the rounds."
+    echo
+    echo "| keys | clients | nginx tuned 2xx/s | nginx error share | mirrorcache 2xx/s | mirrorcache error share | mirrorcache rows committed/s | mirrorcache ÷ nginx |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    for kind in distinct same; do
+        for conns in 8 32; do
+            read -r -a no <<<"${R[${kind}_${conns}_nginx_ok]}"
+            read -r -a ne <<<"${R[${kind}_${conns}_nginx_err]}"
+            read -r -a mo <<<"${R[${kind}_${conns}_mc_ok]}"
+            read -r -a me <<<"${R[${kind}_${conns}_mc_err]}"
+            read -r -a mc <<<"${R[${kind}_${conns}_mc_committed]}"
+            echo "| $kind bytes | $conns | $(spread 0 "${no[@]}") | $(spread 3 "${ne[@]}") | $(spread 0 "${mo[@]}") | $(spread 3 "${me[@]}") | $(spread 0 "${mc[@]}") | $(ratio "$(median "${mo[@]}")" "$(median "${no[@]}")") |"
+        done
+    done
+    for conns in 8 32; do
+        read -r -a d <<<"${R[distinct_${conns}_mc_ok]}"
+        read -r -a s <<<"${R[same_${conns}_mc_ok]}"
+        echo
+        echo "mirrorcache, $conns clients: same bytes ÷ distinct bytes = $(ratio "$(median "${s[@]}")" "$(median "${d[@]}")")"
+    done
+    echo
+    echo "mirrorcache peak RSS: $(awk '/^VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$M_PID/status")"
+}

@@ -1,0 +1,314 @@
+//! Purges win: a purge (the admin API's DELETE of a path or of a remote,
+//! and `verify --remove` through Redis) makes the next request for each
+//! purged path go upstream, whatever is in flight.
+//!
+//! One mechanism, a **purge generation**: this process's purge clock, and
+//! the clock value of the last purge of each key, each remote and of
+//! everything. Whatever may make an entry visible later — a fill (which
+//! could commit, or be joined), a database lookup (which puts the row it
+//! read in memory), a remembered 404 — takes a [`Ticket`] (the clock) when
+//! it starts, and its result is made visible only if no purge covering its
+//! key came after the ticket ([`Purges::current`]): a stale fill is not
+//! joined and its commit leaves no row (checked before the blob is written,
+//! and again, under this module's lock, before the entry goes into memory;
+//! a row written meanwhile is deleted again); a stale lookup serves its
+//! request but is not remembered. A purge takes two generations, one
+//! before the rows are deleted (every fill of the key from before it is
+//! now stale) and one after (a lookup that read a row before the deletion
+//! is not remembered), and forgets the in-memory tiers at both.
+//!
+//! Across instances, the purge's Redis message makes every other instance
+//! take the same two steps at once ([`super::cluster::Cluster::purge`]).
+//!
+//! The records are pruned when there are many: every ticket taken before
+//! the prune is then stale (a fill in flight at that moment is refetched
+//! next time, which is safe).
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use super::meta::{Entry, MetadataStore};
+use super::Cache;
+use crate::error::ProxyError;
+use crate::path::ArtifactPath;
+
+/// What a purge covers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Scope {
+    /// One key (`remote/path`, with a variant if it has one).
+    Key(String),
+    /// Every key of a remote.
+    Remote(String),
+    /// Everything.
+    All,
+}
+
+impl Scope {
+    /// Whether `key` is in this scope.
+    pub fn covers(&self, key: &str) -> bool {
+        match self {
+            Scope::Key(k) => k == key,
+            Scope::Remote(remote) => key
+                .strip_prefix(remote.as_str())
+                .is_some_and(|rest| rest.starts_with('/')),
+            Scope::All => true,
+        }
+    }
+}
+
+/// The purge clock when something began that may make an entry visible.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Ticket(u64);
+
+/// Records kept before they are pruned.
+const MAX_RECORDS: usize = 10_000;
+
+#[derive(Default)]
+pub struct Purges {
+    /// The clock: the generation of the last purge. Read without the lock
+    /// on the common path (no purge since the ticket).
+    clock: AtomicU64,
+    records: Mutex<Records>,
+}
+
+#[derive(Default)]
+struct Records {
+    all: u64,
+    /// Tickets below this are stale (records were pruned).
+    floor: u64,
+    remotes: HashMap<String, u64>,
+    keys: HashMap<String, u64>,
+}
+
+impl Purges {
+    pub fn ticket(&self) -> Ticket {
+        Ticket(self.clock.load(Ordering::Acquire))
+    }
+
+    /// Whether no purge covering `key` came after `ticket`.
+    pub fn current(&self, key: &str, ticket: Ticket) -> bool {
+        if self.clock.load(Ordering::Acquire) <= ticket.0 {
+            return true;
+        }
+        let records = self.records.lock().expect("purges poisoned");
+        records.current(key, ticket)
+    }
+
+    /// Runs `visible` (which makes something of `key` visible in memory)
+    /// only if `ticket` is still current, under the lock a purge takes to
+    /// record itself: a purge comes wholly before (and `visible` does not
+    /// run) or wholly after (and forgets what it did). Returns whether it ran.
+    pub fn if_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
+        let records = self.records.lock().expect("purges poisoned");
+        if self.clock.load(Ordering::Acquire) > ticket.0 && !records.current(key, ticket) {
+            return false;
+        }
+        visible();
+        true
+    }
+
+    /// Records a purge of `scope` and runs `forget` (which drops what memory
+    /// holds of it) under the same lock; returns the new generation.
+    pub fn purge(&self, scope: &Scope, forget: impl FnOnce()) -> u64 {
+        let mut records = self.records.lock().expect("purges poisoned");
+        let generation = self.clock.load(Ordering::Acquire) + 1;
+        if records.keys.len() + records.remotes.len() >= MAX_RECORDS {
+            records.keys.clear();
+            records.remotes.clear();
+            records.floor = generation;
+        }
+        match scope {
+            Scope::Key(key) => {
+                records.keys.insert(key.clone(), generation);
+            }
+            Scope::Remote(remote) => {
+                records.remotes.insert(remote.clone(), generation);
+            }
+            Scope::All => records.all = generation,
+        }
+        forget();
+        self.clock.store(generation, Ordering::Release);
+        generation
+    }
+}
+
+impl MetadataStore {
+    /// Takes a purge generation for `scope` and forgets what memory holds
+    /// of it (entries, remembered 404s), under the generation's lock.
+    pub fn purge_memory(&self, scope: &Scope) -> u64 {
+        self.purges.purge(scope, || match scope {
+            Scope::Key(key) => {
+                self.index.remove(key);
+                self.cache.invalidate(key);
+                self.negative.invalidate(key);
+            }
+            Scope::All => {
+                self.index.clear();
+                self.cache.invalidate_all();
+                self.negative.invalidate_all();
+            }
+            Scope::Remote(remote) => {
+                self.index.remove_remote(remote);
+                for (key, _) in self.cache.iter() {
+                    if scope.covers(&key) {
+                        self.cache.invalidate(key.as_str());
+                    }
+                }
+                for (key, _) in self.negative.iter() {
+                    if scope.covers(&key) {
+                        self.negative.invalidate(key.as_str());
+                    }
+                }
+            }
+        })
+    }
+
+    /// Puts `entry` in memory for `path` unless a purge covering it came
+    /// after `ticket`; returns whether it did.
+    pub(super) fn remember(&self, path: &ArtifactPath, entry: &Arc<Entry>, ticket: Ticket) -> bool {
+        self.remember_as(path, entry, ticket, true)
+    }
+
+    /// [`MetadataStore::remember`]; `index`: in the entry index too (not
+    /// for an entry read from it).
+    pub(super) fn remember_as(
+        &self,
+        path: &ArtifactPath,
+        entry: &Arc<Entry>,
+        ticket: Ticket,
+        index: bool,
+    ) -> bool {
+        self.purges.if_current(path.key(), ticket, || {
+            if index {
+                self.index.insert(path.key(), entry);
+            }
+            self.cache.insert(path.key().to_string(), entry.clone());
+        })
+    }
+}
+
+/// What a purge removed from the store.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Purged {
+    /// Rows deleted.
+    pub entries: u64,
+    /// Distinct digests those rows referenced.
+    pub blobs: u64,
+    /// Bytes of blobs deleted (no other row referenced them).
+    pub freed: u64,
+}
+
+impl Cache {
+    /// A purge's first step: a generation for `scope` (fills and lookups
+    /// begun before it are stale from now on), what memory holds of it
+    /// forgotten, and every other instance told.
+    pub async fn purge_begin(&self, scope: &Scope) {
+        self.meta.purge_memory(scope);
+        if let Some(cluster) = self.cluster() {
+            cluster.purge(scope).await;
+        }
+    }
+
+    /// A purge's last step: the rows of `scope` deleted and their blobs
+    /// released, then a second generation (a lookup that read a row before
+    /// the deletion is not remembered after it).
+    pub async fn purge_rows(&self, scope: &Scope) -> Result<Purged, ProxyError> {
+        // The commit's order: `accounting`, the paths' locks, the digests'.
+        // Holding the paths' locks waits out a batch committing one of them
+        // (which undoes its row itself, having seen the generation).
+        let _counting = self.accounting.read().await;
+        let stripes: Vec<usize> = match scope {
+            Scope::Key(key) => vec![self.key_stripe(key)],
+            _ => (0..self.path_locks.len()).collect(),
+        };
+        let mut _paths = Vec::with_capacity(stripes.len());
+        for stripe in stripes {
+            _paths.push(self.path_locks[stripe].lock().await);
+        }
+        let purged = match scope {
+            Scope::Key(key) => {
+                let (remote, path) = key.split_once('/').unwrap_or((key.as_str(), ""));
+                match self.forget_row_held(remote, path).await? {
+                    Some(freed) => Purged {
+                        entries: 1,
+                        blobs: 1,
+                        freed,
+                    },
+                    None => Purged::default(),
+                }
+            }
+            Scope::Remote(remote) => {
+                let (entries, blobs, freed) = self.forget_remote_held(remote).await?;
+                Purged {
+                    entries,
+                    blobs: blobs as u64,
+                    freed,
+                }
+            }
+            Scope::All => {
+                return Err(ProxyError::Store(
+                    "a purge of everything is not offered".into(),
+                ))
+            }
+        };
+        self.meta.purge_memory(scope);
+        Ok(purged)
+    }
+}
+
+impl Records {
+    fn current(&self, key: &str, ticket: Ticket) -> bool {
+        let t = ticket.0;
+        if t < self.floor || t < self.all {
+            return false;
+        }
+        if self.keys.get(key).is_some_and(|&g| g > t) {
+            return false;
+        }
+        let remote = key.split('/').next().unwrap_or(key);
+        self.remotes.get(remote).is_none_or(|&g| g <= t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_purge_makes_earlier_tickets_of_its_scope_stale_and_no_others() {
+        let purges = Purges::default();
+        let before = purges.ticket();
+        assert!(purges.current("r/a", before));
+        purges.purge(&Scope::Key("r/a".into()), || {});
+        assert!(!purges.current("r/a", before));
+        assert!(purges.current("r/b", before));
+        assert!(purges.current("rr/a", before));
+        let after = purges.ticket();
+        assert!(purges.current("r/a", after));
+        purges.purge(&Scope::Remote("r".into()), || {});
+        assert!(!purges.current("r/b", after));
+        assert!(!purges.current("r/x?variant", after));
+        assert!(purges.current("rr/b", after));
+        let later = purges.ticket();
+        assert!(!purges.if_current("r/b", after, || panic!("stale")));
+        let mut ran = false;
+        assert!(purges.if_current("r/b", later, || ran = true));
+        assert!(ran);
+        purges.purge(&Scope::All, || {});
+        assert!(!purges.current("rr/b", later));
+        assert!(Scope::Remote("r".into()).covers("r/a/b"));
+        assert!(!Scope::Remote("r".into()).covers("rr/a"));
+    }
+
+    #[test]
+    fn pruning_makes_every_older_ticket_stale() {
+        let purges = Purges::default();
+        let old = purges.ticket();
+        for i in 0..MAX_RECORDS + 1 {
+            purges.purge(&Scope::Key(format!("r/{i}")), || {});
+        }
+        assert!(!purges.current("other/x", old));
+        assert!(purges.current("other/x", purges.ticket()));
+    }
+}
