@@ -24,31 +24,19 @@ enum Command {
     /// Run the proxy. SIGHUP reloads the config; SIGINT/SIGTERM stop it gracefully.
     Serve {
         /// The config file.
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
     },
     /// Validate a config file: exit 0 if it is good, 2 with the key and line at fault if not.
     Check {
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
     },
     /// Re-hash every cached blob; report corrupt, missing and unreferenced ones.
     /// Exit 0 when clean (or cleaned with --remove), 1 when problems remain.
     Verify {
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         /// Delete what is found: corrupt and unreferenced blobs, and the rows
         /// of corrupt or missing ones.
         #[arg(long)]
@@ -57,12 +45,8 @@ enum Command {
     /// List cached entries (size, age, last access, hits) from the metadata
     /// database, all or those of REMOTE whose path starts with PREFIX.
     Ls {
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         /// REMOTE or REMOTE/PREFIX.
         filter: Option<String>,
         /// A JSON array instead of a table.
@@ -90,12 +74,8 @@ enum Command {
     /// Write the selected cached entries (rows, blobs once each, declared
     /// digests) into one bundle (tar + zstd) for `import` on another cache.
     Export {
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         /// The bundle file to write.
         #[arg(long)]
         out: PathBuf,
@@ -113,12 +93,8 @@ enum Command {
     /// the signature and every blob's sha256 are checked before anything is
     /// added; entries already cached are kept. Exit 2 if refused.
     Import {
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         /// The public key (PEM) the bundle must be signed with.
         #[arg(long)]
         verify_key: Option<PathBuf>,
@@ -131,16 +107,25 @@ enum Command {
     },
 }
 
+/// `--config`, as every subcommand takes it.
+#[derive(clap::Args)]
+struct ConfigArg {
+    /// The config file.
+    #[arg(
+        long = "config",
+        value_name = "CONFIG",
+        env = "MIRRORCACHE_CONFIG",
+        default_value = "config/mirrorcache.toml"
+    )]
+    path: PathBuf,
+}
+
 #[derive(Subcommand)]
 enum TokenCommand {
     /// Make a token for USER; it is printed once, alone on the last line.
     Add {
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         #[arg(long)]
         user: String,
         /// How long it is valid ("90d", "12h"); without it, until revoked.
@@ -149,23 +134,15 @@ enum TokenCommand {
     },
     /// List tokens (id, user, created, expires); never a secret.
     List {
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         #[arg(long)]
         user: Option<String>,
     },
     /// Revoke the token with this id (as `token list` shows it).
     Revoke {
-        #[arg(
-            long,
-            env = "MIRRORCACHE_CONFIG",
-            default_value = "config/mirrorcache.toml"
-        )]
-        config: PathBuf,
+        #[command(flatten)]
+        config: ConfigArg,
         id: String,
     },
 }
@@ -187,7 +164,7 @@ fn runtime() -> tokio::runtime::Runtime {
 fn main() -> ExitCode {
     match Cli::parse().command {
         Command::Ls {
-            config,
+            config: ConfigArg { path: config },
             filter,
             json,
         } => ls(&config, filter.as_deref(), json),
@@ -205,7 +182,7 @@ fn main() -> ExitCode {
         }),
         Command::Token { command } => token(command),
         Command::Export {
-            config,
+            config: ConfigArg { path: config },
             out,
             since,
             sign,
@@ -222,7 +199,7 @@ fn main() -> ExitCode {
             runtime().block_on(export::run(&config, &options))
         }),
         Command::Import {
-            config,
+            config: ConfigArg { path: config },
             verify_key,
             bundle,
         } => with_config(&config, |config| {
@@ -234,7 +211,9 @@ fn main() -> ExitCode {
             };
             runtime().block_on(import::run(&config, &options))
         }),
-        Command::Check { config: path } => match load(&path) {
+        Command::Check {
+            config: ConfigArg { path },
+        } => match load(&path) {
             Ok(c) => {
                 for warning in &c.warnings {
                     eprintln!("warning: {warning}");
@@ -244,7 +223,9 @@ fn main() -> ExitCode {
             }
             Err(code) => code,
         },
-        Command::Serve { config: path } => {
+        Command::Serve {
+            config: ConfigArg { path },
+        } => {
             let config = match load(&path) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -262,7 +243,7 @@ fn main() -> ExitCode {
             }
         }
         Command::Verify {
-            config: path,
+            config: ConfigArg { path },
             remove,
         } => {
             let config = match load(&path) {
@@ -318,7 +299,7 @@ fn token(command: TokenCommand) -> ExitCode {
     let mut out = std::io::stdout().lock();
     match command {
         TokenCommand::Add {
-            config,
+            config: ConfigArg { path: config },
             user,
             expires,
         } => {
@@ -331,7 +312,10 @@ fn token(command: TokenCommand) -> ExitCode {
                 |(row, text)| token::print_added(&row, &text, &mut out).is_ok(),
             )
         }
-        TokenCommand::List { config, user } => {
+        TokenCommand::List {
+            config: ConfigArg { path: config },
+            user,
+        } => {
             let config = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return code,
@@ -341,7 +325,10 @@ fn token(command: TokenCommand) -> ExitCode {
                 |rows| token::print_list(&rows, &mut out).is_ok(),
             )
         }
-        TokenCommand::Revoke { config, id } => {
+        TokenCommand::Revoke {
+            config: ConfigArg { path: config },
+            id,
+        } => {
             let config = match load(&config) {
                 Ok(c) => c,
                 Err(code) => return code,
