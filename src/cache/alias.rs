@@ -25,17 +25,9 @@ impl Cache {
         if stored == Some(digest) {
             return Ok(true);
         }
-        // The digests' locks in stripe order, as a batch commit takes them.
-        let mut stripes: Vec<usize> = std::iter::once(&digest)
-            .chain(stored.as_ref())
-            .map(|d| self.digest_stripe(d))
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut _locked = Vec::with_capacity(stripes.len());
-        for stripe in stripes {
-            _locked.push(self.digest_locks[stripe].lock().await);
-        }
+        let _locked = self
+            .lock_digests(std::iter::once(&digest).chain(stored.as_ref()))
+            .await;
         if !self.meta.digest_referenced(&digest.to_hex()).await? {
             return Ok(false);
         }

@@ -194,13 +194,8 @@ impl Cache {
             return;
         }
         let _counting = self.accounting.read().await;
-        let mut stripes: Vec<usize> = batch.iter().map(|p| self.path_stripe(&p.path)).collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut path_guards = Vec::with_capacity(stripes.len());
-        for stripe in stripes {
-            path_guards.push(self.path_locks[stripe].lock().await);
-        }
+        let stripes = batch.iter().map(|p| self.path_stripe(&p.path)).collect();
+        let path_guards = self.lock_path_stripes(stripes).await;
         let paths: Vec<&ArtifactPath> = batch.iter().map(|p| &p.path).collect();
         let replaced = match self.meta.stored_digests(&paths).await {
             Ok(replaced) => replaced,
@@ -223,17 +218,7 @@ impl Cache {
                 .copied()
                 .collect()
         };
-        let mut stripes: Vec<usize> = new
-            .iter()
-            .chain(&released)
-            .map(|d| self.digest_stripe(d))
-            .collect();
-        stripes.sort_unstable();
-        stripes.dedup();
-        let mut digest_guards = Vec::with_capacity(stripes.len());
-        for stripe in stripes {
-            digest_guards.push(self.digest_locks[stripe].lock().await);
-        }
+        let digest_guards = self.lock_digests(new.iter().chain(&released)).await;
         let counted = match self.meta.referenced_digests(&new).await {
             Ok(counted) => counted,
             Err(error) => return self.fail(batch, error),

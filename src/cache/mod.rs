@@ -39,7 +39,7 @@ pub mod verify;
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::{Mutex, MutexGuard, RwLock};
 
 use crate::config::Config;
 use crate::error::ProxyError;
@@ -238,6 +238,21 @@ impl Cache {
         &self.digest_locks[self.digest_stripe(digest)]
     }
 
+    /// The paths' locks of `stripes` ([`Cache::path_stripe`]), in the one
+    /// order every holder of several takes them (see [`lock_stripes`]).
+    pub(super) async fn lock_path_stripes(&self, stripes: Vec<usize>) -> Vec<MutexGuard<'_, ()>> {
+        lock_stripes(&self.path_locks, stripes).await
+    }
+
+    /// The digests' locks of `digests`, in the one order (see [`lock_stripes`]).
+    pub(super) async fn lock_digests<'d>(
+        &self,
+        digests: impl IntoIterator<Item = &'d Digest>,
+    ) -> Vec<MutexGuard<'_, ()>> {
+        let stripes = digests.into_iter().map(|d| self.digest_stripe(d)).collect();
+        lock_stripes(&self.digest_locks, stripes).await
+    }
+
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
     /// small one is read whole into the in-memory tier on its first hit and
     /// served from memory after that.
@@ -406,3 +421,15 @@ pub fn redact_url(url: &str) -> String {
 
 #[cfg(test)]
 mod tests;
+
+/// The locks of `stripes` in `locks`, each once, in ascending order: the one
+/// order every holder of several takes them in, so no two deadlock.
+async fn lock_stripes(locks: &[Mutex<()>], mut stripes: Vec<usize>) -> Vec<MutexGuard<'_, ()>> {
+    stripes.sort_unstable();
+    stripes.dedup();
+    let mut guards = Vec::with_capacity(stripes.len());
+    for stripe in stripes {
+        guards.push(locks[stripe].lock().await);
+    }
+    guards
+}

@@ -222,10 +222,7 @@ impl Cache {
             Scope::Key(key) => vec![self.key_stripe(key)],
             _ => (0..self.path_locks.len()).collect(),
         };
-        let mut _paths = Vec::with_capacity(stripes.len());
-        for stripe in stripes {
-            _paths.push(self.path_locks[stripe].lock().await);
-        }
+        let _paths = self.lock_path_stripes(stripes).await;
         let purged = match scope {
             Scope::Key(key) => {
                 let (remote, path) = key.split_once('/').unwrap_or((key.as_str(), ""));
