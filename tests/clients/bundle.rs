@@ -171,21 +171,12 @@ async fn warm_export_then_import_offline_lets_npm_cargo_and_pip_install_with_eve
             .args(["fetch", "--locked"])
             .current_dir(&cargo_project)
             .env("CARGO_HOME", &cargo_home));
-        run(Command::new("pip")
-            .args([
-                "install",
-                "--no-cache-dir",
-                "--disable-pip-version-check",
-                "--require-hashes",
-                "--index-url",
-                &index_url,
-                "--target",
-            ])
-            .arg(w.join("pip-target"))
-            .arg("-r")
-            .arg(w.join("requirements.txt"))
-            .env("HOME", w.join("pip-home"))
-            .env("PIP_CONFIG_FILE", "/dev/null"));
+        crate::fixtures::pip_install_hashed(
+            &index_url,
+            &w.join("requirements.txt"),
+            &w.join("pip-target"),
+            &w.join("pip-home"),
+        );
     });
     crate::fixtures::assert_npm_installed(&npm_project, &["mc-a", "mc-b"]);
     crate::fixtures::assert_leaf_downloaded(&cargo_home);

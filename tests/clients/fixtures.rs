@@ -280,3 +280,23 @@ pub fn pip_hashed_requirements(w: &Path, index: &MirrorServer, files: &MirrorSer
     }
     requirements
 }
+
+/// `pip install --require-hashes -r requirements` from `index_url` into
+/// `target`, with `home` as pip's home and no user config or cache.
+pub fn pip_install_hashed(index_url: &str, requirements: &Path, target: &Path, home: &Path) {
+    run(Command::new("pip")
+        .args([
+            "install",
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--require-hashes",
+            "--index-url",
+            index_url,
+            "--target",
+        ])
+        .arg(target)
+        .arg("-r")
+        .arg(requirements)
+        .env("HOME", home)
+        .env("PIP_CONFIG_FILE", "/dev/null"));
+}

@@ -168,21 +168,12 @@ async fn pip_installs_a_hashed_requirements_file_that_warm_fetched_with_the_orig
     .await;
     let index_url = proxy.url("/pypi/simple/");
     tokio::task::block_in_place(|| {
-        run(Command::new("pip")
-            .args([
-                "install",
-                "--no-cache-dir",
-                "--disable-pip-version-check",
-                "--require-hashes",
-                "--index-url",
-                &index_url,
-                "--target",
-            ])
-            .arg(w.join("target"))
-            .arg("-r")
-            .arg(w.join("requirements.txt"))
-            .env("HOME", w.join("home"))
-            .env("PIP_CONFIG_FILE", "/dev/null"))
+        crate::fixtures::pip_install_hashed(
+            &index_url,
+            &w.join("requirements.txt"),
+            &w.join("target"),
+            &w.join("home"),
+        )
     });
     assert!(w.join("target/mc_gamma.py").exists());
     assert!(w.join("target/mc_delta.py").exists());
