@@ -11,138 +11,36 @@
 //! tables. The mirror's `ETag` is not kept: an entry built from a record says
 //! so (`Entry::from_index`), and a revalidation reads the row for it.
 //!
-//! A key the index does not list is looked up in the database (a cold
-//! miss's one query): on SQLite `mirrorcache import` may have added its row
-//! from another process while the server runs (so the index is never marked
-//! complete, `set_complete` is for tests). On Postgres other instances write rows too: the index lists
-//! what this instance loaded, wrote or read, an unlisted key is looked up in
-//! Redis and the database as before, and Redis's messages drop what another
-//! instance changed (a message for everything, as after a Redis outage,
-//! clears the index, which refills from lookups).
+//! On SQLite without a cluster the index is **complete** once loaded: the
+//! request path takes a key it does not list to have no row (a cold miss
+//! reads no row before its fill starts). `mirrorcache import` may still add
+//! rows from another process while the server runs: the fill's double check
+//! under its registry slot reads the database whatever the index says
+//! (`MetadataStore::lookup_row`), so an imported row is found there, once,
+//! and listed from then on. On Postgres (or with Redis) other instances
+//! write rows too: the index lists what this instance loaded, wrote or
+//! read, an unlisted key is looked up in Redis and the database as before,
+//! and Redis's messages drop what another instance changed (a message for
+//! everything, as after a Redis outage, clears the index, which refills
+//! from lookups).
+//!
+//! The load runs in the background while the server already answers
+//! (`super::lookup`): until it ends the index is not complete, so an
+//! unlisted key is read from the database. A writer's change made while it
+//! runs is noted ([`Index::begin_load`]), and the loader, whose rows were
+//! read earlier, skips every row a change covers: a row deleted or replaced
+//! during the load is not brought back.
 //!
 //! Every change goes through the writers in `meta` and `refs` (records
 //! added under the purge lock, like the entry cache: see `super::purge`).
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasher, Hasher};
-use std::sync::{Arc, RwLock};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
 
-use std::sync::atomic::Ordering;
-
-use super::meta::{db_error, Entry, EntryRow, MetadataStore};
+use super::meta::Entry;
 use super::store::Digest;
-use crate::error::ProxyError;
-use crate::path::ArtifactPath;
-
-/// A row as the index loads it: remote, path, digest, size, content type,
-/// `Last-Modified`, fetched at, whether the row keeps headers (1) or not.
-type IndexRow = (
-    String,
-    String,
-    String,
-    i64,
-    Option<String>,
-    Option<String>,
-    i64,
-    i64,
-);
-
-impl MetadataStore {
-    /// The row of `path` as the database has it (the mirror's `ETag`
-    /// included, which the index does not keep), not remembered.
-    pub async fn read_row(&self, path: &ArtifactPath) -> Result<Option<Entry>, ProxyError> {
-        self.check_available()?;
-        self.row_reads.fetch_add(1, Ordering::Relaxed);
-        let row: Option<EntryRow> = sqlx::query_as(
-            "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, \
-             kept_headers FROM entries WHERE remote = $1 AND path = $2",
-        )
-        .bind(path.remote())
-        .bind(path.stored_path())
-        .fetch_optional(&self.pool)
-        .await
-        .map_err(|e| self.failed(e))?;
-        self.recovered();
-        let Some((digest, size, content_type, etag, last_modified, fetched_at, kept)) = row else {
-            return Ok(None);
-        };
-        let Some(digest) = Digest::from_hex(&digest) else {
-            tracing::warn!(
-                key = path.key(),
-                "metadata row has a malformed digest; treating as a miss"
-            );
-            return Ok(None);
-        };
-        let mut entry = Entry::new(
-            digest,
-            size as u64,
-            content_type,
-            etag,
-            last_modified,
-            fetched_at,
-        );
-        entry.kept_headers = kept;
-        Ok(Some(entry))
-    }
-
-    /// Rows lookups have read from the database so far.
-    pub fn row_reads(&self) -> u64 {
-        self.row_reads.load(Ordering::Relaxed)
-    }
-
-    /// Loads the entry index with every row (at start-up): from then on a
-    /// hit never queries the database. On SQLite, the database this process
-    /// alone writes, the index is then complete (an unlisted key has no
-    /// row). Returns how many rows it loaded.
-    pub async fn load_index(&self) -> Result<usize, ProxyError> {
-        use futures_util::TryStreamExt as _;
-        let mut rows = sqlx::query_as::<_, IndexRow>(
-            "SELECT remote, path, digest, size, content_type, upstream_last_modified, fetched_at, \
-             CAST(CASE WHEN kept_headers IS NULL THEN 0 ELSE 1 END AS BIGINT) FROM entries",
-        )
-        .fetch(&self.pool);
-        let mut loaded = 0;
-        let mut key = String::new();
-        while let Some((
-            remote,
-            path,
-            digest,
-            size,
-            content_type,
-            last_modified,
-            fetched_at,
-            kept,
-        )) = rows.try_next().await.map_err(db_error)?
-        {
-            let Some(digest) = Digest::from_hex(&digest) else {
-                continue;
-            };
-            key.clear();
-            key.push_str(&remote);
-            key.push('/');
-            key.push_str(&path);
-            let mut entry = Entry::new(
-                digest,
-                size as u64,
-                content_type,
-                None,
-                last_modified,
-                fetched_at,
-            );
-            // Listed to be read from its row (the headers are not loaded).
-            entry.kept_headers = (kept != 0).then(String::new);
-            self.index.insert(&key, &entry);
-            loaded += 1;
-        }
-        drop(rows);
-        // Never complete, not even on SQLite: `mirrorcache import` adds rows
-        // from another process while the server runs, so a key the index does
-        // not list is looked up in the database (a cold miss's one query); a
-        // listed key, every hit, still reads none.
-        self.index.set_complete(false);
-        Ok(loaded)
-    }
-}
 
 /// A key: two 64-bit keyed hashes of `remote/path`.
 pub type Key = (u64, u64);
@@ -200,6 +98,20 @@ impl Names {
     }
 }
 
+/// The number of `name` in `table`, interned if new (`None`: the table is full).
+fn number(table: &RwLock<Names>, name: &str) -> Option<u16> {
+    let known = table
+        .read()
+        .expect("index poisoned")
+        .numbers
+        .get(name)
+        .copied();
+    match known {
+        Some(n) => Some(n),
+        None => table.write().expect("index poisoned").number(name),
+    }
+}
+
 /// Hashes a `u128` key by its low half (it is a hash already).
 #[derive(Default, Clone, Copy)]
 struct Identity(u64);
@@ -234,7 +146,15 @@ const SHARDS: usize = 64;
 pub struct Index {
     /// Whether a key the index does not list has no row: set once every row
     /// is loaded, on a database no one else writes.
-    complete: std::sync::atomic::AtomicBool,
+    complete: AtomicBool,
+    /// Whether a load is running (`changed` is then `Some`): read without
+    /// the lock by every writer.
+    loading: AtomicBool,
+    /// What the writers changed since the load began: the loader's rows,
+    /// read before, must not undo it.
+    changed: Mutex<Option<Changed>>,
+    /// `true` when no load runs (what [`Index::loaded`] waits for).
+    idle: tokio::sync::watch::Sender<bool>,
     hashers: (
         std::collections::hash_map::RandomState,
         std::collections::hash_map::RandomState,
@@ -242,6 +162,31 @@ pub struct Index {
     shards: Box<[RwLock<HashMap<Key, Record, BuildIdentity>>]>,
     content_types: RwLock<Names>,
     remotes: RwLock<Names>,
+}
+
+/// What the writers changed while the index loads (see [`Index::load`]).
+#[derive(Default)]
+struct Changed {
+    /// Keys inserted or removed.
+    keys: HashSet<Key, BuildIdentity>,
+    /// Remotes whose records were dropped.
+    remotes: Vec<u16>,
+    /// Digests (of a remote, when given) whose records were dropped.
+    digests: Vec<(Option<u16>, [u8; 32])>,
+    /// Everything was dropped.
+    all: bool,
+}
+
+impl Changed {
+    fn covers(&self, key: &Key, record: &Record) -> bool {
+        self.all
+            || self.keys.contains(key)
+            || self.remotes.contains(&record.remote)
+            || self
+                .digests
+                .iter()
+                .any(|(r, d)| *d == record.digest && r.is_none_or(|r| r == record.remote))
+    }
 }
 
 /// Bytes a record takes in its table, key included (the table adds its
@@ -271,6 +216,18 @@ fn layout(expected: usize) -> (usize, usize) {
     (SHARDS, 0)
 }
 
+/// A row's fields as the index reads them (borrowed: a load allocates
+/// nothing per row but the record).
+pub struct Fields<'a> {
+    pub digest: Digest,
+    pub size: u64,
+    pub content_type: Option<&'a str>,
+    pub last_modified: Option<&'a str>,
+    pub fetched_at_ms: i64,
+    /// The row keeps headers (then its entry is read from the row).
+    pub kept: bool,
+}
+
 impl Index {
     pub fn new() -> Index {
         Index::with_room(0)
@@ -281,7 +238,10 @@ impl Index {
     pub fn with_room(expected: usize) -> Index {
         let (shards, room) = layout(expected);
         Index {
-            complete: Default::default(),
+            complete: AtomicBool::new(false),
+            loading: AtomicBool::new(false),
+            changed: Mutex::new(None),
+            idle: tokio::sync::watch::Sender::new(true),
             hashers: Default::default(),
             shards: (0..shards)
                 .map(|_| {
@@ -298,12 +258,67 @@ impl Index {
 
     /// Whether an unlisted key has no row.
     pub fn is_complete(&self) -> bool {
-        self.complete.load(std::sync::atomic::Ordering::Acquire)
+        self.complete.load(Ordering::Acquire)
     }
 
     pub fn set_complete(&self, complete: bool) {
-        self.complete
-            .store(complete, std::sync::atomic::Ordering::Release);
+        self.complete.store(complete, Ordering::Release);
+    }
+
+    /// Starts a load: until [`Index::end_load`], what the writers change is
+    /// noted, and [`Index::load`] skips the rows it covers. Called before
+    /// the first request, so no writer runs unnoticed.
+    pub fn begin_load(&self) {
+        *self.changed.lock().expect("index poisoned") = Some(Changed::default());
+        self.loading.store(true, Ordering::Release);
+        self.idle.send_replace(false);
+    }
+
+    /// Ends the load; the index is then `complete` (unless everything was
+    /// dropped meanwhile, which left rows unlisted).
+    pub fn end_load(&self, complete: bool) {
+        let mut changed = self.changed.lock().expect("index poisoned");
+        let all = changed.take().is_some_and(|c| c.all);
+        self.loading.store(false, Ordering::Release);
+        self.set_complete(complete && !all);
+        self.idle.send_replace(true);
+    }
+
+    /// Waits until no load runs (tests and benchmarks that count row reads).
+    pub async fn loaded(&self) {
+        let _ = self.idle.subscribe().wait_for(|idle| *idle).await;
+    }
+
+    /// Whether a load is running.
+    pub fn is_loading(&self) -> bool {
+        self.loading.load(Ordering::Acquire)
+    }
+
+    /// Notes a writer's change while a load runs, before the change is made:
+    /// the loader, which checks and inserts under the same lock, either
+    /// inserted its older row before (and the change undoes it) or sees the
+    /// note (and skips it).
+    fn note(&self, change: impl FnOnce(&mut Changed)) {
+        if self.loading.load(Ordering::Acquire) {
+            if let Some(changed) = self.changed.lock().expect("index poisoned").as_mut() {
+                change(changed);
+            }
+        }
+    }
+
+    /// Adds the loader's `rows` (and empties it), but none that a writer
+    /// changed since the load began: what a writer did is newer.
+    pub fn load(&self, rows: &mut Vec<(Key, Record)>) {
+        let changed = self.changed.lock().expect("index poisoned");
+        for (key, record) in rows.drain(..) {
+            if changed.as_ref().is_some_and(|c| c.covers(&key, &record)) {
+                continue;
+            }
+            self.shard(key)
+                .write()
+                .expect("index poisoned")
+                .insert(key, record);
+        }
     }
 
     pub fn key(&self, key: &str) -> Key {
@@ -326,19 +341,23 @@ impl Index {
         self.len() == 0
     }
 
-    /// Records the row of `key` (`remote/path`) as `entry`. A record that
-    /// cannot hold it (a content type past the table's room, a
-    /// `Last-Modified` that is not a date) says to ask the database.
+    /// Records the row of `key` (`remote/path`) as `entry`.
     pub fn insert(&self, key: &str, entry: &Entry) {
         let hashed = self.key(key);
         let remote = key.split('/').next().unwrap_or(key);
-        let record = self.record(remote, entry).unwrap_or(Record {
-            digest: entry.digest.0,
-            size: entry.size,
-            fetched_at_ms: entry.fetched_at_ms,
-            last_modified_s: 0,
-            content_type: ASK,
-            remote: self.remote_number(remote).unwrap_or(0),
+        let record = self.record(
+            remote,
+            &Fields {
+                digest: entry.digest,
+                size: entry.size,
+                content_type: entry.content_type.as_deref(),
+                last_modified: entry.upstream_last_modified.as_deref(),
+                fetched_at_ms: entry.fetched_at_ms,
+                kept: entry.kept_headers.is_some(),
+            },
+        );
+        self.note(|c| {
+            c.keys.insert(hashed);
         });
         self.shard(hashed)
             .write()
@@ -347,58 +366,41 @@ impl Index {
     }
 
     fn remote_number(&self, remote: &str) -> Option<u16> {
-        let known = self
-            .remotes
-            .read()
-            .expect("index poisoned")
-            .numbers
-            .get(remote)
-            .copied();
-        match known {
-            Some(n) => Some(n),
-            None => self.remotes.write().expect("index poisoned").number(remote),
-        }
+        number(&self.remotes, remote)
     }
 
-    fn record(&self, remote: &str, entry: &Entry) -> Option<Record> {
-        let content_type = match &entry.content_type {
-            None => 0,
-            Some(t) => {
-                let known = self
-                    .content_types
-                    .read()
-                    .expect("index poisoned")
-                    .numbers
-                    .get(t.as_str())
-                    .copied();
-                match known {
-                    Some(n) => n,
-                    None => self
-                        .content_types
-                        .write()
-                        .expect("index poisoned")
-                        .number(t)?,
-                }
+    fn content_type_number(&self, name: &str) -> Option<u16> {
+        number(&self.content_types, name)
+    }
+
+    /// The record of a row of `remote`. One that cannot hold it (a content
+    /// type past the table's room, a `Last-Modified` that is not a date,
+    /// headers kept with the row: the hub's) says to ask the database.
+    pub fn record(&self, remote: &str, row: &Fields<'_>) -> Record {
+        let remote = self.remote_number(remote).unwrap_or(0);
+        let exact = || {
+            if row.kept || remote == 0 {
+                return None;
             }
+            let content_type = match row.content_type {
+                None => 0,
+                Some(t) => self.content_type_number(t)?,
+            };
+            let last_modified_s = match row.last_modified {
+                None => 0,
+                Some(text) => crate::clock::http_date_secs(text).filter(|&s| s != 0)?,
+            };
+            (content_type != ASK).then_some((content_type, last_modified_s))
         };
-        // Headers the ecosystem keeps with the row (the hub's) are not in a
-        // record: such a key is listed, and its entry read from the row.
-        if content_type == ASK || entry.kept_headers.is_some() {
-            return None;
-        }
-        let remote = self.remote_number(remote)?;
-        let last_modified_s = match &entry.upstream_last_modified {
-            None => 0,
-            Some(text) => crate::clock::http_date_secs(text).filter(|&s| s != 0)?,
-        };
-        Some(Record {
-            digest: entry.digest.0,
-            size: entry.size,
-            fetched_at_ms: entry.fetched_at_ms,
+        let (content_type, last_modified_s) = exact().unwrap_or((ASK, 0));
+        Record {
+            digest: row.digest.0,
+            size: row.size,
+            fetched_at_ms: row.fetched_at_ms,
             last_modified_s,
             content_type,
             remote,
-        })
+        }
     }
 
     /// What the index says about `key`.
@@ -441,6 +443,9 @@ impl Index {
 
     pub fn remove(&self, key: &str) {
         let hashed = self.key(key);
+        self.note(|c| {
+            c.keys.insert(hashed);
+        });
         self.shard(hashed)
             .write()
             .expect("index poisoned")
@@ -449,16 +454,11 @@ impl Index {
 
     /// Drops every record of `remote`.
     pub fn remove_remote(&self, remote: &str) {
-        let Some(n) = self
-            .remotes
-            .read()
-            .expect("index poisoned")
-            .numbers
-            .get(remote)
-            .copied()
-        else {
+        // Numbered even if unknown yet: the loader may meet it later.
+        let Some(n) = self.remote_number(remote) else {
             return;
         };
+        self.note(|c| c.remotes.push(n));
         for shard in self.shards.iter() {
             shard
                 .write()
@@ -471,17 +471,12 @@ impl Index {
     pub fn remove_digest(&self, remote: Option<&str>, digest: &Digest) {
         let remote = match remote {
             None => None,
-            Some(name) => match self
-                .remotes
-                .read()
-                .expect("index poisoned")
-                .numbers
-                .get(name)
-            {
-                Some(&n) => Some(n),
+            Some(name) => match self.remote_number(name) {
+                Some(n) => Some(n),
                 None => return,
             },
         };
+        self.note(|c| c.digests.push((remote, digest.0)));
         for shard in self.shards.iter() {
             shard
                 .write()
@@ -491,6 +486,7 @@ impl Index {
     }
 
     pub fn clear(&self) {
+        self.note(|c| c.all = true);
         for shard in self.shards.iter() {
             shard.write().expect("index poisoned").clear();
         }
@@ -554,5 +550,48 @@ mod tests {
         }
         let partial = Index::new();
         assert!(matches!(partial.get("r/a"), Found::Unknown));
+    }
+
+    #[test]
+    fn the_loader_brings_back_nothing_a_writer_changed_during_the_load() {
+        let index = Index::new();
+        index.begin_load();
+        // Rows the loader read before the writers ran.
+        let keys = ["r/gone", "r/replaced", "r/kept", "s/purged", "r/evicted"];
+        let mut rows: Vec<(Key, Record)> = keys
+            .iter()
+            .zip(1u8..)
+            .map(|(key, n)| {
+                let fields = Fields {
+                    digest: Digest([n; 32]),
+                    size: u64::from(n),
+                    content_type: Some("text/plain"),
+                    last_modified: None,
+                    fetched_at_ms: 1,
+                    kept: false,
+                };
+                (index.key(key), index.record(&key[..1], &fields))
+            })
+            .collect();
+        index.remove("r/gone");
+        index.insert("r/replaced", &entry(9, None));
+        index.remove_remote("s");
+        index.remove_digest(None, &Digest([5; 32]));
+        assert!(matches!(index.get("r/kept"), Found::Unknown));
+        index.load(&mut rows);
+        index.end_load(true);
+        let digest = |key| match index.get(key) {
+            Found::Entry(e) => Some(e.digest.0[0]),
+            Found::Absent => None,
+            Found::Unknown => panic!("{key}: complete after the load"),
+        };
+        assert_eq!(digest("r/gone"), None);
+        assert_eq!(digest("r/replaced"), Some(9));
+        assert_eq!(digest("r/kept"), Some(3));
+        assert_eq!(digest("s/purged"), None);
+        assert_eq!(digest("r/evicted"), None);
+        // After the load nothing is noted: a later load (none) or insert is plain.
+        index.insert("s/purged", &entry(4, None));
+        assert_eq!(digest("s/purged"), Some(4));
     }
 }

@@ -18,7 +18,7 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 
 use super::cluster::{self, Cluster};
-use super::index::{Found, Index};
+use super::index::Index;
 use super::prepared::Prepared;
 use super::purge::{Purges, Ticket};
 use super::store::Digest;
@@ -162,6 +162,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed(include_str!("../../migrations/0006_kept_headers.sql")),
             false,
         ),
+        Migration::new(
+            7,
+            Cow::Borrowed("declared_listed"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0007_declared_listed.sql")),
+            false,
+        ),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),
@@ -192,7 +199,7 @@ pub struct MetadataStore {
     unavailable_until_ms: AtomicI64,
     /// Redis, when instances share state: a second-level entry cache and the
     /// channel that keeps every instance's `cache` coherent.
-    cluster: std::sync::OnceLock<Arc<Cluster>>,
+    pub(super) cluster: std::sync::OnceLock<Arc<Cluster>>,
     /// The purge generations that keep what began before a purge from
     /// showing after it (see `super::purge`).
     pub purges: Purges,
@@ -200,6 +207,11 @@ pub struct MetadataStore {
     pub index: Index,
     /// Rows read by lookups (`read_row`): what the index saves.
     pub(super) row_reads: AtomicU64,
+    /// The SQLite database's URL, for the index loader's own typed
+    /// connections (`None` on Postgres and for an in-memory database).
+    pub(super) sqlite_url: Option<String>,
+    /// Hits on entries served from the index (see `super::lookup`).
+    pub(super) touched: super::lookup::Touched,
 }
 
 /// How long the request path leaves a failing database alone.
@@ -265,7 +277,7 @@ impl MetadataStore {
             .await?;
         migrator().run(&pool).await?;
         // The entry index is sized for the rows there are (it is filled by
-        // `load_index`, which tools never call).
+        // `load_index`, in the background: `Cache::open`).
         let (rows,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM entries")
             .fetch_one(&pool)
             .await?;
@@ -284,6 +296,8 @@ impl MetadataStore {
             purges: Purges::default(),
             index: Index::with_room(rows),
             row_reads: AtomicU64::new(0),
+            touched: super::lookup::Touched::new(cache_entries),
+            sqlite_url: (is_sqlite && !url.contains(":memory:")).then(|| url.clone()),
         })
     }
 
@@ -325,47 +339,6 @@ impl MetadataStore {
         if let Some(cluster) = self.cluster.get() {
             cluster.changed(key, entry).await;
         }
-    }
-
-    /// The entry for `path`, from memory when it is hot.
-    /// The entry for `path` if it is in memory: no Redis, no query.
-    pub fn lookup_in_memory(&self, path: &ArtifactPath) -> Option<Arc<Entry>> {
-        self.cache.get(path.key())
-    }
-
-    pub async fn lookup(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
-        if let Some(entry) = self.cache.get(path.key()) {
-            return Ok(Some(entry));
-        }
-        // What this lookup reads is remembered only if no purge of the key
-        // comes before it is.
-        let ticket = self.purges.ticket();
-        match self.index.get(path.key()) {
-            Found::Entry(entry) => {
-                let entry = Arc::new(entry);
-                self.remember_as(path, &entry, ticket, false);
-                return Ok(Some(entry));
-            }
-            Found::Absent => return Ok(None),
-            Found::Unknown => {}
-        }
-        if let Some(cluster) = self.cluster.get() {
-            if let Some(entry) = cluster.get_entry(path.key()).await {
-                let entry = Arc::new(entry);
-                self.remember(path, &entry, ticket);
-                return Ok(Some(entry));
-            }
-        }
-        let Some(entry) = self.read_row(path).await? else {
-            return Ok(None);
-        };
-        let entry = Arc::new(entry);
-        if self.remember(path, &entry, ticket) {
-            if let Some(cluster) = self.cluster.get() {
-                cluster.put_entry(path.key(), &entry).await;
-            }
-        }
-        Ok(Some(entry))
     }
 
     /// Records (or replaces) the entry for `path` (a batch of one; fills
@@ -475,22 +448,35 @@ impl MetadataStore {
                 touched.push((key, entry, last, hits));
             }
         }
-        if touched.is_empty() {
+        // Taken now: a failed flush loses them (as it would lose nothing of
+        // the entry cache's, which keeps its counts pending).
+        let from_index = self.touched.take();
+        if touched.is_empty() && from_index.is_empty() {
             return Ok(0);
         }
+        let rows = touched
+            .iter()
+            .map(|(key, _, last, hits)| (key.as_str(), *last, *hits))
+            .chain(
+                from_index
+                    .iter()
+                    .map(|(key, last, hits)| (key.as_str(), *last, *hits)),
+            );
         let mut tx = self.pool.begin().await.map_err(db_error)?;
-        for (key, _, last, hits) in &touched {
-            let (remote, path) = key.split_once('/').unwrap_or((key.as_str(), ""));
+        for (key, last, hits) in rows {
+            let (remote, path) = key.split_once('/').unwrap_or((key, ""));
             sqlx::query(
-                "UPDATE entries SET last_access = $1, hits = hits + $2 WHERE remote = $3 AND path = $4",
+                "UPDATE entries SET hits = hits + $2, \
+                 last_access = CASE WHEN last_access > $1 THEN last_access ELSE $1 END \
+                 WHERE remote = $3 AND path = $4",
             )
-                .bind(*last)
-                .bind(*hits as i64)
-                .bind(remote)
-                .bind(path)
-                .execute(&mut *tx)
-                .await
-                .map_err(db_error)?;
+            .bind(last)
+            .bind(hits as i64)
+            .bind(remote)
+            .bind(path)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
         }
         tx.commit().await.map_err(db_error)?;
         for (_, entry, last, hits) in &touched {
@@ -498,7 +484,7 @@ impl MetadataStore {
             // Hits counted while the transaction ran stay pending.
             entry.pending_hits.fetch_sub(*hits, Ordering::Relaxed);
         }
-        Ok(touched.len())
+        Ok(touched.len() + from_index.len())
     }
 
     /// The least recently used rows, oldest first.

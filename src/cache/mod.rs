@@ -28,8 +28,10 @@ mod declared;
 pub mod evict;
 pub mod index;
 pub mod listing;
+mod lookup;
 pub mod meta;
 mod prepared;
+pub mod prune;
 pub mod purge;
 mod refs;
 pub mod store;
@@ -94,6 +96,23 @@ pub struct Cache {
 /// each other, few enough to cost nothing.
 const DIGEST_STRIPES: usize = 64;
 
+/// Loads the entry index while the server answers (from the database,
+/// meanwhile), then marks it complete if it may be.
+async fn load_index(cache: Arc<Cache>, complete: bool) {
+    let started = std::time::Instant::now();
+    match cache.meta.load_index().await {
+        Ok(entries) => {
+            cache.meta.index.end_load(complete);
+            tracing::info!(entries, took = ?started.elapsed(), complete, "entry index loaded");
+        }
+        Err(error) => {
+            // Unlisted keys keep being read from the database.
+            cache.meta.index.end_load(false);
+            tracing::warn!(%error, "could not load the entry index; looking rows up instead");
+        }
+    }
+}
+
 impl Cache {
     /// Opens the store (cleaning temp files of dead processes), connects and
     /// migrates the metadata database, opens the blob store, joins the
@@ -119,12 +138,9 @@ impl Cache {
                     redact_url(&config.metadata.url)
                 )
             })?;
-        let started = std::time::Instant::now();
-        let indexed = meta
-            .load_index()
-            .await
-            .context("loading the entry index from the metadata database")?;
-        tracing::info!(entries = indexed, took = ?started.elapsed(), "entry index loaded");
+        // Before the cache is shared: no writer can change a row unnoticed
+        // by the load (see `index`).
+        meta.index.begin_load();
         let store = Arc::new(store);
         let blobs: Arc<dyn BlobStore> = match &config.storage.s3 {
             None => Arc::new(LocalBlobs(store.clone())),
@@ -171,6 +187,16 @@ impl Cache {
             cache.meta.attach_cluster(cluster.clone());
             let _ = cache.cluster.set(cluster);
         }
+        // Complete once loaded only where no one else writes rows the server
+        // must see at once (another process's import is found by the fill's
+        // double check, `MetadataStore::lookup_row`).
+        let complete = config.metadata.url.starts_with("sqlite:") && config.redis.is_none();
+        tokio::spawn(load_index(cache.clone(), complete));
+        let declaring: Arc<[_]> = (config.remotes.iter())
+            .filter(|r| r.kind.digests().is_some())
+            .cloned()
+            .collect();
+        tokio::spawn(prune::run(Arc::downgrade(&cache), declaring));
         tokio::spawn(Evictor::run(Arc::downgrade(&cache)));
         cache.budget.wake_if_over();
         Ok(cache)

@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{FillRegistry, FillState};
-use crate::cache::{Blob, Cache, Digest, Entry};
+use crate::cache::{prune, Blob, Cache, Digest, Entry};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{canonical, Algo, Declared, Document};
@@ -381,29 +381,11 @@ async fn learn(
         .read_all(size)
         .await
         .map_err(|e| ProxyError::Store(e.to_string()))?;
-    let Some(digests) = remote.config.kind.digests() else {
-        return Ok(());
-    };
     let (config, doc) = (remote.config.clone(), path.path().to_string());
     // Parsing is a pass over up to max_document_size: off the async threads.
-    let items = tokio::task::spawn_blocking(move || {
-        let name = &config.name;
-        let document = Document::new(name, &config.mirrors, &config.files, &doc)
-            .with_max_unpacked(config.max_learned_size);
-        // Kept under the path a request for it normalises to, once each (a
-        // JSON API page lists a file under `urls` and `releases`).
-        let unique: std::collections::BTreeMap<String, Declared> = digests
-            .learn(&document, &body)
-            .into_iter()
-            .filter_map(|(artifact, digest)| {
-                let parsed = ArtifactPath::parse(&format!("/{name}/{artifact}")).ok()?;
-                Some((canonical(parsed.path()), digest))
-            })
-            .collect();
-        unique.into_iter().collect::<Vec<_>>()
-    })
-    .await
-    .map_err(|e| ProxyError::Store(e.to_string()))?;
+    let items = tokio::task::spawn_blocking(move || prune::listed(&config, &doc, &body))
+        .await
+        .map_err(|e| ProxyError::Store(e.to_string()))?;
     if items.is_empty() {
         return Ok(());
     }

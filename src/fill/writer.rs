@@ -42,7 +42,7 @@ pub(super) async fn run(
         // Look again now that this fill holds the key: a fill that committed
         // between the request's lookup and its joining the registry has
         // already left it, and its entry is what this request wants.
-        if let Ok(Some(entry)) = cache.meta.lookup(&path).await {
+        if let Ok(Some(entry)) = cache.meta.lookup_row(&path).await {
             let fresh = remote.policy.is_fresh(path.path(), entry.age(now_ms()));
             if fresh && cache.open_blob(&entry.digest, entry.size).await.is_ok() {
                 tx.send_replace(FillState::Shared(entry));

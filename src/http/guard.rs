@@ -374,7 +374,7 @@ pub(super) async fn sibling_body(
             let fresh = remote.policy.is_fresh(key.path(), entry.age(now));
             match proxy.cache.open_blob(&entry.digest, entry.size).await {
                 Ok(blob) if fresh => {
-                    entry.touch(now);
+                    proxy.cache.meta.touch(&key, &entry, now);
                     let body = read(blob, entry.size).await?;
                     return Ok((entry, body));
                 }

@@ -257,7 +257,7 @@ impl ArtifactRequest<'_> {
                 let fresh = remote.policy.is_fresh(path.path(), entry.age(now));
                 match proxy.cache.open_blob(&entry.digest, entry.size).await {
                     Ok(file) if fresh => {
-                        entry.touch(now);
+                        proxy.cache.meta.touch(path, &entry, now);
                         let response = self.complete(&entry, file, CacheStatus::Hit).await?;
                         return Ok(Served::hit(response, CacheStatus::Hit));
                     }

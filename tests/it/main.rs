@@ -28,6 +28,7 @@ mod oci;
 mod operations;
 mod path_safety;
 mod pins;
+mod prune;
 mod purge;
 mod registries;
 mod reliability;

@@ -1,0 +1,297 @@
+//! Finding the entry of a key: the entry cache, the entry index, Redis, then
+//! the database row; and loading the index, in the background, from the
+//! rows (see `super::index` for what a complete index lets a lookup skip).
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use futures_util::TryStreamExt as _;
+
+use super::index::{Fields, Found, Key, Record};
+use super::meta::{db_error, Entry, EntryRow, MetadataStore};
+use super::store::Digest;
+use crate::error::ProxyError;
+use crate::path::ArtifactPath;
+
+/// The columns the index loads, in the order [`MetadataStore::add_row`]
+/// reads them.
+const INDEX_COLUMNS: &str = "SELECT remote, path, digest, size, content_type, \
+     upstream_last_modified, fetched_at, \
+     CAST(CASE WHEN kept_headers IS NULL THEN 0 ELSE 1 END AS BIGINT) FROM entries";
+
+/// Records handed to the index at once (under its load lock).
+const BATCH: usize = 4096;
+
+/// Ranges of `rowid` SQLite loads side by side, each on its own connection
+/// (and its own worker thread).
+const SQLITE_PARTS: i64 = 2;
+
+impl MetadataStore {
+    /// The entry for `path` if it is in memory: no Redis, no query.
+    pub fn lookup_in_memory(&self, path: &ArtifactPath) -> Option<Arc<Entry>> {
+        self.cache.get(path.key())
+    }
+
+    /// The entry for `path`, for a request: a key a complete index does not
+    /// list has no row (no query).
+    pub async fn lookup(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
+        self.find(path, true).await
+    }
+
+    /// The entry for `path`, read from the database when memory does not
+    /// have it, whatever a complete index says: the fill's double check
+    /// under its registry slot, which finds a row `mirrorcache import` added
+    /// from another process (a cold miss's one query).
+    pub async fn lookup_row(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
+        self.find(path, false).await
+    }
+
+    async fn find(
+        &self,
+        path: &ArtifactPath,
+        trust_index: bool,
+    ) -> Result<Option<Arc<Entry>>, ProxyError> {
+        if let Some(entry) = self.cache.get(path.key()) {
+            return Ok(Some(entry));
+        }
+        // What this lookup reads is remembered only if no purge of the key
+        // comes before it is.
+        let ticket = self.purges.ticket();
+        match self.index.get(path.key()) {
+            // Not put in the entry cache: an insertion (and the eviction it
+            // causes) costs a random hit more than building the entry again;
+            // its hits are counted in `touched` ([`MetadataStore::touch`]).
+            Found::Entry(entry) => return Ok(Some(Arc::new(entry))),
+            Found::Absent if trust_index => return Ok(None),
+            Found::Absent | Found::Unknown => {}
+        }
+        if let Some(cluster) = self.cluster.get() {
+            if let Some(entry) = cluster.get_entry(path.key()).await {
+                let entry = Arc::new(entry);
+                self.remember(path, &entry, ticket);
+                return Ok(Some(entry));
+            }
+        }
+        let Some(entry) = self.read_row(path).await? else {
+            return Ok(None);
+        };
+        let entry = Arc::new(entry);
+        if self.remember(path, &entry, ticket) {
+            if let Some(cluster) = self.cluster.get() {
+                cluster.put_entry(path.key(), &entry).await;
+            }
+        }
+        Ok(Some(entry))
+    }
+
+    /// The row of `path` as the database has it (the mirror's `ETag`
+    /// included, which the index does not keep), not remembered.
+    pub async fn read_row(&self, path: &ArtifactPath) -> Result<Option<Entry>, ProxyError> {
+        self.check_available()?;
+        self.row_reads.fetch_add(1, Ordering::Relaxed);
+        let row: Option<EntryRow> = sqlx::query_as(
+            "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, \
+             kept_headers FROM entries WHERE remote = $1 AND path = $2",
+        )
+        .bind(path.remote())
+        .bind(path.stored_path())
+        .fetch_optional(&self.pool)
+        .await
+        .map_err(|e| self.failed(e))?;
+        self.recovered();
+        let Some((digest, size, content_type, etag, last_modified, fetched_at, kept)) = row else {
+            return Ok(None);
+        };
+        let Some(digest) = Digest::from_hex(&digest) else {
+            tracing::warn!(
+                key = path.key(),
+                "metadata row has a malformed digest; treating as a miss"
+            );
+            return Ok(None);
+        };
+        let mut entry = Entry::new(
+            digest,
+            size as u64,
+            content_type,
+            etag,
+            last_modified,
+            fetched_at,
+        );
+        entry.kept_headers = kept;
+        Ok(Some(entry))
+    }
+
+    /// Notes a hit on `entry` (of `path`) now, for the evictor's flush of
+    /// access times and hit counts: in the entry itself when the entry
+    /// cache holds it, else in `touched`.
+    pub fn touch(&self, path: &ArtifactPath, entry: &Entry, now_ms: i64) {
+        if entry.from_index {
+            self.touched.note(path.key(), now_ms);
+        } else {
+            entry.touch(now_ms);
+        }
+    }
+
+    /// Rows lookups have read from the database so far.
+    pub fn row_reads(&self) -> u64 {
+        self.row_reads.load(Ordering::Relaxed)
+    }
+
+    /// Loads every row into the entry index (the caller began the load,
+    /// [`super::index::Index::begin_load`], and ends it). On SQLite through
+    /// the typed driver, `rowid` ranges side by side: the `Any` driver
+    /// copies each value into an owned one (about 5 µs a row). Returns how
+    /// many rows it loaded.
+    pub async fn load_index(&self) -> Result<usize, ProxyError> {
+        let Some(url) = &self.sqlite_url else {
+            let mut rows = sqlx::query(INDEX_COLUMNS).fetch(&self.pool);
+            let mut loader = Loader::new(self);
+            while let Some(row) = rows.try_next().await.map_err(db_error)? {
+                loader.add(&row).map_err(db_error)?;
+            }
+            return Ok(loader.finish());
+        };
+        self.load_sqlite(url).await.map_err(db_error)
+    }
+
+    async fn load_sqlite(&self, url: &str) -> Result<usize, sqlx::Error> {
+        use sqlx::ConnectOptions as _;
+        let options: sqlx::sqlite::SqliteConnectOptions = url.parse()?;
+        let options = options.read_only(true);
+        let mut conn = options.connect().await?;
+        let (low, high): (Option<i64>, Option<i64>) =
+            sqlx::query_as("SELECT MIN(rowid), MAX(rowid) FROM entries")
+                .fetch_one(&mut conn)
+                .await?;
+        let (Some(low), Some(high)) = (low, high) else {
+            return Ok(0);
+        };
+        let step = (high - low) / SQLITE_PARTS + 1;
+        let sql = format!("{INDEX_COLUMNS} WHERE rowid BETWEEN $1 AND $2");
+        let parts = (0..SQLITE_PARTS).map(|part| {
+            let (options, sql) = (options.clone(), sql.as_str());
+            async move {
+                let from = low + part * step;
+                let mut conn = options.connect().await?;
+                let mut rows = sqlx::query(sql)
+                    .bind(from)
+                    .bind(from + step - 1)
+                    .fetch(&mut conn);
+                let mut loader = Loader::new(self);
+                while let Some(row) = rows.try_next().await? {
+                    loader.add(&row)?;
+                }
+                Ok::<usize, sqlx::Error>(loader.finish())
+            }
+        });
+        let loaded = futures_util::future::try_join_all(parts).await?;
+        Ok(loaded.into_iter().sum())
+    }
+}
+
+/// Hits on entries served from the index, which the entry cache does not
+/// hold: `remote/path` → (last access, hits), taken by the evictor's flush.
+/// Bounded like the entry cache: a key past the bound is not counted until
+/// the next flush, as an entry evicted from the entry cache before its
+/// flush is not.
+pub struct Touched {
+    shards: Box<[std::sync::Mutex<std::collections::HashMap<String, (i64, u64)>>]>,
+    room: usize,
+}
+
+/// Shards of [`Touched`]: hits of two threads rarely take one lock.
+const TOUCHED_SHARDS: usize = 64;
+
+impl Touched {
+    pub fn new(capacity: u64) -> Touched {
+        Touched {
+            shards: (0..TOUCHED_SHARDS).map(|_| Default::default()).collect(),
+            room: (capacity as usize).div_ceil(TOUCHED_SHARDS),
+        }
+    }
+
+    fn note(&self, key: &str, now_ms: i64) {
+        // FNV-1a: any spread will do.
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        let shard = &self.shards[hash as usize % TOUCHED_SHARDS];
+        let mut touched = shard.lock().expect("touched poisoned");
+        if let Some((last, hits)) = touched.get_mut(key) {
+            *hits += 1;
+            *last = (*last).max(now_ms);
+        } else if touched.len() < self.room {
+            touched.insert(key.to_string(), (now_ms, 1));
+        }
+    }
+
+    /// Everything noted since the last call: (key, last access, hits).
+    pub fn take(&self) -> Vec<(String, i64, u64)> {
+        let mut taken = Vec::new();
+        for shard in self.shards.iter() {
+            let drained = std::mem::take(&mut *shard.lock().expect("touched poisoned"));
+            taken.extend(drained.into_iter().map(|(k, (last, hits))| (k, last, hits)));
+        }
+        taken
+    }
+}
+
+/// One stream of rows on its way into the index, in batches.
+struct Loader<'m> {
+    meta: &'m MetadataStore,
+    batch: Vec<(Key, Record)>,
+    key: String,
+    loaded: usize,
+}
+
+impl<'m> Loader<'m> {
+    fn new(meta: &'m MetadataStore) -> Loader<'m> {
+        Loader {
+            meta,
+            batch: Vec::with_capacity(BATCH),
+            key: String::new(),
+            loaded: 0,
+        }
+    }
+
+    /// Adds a row of [`INDEX_COLUMNS`], borrowing its text.
+    fn add<'r, R: sqlx::Row>(&mut self, row: &'r R) -> Result<(), sqlx::Error>
+    where
+        &'r str: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        i64: sqlx::Decode<'r, R::Database> + sqlx::Type<R::Database>,
+        usize: sqlx::ColumnIndex<R>,
+    {
+        let remote: &str = row.try_get(0)?;
+        let path: &str = row.try_get(1)?;
+        let Some(digest) = Digest::from_hex(row.try_get(2)?) else {
+            return Ok(());
+        };
+        let size: i64 = row.try_get(3)?;
+        let kept: i64 = row.try_get(7)?;
+        let fields = Fields {
+            digest,
+            size: size as u64,
+            content_type: row.try_get(4)?,
+            last_modified: row.try_get(5)?,
+            fetched_at_ms: row.try_get(6)?,
+            kept: kept != 0,
+        };
+        self.key.clear();
+        self.key.push_str(remote);
+        self.key.push('/');
+        self.key.push_str(path);
+        let index = &self.meta.index;
+        self.batch
+            .push((index.key(&self.key), index.record(remote, &fields)));
+        self.loaded += 1;
+        if self.batch.len() == BATCH {
+            index.load(&mut self.batch);
+        }
+        Ok(())
+    }
+
+    fn finish(mut self) -> usize {
+        self.meta.index.load(&mut self.batch);
+        self.loaded
+    }
+}
