@@ -195,9 +195,12 @@ impl MetadataStore {
 /// the next flush, as an entry evicted from the entry cache before its
 /// flush is not.
 pub struct Touched {
-    shards: Box<[std::sync::Mutex<std::collections::HashMap<String, (i64, u64)>>]>,
+    shards: Box<[std::sync::Mutex<TouchedShard>]>,
     room: usize,
 }
+
+/// `remote/path` → (last access, hits).
+type TouchedShard = std::collections::HashMap<String, (i64, u64)>;
 
 /// Shards of [`Touched`]: hits of two threads rarely take one lock.
 const TOUCHED_SHARDS: usize = 64;

@@ -210,6 +210,8 @@ pub struct MetadataStore {
     /// The SQLite database's URL, for the index loader's own typed
     /// connections (`None` on Postgres and for an in-memory database).
     pub(super) sqlite_url: Option<String>,
+    /// Rows when it connected (what `Cache::open` defers work on).
+    pub(super) rows_at_start: usize,
     /// Hits on entries served from the index (see `super::lookup`).
     pub(super) touched: super::lookup::Touched,
 }
@@ -297,6 +299,7 @@ impl MetadataStore {
             index: Index::with_room(rows),
             row_reads: AtomicU64::new(0),
             touched: super::lookup::Touched::new(cache_entries),
+            rows_at_start: rows,
             sqlite_url: (is_sqlite && !url.contains(":memory:")).then(|| url.clone()),
         })
     }

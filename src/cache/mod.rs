@@ -96,10 +96,22 @@ pub struct Cache {
 /// each other, few enough to cost nothing.
 const DIGEST_STRIPES: usize = 64;
 
+/// Rows above which `Cache::open` counts the stored bytes in the background.
+const DEFER_ABOVE_ROWS: usize = 100_000;
+
 /// Loads the entry index while the server answers (from the database,
 /// meanwhile), then marks it complete if it may be.
-async fn load_index(cache: Arc<Cache>, complete: bool) {
+async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
     let started = std::time::Instant::now();
+    if size_first {
+        match cache.rederive_size().await {
+            Ok(bytes) => tracing::info!(bytes, took = ?started.elapsed(), "stored bytes counted"),
+            Err(error) => {
+                tracing::warn!(%error, "could not count the stored bytes; the evictor will")
+            }
+        }
+        cache.budget.wake_if_over();
+    }
     match cache.meta.load_index().await {
         Ok(entries) => {
             cache.meta.index.end_load(complete);
@@ -172,10 +184,18 @@ impl Cache {
             metrics,
         });
         tokio::spawn(commit::run(Arc::downgrade(&cache), queued));
-        cache
-            .rederive_size()
-            .await
-            .context("counting the stored bytes in the metadata database")?;
+        // Summing the blobs' sizes reads every row (about 0.6 s a million
+        // on SQLite): with many rows it is done beside the index's load,
+        // and until then the store counts only what commits add (fills are
+        // not held back by the limit meanwhile; commits wait while the sum
+        // runs, which holds the count's lock, then it is exact).
+        let deferred = cache.meta.rows_at_start > DEFER_ABOVE_ROWS;
+        if !deferred {
+            cache
+                .rederive_size()
+                .await
+                .context("counting the stored bytes in the metadata database")?;
+        }
         if let Some(redis) = &config.redis {
             let weak = Arc::downgrade(&cache);
             let cluster = Cluster::start(redis, cache.metrics.redis_errors.clone(), move |key| {
@@ -191,7 +211,7 @@ impl Cache {
         // must see at once (another process's import is found by the fill's
         // double check, `MetadataStore::lookup_row`).
         let complete = config.metadata.url.starts_with("sqlite:") && config.redis.is_none();
-        tokio::spawn(load_index(cache.clone(), complete));
+        tokio::spawn(load_index(cache.clone(), complete, deferred));
         let declaring: Arc<[_]> = (config.remotes.iter())
             .filter(|r| r.kind.digests().is_some())
             .cloned()
