@@ -448,11 +448,7 @@ async fn a_cold_miss_reads_one_row_and_its_hits_none() {
             sha256_hex(&test_bytes(2000, 90 + i))
         );
         running.proxy.fills.wait_idle().await;
-        assert_eq!(
-            meta.row_reads(),
-            reads + u64::from(i) + 1,
-            "c{i}: one row read"
-        );
+        assert_eq!(meta.row_reads(), reads + i + 1, "c{i}: one row read");
     }
     for i in 0..8 {
         let url = format!("http://{}/r/c{i}", running.local_addr);
