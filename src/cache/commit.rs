@@ -15,8 +15,11 @@
 //!    read, one query each;
 //! 2. the blobs are made durable ([`BlobStore::commit_batch`]): every temp
 //!    file's data synced side by side, the renames, each directory synced
-//!    once; a blob already in place is not written again;
-//! 3. every row is written in one database transaction (on SQLite with
+//!    once (a batch of 16 or more: the file system synced whole before the
+//!    renames and again after them); a blob already in place is not
+//!    written again;
+//! 3. every row, and every pin on first use the batch carries ([`Pin`]), is
+//!    written in one database transaction (on SQLite with
 //!    `synchronous = FULL` for that transaction, so it is on disk when the
 //!    commit returns; Postgres's default commit is durable);
 //! 4. the counts, the release of replaced blobs, the in-memory entries and

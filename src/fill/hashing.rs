@@ -1,8 +1,7 @@
-//! Writing and hashing a fill's body as it arrives, each batch of chunks
-//! where it costs least: a small one (a body that arrives in one piece of a
-//! few KiB, the common cold miss) on the fill's own thread, since the hop to
-//! the blocking pool and back costs more than the work; a larger one on the
-//! blocking pool. For a large body whose declared digest is not the sha256
+//! Writing and hashing a fill's body as it arrives, where it costs least: a
+//! small body (announced as a few KiB, the common cold miss) on the fill's
+//! own thread, since the hop to the blocking pool and back costs more than
+//! the work; a larger one on the blocking pool, a batch of chunks a hop. For a large body whose declared digest is not the sha256
 //! (npm's sha512), the declared function runs on a thread of its own, beside
 //! the write and the sha256 rather than after them.
 
@@ -16,9 +15,10 @@ use crate::cache::TempBlob;
 use crate::error::ProxyError;
 use crate::kind::declared::{Hashers, Side};
 
-/// The largest batch written and hashed on the fill's thread: tens of
+/// The largest body written and hashed on the fill's thread: tens of
 /// microseconds of sha256 (and a write into the page cache), less than the
-/// hop.
+/// hop. A larger one stays on the blocking pool, batch by batch, so its
+/// hashing runs beside its readers' sends on the async threads.
 const INLINE_BYTES: u64 = 64 * 1024;
 /// Bodies from this size (or of unknown length) hash their declared
 /// function on a thread of its own; smaller ones are done before a thread
@@ -34,6 +34,8 @@ pub(super) struct BodyWriter {
     /// `None` only while a batch is on the blocking pool.
     hashers: Option<Hashers>,
     side: Option<SideThread>,
+    /// Whether the body is announced as at most [`INLINE_BYTES`].
+    inline: bool,
     written: u64,
 }
 
@@ -68,6 +70,7 @@ impl BodyWriter {
             temp,
             hashers: Some(hashers),
             side,
+            inline: announced.is_some_and(|len| len <= INLINE_BYTES),
             written: 0,
         }
     }
@@ -82,7 +85,7 @@ impl BodyWriter {
         }
         let mut hashers = self.hashers.take().expect("one batch at a time");
         let offset = self.written;
-        let hashers = if len <= INLINE_BYTES {
+        let hashers = if self.inline && offset + len <= INLINE_BYTES {
             write_and_hash(&self.temp, &chunks, offset, &mut hashers).map(|()| hashers)
         } else {
             let temp = self.temp.clone();
