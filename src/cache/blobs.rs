@@ -39,7 +39,7 @@ const FILE_CHUNK: usize = 256 * 1024;
 /// The smallest batch whose blobs are made durable by syncing the whole
 /// file system (`syncfs`, twice) rather than file by file and directory by
 /// directory: measured on this VM for 128 files of 1 KiB in new
-/// directories, 12–33 ms against 33–71 ms (BENCHMARKS.md, round three).
+/// directories, 12–32 ms against 35–71 ms (BENCHMARKS.md, round three).
 const SYNCFS_FROM: usize = 16;
 
 /// A committed blob, opened for reading.
