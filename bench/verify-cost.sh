@@ -21,8 +21,13 @@ SIZE=${SIZE:-268435456}
 ROUNDS=${ROUNDS:-3}
 HITS=${HITS:-2000}
 need_tools "" nginx curl python3 ss sha256sum
-cargo build --release -q
-BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/mirrorcache
+# MC_BIN=path: another build (an A/B against a baseline), no cargo build.
+if [[ -n "${MC_BIN:-}" ]]; then
+    BIN=$MC_BIN
+else
+    cargo build --release -q
+    BIN=${CARGO_TARGET_DIR:-$PWD/target}/release/mirrorcache
+fi
 WORK=$(mktemp -d)
 trap 'stop_started; rm -rf "$WORK"' EXIT
 

@@ -15,8 +15,11 @@
 //!    read, one query each;
 //! 2. the blobs are made durable ([`BlobStore::commit_batch`]): every temp
 //!    file's data synced side by side, the renames, each directory synced
-//!    once; a blob already in place is not written again;
-//! 3. every row is written in one database transaction (on SQLite with
+//!    once (a batch of 16 or more: the file system synced whole before the
+//!    renames and again after them); a blob already in place is not
+//!    written again;
+//! 3. every row, and every pin on first use the batch carries ([`Pin`]), is
+//!    written in one database transaction (on SQLite with
 //!    `synchronous = FULL` for that transaction, so it is on disk when the
 //!    commit returns; Postgres's default commit is durable);
 //! 4. the counts, the release of replaced blobs, the in-memory entries and
@@ -41,6 +44,8 @@ use super::meta::{db_error, Entry, MetadataStore};
 use super::purge::Ticket;
 use super::{Cache, Digest, TempBlob};
 use crate::error::ProxyError;
+use crate::kind::declared::Declared;
+use crate::kind::{CachedAt, Kind};
 use crate::path::ArtifactPath;
 
 /// How long the committer waits after a batch's first commit for others to
@@ -52,6 +57,17 @@ pub const MAX_BATCH: usize = 128;
 /// backend's limit.
 const ROWS_PER_STATEMENT: usize = 100;
 
+/// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
+/// with its entry's row in the batch's transaction: the pin is durable
+/// exactly when the entry is, at no statement of its own.
+pub struct Pin {
+    pub remote: String,
+    pub kind: Kind,
+    /// The key the digest is declared under.
+    pub artifact: String,
+    pub declared: Declared,
+}
+
 /// One commit waiting in the queue.
 pub(super) struct Pending {
     temp: TempBlob,
@@ -59,6 +75,7 @@ pub(super) struct Pending {
     entry: Entry,
     /// When the fill began: a purge of the key since then leaves no row.
     ticket: Ticket,
+    pin: Option<Pin>,
     done: oneshot::Sender<Answer>,
 }
 
@@ -92,12 +109,12 @@ pub struct Committing {
 impl CommitSlot {
     /// Hands the complete, hashed temp file over: it becomes the entry of
     /// `path` with the next batch, unless a purge of `path` comes after
-    /// `ticket` (when the fill began).
+    /// `ticket` (when the fill began); `pin` is written with its row.
     pub fn send(
         self,
         temp: TempBlob,
         path: &ArtifactPath,
-        entry: Entry,
+        (entry, pin): (Entry, Option<Pin>),
         ticket: Ticket,
     ) -> Committing {
         let (done, answer) = oneshot::channel();
@@ -107,6 +124,7 @@ impl CommitSlot {
             path: path.clone(),
             entry,
             ticket,
+            pin,
             done,
         });
         Committing {
@@ -166,7 +184,7 @@ impl Cache {
         let ticket = self.meta.purges.ticket();
         self.commit_slot()
             .await?
-            .send(temp, path, entry, ticket)
+            .send(temp, path, (entry, None), ticket)
             .durable()
             .await
     }
@@ -234,6 +252,7 @@ impl Cache {
             path,
             entry,
             ticket,
+            pin,
             done,
         } in batch
         {
@@ -242,7 +261,7 @@ impl Cache {
             } else {
                 jobs.push((temp, entry.digest));
             }
-            rows.push((path, entry, (ticket, done)));
+            rows.push((path, entry, (ticket, done, pin)));
         }
         let results = self.blobs.commit_batch(jobs).await;
         drop(extra);
@@ -255,7 +274,7 @@ impl Cache {
         let (rows, refused): (Vec<_>, Vec<_>) = rows
             .into_iter()
             .partition(|(_, entry, _)| !failed.contains_key(&entry.digest));
-        for (path, entry, (_, done)) in refused {
+        for (path, entry, (_, done, _)) in refused {
             let error = failed[&entry.digest].clone();
             tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
             let _ = done.send(Err(ProxyError::Store(error)));
@@ -264,14 +283,15 @@ impl Cache {
             return;
         }
         let written: Vec<(&ArtifactPath, &Entry)> = rows.iter().map(|(p, e, _)| (p, e)).collect();
-        if let Err(error) = self.meta.record_batch(&written).await {
+        let pins: Vec<&Pin> = rows.iter().filter_map(|(_, _, (_, _, pin))| pin.as_ref()).collect();
+        if let Err(error) = self.meta.write_batch(&written, &pins).await {
             self.metrics.metadata_errors.inc();
             for digest in new.iter().filter(|d| !counted.contains(*d)) {
                 if !failed.contains_key(digest) {
                     self.delete_blob(digest).await;
                 }
             }
-            for (_, _, (_, done)) in rows {
+            for (_, _, (_, done, _)) in rows {
                 let _ = done.send(Err(error.clone()));
             }
             return;
@@ -295,7 +315,9 @@ impl Cache {
         // this batch wrote is deleted again.
         let mut answers = Vec::with_capacity(rows.len());
         let mut undone = Vec::new();
-        for (path, entry, (ticket, done)) in rows {
+        let mut pinned = Vec::new();
+        for (path, entry, (ticket, done, pin)) in rows {
+            pinned.extend(pin.filter(|pin| pin.may_contradict(&path)));
             let entry = Arc::new(entry);
             self.meta.shared_changed(path.key(), Some(&entry)).await;
             if self.meta.remember(&path, &entry, ticket) {
@@ -327,6 +349,17 @@ impl Cache {
         drop(path_guards);
         for (done, entry) in answers {
             let _ = done.send(Ok(entry));
+        }
+        // Out of the locks (a contradicting row is forgotten under its own).
+        for pin in pinned {
+            let learned = [(pin.artifact, pin.declared)];
+            let changed: Vec<_> = learned.iter().collect();
+            if let Err(error) = self
+                .evict_contradicting(&pin.remote, pin.kind, changed)
+                .await
+            {
+                tracing::warn!(artifact = %learned[0].0, %error, "could not check the rows a pin contradicts");
+            }
         }
     }
 
@@ -389,6 +422,19 @@ pub(super) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) 
         cache.metrics.commit_batches.inc();
         cache.metrics.commits.inc_by(batch.len() as u64);
         cache.commit_batch(batch).await;
+    }
+}
+
+impl Pin {
+    /// Whether a cached row other than the one it is committed with may be
+    /// of its artifact (and then must match it): only where the ecosystem
+    /// finds an artifact's rows elsewhere than at its key, or the key is
+    /// not the row's own path. Otherwise the only row is the batch's.
+    fn may_contradict(&self, path: &ArtifactPath) -> bool {
+        self.kind.digests().is_some_and(|digests| {
+            !matches!(digests.cached_at(&self.artifact), CachedAt::Path)
+                || self.artifact != path.stored_path()
+        })
     }
 }
 
@@ -456,6 +502,16 @@ impl MetadataStore {
         &self,
         rows: &[(&ArtifactPath, &Entry)],
     ) -> Result<(), ProxyError> {
+        self.write_batch(rows, &[]).await
+    }
+
+    /// [`MetadataStore::record_batch`], with the batch's pins in the same
+    /// transaction.
+    async fn write_batch(
+        &self,
+        rows: &[(&ArtifactPath, &Entry)],
+        pins: &[&Pin],
+    ) -> Result<(), ProxyError> {
         let mut conn = self.pool.acquire().await.map_err(|e| self.failed(e))?;
         let sqlite = conn.backend_name().eq_ignore_ascii_case("sqlite");
         if sqlite {
@@ -466,7 +522,7 @@ impl MetadataStore {
                 .await
                 .map_err(|e| self.failed(e))?;
         }
-        let written = insert_rows(&mut conn, rows).await;
+        let written = insert_rows(&mut conn, rows, pins).await;
         if sqlite {
             let _ = sqlx::query("PRAGMA synchronous = NORMAL")
                 .execute(&mut *conn)
@@ -479,6 +535,7 @@ impl MetadataStore {
 async fn insert_rows(
     conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
     rows: &[(&ArtifactPath, &Entry)],
+    pins: &[&Pin],
 ) -> Result<(), sqlx::Error> {
     use sqlx::Connection as _;
     let mut tx = conn.begin().await?;
@@ -512,6 +569,19 @@ async fn insert_rows(
                 .bind(entry.fetched_at_ms)
                 .bind(entry.fetched_at_ms)
                 .bind(entry.kept_headers.clone());
+        }
+        insert.execute(&mut *tx).await?;
+    }
+    let now = crate::clock::now_ms();
+    for chunk in pins.chunks(ROWS_PER_STATEMENT) {
+        let sql = super::declared::upsert_sql(chunk.len());
+        let mut insert = sqlx::query(&sql);
+        for pin in chunk {
+            insert = insert
+                .bind(pin.remote.as_str())
+                .bind(pin.artifact.as_str())
+                .bind(pin.declared.to_string())
+                .bind(now);
         }
         insert.execute(&mut *tx).await?;
     }

@@ -91,18 +91,7 @@ impl MetadataStore {
             if fresh.is_empty() {
                 continue;
             }
-            let values: Vec<String> = (0..fresh.len())
-                .map(|i| {
-                    let n = i * 4;
-                    format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4)
-                })
-                .collect();
-            let sql = format!(
-                "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES {} \
-                 ON CONFLICT (remote, artifact) DO UPDATE SET digest = excluded.digest, \
-                 learned_at = excluded.learned_at",
-                values.join(", ")
-            );
+            let sql = upsert_sql(fresh.len());
             let mut insert = sqlx::query(&sql);
             for (artifact, declared) in &fresh {
                 insert = insert
@@ -154,6 +143,24 @@ impl MetadataStore {
     }
 }
 
+/// The statement that stores `rows` declared digests (each row's
+/// parameters: remote, artifact, digest, learned_at), replacing what was
+/// declared before.
+pub(super) fn upsert_sql(rows: usize) -> String {
+    let values: Vec<String> = (0..rows)
+        .map(|i| {
+            let n = i * 4;
+            format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4)
+        })
+        .collect();
+    format!(
+        "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES {} \
+         ON CONFLICT (remote, artifact) DO UPDATE SET digest = excluded.digest, \
+         learned_at = excluded.learned_at",
+        values.join(", ")
+    )
+}
+
 impl Cache {
     /// Keeps what a document of `remote` declared, and drops cached
     /// artifacts that contradict a digest new to it.
@@ -165,13 +172,24 @@ impl Cache {
         now_ms: i64,
     ) -> Result<Learned, ProxyError> {
         let changed = self.meta.record_declared(remote, items, now_ms).await?;
-        let mut learned = Learned {
+        Ok(Learned {
             declared: items.len(),
             changed: changed.len(),
-            evicted: 0,
-        };
+            evicted: self.evict_contradicting(remote, kind, changed).await?,
+        })
+    }
+
+    /// Drops the cached artifacts of `remote` that contradict a digest in
+    /// `changed` (new or different declarations); returns how many.
+    pub(super) async fn evict_contradicting(
+        &self,
+        remote: &str,
+        kind: Kind,
+        changed: Vec<&(String, Declared)>,
+    ) -> Result<usize, ProxyError> {
+        let mut evicted = 0;
         let Some(digests) = kind.digests() else {
-            return Ok(learned);
+            return Ok(evicted);
         };
         // Rows cached at patterns are looked up once per group (cargo: an
         // index file is one crate), every other artifact's by its path.
@@ -206,10 +224,10 @@ impl Cache {
                 );
                 self.metrics.integrity_failure(remote, "cache");
                 self.forget_row(remote, &path).await?;
-                learned.evicted += 1;
+                evicted += 1;
             }
         }
-        Ok(learned)
+        Ok(evicted)
     }
 
     /// Whether the stored blob `digest` is what `declared` says (a missing

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{FillRegistry, FillState};
+use crate::cache::commit::Pin;
 use crate::cache::{prune, Blob, Cache, Digest, Entry};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
@@ -88,33 +89,20 @@ impl FillDigests {
         })
     }
 
-    /// After the commit of a body fetched with nothing declared (`digest`
-    /// its sha256): records that digest as declared when the artifact is
-    /// pinned on first use ([`pin_key`]).
-    pub(super) async fn pin_first_use(
-        &self,
-        fills: &FillRegistry,
-        remote: &Remote,
-        path: &ArtifactPath,
-        digest: &Digest,
-    ) {
-        let kind = remote.config.kind;
+    /// For a body fetched with nothing declared (`digest` its sha256): the
+    /// pin that records that digest as declared, written with the entry's
+    /// row, when the artifact is pinned on first use ([`pin_key`]).
+    pub(super) fn pin(&self, remote: &Remote, digest: &Digest) -> Option<Pin> {
         let (None, Some(artifact), true) = (&self.expected, &self.role.artifact_key, self.pins)
         else {
-            return;
+            return None;
         };
-        let Some(pinned) = Declared::new(Algo::Sha256, digest.0.to_vec()) else {
-            return;
-        };
-        let items = [(artifact.clone(), pinned)];
-        match fills
-            .cache
-            .learn_declared(&remote.name, kind, &items, now_ms())
-            .await
-        {
-            Ok(_) => tracing::info!(key = path.key(), digest = %items[0].1, "pinned on first use"),
-            Err(error) => tracing::warn!(key = path.key(), %error, "could not pin on first use"),
-        }
+        Some(Pin {
+            remote: remote.name.clone(),
+            kind: remote.config.kind,
+            artifact: artifact.clone(),
+            declared: Declared::new(Algo::Sha256, digest.0.to_vec())?,
+        })
     }
 
     /// For a body fetched with nothing declared (`digest` its sha256, in
@@ -129,6 +117,10 @@ impl FillDigests {
         if self.expected.is_some() {
             return None;
         }
+        // An ecosystem without `Digests` has no document that declares
+        // anything: only a pin would, and this fill's is the one to come
+        // (one query less per cold miss of a generic remote).
+        remote.config.kind.digests()?;
         let artifact = self.role.artifact_key.as_deref()?;
         let late = fills
             .cache

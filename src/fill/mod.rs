@@ -15,14 +15,16 @@
 
 //!
 //! This file holds the registry of fills in progress and the states a fill
-//! publishes; [`writer`] runs the fill (fetch, hash, write, commit, record)
-//! and [`reader`] streams a fill to one client.
+//! publishes; [`writer`] runs the fill (fetch, hash, write, commit, record),
+//! [`hashing`] writes and hashes its body, and [`reader`] streams a fill to
+//! one client.
 //!
 //! The room sits between `http` (which joins fills) and the rooms below it:
 //! a fill is handed the [`Cache`], the [`Remote`] and the [`Metrics`] it
 //! uses, never the whole proxy.
 
 mod coalesce;
+mod hashing;
 mod learn;
 mod reader;
 mod writer;

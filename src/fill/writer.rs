@@ -2,14 +2,15 @@
 //! mirrors, write and hash the body into a temp file while publishing
 //! progress, then commit the blob and record its metadata row.
 
-use std::io;
 use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
+use super::hashing::BodyWriter;
 use super::learn::{self, FillDigests};
 use super::{FillRegistry, FillState, Head, Me, Slot};
 use crate::cache::cluster::{Cluster, LockOutcome};
+use crate::cache::commit::Pin;
 use crate::cache::{Blob, Cache, CommitSlot, Digest, Entry, TempBlob};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
@@ -356,8 +357,10 @@ async fn receive(
     // The bytes are written: the commit waits in its own queue.
     slot.release();
     let temp = Arc::into_inner(temp).expect("no writer outlives the download");
+    let pin = digests.pin(remote, &digest);
+    let pinned = pin.as_ref().map(|pin| pin.declared.to_string());
     let committed = match queued {
-        Ok(queued) => commit(cache, queued, temp, path, (entry, me), stale).await,
+        Ok(queued) => commit(cache, queued, temp, path, (entry, pin, me), stale).await,
         Err(error) => {
             tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
             false
@@ -368,7 +371,9 @@ async fn receive(
         // commit failed): nothing is pinned or learned from these bytes.
         return Ok(Received::Done);
     }
-    digests.pin_first_use(fills, remote, path, &digest).await;
+    if let Some(pinned) = pinned {
+        tracing::info!(key = path.key(), digest = %pinned, "pinned on first use");
+    }
     if let Some(learning) = learning {
         let body = (digest, written);
         learn::from_document(learning, remote, path, Blob::Local(file), body).await;
@@ -427,10 +432,11 @@ async fn download(
     upstream: &mut fetch::Body<'_>,
     temp: &Arc<TempBlob>,
     head: &Head,
-    mut hashers: Hashers,
+    hashers: Hashers,
     tx: &watch::Sender<FillState>,
 ) -> Result<(Digest, Declared, u64), ProxyError> {
     let max_body = remote.config.max_body_size;
+    let mut body = BodyWriter::new(temp.clone(), hashers, head.content_length);
     let mut written: u64 = 0;
     // The end or the error the last batch already met, if it did.
     let mut after_batch = None;
@@ -473,21 +479,7 @@ async fn download(
                 limit: max_body,
             });
         }
-        let writer = temp.clone();
-        let chunks = batch.chunks;
-        // Hash and write off the async threads: both are CPU or disk work.
-        hashers = tokio::task::spawn_blocking(move || -> io::Result<Hashers> {
-            let mut offset = written;
-            for chunk in &chunks {
-                writer.write_at(chunk, offset)?;
-                hashers.update(chunk);
-                offset += chunk.len() as u64;
-            }
-            Ok(hashers)
-        })
-        .await
-        .map_err(|e| ProxyError::Store(e.to_string()))?
-        .map_err(|e| ProxyError::Store(e.to_string()))?;
+        body.write(batch.chunks, n).await?;
         written += n;
         after_batch = batch.end;
         if head.content_length == Some(written) {
@@ -505,7 +497,7 @@ async fn download(
             "body is {written} bytes, Content-Length said {expected}"
         )));
     }
-    let (sha256, received) = hashers.finish();
+    let (sha256, received) = body.finish().await?.finish();
     Ok((Digest(sha256), received, written))
 }
 
@@ -514,7 +506,8 @@ fn broken_body(remote: &Remote, set: &MirrorSet, mirror_idx: usize, error: Strin
     ProxyError::UpstreamBody(error)
 }
 
-/// Makes a complete, hashed body a cache entry: the blob, then its row. The
+/// Makes a complete, hashed body a cache entry: the blob, then its row (and
+/// its pin, in the same transaction). The
 /// readers already have every byte, so a failure here costs only the
 /// caching. Returns whether the entry was committed (not when a purge of
 /// its key came after the fill began: nothing of it is left).
@@ -523,13 +516,13 @@ async fn commit(
     queued: CommitSlot,
     temp: TempBlob,
     path: &ArtifactPath,
-    (entry, me): (Entry, Me),
+    (entry, pin, me): (Entry, Option<Pin>, Me),
     stale: Option<&Entry>,
 ) -> bool {
     let digest = entry.digest;
     // The group commit logs a failure itself.
     let committed = matches!(
-        queued.send(temp, path, entry, me.ticket).durable().await,
+        queued.send(temp, path, (entry, pin), me.ticket).durable().await,
         Ok(Some(_))
     );
     if let Some(old) = stale.filter(|old| old.digest != digest) {

@@ -1,7 +1,8 @@
 //! The group commit: a fill's `max_fills` slot is free once its bytes are
 //! written, commits wait in a bounded queue of their own, and a full queue
 //! holds back the next fill's last bytes (back-pressure) instead of
-//! refusing anyone; fills that finish together share one batch.
+//! refusing anyone; fills that finish together share one batch, a large
+//! one synced with `syncfs`.
 
 use crate::support::proxy::{config_text, get, metric, start_text};
 use crate::support::{sha256_hex, test_bytes, toml_urls, wait_until, MirrorServer};
@@ -148,5 +149,48 @@ async fn many_names_with_the_same_bytes_commit_together_into_one_blob() {
     }
     assert_eq!(running.proxy.cache.size(), 1024);
     assert_eq!(running.proxy.cache.local_size().unwrap(), 1024);
+    running.shutdown().await;
+}
+
+/// 40 misses of distinct bytes whose commits pile up behind the held
+/// committer, then commit in a batch large enough to be synced with
+/// `syncfs` (the data before the renames, the names after): every one is
+/// a HIT with its bytes, and still is after a restart on the same store
+/// and database, with one upstream request each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_batch_of_distinct_blobs_commits_whole_and_survives_a_restart() {
+    let mirror = MirrorServer::start().await;
+    let body = |i: u64| test_bytes(2000, 900 + i);
+    for i in 0..40 {
+        mirror.put(&format!("/m/d{i}"), body(i));
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = config(dir.path(), &mirror, "max_fills = 64");
+    let running = start_text(&text).await;
+    let base = format!("http://{}", running.local_addr);
+    let client = reqwest::Client::new();
+    let hold = running.proxy.cache.hold_commits().await;
+    for i in 0..40 {
+        let (status, cache, bytes) = get(&client, &format!("{base}/r/d{i}")).await;
+        assert_eq!((status, cache.as_str()), (200, "MISS"), "d{i}");
+        assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body(i)));
+    }
+    drop(hold);
+    running.proxy.fills.wait_idle().await;
+    let text_metrics = metrics(&client, &base).await;
+    assert_eq!(metric(&text_metrics, "mirrorcache_commits_total"), 40.0);
+    // The one formed before the hold, and the rest together (16 or more).
+    assert!(metric(&text_metrics, "mirrorcache_commit_batches_total") <= 2.0);
+    running.shutdown().await;
+
+    let running = start_text(&text).await;
+    let base = format!("http://{}", running.local_addr);
+    for i in 0..40 {
+        let (status, cache, bytes) = get(&client, &format!("{base}/r/d{i}")).await;
+        assert_eq!((status, cache.as_str()), (200, "HIT"), "d{i}");
+        assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body(i)));
+        assert_eq!(mirror.hits(&format!("/m/d{i}")), 1, "d{i}");
+    }
+    assert_eq!(running.proxy.cache.local_size().unwrap(), 40 * 2000);
     running.shutdown().await;
 }
