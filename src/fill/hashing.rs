@@ -1,9 +1,10 @@
 //! Writing and hashing a fill's body as it arrives, where it costs least: a
 //! small body (announced as a few KiB, the common cold miss) on the fill's
 //! own thread, since the hop to the blocking pool and back costs more than
-//! the work; a larger one on the blocking pool, a batch of chunks a hop. For a large body whose declared digest is not the sha256
-//! (npm's sha512), the declared function runs on a thread of its own, beside
-//! the write and the sha256 rather than after them.
+//! the work; a larger one on the blocking pool, a batch of chunks a hop.
+//! For a large body whose declared digest is not the sha256 (npm's sha512),
+//! the declared function runs on a thread of its own, beside the write and
+//! the sha256 rather than after them.
 
 use std::io;
 use std::sync::Arc;
