@@ -283,7 +283,10 @@ impl Cache {
             return;
         }
         let written: Vec<(&ArtifactPath, &Entry)> = rows.iter().map(|(p, e, _)| (p, e)).collect();
-        let pins: Vec<&Pin> = rows.iter().filter_map(|(_, _, (_, _, pin))| pin.as_ref()).collect();
+        let pins: Vec<&Pin> = rows
+            .iter()
+            .filter_map(|(_, _, (_, _, pin))| pin.as_ref())
+            .collect();
         if let Err(error) = self.meta.write_batch(&written, &pins).await {
             self.metrics.metadata_errors.inc();
             for digest in new.iter().filter(|d| !counted.contains(*d)) {

@@ -106,9 +106,7 @@ impl BodyWriter {
         let mut hashers = self.hashers.take().expect("no batch in flight");
         if let Some(SideThread { batches, done }) = self.side.take() {
             drop(batches);
-            let side = done
-                .await
-                .map_err(|e| ProxyError::Store(e.to_string()))?;
+            let side = done.await.map_err(|e| ProxyError::Store(e.to_string()))?;
             hashers.attach(side);
         }
         Ok(hashers)

@@ -522,7 +522,10 @@ async fn commit(
     let digest = entry.digest;
     // The group commit logs a failure itself.
     let committed = matches!(
-        queued.send(temp, path, (entry, pin), me.ticket).durable().await,
+        queued
+            .send(temp, path, (entry, pin), me.ticket)
+            .durable()
+            .await,
         Ok(Some(_))
     );
     if let Some(old) = stale.filter(|old| old.digest != digest) {
