@@ -53,9 +53,19 @@ use crate::path::ArtifactPath;
 pub const COMMIT_DELAY: Duration = Duration::from_millis(2);
 /// The most commits in one batch.
 pub const MAX_BATCH: usize = 128;
-/// Rows per `INSERT` statement: 10 parameters each stays far below either
-/// backend's limit.
+/// Keys per `IN (…)` list of the batch's reads: far below either backend's
+/// parameter limit.
 const ROWS_PER_STATEMENT: usize = 100;
+/// Rows per `INSERT` statement of the batch's writes (10 parameters a row,
+/// 4 a pin). Few, because sqlx binds each parameter after asking SQLite its
+/// name, and SQLite finds a name by scanning the statement's parameter list:
+/// binding costs the square of the parameters. At 100 rows (1,000
+/// parameters) that was 5.7 % of a sustained miss's CPU
+/// (`sqlite3_bind_parameter_name` and `strncmp` in BENCHMARKS.md, round
+/// three), and up to 100 statement texts a kind of write, more than sqlx's
+/// cache of prepared statements holds (so re-parsed); at 16, at most 16
+/// texts, each prepared once.
+const ROWS_PER_INSERT: usize = 16;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
 /// with its entry's row in the batch's transaction: the pin is durable
@@ -542,7 +552,7 @@ async fn insert_rows(
 ) -> Result<(), sqlx::Error> {
     use sqlx::Connection as _;
     let mut tx = conn.begin().await?;
-    for chunk in rows.chunks(ROWS_PER_STATEMENT) {
+    for chunk in rows.chunks(ROWS_PER_INSERT) {
         let values: Vec<String> = (0..chunk.len())
             .map(|i| {
                 let n = i * 10;
@@ -576,7 +586,7 @@ async fn insert_rows(
         insert.execute(&mut *tx).await?;
     }
     let now = crate::clock::now_ms();
-    for chunk in pins.chunks(ROWS_PER_STATEMENT) {
+    for chunk in pins.chunks(ROWS_PER_INSERT) {
         let sql = super::declared::upsert_sql(chunk.len());
         let mut insert = sqlx::query(&sql);
         for pin in chunk {
