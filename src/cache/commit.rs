@@ -56,15 +56,10 @@ pub const MAX_BATCH: usize = 128;
 /// Keys per `IN (…)` list of the batch's reads: far below either backend's
 /// parameter limit.
 const ROWS_PER_STATEMENT: usize = 100;
-/// Rows per `INSERT` statement of the batch's writes (10 parameters a row,
-/// 4 a pin). Few, because sqlx binds each parameter after asking SQLite its
-/// name, and SQLite finds a name by scanning the statement's parameter list:
-/// binding costs the square of the parameters. At 100 rows (1,000
-/// parameters) that was 5.7 % of a sustained miss's CPU
-/// (`sqlite3_bind_parameter_name` and `strncmp` in BENCHMARKS.md, round
-/// three), and up to 100 statement texts a kind of write, more than sqlx's
-/// cache of prepared statements holds (so re-parsed); at 16, at most 16
-/// texts, each prepared once.
+/// Rows per `INSERT` of the batch's writes (10 parameters a row, 4 a pin):
+/// sqlx binds a parameter after asking SQLite its name, found by a scan of
+/// the statement's parameters, so binding costs their square (at 100 rows,
+/// 5.7 % of a sustained miss's CPU: BENCHMARKS.md, round three).
 const ROWS_PER_INSERT: usize = 16;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
