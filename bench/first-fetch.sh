@@ -30,12 +30,7 @@ source "$ROOT/bench/lib.sh"
 need_tools "" nginx curl awk
 : "${MC_BIN:?MC_BIN=path to a mirrorcache build}"
 
-WORK=$(mktemp -d /tmp/mc-first.XXXXXX)
-cleanup() {
-    stop_started
-    [[ "${KEEP_TMP:-0}" == 1 ]] && log "kept $WORK" || rm -rf "$WORK"
-}
-trap cleanup EXIT
+make_work mc-first
 
 O_DIR=$WORK/origin
 mkdir -p "$O_DIR/www/big" "$O_DIR/www/miss"
@@ -48,43 +43,9 @@ O_PORT=$PORT
 start_nginx "$O_DIR" "$O_PORT" 'location /big/ { rewrite ^ /big/seed.bin break; }'
 
 N_DIR=$WORK/nginx
-mkdir -p "$N_DIR/tmp" "$N_DIR/cache"
 free_port
 N_PORT=$PORT
-cat >"$N_DIR/nginx.conf" <<EOF
-daemon off;
-user root;
-worker_processes auto;
-pid $N_DIR/nginx.pid;
-error_log $N_DIR/error.log warn;
-events { worker_connections 4096; }
-http {
-    client_body_temp_path $N_DIR/tmp/body;
-    proxy_temp_path $N_DIR/tmp/proxy;
-    fastcgi_temp_path $N_DIR/tmp/fastcgi;
-    uwsgi_temp_path $N_DIR/tmp/uwsgi;
-    scgi_temp_path $N_DIR/tmp/scgi;
-    sendfile on;
-    tcp_nodelay on;
-    keepalive_requests 1000000;
-    access_log $N_DIR/access.log combined buffer=256k flush=1s;
-    proxy_cache_path $N_DIR/cache levels=1:2 keys_zone=bench:64m max_size=8g inactive=1h use_temp_path=off;
-    upstream origin { server 127.0.0.1:$O_PORT; keepalive 64; }
-    server {
-        listen 127.0.0.1:$N_PORT;
-        location /o/ {
-            proxy_pass http://origin/;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache bench;
-            proxy_cache_lock on;
-            proxy_cache_valid 200 1h;
-        }
-    }
-}
-EOF
-nginx -p "$N_DIR" -c "$N_DIR/nginx.conf" &
-PIDS+=("$!")
+start_tuned_proxy "$N_DIR" "$N_PORT" "$O_PORT"
 
 declare -A BASE
 BASE[nginx]=http://127.0.0.1:$N_PORT/o

@@ -1,5 +1,7 @@
 # bench/lib.sh — the set-up bench/ab-hit.sh and bench/profile-hit.sh share
-# (bench/compare.sh uses its tool check, ports, PIDs and mirrorcache config):
+# (bench/compare.sh uses its tool check, ports, PIDs and mirrorcache config;
+# bench/sustained-miss.sh, first-fetch.sh and many-entries.sh also their work
+# dir, release build and tuned nginx proxy_cache):
 # an nginx origin and mirrorcache processes on 127.0.0.1, started from a work
 # dir, stopped by stop_started. Sourced, not run:
 #   source "$(dirname "$0")/lib.sh"
@@ -62,6 +64,73 @@ http {
 EOF
     nginx -p "$dir" -c "$dir/nginx.conf" &
     PIDS+=("$!")
+}
+
+# start_tuned_proxy DIR PORT ORIGIN_PORT: nginx proxy_cache (the anchor, as
+# operators tune it: access log buffered, sendfile on, keep-alive to the
+# origin, proxy_cache_lock on) on 127.0.0.1:PORT in front of the origin at
+# 127.0.0.1:ORIGIN_PORT, location /o/ -> /; cache, temp paths and logs in
+# DIR. Its answers carry X-Cache-Status.
+start_tuned_proxy() {
+    local dir=$1 port=$2 origin_port=$3
+    mkdir -p "$dir/tmp" "$dir/cache"
+    cat >"$dir/nginx.conf" <<EOF
+daemon off;
+user root;
+worker_processes auto;
+pid $dir/nginx.pid;
+error_log $dir/error.log warn;
+events { worker_connections 4096; }
+http {
+    client_body_temp_path $dir/tmp/body;
+    proxy_temp_path $dir/tmp/proxy;
+    fastcgi_temp_path $dir/tmp/fastcgi;
+    uwsgi_temp_path $dir/tmp/uwsgi;
+    scgi_temp_path $dir/tmp/scgi;
+    default_type application/octet-stream;
+    sendfile on;
+    tcp_nopush off;
+    tcp_nodelay on;
+    keepalive_timeout 65;
+    keepalive_requests 1000000;
+    access_log $dir/access.log combined buffer=256k flush=1s;
+    proxy_cache_path $dir/cache levels=1:2 keys_zone=bench:64m max_size=8g inactive=1h use_temp_path=off;
+    upstream origin {
+        server 127.0.0.1:$origin_port;
+        keepalive 64;
+    }
+    server {
+        listen 127.0.0.1:$port;
+        location /o/ {
+            proxy_pass http://origin/;
+            proxy_http_version 1.1;
+            proxy_set_header Connection "";
+            proxy_cache bench;
+            proxy_cache_lock on;
+            proxy_cache_valid 200 1h;
+            add_header X-Cache-Status \$upstream_cache_status always;
+        }
+    }
+}
+EOF
+    nginx -p "$dir" -c "$dir/nginx.conf" &
+    PIDS+=("$!")
+}
+
+# release_bin: sets MC_BIN to target/release/mirrorcache, built now, unless
+# MC_BIN names another build already.
+release_bin() {
+    [[ -n "${MC_BIN:-}" ]] && return
+    echo "cargo build --release" >&2
+    cargo build --release --quiet
+    MC_BIN="$PWD/target/release/mirrorcache"
+}
+
+# make_work NAME: sets WORK to a new /tmp/NAME.XXXXXX and, on exit, stops
+# what was started and removes WORK (kept with KEEP_TMP=1).
+make_work() {
+    WORK=$(mktemp -d "/tmp/$1.XXXXXX")
+    trap 'stop_started; if [[ "${KEEP_TMP:-0}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi' EXIT
 }
 
 # mirrorcache_toml DIR PORT MIRROR [STORAGE_KEYS]: prints a config listening

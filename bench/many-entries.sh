@@ -42,18 +42,9 @@ fi
 source "$ROOT/bench/lib.sh"
 need_tools "" wrk curl python3 awk ss
 
-if [[ -z "${MC_BIN:-}" ]]; then
-    log "cargo build --release"
-    cargo build --release --quiet
-    MC_BIN="$ROOT/target/release/mirrorcache"
-fi
+release_bin
 
-WORK=$(mktemp -d /tmp/mc-many.XXXXXX)
-cleanup() {
-    stop_started
-    [[ "${KEEP_TMP:-0}" == 1 ]] && log "kept $WORK" || rm -rf "$WORK"
-}
-trap cleanup EXIT
+make_work mc-many
 
 median_spread() { # values... -> "median (min–max)"
     printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {

@@ -40,18 +40,9 @@ fi
 source "$ROOT/bench/lib.sh"
 need_tools "" nginx wrk curl python3 awk ss
 
-if [[ -z "${MC_BIN:-}" ]]; then
-    log "cargo build --release"
-    cargo build --release --quiet
-    MC_BIN="$ROOT/target/release/mirrorcache"
-fi
+release_bin
 
-WORK=$(mktemp -d /tmp/mc-sustained.XXXXXX)
-cleanup() {
-    stop_started
-    [[ "${KEEP_TMP:-0}" == 1 ]] && log "kept $WORK" || rm -rf "$WORK"
-}
-trap cleanup EXIT
+make_work mc-sustained
 
 # --- origin: nginx, every key a 1 KiB body --------------------------------------
 O_DIR=$WORK/origin
@@ -67,50 +58,9 @@ ORIGIN=http://127.0.0.1:$O_PORT
 
 # --- nginx proxy_cache, tuned as in bench/compare.sh ---------------------------
 N_DIR=$WORK/nginx
-mkdir -p "$N_DIR/tmp" "$N_DIR/cache"
 free_port
 N_PORT=$PORT
-cat >"$N_DIR/nginx.conf" <<EOF
-daemon off;
-user root;
-worker_processes auto;
-pid $N_DIR/nginx.pid;
-error_log $N_DIR/error.log warn;
-events { worker_connections 4096; }
-http {
-    client_body_temp_path $N_DIR/tmp/body;
-    proxy_temp_path $N_DIR/tmp/proxy;
-    fastcgi_temp_path $N_DIR/tmp/fastcgi;
-    uwsgi_temp_path $N_DIR/tmp/uwsgi;
-    scgi_temp_path $N_DIR/tmp/scgi;
-    default_type application/octet-stream;
-    sendfile on;
-    tcp_nopush off;
-    tcp_nodelay on;
-    keepalive_timeout 65;
-    keepalive_requests 1000000;
-    access_log $N_DIR/access.log combined buffer=256k flush=1s;
-    proxy_cache_path $N_DIR/cache levels=1:2 keys_zone=bench:64m max_size=4g inactive=1h use_temp_path=off;
-    upstream origin {
-        server 127.0.0.1:$O_PORT;
-        keepalive 64;
-    }
-    server {
-        listen 127.0.0.1:$N_PORT;
-        location /o/ {
-            proxy_pass http://origin/;
-            proxy_http_version 1.1;
-            proxy_set_header Connection "";
-            proxy_cache bench;
-            proxy_cache_lock on;
-            proxy_cache_valid 200 1h;
-            add_header X-Cache-Status \$upstream_cache_status always;
-        }
-    }
-}
-EOF
-nginx -p "$N_DIR" -c "$N_DIR/nginx.conf" &
-PIDS+=("$!")
+start_tuned_proxy "$N_DIR" "$N_PORT" "$O_PORT"
 NGINX=http://127.0.0.1:$N_PORT/o
 
 # --- mirrorcache -------------------------------------------------------------------
