@@ -42,6 +42,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::meta::{db_error, Entry, MetadataStore};
 use super::purge::Ticket;
+use super::sql::{placeholders, value_rows};
 use super::{Cache, Digest, TempBlob};
 use crate::error::ProxyError;
 use crate::kind::declared::Declared;
@@ -459,11 +460,9 @@ impl MetadataStore {
         let mut found = HashMap::new();
         for (remote, paths) in by_remote {
             for chunk in paths.chunks(ROWS_PER_STATEMENT) {
-                let placeholders: Vec<String> =
-                    (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
                 let sql = format!(
                     "SELECT path, digest FROM entries WHERE remote = $1 AND path IN ({})",
-                    placeholders.join(", ")
+                    placeholders(2, chunk.len())
                 );
                 let mut query = sqlx::query_as::<_, (String, String)>(&sql).bind(remote);
                 for path in chunk {
@@ -486,11 +485,9 @@ impl MetadataStore {
     ) -> Result<HashSet<Digest>, ProxyError> {
         let mut found = HashSet::new();
         for chunk in digests.chunks(ROWS_PER_STATEMENT) {
-            let placeholders: Vec<String> =
-                (0..chunk.len()).map(|i| format!("${}", i + 1)).collect();
             let sql = format!(
                 "SELECT DISTINCT digest FROM entries WHERE digest IN ({})",
-                placeholders.join(", ")
+                placeholders(1, chunk.len())
             );
             let mut query = sqlx::query_as::<_, (String,)>(&sql);
             for digest in chunk {
@@ -548,13 +545,6 @@ async fn insert_rows(
     use sqlx::Connection as _;
     let mut tx = conn.begin().await?;
     for chunk in rows.chunks(ROWS_PER_INSERT) {
-        let values: Vec<String> = (0..chunk.len())
-            .map(|i| {
-                let n = i * 10;
-                let p: Vec<String> = (1..=10).map(|k| format!("${}", n + k)).collect();
-                format!("({})", p.join(", "))
-            })
-            .collect();
         let sql = format!(
             "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access, kept_headers) \
              VALUES {} \
@@ -562,7 +552,7 @@ async fn insert_rows(
              content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
              upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
              last_access = excluded.last_access, kept_headers = excluded.kept_headers",
-            values.join(", ")
+            value_rows(chunk.len(), 10)
         );
         let mut insert = sqlx::query(&sql);
         for (path, entry) in chunk {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use futures_util::StreamExt as _;
 
 use super::meta::{db_error, MetadataStore};
+use super::sql::{placeholders, value_rows};
 use super::{Blob, Cache, Digest};
 use crate::error::ProxyError;
 use crate::kind::declared::{Algo, Declared, Hashers};
@@ -66,11 +67,9 @@ impl MetadataStore {
     ) -> Result<Vec<&'a (String, Declared)>, ProxyError> {
         let mut changed = Vec::new();
         for chunk in items.chunks(CHUNK) {
-            let placeholders: Vec<String> =
-                (0..chunk.len()).map(|i| format!("${}", i + 2)).collect();
             let sql = format!(
                 "SELECT artifact, digest FROM declared WHERE remote = $1 AND artifact IN ({})",
-                placeholders.join(", ")
+                placeholders(2, chunk.len())
             );
             let mut query = sqlx::query_as::<_, (String, String)>(&sql).bind(remote);
             for (artifact, _) in chunk {
@@ -147,17 +146,11 @@ impl MetadataStore {
 /// parameters: remote, artifact, digest, learned_at), replacing what was
 /// declared before.
 pub(super) fn upsert_sql(rows: usize) -> String {
-    let values: Vec<String> = (0..rows)
-        .map(|i| {
-            let n = i * 4;
-            format!("(${}, ${}, ${}, ${})", n + 1, n + 2, n + 3, n + 4)
-        })
-        .collect();
     format!(
         "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES {} \
          ON CONFLICT (remote, artifact) DO UPDATE SET digest = excluded.digest, \
          learned_at = excluded.learned_at",
-        values.join(", ")
+        value_rows(rows, 4)
     )
 }
 

@@ -34,6 +34,7 @@ mod prepared;
 pub mod prune;
 pub mod purge;
 mod refs;
+mod sql;
 pub mod store;
 pub mod tokens;
 pub mod verify;

@@ -24,6 +24,7 @@ use std::sync::{Arc, Weak};
 use std::time::Duration;
 
 use super::meta::{db_error, now_ms};
+use super::sql::placeholders;
 use super::{Cache, Digest};
 use crate::config::RemoteConfig;
 use crate::error::ProxyError;
@@ -186,12 +187,4 @@ impl Cache {
         }
         Ok(pruned)
     }
-}
-
-/// `$first, $first+1, …`: `n` placeholders.
-fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
 }

@@ -1,0 +1,27 @@
+//! The parameter lists of statements built for a batch of rows: `IN (…)`
+//! lists and multi-row `VALUES`, numbered `$n` as both backends take them.
+
+/// `$first, $first+1, …`: `n` placeholders, for an `IN (…)` list.
+pub(super) fn placeholders(first: usize, n: usize) -> String {
+    (first..first + n)
+        .map(|i| format!("${i}"))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// `($1, …, $columns), ($columns+1, …), …`: the `VALUES` of `rows` rows.
+pub(super) fn value_rows(rows: usize, columns: usize) -> String {
+    (0..rows)
+        .map(|row| format!("({})", placeholders(row * columns + 1, columns)))
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lists_number_their_parameters_from_where_they_start() {
+        assert_eq!(super::placeholders(3, 2), "$3, $4");
+        assert_eq!(super::value_rows(2, 3), "($1, $2, $3), ($4, $5, $6)");
+    }
+}
