@@ -289,11 +289,6 @@ impl Index {
         let _ = self.idle.subscribe().wait_for(|idle| *idle).await;
     }
 
-    /// Whether a load is running.
-    pub fn is_loading(&self) -> bool {
-        self.loading.load(Ordering::Acquire)
-    }
-
     /// Notes a writer's change while a load runs, before the change is made:
     /// the loader, which checks and inserts under the same lock, either
     /// inserted its older row before (and the change undoes it) or sees the
