@@ -126,10 +126,11 @@ release_bin() {
     MC_BIN="$PWD/target/release/mirrorcache"
 }
 
-# make_work NAME: sets WORK to a new /tmp/NAME.XXXXXX and, on exit, stops
-# what was started and removes WORK (kept with KEEP_TMP=1).
+# make_work NAME: sets WORK to a new $BENCH_TMP/NAME.XXXXXX (BENCH_TMP: /tmp
+# unless set; bench/scratch-fs.sh makes a fresh file system for it) and, on
+# exit, stops what was started and removes WORK (kept with KEEP_TMP=1).
 make_work() {
-    WORK=$(mktemp -d "/tmp/$1.XXXXXX")
+    WORK=$(mktemp -d "${BENCH_TMP:-/tmp}/$1.XXXXXX")
     trap 'stop_started; if [[ "${KEEP_TMP:-0}" == 1 ]]; then echo "kept $WORK" >&2; else rm -rf "$WORK"; fi' EXIT
 }
 

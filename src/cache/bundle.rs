@@ -125,6 +125,7 @@ impl MetadataStore {
         let mut tx = self.pool.begin().await.map_err(db_error)?;
         let mut added = 0;
         for item in items {
+            self.declared_keys.add(&item.remote, &item.artifact);
             let done = sqlx::query(
                 "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES ($1, $2, $3, $4) \
                  ON CONFLICT (remote, artifact) DO NOTHING",
@@ -139,6 +140,7 @@ impl MetadataStore {
             added += done.rows_affected() as usize;
         }
         tx.commit().await.map_err(db_error)?;
+        self.others.wrote();
         Ok(added)
     }
 }

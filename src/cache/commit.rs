@@ -270,6 +270,7 @@ impl Cache {
             rows.push((path, entry, (ticket, done, pin)));
         }
         let results = self.blobs.commit_batch(jobs).await;
+
         drop(extra);
         let mut failed: HashMap<Digest, String> = HashMap::new();
         for (digest, result) in new.iter().zip(results) {
@@ -527,7 +528,13 @@ impl MetadataStore {
                 .await
                 .map_err(|e| self.failed(e))?;
         }
+        for pin in pins {
+            self.declared_keys.add(&pin.remote, &pin.artifact);
+        }
         let written = insert_rows(&mut conn, rows, pins).await;
+        if written.is_ok() {
+            self.others.wrote();
+        }
         if sqlite {
             let _ = sqlx::query("PRAGMA synchronous = NORMAL")
                 .execute(&mut *conn)

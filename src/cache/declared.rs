@@ -36,6 +36,11 @@ impl MetadataStore {
         remote: &str,
         artifact: &str,
     ) -> Result<Option<Declared>, ProxyError> {
+        if self.declared_keys.surely_absent(remote, artifact) && self.memory_trusted() {
+            return Ok(None);
+        }
+        self.row_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let row: Option<(String,)> =
             sqlx::query_as("SELECT digest FROM declared WHERE remote = $1 AND artifact = $2")
                 .bind(remote)
@@ -93,6 +98,7 @@ impl MetadataStore {
             let sql = upsert_sql(fresh.len());
             let mut insert = sqlx::query(&sql);
             for (artifact, declared) in &fresh {
+                self.declared_keys.add(remote, artifact);
                 insert = insert
                     .bind(remote)
                     .bind(artifact.as_str())
@@ -100,6 +106,7 @@ impl MetadataStore {
                     .bind(now_ms);
             }
             insert.execute(&self.pool).await.map_err(db_error)?;
+            self.others.wrote();
             changed.extend(fresh);
         }
         Ok(changed)

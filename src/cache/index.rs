@@ -13,11 +13,11 @@
 //!
 //! On SQLite without a cluster the index is **complete** once loaded: the
 //! request path takes a key it does not list to have no row (a cold miss
-//! reads no row before its fill starts). `mirrorcache import` may still add
-//! rows from another process while the server runs: the fill's double check
-//! under its registry slot reads the database whatever the index says
-//! (`MetadataStore::lookup_row`), so an imported row is found there, once,
-//! and listed from then on. On Postgres (or with Redis) other instances
+//! reads no row). `mirrorcache import` may still add rows from another
+//! process while the server runs: it tells the server through a marker
+//! file (`super::others`), which the fill's double check under its registry
+//! slot looks at (`MetadataStore::lookup_row`); once it changed, the fill
+//! reads the row, and the index is loaded anew. On Postgres (or with Redis) other instances
 //! write rows too: the index lists what this instance loaded, wrote or
 //! read, an unlisted key is looked up in Redis and the database as before,
 //! and Redis's messages drop what another instance changed (a message for
@@ -114,7 +114,7 @@ fn number(table: &RwLock<Names>, name: &str) -> Option<u16> {
 
 /// Hashes a `u128` key by its low half (it is a hash already).
 #[derive(Default, Clone, Copy)]
-struct Identity(u64);
+pub(super) struct Identity(u64);
 
 impl Hasher for Identity {
     fn finish(&self) -> u64 {
@@ -131,7 +131,7 @@ impl Hasher for Identity {
 }
 
 #[derive(Default, Clone, Copy)]
-struct BuildIdentity;
+pub(super) struct BuildIdentity;
 
 impl BuildHasher for BuildIdentity {
     type Hasher = Identity;

@@ -38,12 +38,22 @@ impl MetadataStore {
         self.find(path, true).await
     }
 
-    /// The entry for `path`, read from the database when memory does not
-    /// have it, whatever a complete index says: the fill's double check
-    /// under its registry slot, which finds a row `mirrorcache import` added
-    /// from another process (a cold miss's one query).
+    /// The entry for `path`, for the fill's double check under its registry
+    /// slot: as [`MetadataStore::lookup`] while no other process wrote the
+    /// database since memory was loaded; else read from the database, which
+    /// finds a row `mirrorcache import` added from another process.
     pub async fn lookup_row(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
-        self.find(path, false).await
+        self.find(path, self.memory_trusted()).await
+    }
+
+    /// Whether memory (the entry index, the declared keys) may say a row is
+    /// absent as far as other processes go (see `super::others`): when one
+    /// wrote, both are marked incomplete until loaded anew.
+    pub(super) fn memory_trusted(&self) -> bool {
+        self.others.none_wrote(|| {
+            self.index.set_complete(false);
+            self.declared_keys.set_complete(false);
+        })
     }
 
     async fn find(
@@ -132,7 +142,8 @@ impl MetadataStore {
         }
     }
 
-    /// Rows lookups have read from the database so far.
+    /// Rows lookups (of entries and of declared digests) have read from the
+    /// database so far.
     pub fn row_reads(&self) -> u64 {
         self.row_reads.load(Ordering::Relaxed)
     }

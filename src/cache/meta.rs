@@ -205,7 +205,8 @@ pub struct MetadataStore {
     pub purges: Purges,
     /// Every row, compactly, once loaded (`load_index`; see `super::index`).
     pub index: Index,
-    /// Rows read by lookups (`read_row`): what the index saves.
+    /// Rows read by lookups: an entry's (`read_row`: what the index saves)
+    /// or a declared digest's (`declared`: what the declared keys save).
     pub(super) row_reads: AtomicU64,
     /// The SQLite database's URL, for the index loader's own typed
     /// connections (`None` on Postgres and for an in-memory database).
@@ -214,6 +215,10 @@ pub struct MetadataStore {
     pub(super) rows_at_start: usize,
     /// Hits on entries served from the index (see `super::lookup`).
     pub(super) touched: super::lookup::Touched,
+    /// The keys of the `declared` table (see `super::declared_keys`).
+    pub declared_keys: super::declared_keys::DeclaredKeys,
+    /// Other processes' writes (see `super::others`).
+    pub others: Arc<super::others::Others>,
 }
 
 /// How long the request path leaves a failing database alone.
@@ -300,6 +305,8 @@ impl MetadataStore {
             row_reads: AtomicU64::new(0),
             touched: super::lookup::Touched::new(cache_entries),
             rows_at_start: rows,
+            declared_keys: Default::default(),
+            others: Arc::new(super::others::Others::new(sqlite_file(&url))),
             sqlite_url: (is_sqlite && !url.contains(":memory:")).then(|| url.clone()),
         })
     }
@@ -550,8 +557,23 @@ impl MetadataStore {
     }
 }
 
+impl Drop for MetadataStore {
+    fn drop(&mut self) {
+        self.others.close();
+    }
+}
+
 pub(super) fn db_error(e: sqlx::Error) -> ProxyError {
     ProxyError::Metadata(e.to_string())
+}
+
+/// `sqlite://data/meta.db?mode=rwc` → `data/meta.db` (`None`: not a SQLite
+/// file).
+fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+    let rest = url.strip_prefix("sqlite:")?;
+    let rest = rest.strip_prefix("//").unwrap_or(rest);
+    let file = rest.split_once('?').map_or(rest, |(file, _)| file);
+    (!file.is_empty() && file != ":memory:").then(|| file.into())
 }
 
 /// `sqlite://data/meta.db` → the same URL with `mode=rwc`, and its directory created.

@@ -25,11 +25,13 @@ pub mod bundle;
 pub mod cluster;
 pub mod commit;
 mod declared;
+pub mod declared_keys;
 pub mod evict;
 pub mod index;
 pub mod listing;
 mod lookup;
 pub mod meta;
+mod others;
 mod prepared;
 pub mod prune;
 pub mod purge;
@@ -100,8 +102,10 @@ const DIGEST_STRIPES: usize = 64;
 /// Rows above which `Cache::open` counts the stored bytes in the background.
 const DEFER_ABOVE_ROWS: usize = 100_000;
 
-/// Loads the entry index while the server answers (from the database,
-/// meanwhile), then marks it complete if it may be.
+/// Loads memory (the entry index, the declared keys) while the server
+/// answers (from the database, meanwhile), then marks it complete if it
+/// may be; where it may, loads it again each time another process wrote
+/// the database (see `others`).
 async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
     let started = std::time::Instant::now();
     if size_first {
@@ -113,15 +117,49 @@ async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
         }
         cache.budget.wake_if_over();
     }
-    match cache.meta.load_index().await {
+    load_memory(&cache, complete, started).await;
+    if !complete {
+        return;
+    }
+    let (others, cache) = (cache.meta.others.clone(), Arc::downgrade(&cache));
+    loop {
+        others.reloads().await;
+        let Some(cache) = cache.upgrade() else {
+            return;
+        };
+        // Begun before the rows are read: what the server writes meanwhile
+        // is noted (see `index`).
+        cache.meta.index.begin_load();
+        load_memory(&cache, true, std::time::Instant::now()).await;
+    }
+}
+
+/// One load of memory (the caller began the index's). Complete only if no
+/// other process's write was seen since it began: that write may be in a
+/// range already read.
+async fn load_memory(cache: &Cache, complete: bool, started: std::time::Instant) {
+    let meta = &cache.meta;
+    let generation = meta.others.generation();
+    let (entries, keys) = futures_util::join!(meta.load_index(), meta.load_declared_keys());
+    let complete = complete && generation == meta.others.generation();
+    match entries {
         Ok(entries) => {
-            cache.meta.index.end_load(complete);
+            meta.index.end_load(complete);
             tracing::info!(entries, took = ?started.elapsed(), complete, "entry index loaded");
         }
         Err(error) => {
             // Unlisted keys keep being read from the database.
-            cache.meta.index.end_load(false);
+            meta.index.end_load(false);
             tracing::warn!(%error, "could not load the entry index; looking rows up instead");
+        }
+    }
+    match keys {
+        Ok(keys) => {
+            meta.declared_keys.set_complete(complete);
+            tracing::info!(keys, complete, "declared keys loaded");
+        }
+        Err(error) => {
+            tracing::warn!(%error, "could not load the declared keys; looking them up instead")
         }
     }
 }
@@ -208,9 +246,9 @@ impl Cache {
             cache.meta.attach_cluster(cluster.clone());
             let _ = cache.cluster.set(cluster);
         }
-        // Complete once loaded only where no one else writes rows the server
-        // must see at once (another process's import is found by the fill's
-        // double check, `MetadataStore::lookup_row`).
+        // Complete once loaded only where no other instance writes rows the
+        // server must see at once (another process's import tells the
+        // server: `others`).
         let complete = config.metadata.url.starts_with("sqlite:") && config.redis.is_none();
         tokio::spawn(load_index(cache.clone(), complete, deferred));
         let declaring: Arc<[_]> = (config.remotes.iter())
@@ -439,6 +477,17 @@ impl Cache {
                 0
             }
         }
+    }
+
+    /// Runs `work` on the local store on this thread: for a file operation
+    /// of a few microseconds on the page cache (creating a small fill's
+    /// temp file), which costs less than the hop to the blocking pool and
+    /// back.
+    pub fn store_now<T>(
+        &self,
+        work: impl FnOnce(&ContentStore) -> std::io::Result<T>,
+    ) -> Result<T, ProxyError> {
+        work(&self.store).map_err(|e| ProxyError::Store(e.to_string()))
     }
 
     /// Runs blocking store work (creating and writing temp files) off the

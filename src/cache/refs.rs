@@ -88,6 +88,7 @@ impl MetadataStore {
         digest: &str,
     ) -> Result<u64, ProxyError> {
         let rows = self.delete_remote_digest(remote, digest).await?;
+        self.others.wrote();
         self.invalidate_local(cluster::ALL);
         self.shared_changed(cluster::ALL, None).await;
         Ok(rows)

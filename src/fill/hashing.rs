@@ -21,6 +21,12 @@ use crate::kind::declared::{Hashers, Side};
 /// hop. A larger one stays on the blocking pool, batch by batch, so its
 /// hashing runs beside its readers' sends on the async threads.
 const INLINE_BYTES: u64 = 64 * 1024;
+/// Whether a body announced as `announced` bytes is written (and its temp
+/// file created) on the fill's own thread.
+pub(super) fn is_inline(announced: Option<u64>) -> bool {
+    announced.is_some_and(|len| len <= INLINE_BYTES)
+}
+
 /// Bodies from this size (or of unknown length) hash their declared
 /// function on a thread of its own; smaller ones are done before a thread
 /// would have started.
@@ -71,7 +77,7 @@ impl BodyWriter {
             temp,
             hashers: Some(hashers),
             side,
-            inline: announced.is_some_and(|len| len <= INLINE_BYTES),
+            inline: is_inline(announced),
             written: 0,
         }
     }

@@ -419,10 +419,15 @@ async fn open_temp(cache: &Cache, announced: u64) -> Result<TempBlob, String> {
     if announced > cache.max_size() {
         return Err(format!("{announced} bytes is more than storage.max_size"));
     }
-    cache
-        .store_blocking(move |store| store.create_temp_for(announced))
-        .await
-        .map_err(|e| e.to_string())
+    let create = move |store: &crate::cache::ContentStore| store.create_temp_for(announced);
+    // Small (or of unknown length: nothing is allocated ahead), on this
+    // thread; a large allocation on the blocking pool.
+    let created = if super::hashing::is_inline(Some(announced)) {
+        cache.store_now(create)
+    } else {
+        cache.store_blocking(create).await
+    };
+    created.map_err(|e| e.to_string())
 }
 
 /// Reads the body into `temp`, hashing it and publishing progress; checks the

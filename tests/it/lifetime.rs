@@ -11,10 +11,10 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use mirrorcache::cache::{Cache, Digest, Entry};
+use mirrorcache::cache::Digest;
 use mirrorcache::path::ArtifactPath;
 
-use crate::support::proxy::{config_text, get, purge, start_text, temp_files_in};
+use crate::support::proxy::{commit_bytes, config_text, get, purge, start_text, temp_files_in};
 use crate::support::{
     sha256_hex, test_bytes, BinaryProxy, Fault, MirrorServer, S3Server, XorShift,
 };
@@ -24,25 +24,6 @@ fn remote(mirror: &MirrorServer) -> String {
         "[[remote]]\nname = \"r\"\nmirrors = [\"{}\"]\nimmutable = [\"**\"]\n",
         mirror.url("/m")
     )
-}
-
-/// Writes `bytes` into a temp file and makes them the entry for `path`, as a
-/// fill does.
-async fn commit_bytes(cache: &Cache, path: &str, bytes: &[u8]) -> Digest {
-    let path = ArtifactPath::parse(path).unwrap();
-    let owned = bytes.to_vec();
-    let temp = cache
-        .store_blocking(move |store| {
-            let temp = store.create_temp()?;
-            temp.write_at(&owned, 0)?;
-            Ok(temp)
-        })
-        .await
-        .unwrap();
-    let digest = Digest::of(bytes);
-    let entry = Entry::new(digest, bytes.len() as u64, None, None, None, 0);
-    cache.commit_entry(temp, &path, entry).await.unwrap();
-    digest
 }
 
 /// Never a row without its blob: a release (after its last row went) racing

@@ -156,3 +156,26 @@ pub fn metric(text: &str, prefix: &str) -> f64 {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum()
 }
+
+/// Writes `bytes` into a temp file and makes them the entry for `path`, as a
+/// fill does.
+pub async fn commit_bytes(
+    cache: &mirrorcache::cache::Cache,
+    path: &str,
+    bytes: &[u8],
+) -> mirrorcache::cache::Digest {
+    let path = mirrorcache::path::ArtifactPath::parse(path).unwrap();
+    let owned = bytes.to_vec();
+    let temp = cache
+        .store_blocking(move |store| {
+            let temp = store.create_temp()?;
+            temp.write_at(&owned, 0)?;
+            Ok(temp)
+        })
+        .await
+        .unwrap();
+    let digest = mirrorcache::cache::Digest::of(bytes);
+    let entry = mirrorcache::cache::Entry::new(digest, bytes.len() as u64, None, None, None, 0);
+    cache.commit_entry(temp, &path, entry).await.unwrap();
+    digest
+}
