@@ -7,32 +7,35 @@
 //! its temp file over ([`CommitSlot::send`]) and is done with its
 //! `max_fills` slot. One task, the committer, takes what is queued — the
 //! first commit, then whatever arrives within [`COMMIT_DELAY`], up to
-//! [`MAX_BATCH`] — and commits the batch at once ([`Cache::commit_batch`]):
+//! [`MAX_BATCH`] — and commits the batch in two stages, the second of one
+//! batch running beside the first of the next:
 //!
-//! 1. under the locks of every path and digest it touches (the same locks a
-//!    single commit took, in the same order: paths, then digests, each set
-//!    sorted), the rows it replaces and the digests already referenced are
-//!    read, one query each;
-//! 2. the blobs are made durable ([`BlobStore::commit_batch`]): every temp
-//!    file's data synced side by side, the renames, each directory synced
-//!    once (a batch of 16 or more: the file system synced whole before the
-//!    renames and again after them); a blob already in place is not
-//!    written again;
-//! 3. every row, and every pin on first use the batch carries ([`Pin`]), is
-//!    written in one database transaction (on SQLite with
-//!    `synchronous = FULL` for that transaction, so it is on disk when the
-//!    commit returns; Postgres's default commit is durable);
-//! 4. the counts, the release of replaced blobs, the in-memory entries and
-//!    the shared entries in Redis, then each fill is answered.
+//! 1. the blobs ([`Cache::commit_blobs`]): each new digest marked as being
+//!    committed (under its lock: a release keeps such a blob), then made
+//!    durable ([`BlobStore::commit_batch`]): every temp file's data synced
+//!    side by side, the renames, each directory synced once (a batch of 16
+//!    or more: the file system synced whole before the renames and again
+//!    after them); a blob already in place is not written again;
+//! 2. the rows ([`Cache::commit_rows`]), batch after batch in order: under
+//!    the locks of every path and digest the batch touches (the same locks
+//!    a single commit took, in the same order: paths, then digests, each
+//!    set sorted), the rows it replaces and the digests already referenced
+//!    are read, one query each; every row, and every pin on first use the
+//!    batch carries ([`Pin`]), is written in one database transaction (on
+//!    SQLite with `synchronous = FULL` for that transaction, so it is on
+//!    disk when the commit returns; Postgres's default commit is durable);
+//!    then the counts, the release of replaced blobs, the in-memory entries
+//!    and the shared entries in Redis, the digests no longer marked, and
+//!    each fill is answered.
 //!
-//! What a power cut leaves, at each step: before 2 is done, temp files
+//! What a power cut leaves, at each step: before 1 is done, temp files
 //! (removed at the next start, their owner's lock being free) and no row;
-//! between 2 and 3, synced blobs without rows (not served, not counted;
+//! between 1 and 2, synced blobs without rows (not served, not counted;
 //! `verify --remove` deletes them after an hour, and a fill of the same
-//! bytes puts a row back); after 3, rows whose blobs were synced first. A
-//! row never points at a blob that was not synced, and a crash loses at
-//! most the batch in flight (its clients had their bytes; the next request
-//! fetches them again).
+//! bytes puts a row back; so does a batch whose reads fail in 2); after 2,
+//! rows whose blobs were synced first. A row never points at a blob that
+//! was not synced, and a crash loses at most the two batches in flight
+//! (their clients had their bytes; the next request fetches them again).
 
 use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
@@ -40,9 +43,8 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::meta::{db_error, Entry, MetadataStore};
+use super::meta::Entry;
 use super::purge::Ticket;
-use super::sql::{placeholders, value_rows};
 use super::{Cache, Digest, TempBlob};
 use crate::error::ProxyError;
 use crate::kind::declared::Declared;
@@ -54,14 +56,6 @@ use crate::path::ArtifactPath;
 pub const COMMIT_DELAY: Duration = Duration::from_millis(2);
 /// The most commits in one batch.
 pub const MAX_BATCH: usize = 128;
-/// Keys per `IN (…)` list of the batch's reads: far below either backend's
-/// parameter limit.
-const ROWS_PER_STATEMENT: usize = 100;
-/// Rows per `INSERT` of the batch's writes (10 parameters a row, 4 a pin):
-/// sqlx binds a parameter after asking SQLite its name, found by a scan of
-/// the statement's parameters, so binding costs their square (at 100 rows,
-/// 5.7 % of a sustained miss's CPU: BENCHMARKS.md, round three).
-const ROWS_PER_INSERT: usize = 16;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
 /// with its entry's row in the batch's transaction: the pin is durable
@@ -195,14 +189,13 @@ impl Cache {
             .await
     }
 
-    /// Commits one batch (at most one commit per key): blobs, then rows in
-    /// one transaction, under the paths' and the digests' locks, so no
-    /// release of a digest falls between its blob and its row. A digest's
-    /// first row adds its size to the store's count, once however many rows
-    /// of the batch have it; a row it replaces has its blob released. If the
-    /// rows cannot be written, blobs nothing else references are deleted
-    /// again.
-    pub(super) async fn commit_batch(&self, batch: Vec<Pending>) {
+    /// The first stage of a batch (at most one commit per key): its blobs
+    /// made durable. Each new digest is first marked as being committed
+    /// ([`Cache::committing`], under its lock), so no release deletes its
+    /// blob before the row that references it is written; one temp file
+    /// per digest is committed, the others of the same digest dropped.
+    /// Takes no path lock: it runs beside the previous batch's rows.
+    pub(super) async fn commit_blobs(&self, batch: Vec<Pending>) -> Staged {
         // Purged since their fills began: nothing to write.
         let (batch, purged): (Vec<_>, Vec<_>) = batch
             .into_iter()
@@ -214,42 +207,22 @@ impl Cache {
             );
             let _ = pending.done.send(Ok(None));
         }
-        if batch.is_empty() {
-            return;
+        let new: Vec<(Digest, u64)> = {
+            let mut seen = HashSet::new();
+            batch
+                .iter()
+                .map(|p| (p.entry.digest, p.entry.size))
+                .filter(|(d, _)| seen.insert(*d))
+                .collect()
+        };
+        {
+            let _locks = self.lock_digests(new.iter().map(|(d, _)| d)).await;
+            let mut committing = self.committing.lock().expect("committing poisoned");
+            for (digest, size) in &new {
+                committing.entry(*digest).or_insert((0, *size)).0 += 1;
+            }
         }
-        let _counting = self.accounting.read().await;
-        let stripes = batch.iter().map(|p| self.path_stripe(&p.path)).collect();
-        let path_guards = self.lock_path_stripes(stripes).await;
-        let paths: Vec<&ArtifactPath> = batch.iter().map(|p| &p.path).collect();
-        let replaced = match self.meta.stored_digests(&paths).await {
-            Ok(replaced) => replaced,
-            Err(error) => return self.fail(batch, error),
-        };
-        let new: Vec<Digest> = {
-            let mut seen = HashSet::new();
-            batch
-                .iter()
-                .map(|p| p.entry.digest)
-                .filter(|d| seen.insert(*d))
-                .collect()
-        };
-        let released: Vec<Digest> = {
-            let mut seen = HashSet::new();
-            batch
-                .iter()
-                .filter_map(|p| replaced.get(p.path.key()))
-                .filter(|old| !new.contains(old) && seen.insert(**old))
-                .copied()
-                .collect()
-        };
-        let digest_guards = self.lock_digests(new.iter().chain(&released)).await;
-        let counted = match self.meta.referenced_digests(&new).await {
-            Ok(counted) => counted,
-            Err(error) => return self.fail(batch, error),
-        };
-
-        // The blobs: one temp file per digest is committed; the others of the
-        // same digest are dropped (deleted) after.
+        let new: Vec<Digest> = new.into_iter().map(|(d, _)| d).collect();
         let mut jobs = Vec::with_capacity(new.len());
         let mut rows = Vec::with_capacity(batch.len());
         let mut extra = Vec::new();
@@ -269,8 +242,11 @@ impl Cache {
             }
             rows.push((path, entry, (ticket, done, pin)));
         }
-        let results = self.blobs.commit_batch(jobs).await;
-
+        let results = if jobs.is_empty() {
+            Vec::new()
+        } else {
+            self.blobs.commit_batch(jobs).await
+        };
         drop(extra);
         let mut failed: HashMap<Digest, String> = HashMap::new();
         for (digest, result) in new.iter().zip(results) {
@@ -278,6 +254,21 @@ impl Cache {
                 failed.insert(*digest, format!("committing the blob: {error}"));
             }
         }
+        Staged { rows, new, failed }
+    }
+
+    /// The second stage of a batch, in batch order: its rows in one
+    /// transaction, under the locks of its paths and digests (taken as a
+    /// single commit took them: paths, then digests, each set sorted), so
+    /// no release of a digest falls between its blob and its row. The rows
+    /// it replaces and the digests already referenced are read first, one
+    /// query each. A digest's first row adds its size to the store's count,
+    /// once however many rows of the batch have it; a row it replaces has
+    /// its blob released. If the rows cannot be written, blobs nothing else
+    /// references are deleted again.
+    pub(super) async fn commit_rows(&self, staged: Staged) {
+        let Staged { rows, new, failed } = staged;
+        let _committed = Committed(self, &new);
         let (rows, refused): (Vec<_>, Vec<_>) = rows
             .into_iter()
             .partition(|(_, entry, _)| !failed.contains_key(&entry.digest));
@@ -289,6 +280,27 @@ impl Cache {
         if rows.is_empty() {
             return;
         }
+        let _counting = self.accounting.read().await;
+        let stripes = rows.iter().map(|(p, _, _)| self.path_stripe(p)).collect();
+        let path_guards = self.lock_path_stripes(stripes).await;
+        let paths: Vec<&ArtifactPath> = rows.iter().map(|(p, _, _)| p).collect();
+        let replaced = match self.meta.stored_digests(&paths).await {
+            Ok(replaced) => replaced,
+            Err(error) => return self.fail(rows, error),
+        };
+        let released: Vec<Digest> = {
+            let mut seen = HashSet::new();
+            rows.iter()
+                .filter_map(|(p, _, _)| replaced.get(p.key()))
+                .filter(|old| !new.contains(old) && seen.insert(**old))
+                .copied()
+                .collect()
+        };
+        let digest_guards = self.lock_digests(new.iter().chain(&released)).await;
+        let counted = match self.meta.referenced_digests(&new).await {
+            Ok(counted) => counted,
+            Err(error) => return self.fail(rows, error),
+        };
         let written: Vec<(&ArtifactPath, &Entry)> = rows.iter().map(|(p, e, _)| (p, e)).collect();
         let pins: Vec<&Pin> = rows
             .iter()
@@ -352,6 +364,9 @@ impl Cache {
             }
             answers.push((done, None));
         }
+        // No longer being committed, still under their locks: a release
+        // from now on sees the rows.
+        drop(_committed);
         for digest in undone {
             self.release_held(&digest).await;
         }
@@ -373,65 +388,126 @@ impl Cache {
         }
     }
 
-    fn fail(&self, batch: Vec<Pending>, error: ProxyError) {
+    fn fail(&self, rows: Vec<StagedRow>, error: ProxyError) {
         self.metrics.metadata_errors.inc();
-        for pending in batch {
-            tracing::warn!(key = pending.path.key(), %error, "could not commit; served uncached");
-            let _ = pending.done.send(Err(error.clone()));
+        for (path, _, (_, done, _)) in rows {
+            tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
+            let _ = done.send(Err(error.clone()));
+        }
+    }
+
+    /// The size of `digest`'s blob if a commit of it is between its blob
+    /// and its row (a release then keeps the blob).
+    pub(super) fn committing_size(&self, digest: &Digest) -> Option<u64> {
+        let committing = self.committing.lock().expect("committing poisoned");
+        committing.get(digest).map(|(_, size)| *size)
+    }
+}
+
+/// A row of a batch whose blob is durable: its path, entry, and the fill's
+/// ticket, answer and pin.
+type StagedRow = (
+    ArtifactPath,
+    Entry,
+    (Ticket, oneshot::Sender<Answer>, Option<Pin>),
+);
+
+/// A batch between its two stages: blobs durable, rows to write.
+pub(super) struct Staged {
+    rows: Vec<StagedRow>,
+    /// Its digests, each once, marked as being committed.
+    new: Vec<Digest>,
+    /// The digests whose blob could not be committed, and why.
+    failed: HashMap<Digest, String>,
+}
+
+/// Takes a batch's digests out of [`Cache::committing`] when dropped (its
+/// rows are written, or it failed).
+struct Committed<'a>(&'a Cache, &'a [Digest]);
+
+impl Drop for Committed<'_> {
+    fn drop(&mut self) {
+        let mut committing = self.0.committing.lock().expect("committing poisoned");
+        for digest in self.1 {
+            if let Some((n, _)) = committing.get_mut(digest) {
+                *n -= 1;
+                if *n == 0 {
+                    committing.remove(digest);
+                }
+            }
         }
     }
 }
 
-/// The committer: batches what is queued and commits it, until the cache
-/// is dropped.
-pub(super) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) {
-    // Commits of a key already in the batch being formed: they go in the
-    // next one, after it (a row per key per transaction).
-    let mut later: Vec<Pending> = Vec::new();
-    loop {
-        let mut batch = Vec::with_capacity(MAX_BATCH);
-        let mut keys = HashSet::new();
-        for pending in std::mem::take(&mut later) {
-            if batch.len() < MAX_BATCH && keys.insert(pending.path.key().to_string()) {
-                batch.push(pending);
-            } else {
-                later.push(pending);
-            }
+/// Collects the next batch: the first commit (or those put off from the
+/// last batch), then whatever arrives within [`COMMIT_DELAY`], up to
+/// [`MAX_BATCH`]; a second commit of a key already in the batch is put off
+/// to the next (a row per key per transaction). `None` when the queue is
+/// closed.
+async fn collect(
+    queue: &mut mpsc::Receiver<Pending>,
+    later: &mut Vec<Pending>,
+) -> Option<Vec<Pending>> {
+    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut keys = HashSet::new();
+    for pending in std::mem::take(later) {
+        if batch.len() < MAX_BATCH && keys.insert(pending.path.key().to_string()) {
+            batch.push(pending);
+        } else {
+            later.push(pending);
         }
-        if batch.is_empty() {
-            match queue.recv().await {
-                Some(pending) => {
-                    keys.insert(pending.path.key().to_string());
-                    batch.push(pending);
+    }
+    if batch.is_empty() {
+        let pending = queue.recv().await?;
+        keys.insert(pending.path.key().to_string());
+        batch.push(pending);
+    }
+    let deadline = tokio::time::Instant::now() + COMMIT_DELAY;
+    while batch.len() < MAX_BATCH {
+        let next = match queue.try_recv() {
+            Ok(pending) => pending,
+            Err(mpsc::error::TryRecvError::Disconnected) => break,
+            Err(mpsc::error::TryRecvError::Empty) => {
+                match tokio::time::timeout_at(deadline, queue.recv()).await {
+                    Ok(Some(pending)) => pending,
+                    Ok(None) | Err(_) => break,
                 }
-                None => return,
             }
-        }
-        let deadline = tokio::time::Instant::now() + COMMIT_DELAY;
-        while batch.len() < MAX_BATCH {
-            let next = match queue.try_recv() {
-                Ok(pending) => pending,
-                Err(mpsc::error::TryRecvError::Disconnected) => break,
-                Err(mpsc::error::TryRecvError::Empty) => {
-                    match tokio::time::timeout_at(deadline, queue.recv()).await {
-                        Ok(Some(pending)) => pending,
-                        Ok(None) | Err(_) => break,
-                    }
-                }
-            };
-            if keys.insert(next.path.key().to_string()) {
-                batch.push(next);
-            } else {
-                later.push(next);
-            }
-        }
-        let Some(cache) = cache.upgrade() else {
-            return;
         };
-        let _held = cache.commit_hold.lock().await;
-        cache.metrics.commit_batches.inc();
-        cache.metrics.commits.inc_by(batch.len() as u64);
-        cache.commit_batch(batch).await;
+        if keys.insert(next.path.key().to_string()) {
+            batch.push(next);
+        } else {
+            later.push(next);
+        }
+    }
+    Some(batch)
+}
+
+/// The committer: batches what is queued and commits it, until the cache
+/// is dropped. Two batches overlap: the rows of one are written while the
+/// blobs of the next are made durable (different work, often on different
+/// devices' queues); the rows are written in batch order.
+pub(super) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) {
+    let mut later: Vec<Pending> = Vec::new();
+    let mut staged: Option<Staged> = None;
+    loop {
+        let next = async {
+            let batch = collect(&mut queue, &mut later).await?;
+            let cache = cache.upgrade()?;
+            let _held = cache.commit_hold.lock().await;
+            cache.metrics.commit_batches.inc();
+            cache.metrics.commits.inc_by(batch.len() as u64);
+            Some(cache.commit_blobs(batch).await)
+        };
+        let rows = async {
+            if let (Some(staged), Some(cache)) = (staged.take(), cache.upgrade()) {
+                cache.commit_rows(staged).await;
+            }
+        };
+        match futures_util::join!(rows, next).1 {
+            Some(next) => staged = Some(next),
+            None => return,
+        }
     }
 }
 
@@ -446,149 +522,4 @@ impl Pin {
                 || self.artifact != path.stored_path()
         })
     }
-}
-
-impl MetadataStore {
-    /// The digests the rows of `paths` reference now, by key.
-    pub(super) async fn stored_digests(
-        &self,
-        paths: &[&ArtifactPath],
-    ) -> Result<HashMap<String, Digest>, ProxyError> {
-        let mut by_remote: HashMap<&str, Vec<&ArtifactPath>> = HashMap::new();
-        for path in paths {
-            by_remote.entry(path.remote()).or_default().push(path);
-        }
-        let mut found = HashMap::new();
-        for (remote, paths) in by_remote {
-            for chunk in paths.chunks(ROWS_PER_STATEMENT) {
-                let sql = format!(
-                    "SELECT path, digest FROM entries WHERE remote = $1 AND path IN ({})",
-                    placeholders(2, chunk.len())
-                );
-                let mut query = sqlx::query_as::<_, (String, String)>(&sql).bind(remote);
-                for path in chunk {
-                    query = query.bind(path.stored_path());
-                }
-                for (path, digest) in query.fetch_all(&self.pool).await.map_err(db_error)? {
-                    if let Some(digest) = Digest::from_hex(&digest) {
-                        found.insert(format!("{remote}/{path}"), digest);
-                    }
-                }
-            }
-        }
-        Ok(found)
-    }
-
-    /// Which of `digests` some row references now.
-    pub(super) async fn referenced_digests(
-        &self,
-        digests: &[Digest],
-    ) -> Result<HashSet<Digest>, ProxyError> {
-        let mut found = HashSet::new();
-        for chunk in digests.chunks(ROWS_PER_STATEMENT) {
-            let sql = format!(
-                "SELECT DISTINCT digest FROM entries WHERE digest IN ({})",
-                placeholders(1, chunk.len())
-            );
-            let mut query = sqlx::query_as::<_, (String,)>(&sql);
-            for digest in chunk {
-                query = query.bind(digest.to_hex());
-            }
-            for (hex,) in query.fetch_all(&self.pool).await.map_err(db_error)? {
-                found.extend(Digest::from_hex(&hex));
-            }
-        }
-        Ok(found)
-    }
-
-    /// Writes (or replaces) the rows of a batch in one transaction, durable
-    /// when it returns. Always tried, even while lookups back off: the rows
-    /// are what make the fills worth it.
-    pub(super) async fn record_batch(
-        &self,
-        rows: &[(&ArtifactPath, &Entry)],
-    ) -> Result<(), ProxyError> {
-        self.write_batch(rows, &[]).await
-    }
-
-    /// [`MetadataStore::record_batch`], with the batch's pins in the same
-    /// transaction.
-    async fn write_batch(
-        &self,
-        rows: &[(&ArtifactPath, &Entry)],
-        pins: &[&Pin],
-    ) -> Result<(), ProxyError> {
-        let mut conn = self.pool.acquire().await.map_err(|e| self.failed(e))?;
-        let sqlite = conn.backend_name().eq_ignore_ascii_case("sqlite");
-        if sqlite {
-            // The WAL synced at this commit (and with it every earlier
-            // commit): the batch is on disk when its fills are answered.
-            sqlx::query("PRAGMA synchronous = FULL")
-                .execute(&mut *conn)
-                .await
-                .map_err(|e| self.failed(e))?;
-        }
-        for pin in pins {
-            self.declared_keys.add(&pin.remote, &pin.artifact);
-        }
-        let written = insert_rows(&mut conn, rows, pins).await;
-        if written.is_ok() {
-            self.others.wrote();
-        }
-        if sqlite {
-            let _ = sqlx::query("PRAGMA synchronous = NORMAL")
-                .execute(&mut *conn)
-                .await;
-        }
-        written.map_err(|e| self.failed(e))
-    }
-}
-
-async fn insert_rows(
-    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
-    rows: &[(&ArtifactPath, &Entry)],
-    pins: &[&Pin],
-) -> Result<(), sqlx::Error> {
-    use sqlx::Connection as _;
-    let mut tx = conn.begin().await?;
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
-        let sql = format!(
-            "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access, kept_headers) \
-             VALUES {} \
-             ON CONFLICT (remote, path) DO UPDATE SET digest = excluded.digest, size = excluded.size, \
-             content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
-             upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
-             last_access = excluded.last_access, kept_headers = excluded.kept_headers",
-            value_rows(chunk.len(), 10)
-        );
-        let mut insert = sqlx::query(&sql);
-        for (path, entry) in chunk {
-            insert = insert
-                .bind(path.remote())
-                .bind(path.stored_path())
-                .bind(entry.digest.to_hex())
-                .bind(entry.size as i64)
-                .bind(entry.content_type.clone())
-                .bind(entry.upstream_etag.clone())
-                .bind(entry.upstream_last_modified.clone())
-                .bind(entry.fetched_at_ms)
-                .bind(entry.fetched_at_ms)
-                .bind(entry.kept_headers.clone());
-        }
-        insert.execute(&mut *tx).await?;
-    }
-    let now = crate::clock::now_ms();
-    for chunk in pins.chunks(ROWS_PER_INSERT) {
-        let sql = super::declared::upsert_sql(chunk.len());
-        let mut insert = sqlx::query(&sql);
-        for pin in chunk {
-            insert = insert
-                .bind(pin.remote.as_str())
-                .bind(pin.artifact.as_str())
-                .bind(pin.declared.to_string())
-                .bind(now);
-        }
-        insert.execute(&mut *tx).await?;
-    }
-    tx.commit().await
 }
