@@ -209,8 +209,10 @@ impl BlobStore for LocalBlobs {
         })
     }
 
-    /// A batch of [`SYNCFS_FROM`] or more: the file system synced whole,
-    /// twice, in one hop ([`ContentStore::commit_synced`]). A smaller one:
+    /// One blob: its data synced, renamed, its directory synced, in one hop
+    /// ([`ContentStore::commit_one`]). A batch of [`SYNCFS_FROM`] or more:
+    /// the file system synced whole, twice, in one hop
+    /// ([`ContentStore::commit_synced`]). One in between:
     /// every temp file's data synced side by side, the renames in one hop,
     /// then each directory they went into synced once, side by side too
     /// (a few small syncs cost less than writing out whatever else is dirty,
@@ -220,6 +222,16 @@ impl BlobStore for LocalBlobs {
         let store = self.0.clone();
         let count = items.len();
         Box::pin(async move {
+            if count == 1 {
+                // One blob: its three steps in one hop.
+                let result = tokio::task::spawn_blocking(move || {
+                    let (temp, digest) = items.into_iter().next().expect("one item");
+                    store.commit_one(temp, &digest)
+                })
+                .await
+                .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
+                return vec![result];
+            }
             if count >= SYNCFS_FROM {
                 return tokio::task::spawn_blocking(move || store.commit_synced(items))
                     .await

@@ -5,6 +5,7 @@
 use std::collections::{HashMap, HashSet};
 
 use super::commit::Pin;
+use super::index::Found;
 use super::meta::{db_error, Entry, MetadataStore};
 use super::sql::{placeholders, value_rows};
 use super::Digest;
@@ -21,11 +22,27 @@ const ROWS_PER_STATEMENT: usize = 100;
 const ROWS_PER_INSERT: usize = 16;
 
 impl MetadataStore {
-    /// The digests the rows of `paths` reference now, by key.
+    /// The digests the rows of `paths` reference now, by key: from the
+    /// entry index while it is complete and no other process wrote (no
+    /// query), else read.
     pub(super) async fn stored_digests(
         &self,
         paths: &[&ArtifactPath],
     ) -> Result<HashMap<String, Digest>, ProxyError> {
+        if self.index.is_complete() && self.memory_trusted() {
+            let mut found = HashMap::new();
+            let whole = paths.iter().all(|path| match self.index.get(path.key()) {
+                Found::Entry(entry) => {
+                    found.insert(path.key().to_string(), entry.digest);
+                    true
+                }
+                Found::Absent => true,
+                Found::Unknown => false,
+            });
+            if whole {
+                return Ok(found);
+            }
+        }
         let mut by_remote: HashMap<&str, Vec<&ArtifactPath>> = HashMap::new();
         for path in paths {
             by_remote.entry(path.remote()).or_default().push(path);
@@ -90,6 +107,17 @@ impl MetadataStore {
         rows: &[(&ArtifactPath, &Entry)],
         pins: &[&Pin],
     ) -> Result<(), ProxyError> {
+        for pin in pins {
+            self.declared_keys.add(&pin.remote, &pin.artifact);
+        }
+        if let Some(durable) = &self.durable {
+            let mut conn = durable.acquire().await.map_err(|e| self.failed(e))?;
+            let written = insert_rows(&mut conn, rows, pins).await;
+            if written.is_ok() {
+                self.others.wrote();
+            }
+            return written.map_err(|e| self.failed(e));
+        }
         let mut conn = self.pool.acquire().await.map_err(|e| self.failed(e))?;
         let sqlite = conn.backend_name().eq_ignore_ascii_case("sqlite");
         if sqlite {
@@ -99,9 +127,6 @@ impl MetadataStore {
                 .execute(&mut *conn)
                 .await
                 .map_err(|e| self.failed(e))?;
-        }
-        for pin in pins {
-            self.declared_keys.add(&pin.remote, &pin.artifact);
         }
         let written = insert_rows(&mut conn, rows, pins).await;
         if written.is_ok() {

@@ -208,6 +208,21 @@ impl ContentStore {
         Ok(())
     }
 
+    /// A group commit of one blob, its steps in a row: [`sync_temp`],
+    /// [`place`], each directory synced. Blocking.
+    ///
+    /// [`sync_temp`]: ContentStore::sync_temp
+    /// [`place`]: ContentStore::place
+    pub fn commit_one(&self, temp: TempBlob, digest: &Digest) -> io::Result<()> {
+        if !self.sync_temp(&temp, digest)? {
+            return Ok(());
+        }
+        for dir in self.place(temp, digest)? {
+            ContentStore::sync_dir(&dir)?;
+        }
+        Ok(())
+    }
+
     /// A group commit's first step for one temp file (see `cache::commit`):
     /// its data on disk (`fdatasync`), unless the blob `digest` is there
     /// already, committed before and synced then; `Ok(false)` says so, and
