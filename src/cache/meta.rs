@@ -254,7 +254,7 @@ impl MetadataStore {
         sqlx::any::install_default_drivers();
         let is_sqlite = url.starts_with("sqlite:");
         let url = if is_sqlite {
-            sqlite_url(url)?
+            super::sqlite::sqlite_url(url)?
         } else {
             url.to_string()
         };
@@ -293,28 +293,9 @@ impl MetadataStore {
             .fetch_one(&pool)
             .await?;
         let rows = rows.max(0) as usize;
-        let durable = if is_sqlite && !url.contains(":memory:") {
-            let durable = AnyPoolOptions::new()
-                .max_connections(1)
-                .acquire_timeout(Duration::from_secs(5))
-                .test_before_acquire(false)
-                .after_connect(|conn, _meta| {
-                    Box::pin(async move {
-                        for pragma in [
-                            "PRAGMA journal_mode = WAL",
-                            "PRAGMA synchronous = FULL",
-                            "PRAGMA busy_timeout = 5000",
-                        ] {
-                            sqlx::query(pragma).execute(&mut *conn).await?;
-                        }
-                        Ok(())
-                    })
-                })
-                .connect(&url)
-                .await?;
-            Some(durable)
-        } else {
-            None
+        let durable = match is_sqlite && !url.contains(":memory:") {
+            true => Some(super::sqlite::durable_pool(&url).await?),
+            false => None,
         };
         Ok(MetadataStore {
             pool,
@@ -334,7 +315,7 @@ impl MetadataStore {
             rows_at_start: rows,
             declared_keys: Default::default(),
             durable,
-            others: Arc::new(super::others::Others::new(sqlite_file(&url))),
+            others: Arc::new(super::others::Others::new(super::sqlite::sqlite_file(&url))),
             sqlite_url: (is_sqlite && !url.contains(":memory:")).then(|| url.clone()),
         })
     }
@@ -596,36 +577,4 @@ impl Drop for MetadataStore {
 
 pub(super) fn db_error(e: sqlx::Error) -> ProxyError {
     ProxyError::Metadata(e.to_string())
-}
-
-/// `sqlite://data/meta.db?mode=rwc` → `data/meta.db` (`None`: not a SQLite
-/// file).
-fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
-    let rest = url.strip_prefix("sqlite:")?;
-    let rest = rest.strip_prefix("//").unwrap_or(rest);
-    let file = rest.split_once('?').map_or(rest, |(file, _)| file);
-    (!file.is_empty() && file != ":memory:").then(|| file.into())
-}
-
-/// `sqlite://data/meta.db` → the same URL with `mode=rwc`, and its directory created.
-fn sqlite_url(url: &str) -> Result<String, sqlx::Error> {
-    let rest = url
-        .trim_start_matches("sqlite://")
-        .trim_start_matches("sqlite:");
-    let (file, query) = rest.split_once('?').unwrap_or((rest, ""));
-    if file != ":memory:" && !file.is_empty() {
-        if let Some(dir) = std::path::Path::new(file)
-            .parent()
-            .filter(|d| !d.as_os_str().is_empty())
-        {
-            std::fs::create_dir_all(dir).map_err(sqlx::Error::Io)?;
-        }
-    }
-    Ok(if query.contains("mode=") {
-        url.to_string()
-    } else if query.is_empty() {
-        format!("sqlite://{file}?mode=rwc")
-    } else {
-        format!("sqlite://{file}?{query}&mode=rwc")
-    })
 }

@@ -38,6 +38,7 @@ pub mod prune;
 pub mod purge;
 mod refs;
 mod sql;
+mod sqlite;
 pub mod store;
 pub mod tokens;
 pub mod verify;
