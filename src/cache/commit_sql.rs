@@ -110,17 +110,12 @@ impl MetadataStore {
         for pin in pins {
             self.declared_keys.add(&pin.remote, &pin.artifact);
         }
-        if let Some(durable) = &self.durable {
-            let mut conn = durable.acquire().await.map_err(|e| self.failed(e))?;
-            let written = insert_rows(&mut conn, rows, pins).await;
-            if written.is_ok() {
-                self.others.wrote();
-            }
-            return written.map_err(|e| self.failed(e));
-        }
-        let mut conn = self.pool.acquire().await.map_err(|e| self.failed(e))?;
-        let sqlite = conn.backend_name().eq_ignore_ascii_case("sqlite");
-        if sqlite {
+        // SQLite's own durable connection, or a pool connection set to
+        // `synchronous = FULL` for this transaction (an in-memory SQLite).
+        let pool = self.durable.as_ref().unwrap_or(&self.pool);
+        let mut conn = pool.acquire().await.map_err(|e| self.failed(e))?;
+        let toggle = self.durable.is_none() && conn.backend_name().eq_ignore_ascii_case("sqlite");
+        if toggle {
             // The WAL synced at this commit (and with it every earlier
             // commit): the batch is on disk when its fills are answered.
             sqlx::query("PRAGMA synchronous = FULL")
@@ -132,7 +127,7 @@ impl MetadataStore {
         if written.is_ok() {
             self.others.wrote();
         }
-        if sqlite {
+        if toggle {
             let _ = sqlx::query("PRAGMA synchronous = NORMAL")
                 .execute(&mut *conn)
                 .await;
