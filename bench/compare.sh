@@ -96,24 +96,11 @@ wait_up() { # url
     exit 1
 }
 
-# nginx's temp paths, kept inside its own dir.
-nginx_common() { # dir
-    cat <<EOF
-daemon off;
-user root;
-worker_processes auto;
-pid $1/nginx.pid;
-error_log $1/error.log warn;
-events { worker_connections 4096; }
-EOF
-}
+# The http context every nginx here shares (nginx_common and
+# nginx_temp_paths are bench/lib.sh's).
 nginx_http_common() { # dir
+    nginx_temp_paths "$1"
     cat <<EOF
-    client_body_temp_path $1/tmp/body;
-    proxy_temp_path $1/tmp/proxy;
-    fastcgi_temp_path $1/tmp/fastcgi;
-    uwsgi_temp_path $1/tmp/uwsgi;
-    scgi_temp_path $1/tmp/scgi;
     default_type application/octet-stream;
     sendfile on;
     # tcp_nopush (TCP_CORK) stays off: with it on (Debian's default), a 64 KiB

@@ -36,6 +36,31 @@ free_port() {
     done
 }
 
+# nginx_common DIR [WORKERS] [CONNECTIONS]: the main context of a bench
+# nginx (foreground, root, pid and error log in DIR; workers `auto` and
+# 4096 connections unless given).
+nginx_common() {
+    cat <<EOF
+daemon off;
+user root;
+worker_processes ${2:-auto};
+pid $1/nginx.pid;
+error_log $1/error.log warn;
+events { worker_connections ${3:-4096}; }
+EOF
+}
+
+# nginx_temp_paths DIR: http-context lines keeping nginx's temp files in DIR/tmp.
+nginx_temp_paths() {
+    cat <<EOF
+    client_body_temp_path $1/tmp/body;
+    proxy_temp_path $1/tmp/proxy;
+    fastcgi_temp_path $1/tmp/fastcgi;
+    uwsgi_temp_path $1/tmp/uwsgi;
+    scgi_temp_path $1/tmp/scgi;
+EOF
+}
+
 # start_nginx DIR PORT [SERVER_LINES]: nginx (one worker, sendfile, no access
 # log) serving DIR/www on 127.0.0.1:PORT, its pid, temp paths and error log in
 # DIR; SERVER_LINES (e.g. a rate-limited location) go into its server block.
@@ -43,18 +68,9 @@ start_nginx() {
     local dir=$1 port=$2 extra=${3:-}
     mkdir -p "$dir/www" "$dir/tmp"
     cat >"$dir/nginx.conf" <<EOF
-daemon off;
-user root;
-worker_processes 1;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 1024; }
+$(nginx_common "$dir" 1 1024)
 http {
-    client_body_temp_path $dir/tmp/body;
-    proxy_temp_path $dir/tmp/proxy;
-    fastcgi_temp_path $dir/tmp/fastcgi;
-    uwsgi_temp_path $dir/tmp/uwsgi;
-    scgi_temp_path $dir/tmp/scgi;
+$(nginx_temp_paths "$dir")
     access_log off;
     sendfile on;
     keepalive_requests 1000000;
@@ -75,18 +91,9 @@ start_tuned_proxy() {
     local dir=$1 port=$2 origin_port=$3
     mkdir -p "$dir/tmp" "$dir/cache"
     cat >"$dir/nginx.conf" <<EOF
-daemon off;
-user root;
-worker_processes auto;
-pid $dir/nginx.pid;
-error_log $dir/error.log warn;
-events { worker_connections 4096; }
+$(nginx_common "$dir")
 http {
-    client_body_temp_path $dir/tmp/body;
-    proxy_temp_path $dir/tmp/proxy;
-    fastcgi_temp_path $dir/tmp/fastcgi;
-    uwsgi_temp_path $dir/tmp/uwsgi;
-    scgi_temp_path $dir/tmp/scgi;
+$(nginx_temp_paths "$dir")
     default_type application/octet-stream;
     sendfile on;
     tcp_nopush off;
