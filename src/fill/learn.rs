@@ -283,9 +283,15 @@ async fn fetch_whole(
         .ok()?
         .clone();
     match state {
-        FillState::Complete { entry, file, .. } if entry.size <= MAX_DECLARING => {
-            Blob::Local(file).read_all(entry.size).await.ok()
-        }
+        FillState::Complete {
+            entry,
+            file,
+            recent,
+            ..
+        } if entry.size <= MAX_DECLARING => super::complete_blob(file, recent.as_ref(), entry.size)
+            .read_all(entry.size)
+            .await
+            .ok(),
         FillState::Shared(entry) | FillState::Revalidated(entry) => read(entry).await,
         _ => None,
     }

@@ -40,13 +40,22 @@ use futures_util::FutureExt;
 use tokio::sync::watch;
 
 use crate::cache::purge::Purged;
-use crate::cache::{Cache, Digest, Entry, Scope, Ticket};
+use crate::cache::{Blob, Cache, Digest, Entry, Scope, Ticket};
 use crate::error::ProxyError;
 use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
 use crate::upstream::Remote;
 pub use learn::pin_key;
-pub use reader::{body, body_range, passthrough};
+pub use reader::{body, body_range, passthrough, Recent};
+
+/// A complete fill's body as a blob: from memory when its last batch is
+/// all of it, else its temp file.
+pub fn complete_blob(file: Arc<File>, recent: Option<&Recent>, size: u64) -> Blob {
+    match recent.and_then(|r| r.whole(size)) {
+        Some(bytes) => Blob::Memory(bytes),
+        None => Blob::Local(file),
+    }
+}
 
 /// What readers need before the body: the upstream response's head.
 #[derive(Debug)]
@@ -65,18 +74,22 @@ pub struct Head {
 pub enum FillState {
     /// Choosing a mirror and waiting for its response head.
     Connecting,
-    /// The body is arriving: `written` bytes of it are in `file` so far.
+    /// The body is arriving: `written` bytes of it are in `file` so far,
+    /// the last batch of them also in memory.
     Streaming {
         head: Arc<Head>,
         file: Arc<File>,
         written: u64,
+        recent: Option<Recent>,
     },
-    /// The body is complete and hashed: `entry.size` bytes in `file`. The
-    /// entry is what the metadata row will say once committed.
+    /// The body is complete and hashed: `entry.size` bytes in `file`, its
+    /// last batch also in memory (a small body's all of it). The entry is
+    /// what the metadata row will say once committed.
     Complete {
         head: Arc<Head>,
         entry: Arc<Entry>,
         file: Arc<File>,
+        recent: Option<Recent>,
     },
     /// Revalidation answered 304: serve this (refreshed) cached entry.
     Revalidated(Arc<Entry>),

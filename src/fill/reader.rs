@@ -1,6 +1,7 @@
 //! A fill's readers: each client's response body, streamed from the fill's
-//! temp file as far as the fill has published it, and the uncached
-//! stream-through of a body the store cannot take.
+//! temp file as far as the fill has published it (the bytes of its last
+//! batch straight from memory, [`Recent`]), and the uncached stream-through
+//! of a body the store cannot take.
 
 use std::fs::File;
 use std::io;
@@ -19,6 +20,58 @@ use super::FillState;
 /// peaked at 90–150 MiB RSS, 128 KiB at 58 MiB, 64 KiB at 38–44 MiB but cost
 /// large single transfers ~25% throughput; 128 KiB keeps both in bounds.
 const READ_CHUNK: usize = 128 * 1024;
+
+/// The bytes of the fill's last batch, still in memory after they were
+/// written: a reader that has caught up takes them from here (a slice, no
+/// copy) instead of reading them back from the temp file. Published with
+/// the written length they end at, so a reader behind them finds its bytes
+/// in the file.
+#[derive(Clone)]
+pub struct Recent {
+    /// Where the batch begins in the body.
+    start: u64,
+    chunks: Arc<[Bytes]>,
+}
+
+impl Recent {
+    /// The batch of `chunks` written at `start`.
+    pub(super) fn new(start: u64, chunks: &[Bytes]) -> Recent {
+        Recent {
+            start,
+            chunks: chunks.into(),
+        }
+    }
+
+    /// From `pos`, the bytes up to `end` of the chunk that holds `pos`, if
+    /// the batch holds it.
+    fn slice(&self, pos: u64, end: u64) -> Option<Bytes> {
+        let mut at = self.start;
+        for chunk in self.chunks.iter() {
+            let next = at + chunk.len() as u64;
+            if (at..next).contains(&pos) {
+                let to = next.min(end);
+                return (to > pos).then(|| chunk.slice((pos - at) as usize..(to - at) as usize));
+            }
+            at = next;
+        }
+        None
+    }
+
+    /// The whole body of `size` bytes, when the batch is all of it: the
+    /// chunk itself if it is one, else the chunks joined (at most
+    /// [`super::hashing::INLINE_BYTES`], one copy, as a read back would be).
+    pub fn whole(&self, size: u64) -> Option<Bytes> {
+        let len: u64 = self.chunks.iter().map(|c| c.len() as u64).sum();
+        if self.start != 0 || len != size {
+            return None;
+        }
+        match &*self.chunks {
+            [one] => Some(one.clone()),
+            chunks if size <= super::hashing::INLINE_BYTES => Some(chunks.concat().into()),
+            _ => None,
+        }
+    }
+}
 
 /// Streams an uncached upstream body to one client, with the idle timeout.
 pub fn passthrough(
@@ -63,9 +116,23 @@ pub fn body_range(
     }
     enum Step {
         Read(u64),
+        /// The next bytes, from the fill's memory.
+        Take(Bytes),
         Wait,
         Done,
         Fail(String),
+    }
+    /// With `available` bytes published, a reader at `pos` that stops at
+    /// `end`: the next bytes from the fill's memory when its last batch
+    /// holds them, else from the file.
+    fn next(recent: &Option<Recent>, pos: u64, end: u64, available: u64) -> Step {
+        match recent
+            .as_ref()
+            .and_then(|r| r.slice(pos, available.min(end)))
+        {
+            Some(bytes) => Step::Take(bytes),
+            None => Step::Read(available),
+        }
     }
     let reader = Reader {
         rx,
@@ -84,9 +151,13 @@ pub fn body_range(
             // borrow must not live across an await.
             let step = match &*reader.rx.borrow_and_update() {
                 FillState::Failed(e) => Step::Fail(e.to_string()),
-                FillState::Streaming { written, .. } if *written > pos => Step::Read(*written),
+                FillState::Streaming {
+                    written, recent, ..
+                } if *written > pos => next(recent, pos, reader.end, *written),
                 FillState::Streaming { .. } => Step::Wait,
-                FillState::Complete { entry, .. } if entry.size > pos => Step::Read(entry.size),
+                FillState::Complete { entry, recent, .. } if entry.size > pos => {
+                    next(recent, pos, reader.end, entry.size)
+                }
                 FillState::Complete { .. } => Step::Done,
                 FillState::Connecting
                 | FillState::Revalidated(_)
@@ -94,6 +165,10 @@ pub fn body_range(
                 | FillState::Bypass { .. } => Step::Fail("fill has no body".into()),
             };
             match step {
+                Step::Take(bytes) => {
+                    reader.pos += bytes.len() as u64;
+                    return Some((Ok(bytes), reader));
+                }
                 Step::Read(available) => {
                     let available = available.min(reader.end);
                     let n = (available - pos).min(READ_CHUNK as u64) as usize;
@@ -145,4 +220,40 @@ async fn read_at(file: &Arc<File>, pos: u64, n: usize, written: u64) -> io::Resu
     tokio::task::spawn_blocking(move || crate::cache::store::read_at(&file, pos, n))
         .await
         .unwrap_or_else(|e| Err(io::Error::other(e)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn recent() -> Recent {
+        // Bytes 100..110 of a body, in two chunks.
+        Recent::new(
+            100,
+            &[Bytes::from_static(b"abcd"), Bytes::from_static(b"efghij")],
+        )
+    }
+
+    #[test]
+    fn a_reader_takes_the_chunk_that_holds_its_position_up_to_its_end() {
+        let r = recent();
+        assert_eq!(r.slice(100, 200).as_deref(), Some(&b"abcd"[..]));
+        assert_eq!(r.slice(102, 200).as_deref(), Some(&b"cd"[..]));
+        assert_eq!(r.slice(104, 200).as_deref(), Some(&b"efghij"[..]));
+        assert_eq!(r.slice(105, 108).as_deref(), Some(&b"fgh"[..]));
+        // Before the batch (in the file) or past it: not from memory.
+        assert!(r.slice(99, 200).is_none());
+        assert!(r.slice(110, 200).is_none());
+        assert!(r.slice(105, 105).is_none());
+    }
+
+    #[test]
+    fn the_whole_body_only_when_the_batch_is_all_of_it() {
+        assert!(recent().whole(10).is_none());
+        let all = Recent::new(0, &[Bytes::from_static(b"ab"), Bytes::from_static(b"cd")]);
+        assert_eq!(all.whole(4).as_deref(), Some(&b"abcd"[..]));
+        assert!(all.whole(5).is_none());
+        let one = Recent::new(0, &[Bytes::from_static(b"xyz")]);
+        assert_eq!(one.whole(3).as_deref(), Some(&b"xyz"[..]));
+    }
 }

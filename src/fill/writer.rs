@@ -8,7 +8,7 @@ use tokio::sync::watch;
 
 use super::hashing::BodyWriter;
 use super::learn::{self, FillDigests};
-use super::{FillRegistry, FillState, Head, Me, Slot};
+use super::{FillRegistry, FillState, Head, Me, Recent, Slot};
 use crate::cache::cluster::{Cluster, LockOutcome};
 use crate::cache::commit::Pin;
 use crate::cache::{Blob, Cache, CommitSlot, Digest, Entry, TempBlob};
@@ -294,17 +294,24 @@ async fn receive(
         }
     };
     let file = temp.reader();
-    let hold = expected.is_some() && head.content_length.is_some_and(|len| cache.is_small(len));
+    // Held back until complete: a body of at most `INLINE_BYTES` (its
+    // readers get it whole, from memory, in one answer), and one small
+    // enough for the in-memory tier whose digest is declared (so a refused
+    // one costs its readers nothing).
+    let hold = head.content_length.is_some_and(|len| {
+        super::hashing::is_inline(Some(len)) || (expected.is_some() && cache.is_small(len))
+    });
     if !hold {
         tx.send_replace(FillState::Streaming {
             head: head.clone(),
             file: file.clone(),
             written: 0,
+            recent: None,
         });
     }
 
     let hashers = Hashers::new(expected);
-    let (digest, received, written) =
+    let (digest, received, written, recent) =
         download(remote, &mut upstream, &temp, &head, hashers, tx).await?;
     // Nothing was declared when the fill began; a document learned since
     // may have declared it (checked now, so no commit slips past the
@@ -353,6 +360,7 @@ async fn receive(
         head,
         entry: Arc::new(entry.clone()),
         file: file.clone(),
+        recent,
     });
     // The bytes are written: the commit waits in its own queue.
     slot.release();
@@ -430,8 +438,10 @@ async fn open_temp(cache: &Cache, announced: u64) -> Result<TempBlob, String> {
     created.map_err(|e| e.to_string())
 }
 
-/// Reads the body into `temp`, hashing it and publishing progress; checks the
-/// announced length. A stalled or broken body counts against the mirror.
+/// Reads the body into `temp`, hashing it and publishing progress (each
+/// batch once written, with its bytes in memory for the readers that have
+/// caught up); checks the announced length. A stalled or broken body counts
+/// against the mirror. Returns the digests, the length and the last batch.
 async fn download(
     remote: &Remote,
     upstream: &mut fetch::Body<'_>,
@@ -439,10 +449,11 @@ async fn download(
     head: &Head,
     hashers: Hashers,
     tx: &watch::Sender<FillState>,
-) -> Result<(Digest, Declared, u64), ProxyError> {
+) -> Result<(Digest, Declared, u64, Option<Recent>), ProxyError> {
     let max_body = remote.config.max_body_size;
     let mut body = BodyWriter::new(temp.clone(), hashers, head.content_length);
     let mut written: u64 = 0;
+    let mut recent = None;
     // The end or the error the last batch already met, if it did.
     let mut after_batch = None;
     loop {
@@ -484,16 +495,25 @@ async fn download(
                 limit: max_body,
             });
         }
+        let batch_recent = Recent::new(written, &batch.chunks);
         body.write(batch.chunks, n).await?;
         written += n;
         after_batch = batch.end;
+        recent = Some(batch_recent);
         if head.content_length == Some(written) {
-            // All announced bytes are here: no need to wait for the end marker.
+            // All announced bytes are here: no need to wait for the end
+            // marker. The last batch is published with the checked body.
             break;
         }
         tx.send_modify(|state| {
-            if let FillState::Streaming { written: w, .. } = state {
+            if let FillState::Streaming {
+                written: w,
+                recent: r,
+                ..
+            } = state
+            {
                 *w = written;
+                r.clone_from(&recent);
             }
         });
     }
@@ -503,7 +523,7 @@ async fn download(
         )));
     }
     let (sha256, received) = body.finish().await?.finish();
-    Ok((Digest(sha256), received, written))
+    Ok((Digest(sha256), received, written, recent))
 }
 
 fn broken_body(remote: &Remote, set: &MirrorSet, mirror_idx: usize, error: String) -> ProxyError {

@@ -15,7 +15,7 @@ use crate::cache::Blob;
 use crate::cache::Entry;
 use crate::clock::now_ms;
 use crate::error::ProxyError;
-use crate::fill::FillState;
+use crate::fill::{self, FillState};
 use crate::kind::guard::{Filtered, Judge, Standing};
 use crate::kind::package::Artifact;
 use crate::kind::{Packages, TimeKey, Variant};
@@ -394,8 +394,17 @@ pub(super) async fn sibling_body(
         .map(|s| s.clone())
         .unwrap_or(FillState::Failed(ProxyError::FillAborted));
     let entry = match state {
-        FillState::Complete { entry, file, .. } => {
-            let body = read(Blob::Local(file), entry.size).await?;
+        FillState::Complete {
+            entry,
+            file,
+            recent,
+            ..
+        } => {
+            let body = read(
+                fill::complete_blob(file, recent.as_ref(), entry.size),
+                entry.size,
+            )
+            .await?;
             return Ok((entry, body));
         }
         FillState::Shared(entry) | FillState::Revalidated(entry) => entry,

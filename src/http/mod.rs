@@ -35,7 +35,7 @@ use axum::Extension;
 use axum::Router;
 use tokio::sync::watch;
 
-use crate::cache::{Blob, Entry};
+use crate::cache::Entry;
 use crate::clock::now_ms;
 use crate::config::ServerConfig;
 use crate::error::ProxyError;
@@ -338,13 +338,19 @@ impl ArtifactRequest<'_> {
             // served from the fill's own file: a miss for the request that started
             // the fill (a small body can finish before its starter looks), a hit
             // for one that joined after the upstream fetch was over.
-            FillState::Complete { head, entry, file } => {
+            FillState::Complete {
+                head,
+                entry,
+                file,
+                recent,
+            } => {
                 let (cache, mirror) = if started {
                     (CacheStatus::Miss, Some(head.mirror.clone()))
                 } else {
                     (CacheStatus::Hit, None)
                 };
-                let response = self.complete(&entry, Blob::Local(file), cache).await?;
+                let blob = fill::complete_blob(file, recent.as_ref(), entry.size);
+                let response = self.complete(&entry, blob, cache).await?;
                 Ok(Served {
                     response,
                     cache,

@@ -207,20 +207,8 @@ impl Hashers {
         self.len += bytes.len() as u64;
         self.sha256.update(bytes);
         if let Some(other) = &mut self.other {
-            Side::update_other(other, bytes);
+            other.update(bytes);
         }
-    }
-
-    /// Takes the declared function's hasher out (none when it is sha256),
-    /// so it can run beside the sha256 rather than after it, on a thread of
-    /// its own; [`Hashers::attach`] puts it back before [`Hashers::finish`].
-    pub fn detach(&mut self) -> Option<Side> {
-        self.other.take().map(Side)
-    }
-
-    /// Puts back what [`Hashers::detach`] took, fed the same bytes since.
-    pub fn attach(&mut self, side: Side) {
-        self.other = Some(side.0);
     }
 
     /// The sha256, and the digest in the declared function (the sha256 again
@@ -242,16 +230,9 @@ impl Hashers {
     }
 }
 
-/// The declared function's hasher, detached from its [`Hashers`].
-pub struct Side(Other);
-
-impl Side {
-    pub fn update(&mut self, bytes: &[u8]) {
-        Side::update_other(&mut self.0, bytes);
-    }
-
-    fn update_other(other: &mut Other, bytes: &[u8]) {
-        match other {
+impl Other {
+    fn update(&mut self, bytes: &[u8]) {
+        match self {
             Other::Sha512(h) => h.update(bytes),
             Other::Sha1(h) => h.update(bytes),
             Other::Md5(h) => h.update(bytes),
