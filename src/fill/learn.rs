@@ -105,6 +105,17 @@ impl FillDigests {
         })
     }
 
+    /// Whether the body, nothing being declared for it, cannot be refused
+    /// once received: no declaration can arrive during the fill either (an
+    /// ecosystem without `Digests` has no document that declares anything,
+    /// only a pin would, and this fill's is the one to come; nor can one
+    /// without an artifact key). Its bytes may then reach the readers before
+    /// they are written and hashed.
+    pub(super) fn unrefusable(&self, remote: &Remote) -> bool {
+        self.expected.is_none()
+            && (remote.config.kind.digests().is_none() || self.role.artifact_key.is_none())
+    }
+
     /// For a body fetched with nothing declared (`digest` its sha256, in
     /// `file`): the (declared, received) digests if a document learned
     /// since declared another one.
@@ -114,13 +125,9 @@ impl FillDigests {
         remote: &Remote,
         (digest, file, size): (&Digest, &Arc<File>, u64),
     ) -> Option<(Declared, Declared)> {
-        if self.expected.is_some() {
+        if self.expected.is_some() || self.unrefusable(remote) {
             return None;
         }
-        // An ecosystem without `Digests` has no document that declares
-        // anything: only a pin would, and this fill's is the one to come
-        // (one query less per cold miss of a generic remote).
-        remote.config.kind.digests()?;
         let artifact = self.role.artifact_key.as_deref()?;
         let late = fills
             .cache

@@ -24,6 +24,7 @@
 //! uses, never the whole proxy.
 
 mod coalesce;
+mod download;
 mod hashing;
 mod learn;
 mod reader;

@@ -21,11 +21,12 @@ use super::FillState;
 /// large single transfers ~25% throughput; 128 KiB keeps both in bounds.
 const READ_CHUNK: usize = 128 * 1024;
 
-/// The bytes of the fill's last batch, still in memory after they were
-/// written: a reader that has caught up takes them from here (a slice, no
-/// copy) instead of reading them back from the temp file. Published with
-/// the written length they end at, so a reader behind them finds its bytes
-/// in the file.
+/// The bytes of the fill's last batch, in memory: a reader that has caught
+/// up takes them from here (a slice, no copy) instead of reading them back
+/// from the temp file. Published with the length they end at; the bytes
+/// before them are in the file, and a reader behind them reads the file up
+/// to where they begin (a batch published before it is written, for a body
+/// nothing can refuse, may not be in the file yet).
 #[derive(Clone)]
 pub struct Recent {
     /// Where the batch begins in the body.
@@ -70,6 +71,30 @@ impl Recent {
             chunks if size <= super::hashing::INLINE_BYTES => Some(chunks.concat().into()),
             _ => None,
         }
+    }
+}
+
+/// Where a reader's next bytes come from.
+#[derive(Debug, PartialEq)]
+enum Source {
+    /// The fill's memory.
+    Memory(Bytes),
+    /// The temp file, up to this offset.
+    File(u64),
+}
+
+/// With `available` bytes published, the last batch of them `recent`: where
+/// a reader at `pos` that stops at `end` reads next. From memory when the
+/// batch holds `pos`; else from the file, only up to where the batch
+/// begins (a batch published before it is written may not be in it yet).
+fn source(recent: Option<&Recent>, pos: u64, end: u64, available: u64) -> Source {
+    let Some(recent) = recent else {
+        return Source::File(available);
+    };
+    match recent.slice(pos, available.min(end)) {
+        Some(bytes) => Source::Memory(bytes),
+        None if pos < recent.start => Source::File(available.min(recent.start)),
+        None => Source::File(available),
     }
 }
 
@@ -122,16 +147,10 @@ pub fn body_range(
         Done,
         Fail(String),
     }
-    /// With `available` bytes published, a reader at `pos` that stops at
-    /// `end`: the next bytes from the fill's memory when its last batch
-    /// holds them, else from the file.
     fn next(recent: &Option<Recent>, pos: u64, end: u64, available: u64) -> Step {
-        match recent
-            .as_ref()
-            .and_then(|r| r.slice(pos, available.min(end)))
-        {
-            Some(bytes) => Step::Take(bytes),
-            None => Step::Read(available),
+        match source(recent.as_ref(), pos, end, available) {
+            Source::Memory(bytes) => Step::Take(bytes),
+            Source::File(to) => Step::Read(to),
         }
     }
     let reader = Reader {
@@ -245,6 +264,21 @@ mod tests {
         assert!(r.slice(99, 200).is_none());
         assert!(r.slice(110, 200).is_none());
         assert!(r.slice(105, 105).is_none());
+    }
+
+    #[test]
+    fn a_reader_behind_the_batch_reads_the_file_only_up_to_where_it_begins() {
+        let r = recent();
+        assert_eq!(source(Some(&r), 90, 500, 110), Source::File(100));
+        assert_eq!(
+            source(Some(&r), 104, 500, 110),
+            Source::Memory(Bytes::from_static(b"efghij"))
+        );
+        assert_eq!(
+            source(Some(&r), 104, 106, 110),
+            Source::Memory(Bytes::from_static(b"ef"))
+        );
+        assert_eq!(source(None, 90, 500, 110), Source::File(110));
     }
 
     #[test]

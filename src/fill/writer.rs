@@ -6,18 +6,18 @@ use std::sync::{Arc, Mutex};
 
 use tokio::sync::watch;
 
-use super::hashing::BodyWriter;
+use super::download::{broken_body, download, Early};
 use super::learn::{self, FillDigests};
-use super::{FillRegistry, FillState, Head, Me, Recent, Slot};
+use super::{FillRegistry, FillState, Head, Me, Slot};
 use crate::cache::cluster::{Cluster, LockOutcome};
 use crate::cache::commit::Pin;
-use crate::cache::{Blob, Cache, CommitSlot, Digest, Entry, TempBlob};
+use crate::cache::{Blob, Cache, CommitSlot, Entry, TempBlob};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
-use crate::kind::declared::{Declared, Hashers};
+use crate::kind::declared::Hashers;
 use crate::path::ArtifactPath;
 use crate::upstream::fetch::{self, Fetched, Validators};
-use crate::upstream::{MirrorSet, Remote};
+use crate::upstream::Remote;
 
 /// The fill task: one per cold (or stale) key, spawned by
 /// [`FillRegistry::join_or_start`]; it leaves the registry when done.
@@ -310,9 +310,25 @@ async fn receive(
         });
     }
 
+    // Nothing can refuse these bytes once received: each batch reaches the
+    // readers before it is written and hashed, the last one included (once
+    // the commit has its place).
+    let mut early = (expected.is_none() && digests.unrefusable(remote)).then(|| Early {
+        cache,
+        slot: &mut *slot,
+        queued: None,
+    });
     let hashers = Hashers::new(expected);
-    let (digest, received, written, recent) =
-        download(remote, &mut upstream, &temp, &head, hashers, tx).await?;
+    let (digest, received, written, recent) = download(
+        remote,
+        &mut upstream,
+        (&temp, &file),
+        &head,
+        (hashers, &mut early),
+        tx,
+    )
+    .await?;
+    let queued = early.and_then(|early| early.queued);
     // Nothing was declared when the fill began; a document learned since
     // may have declared it (checked now, so no commit slips past the
     // eviction of contradicting entries).
@@ -355,7 +371,10 @@ async fn receive(
     // A place in the commit queue before the readers see the end: when
     // commits fall behind, the last bytes wait here (back-pressure), rather
     // than new misses being refused for want of a `max_fills` slot.
-    let queued = cache.commit_slot().await;
+    let queued = match queued {
+        Some(queued) => queued,
+        None => cache.commit_slot().await,
+    };
     tx.send_replace(FillState::Complete {
         head,
         entry: Arc::new(entry.clone()),
@@ -436,99 +455,6 @@ async fn open_temp(cache: &Cache, announced: u64) -> Result<TempBlob, String> {
         cache.store_blocking(create).await
     };
     created.map_err(|e| e.to_string())
-}
-
-/// Reads the body into `temp`, hashing it and publishing progress (each
-/// batch once written, with its bytes in memory for the readers that have
-/// caught up); checks the announced length. A stalled or broken body counts
-/// against the mirror. Returns the digests, the length and the last batch.
-async fn download(
-    remote: &Remote,
-    upstream: &mut fetch::Body<'_>,
-    temp: &Arc<TempBlob>,
-    head: &Head,
-    hashers: Hashers,
-    tx: &watch::Sender<FillState>,
-) -> Result<(Digest, Declared, u64, Option<Recent>), ProxyError> {
-    let max_body = remote.config.max_body_size;
-    let mut body = BodyWriter::new(temp.clone(), hashers, head.content_length);
-    let mut written: u64 = 0;
-    let mut recent = None;
-    // The end or the error the last batch already met, if it did.
-    let mut after_batch = None;
-    loop {
-        let next = match after_batch.take() {
-            Some(next) => Ok(next),
-            None => {
-                tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk()).await
-            }
-        };
-        let chunk = match next {
-            Err(_) => {
-                let error = format!("no data for {:?}", remote.config.idle_timeout);
-                return Err(broken_body(
-                    remote,
-                    upstream.set,
-                    upstream.mirror_idx,
-                    error,
-                ));
-            }
-            Ok(Err(e)) => {
-                let error = e.without_url().to_string();
-                return Err(broken_body(
-                    remote,
-                    upstream.set,
-                    upstream.mirror_idx,
-                    error,
-                ));
-            }
-            Ok(Ok(None)) => break,
-            Ok(Ok(Some(chunk))) => chunk,
-        };
-        // With it, every chunk that has already arrived: one hop, one
-        // wake-up of the readers per batch (see `coalesce`).
-        let batch = super::coalesce::take_ready(&mut upstream.response, chunk);
-        let n = batch.len;
-        if written + n > max_body {
-            return Err(ProxyError::TooLarge {
-                size: written + n,
-                limit: max_body,
-            });
-        }
-        let batch_recent = Recent::new(written, &batch.chunks);
-        body.write(batch.chunks, n).await?;
-        written += n;
-        after_batch = batch.end;
-        recent = Some(batch_recent);
-        if head.content_length == Some(written) {
-            // All announced bytes are here: no need to wait for the end
-            // marker. The last batch is published with the checked body.
-            break;
-        }
-        tx.send_modify(|state| {
-            if let FillState::Streaming {
-                written: w,
-                recent: r,
-                ..
-            } = state
-            {
-                *w = written;
-                r.clone_from(&recent);
-            }
-        });
-    }
-    if let Some(expected) = head.content_length.filter(|&e| e != written) {
-        return Err(ProxyError::UpstreamBody(format!(
-            "body is {written} bytes, Content-Length said {expected}"
-        )));
-    }
-    let (sha256, received) = body.finish().await?.finish();
-    Ok((Digest(sha256), received, written, recent))
-}
-
-fn broken_body(remote: &Remote, set: &MirrorSet, mirror_idx: usize, error: String) -> ProxyError {
-    fetch::record_failure(remote, set, mirror_idx, &error);
-    ProxyError::UpstreamBody(error)
 }
 
 /// Makes a complete, hashed body a cache entry: the blob, then its row (and

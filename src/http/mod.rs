@@ -316,8 +316,19 @@ impl ArtifactRequest<'_> {
             FillState::Failed(error) => self.when_mirrors_fail(stale, error).await,
             FillState::Shared(entry) => self.cached(&entry, CacheStatus::Hit).await,
             FillState::Revalidated(entry) => self.cached(&entry, CacheStatus::Revalidated).await,
-            FillState::Streaming { head, file, .. } => {
-                let mirror = Some(head.mirror.clone());
+            FillState::Streaming {
+                head,
+                file,
+                written,
+                ..
+            } => {
+                // Every byte had arrived when this request joined (a body
+                // published before it is written): a hit, as for `Complete`.
+                let (cache, mirror) = if !started && head.content_length == Some(written) {
+                    (CacheStatus::Hit, None)
+                } else {
+                    (CacheStatus::Miss, Some(head.mirror.clone()))
+                };
                 // A range is served from the bytes as they are written.
                 let response = match respond::range_of_fill(self.headers, head.content_length) {
                     Some(range) => {
@@ -325,12 +336,12 @@ impl ArtifactRequest<'_> {
                         let size = head.content_length.unwrap_or_default();
                         respond::from_fill_range(&head, body, range, size, self.method)
                     }
-                    None => respond::from_fill(&head, fill::body(rx, file), self.method),
+                    None => respond::from_fill_as(&head, fill::body(rx, file), self.method, cache),
                 };
                 let response = self.with_kept(response, head.kept.as_deref());
                 Ok(Served {
                     response,
-                    cache: CacheStatus::Miss,
+                    cache,
                     mirror,
                 })
             }

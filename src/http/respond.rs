@@ -107,9 +107,20 @@ pub fn from_fill(
     body: impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
     method: &Method,
 ) -> Response {
+    from_fill_as(head, body, method, CacheStatus::Miss)
+}
+
+/// [`from_fill`], answered as `cache` (a hit for a request that joined a
+/// fill whose bytes had all arrived).
+pub fn from_fill_as(
+    head: &Head,
+    body: impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
+    method: &Method,
+    cache: CacheStatus,
+) -> Response {
     let mut response = Response::new(Body::empty());
     let headers = response.headers_mut();
-    headers.insert(X_CACHE_STATUS, status_header(CacheStatus::Miss));
+    headers.insert(X_CACHE_STATUS, status_header(cache));
     headers.insert(
         header::CONTENT_TYPE,
         content_type(head.content_type.as_deref()),

@@ -1,0 +1,161 @@
+//! Downloading one mirror's body into the fill's temp file: each batch of
+//! chunks written and hashed ([`BodyWriter`]) and published to the readers,
+//! with its bytes in memory for those that have caught up ([`Recent`]);
+//! before it is written when nothing can refuse the body ([`Early`]).
+
+use std::fs::File;
+use std::sync::Arc;
+
+use tokio::sync::watch;
+
+use super::hashing::BodyWriter;
+use super::{FillState, Head, Recent, Slot};
+use crate::cache::{Cache, CommitSlot, Digest, TempBlob};
+use crate::error::ProxyError;
+use crate::kind::declared::{Declared, Hashers};
+use crate::upstream::fetch;
+use crate::upstream::{MirrorSet, Remote};
+
+/// A body nothing can refuse once received ([`super::learn::FillDigests::unrefusable`]):
+/// each batch is published before it is written and hashed. Its last batch
+/// (the announced length reached) waits for a place in the commit queue
+/// first (`queued`, the back-pressure the last bytes are under), and the
+/// fill's `max_fills` slot is given back then: every byte is here.
+pub(super) struct Early<'a> {
+    pub(super) cache: &'a Cache,
+    pub(super) slot: &'a mut Slot,
+    pub(super) queued: Option<Result<CommitSlot, ProxyError>>,
+}
+
+/// Reads the body into `temp`, hashing it and publishing progress (each
+/// batch once written, with its bytes in memory for the readers that have
+/// caught up; with [`Early`], before it is written); checks the announced
+/// length. A stalled or broken body counts against the mirror. Returns the
+/// digests, the length and the last batch.
+pub(super) async fn download(
+    remote: &Remote,
+    upstream: &mut fetch::Body<'_>,
+    (temp, file): (&Arc<TempBlob>, &Arc<File>),
+    head: &Arc<Head>,
+    (hashers, early): (Hashers, &mut Option<Early<'_>>),
+    tx: &watch::Sender<FillState>,
+) -> Result<(Digest, Declared, u64, Option<Recent>), ProxyError> {
+    let max_body = remote.config.max_body_size;
+    let mut body = BodyWriter::new(temp.clone(), hashers, head.content_length);
+    let mut written: u64 = 0;
+    let mut recent = None;
+    // The end or the error the last batch already met, if it did.
+    let mut after_batch = None;
+    loop {
+        let next = match after_batch.take() {
+            Some(next) => Ok(next),
+            None => {
+                tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk()).await
+            }
+        };
+        let chunk = match next {
+            Err(_) => {
+                let error = format!("no data for {:?}", remote.config.idle_timeout);
+                return Err(broken_body(
+                    remote,
+                    upstream.set,
+                    upstream.mirror_idx,
+                    error,
+                ));
+            }
+            Ok(Err(e)) => {
+                let error = e.without_url().to_string();
+                return Err(broken_body(
+                    remote,
+                    upstream.set,
+                    upstream.mirror_idx,
+                    error,
+                ));
+            }
+            Ok(Ok(None)) => break,
+            Ok(Ok(Some(chunk))) => chunk,
+        };
+        // With it, every chunk that has already arrived: one hop, one
+        // wake-up of the readers per batch (see `coalesce`).
+        let batch = super::coalesce::take_ready(&mut upstream.response, chunk);
+        let n = batch.len;
+        if written + n > max_body {
+            return Err(ProxyError::TooLarge {
+                size: written + n,
+                limit: max_body,
+            });
+        }
+        recent = Some(Recent::new(written, &batch.chunks));
+        if let Some(early) = early.as_mut() {
+            if head.content_length == Some(written + n) {
+                early.queued = Some(early.cache.commit_slot().await);
+                early.slot.release();
+            }
+            publish(tx, (head, file), written + n, &recent, true);
+            // The readers woken on this thread send the batch before it is
+            // written and hashed here.
+            tokio::task::yield_now().await;
+        }
+        body.write(batch.chunks, n).await?;
+        written += n;
+        after_batch = batch.end;
+        if head.content_length == Some(written) {
+            // All announced bytes are here: no need to wait for the end
+            // marker. Unless published early, the last batch is published
+            // with the checked body.
+            break;
+        }
+        if early.is_none() {
+            publish(tx, (head, file), written, &recent, false);
+        }
+    }
+    if let Some(expected) = head.content_length.filter(|&e| e != written) {
+        return Err(ProxyError::UpstreamBody(format!(
+            "body is {written} bytes, Content-Length said {expected}"
+        )));
+    }
+    let (sha256, received) = body.finish().await?.finish();
+    Ok((Digest(sha256), received, written, recent))
+}
+
+/// Publishes `available` bytes of a streaming body, the last batch of them
+/// in memory. A body held back (nothing published yet) stays so, unless it
+/// is published `early` (nothing can refuse it): then this is its first
+/// publication.
+fn publish(
+    tx: &watch::Sender<FillState>,
+    (head, file): (&Arc<Head>, &Arc<File>),
+    available: u64,
+    batch: &Option<Recent>,
+    early: bool,
+) {
+    tx.send_if_modified(|state| match state {
+        FillState::Streaming {
+            written, recent, ..
+        } => {
+            *written = available;
+            recent.clone_from(batch);
+            true
+        }
+        FillState::Connecting if early => {
+            *state = FillState::Streaming {
+                head: head.clone(),
+                file: file.clone(),
+                written: available,
+                recent: batch.clone(),
+            };
+            true
+        }
+        _ => false,
+    });
+}
+
+pub(super) fn broken_body(
+    remote: &Remote,
+    set: &MirrorSet,
+    mirror_idx: usize,
+    error: String,
+) -> ProxyError {
+    fetch::record_failure(remote, set, mirror_idx, &error);
+    ProxyError::UpstreamBody(error)
+}
