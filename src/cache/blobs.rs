@@ -115,7 +115,15 @@ impl Blob {
 pub struct HotBlobs {
     cache: moka::sync::Cache<Digest, Bytes>,
     max_object: u64,
+    /// Taken while a blob is read into the tier (striped by digest): the
+    /// first hits of one blob, arriving together, read it once.
+    loading: Box<[tokio::sync::Mutex<()>]>,
+    /// Blobs read into the tier.
+    loads: std::sync::atomic::AtomicU64,
 }
+
+/// Stripes of [`HotBlobs::loading`].
+const LOADING_STRIPES: usize = 256;
 
 impl HotBlobs {
     /// `total` bytes at most, objects of at most `max_object` bytes; `total`
@@ -127,7 +135,22 @@ impl HotBlobs {
                 .max_capacity(total)
                 .build(),
             max_object: if total == 0 { 0 } else { max_object },
+            loading: (0..LOADING_STRIPES).map(|_| Default::default()).collect(),
+            loads: Default::default(),
         }
+    }
+
+    /// Held while `digest` is read into the tier: whoever waited for it
+    /// finds the blob there.
+    pub async fn loading(&self, digest: &Digest) -> tokio::sync::MutexGuard<'_, ()> {
+        self.loading[digest.0[0] as usize % LOADING_STRIPES]
+            .lock()
+            .await
+    }
+
+    /// How many blobs were put into the tier (for tests).
+    pub fn loads(&self) -> u64 {
+        self.loads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     pub fn get(&self, digest: &Digest) -> Option<Bytes> {
@@ -140,6 +163,8 @@ impl HotBlobs {
     }
 
     pub fn insert(&self, digest: Digest, bytes: Bytes) {
+        self.loads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         self.cache.insert(digest, bytes);
     }
 

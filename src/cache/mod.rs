@@ -353,7 +353,8 @@ impl Cache {
 
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
     /// small one is read whole into the in-memory tier on its first hit and
-    /// served from memory after that.
+    /// served from memory after that; first hits arriving together read it
+    /// once (the others wait for that read and take it from the tier).
     pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
         if let Some(bytes) = self.hot.get(digest) {
             return Ok(Blob::Memory(bytes));
@@ -361,6 +362,10 @@ impl Cache {
         let blob = self.blobs.open(digest).await?;
         if !self.hot.admits(size) {
             return Ok(blob);
+        }
+        let _loading = self.hot.loading(digest).await;
+        if let Some(bytes) = self.hot.get(digest) {
+            return Ok(Blob::Memory(bytes));
         }
         let bytes = bytes::Bytes::from(blob.read_all(size).await?);
         // Read whole anyway, so check it: a blob damaged on disk is never

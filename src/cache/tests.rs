@@ -22,8 +22,13 @@ fn body(n: u64) -> Vec<u8> {
 }
 
 async fn open(dir: &std::path::Path) -> Arc<Cache> {
+    open_with(dir, "0").await
+}
+
+/// [`open`] with `memory_cache_size` (the in-memory tier) set.
+async fn open_with(dir: &std::path::Path, memory: &str) -> Arc<Cache> {
     let text = format!(
-        "[storage]\npath = \"{d}/store\"\nmax_size = \"{MAX}\"\nmemory_cache_size = \"0\"\n\n\
+        "[storage]\npath = \"{d}/store\"\nmax_size = \"{MAX}\"\nmemory_cache_size = \"{memory}\"\n\n\
          [metadata]\nurl = \"sqlite://{d}/meta.db\"\n\n\
          [[remote]]\nname = \"r\"\nmirrors = [\"http://127.0.0.1:9/\"]\n",
         d = dir.display()
@@ -136,4 +141,29 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
             }
         }
     }
+}
+
+/// The first hits of one small blob, arriving together, read it into the
+/// in-memory tier once (the others wait for that read), and each gets the
+/// blob's bytes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn first_hits_arriving_together_read_a_small_blob_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open_with(dir.path(), "4MiB").await;
+    commit(&cache, 0, 3).await;
+    let bytes = body(3);
+    let (digest, len) = (Digest::of(&bytes), bytes.len() as u64);
+    let hits: Vec<_> = (0..32)
+        .map(|_| {
+            let cache = cache.clone();
+            tokio::spawn(async move {
+                let blob = cache.open_blob(&digest, len).await.unwrap();
+                blob.read_all(len).await.unwrap()
+            })
+        })
+        .collect();
+    for hit in hits {
+        assert_eq!(hit.await.unwrap(), bytes);
+    }
+    assert_eq!(cache.hot.loads(), 1, "blobs read into the in-memory tier");
 }
