@@ -118,7 +118,7 @@ pub struct HotBlobs {
     /// Taken while a blob is read into the tier (striped by digest): the
     /// first hits of one blob, arriving together, read it once.
     loading: Box<[tokio::sync::Mutex<()>]>,
-    /// Blobs read into the tier.
+    /// Blobs put into the tier (each read once, [`HotBlobs::loading`]).
     loads: std::sync::atomic::AtomicU64,
 }
 

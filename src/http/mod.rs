@@ -336,7 +336,7 @@ impl ArtifactRequest<'_> {
                         let size = head.content_length.unwrap_or_default();
                         respond::from_fill_range(&head, body, range, size, self.method)
                     }
-                    None => respond::from_fill_as(&head, fill::body(rx, file), self.method, cache),
+                    None => respond::from_fill(&head, fill::body(rx, file), self.method, cache),
                 };
                 let response = self.with_kept(response, head.kept.as_deref());
                 Ok(Served {
@@ -396,7 +396,7 @@ impl ArtifactRequest<'_> {
                     }
                 };
                 let body = fill::passthrough(upstream_response, remote.config.idle_timeout);
-                let response = respond::from_fill(&head, body, self.method);
+                let response = respond::from_fill(&head, body, self.method, CacheStatus::Miss);
                 let response = self.with_kept(response, head.kept.as_deref());
                 Ok(Served {
                     response,

@@ -100,19 +100,11 @@ pub fn from_entry(
 }
 
 /// Serves a body that is still arriving (a fill in progress, or an uncached
-/// stream-through): headers now, bytes as they come. Range and conditional
-/// headers are ignored on a miss (allowed: a 200 is always a valid answer).
+/// stream-through): headers now, bytes as they come, answered as `cache`
+/// (a hit for a request that joined a fill whose bytes had all arrived).
+/// Range and conditional headers are ignored on a miss (allowed: a 200 is
+/// always a valid answer).
 pub fn from_fill(
-    head: &Head,
-    body: impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
-    method: &Method,
-) -> Response {
-    from_fill_as(head, body, method, CacheStatus::Miss)
-}
-
-/// [`from_fill`], answered as `cache` (a hit for a request that joined a
-/// fill whose bytes had all arrived).
-pub fn from_fill_as(
     head: &Head,
     body: impl futures_util::Stream<Item = std::io::Result<Bytes>> + Send + 'static,
     method: &Method,
@@ -164,7 +156,7 @@ pub fn from_fill_range(
     size: u64,
     method: &Method,
 ) -> Response {
-    let mut response = from_fill(head, body, method);
+    let mut response = from_fill(head, body, method, CacheStatus::Miss);
     *response.status_mut() = StatusCode::PARTIAL_CONTENT;
     let value = format!("bytes {start}-{}/{size}", start + len - 1);
     let headers = response.headers_mut();
