@@ -139,6 +139,11 @@ for kind in distinct same; do
             order="mc nginx"
             ((round % 2 == 0)) && order="nginx mc"
             for who in $order; do
+                # Each run starts with nothing dirty in the page cache: the
+                # other server's unsynced writes (nginx syncs nothing) would
+                # otherwise be written back during this one (mirrorcache's
+                # syncfs among it), charging one server for the other.
+                sync
                 if [[ $who == mc ]]; then
                     settle
                     before=$(rows_now)

@@ -45,6 +45,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::meta::Entry;
 use super::purge::Ticket;
+use super::spool::FillBody;
 use super::{Cache, Digest, TempBlob};
 use crate::error::ProxyError;
 use crate::kind::declared::Declared;
@@ -68,20 +69,21 @@ pub struct Pin {
     pub declared: Declared,
 }
 
-/// One commit waiting in the queue.
-pub(super) struct Pending {
-    temp: TempBlob,
-    path: ArtifactPath,
-    entry: Entry,
+/// One commit waiting in the queue (its body a [`FillBody`]), or in a
+/// batch once its temp file is written (its body a [`TempBlob`]).
+pub(super) struct Pending<B = FillBody> {
+    pub(super) body: B,
+    pub(super) path: ArtifactPath,
+    pub(super) entry: Entry,
     /// When the fill began: a purge of the key since then leaves no row.
-    ticket: Ticket,
-    pin: Option<Pin>,
-    done: oneshot::Sender<Answer>,
+    pub(super) ticket: Ticket,
+    pub(super) pin: Option<Pin>,
+    pub(super) done: oneshot::Sender<Answer>,
 }
 
 /// The entry committed; `None` when a purge of its key came after the fill
 /// began (nothing is left of it).
-type Answer = Result<Option<Arc<Entry>>, ProxyError>;
+pub(super) type Answer = Result<Option<Arc<Entry>>, ProxyError>;
 
 /// A place in the commit queue, taken before the fill lets its readers see
 /// the end of the body.
@@ -107,12 +109,12 @@ pub struct Committing {
 }
 
 impl CommitSlot {
-    /// Hands the complete, hashed temp file over: it becomes the entry of
+    /// Hands the complete, hashed body over: it becomes the entry of
     /// `path` with the next batch, unless a purge of `path` comes after
     /// `ticket` (when the fill began); `pin` is written with its row.
     pub fn send(
         self,
-        temp: TempBlob,
+        body: FillBody,
         path: &ArtifactPath,
         (entry, pin): (Entry, Option<Pin>),
         ticket: Ticket,
@@ -120,7 +122,7 @@ impl CommitSlot {
         let (done, answer) = oneshot::channel();
         let CommitSlot { permit, queued } = self;
         permit.send(Pending {
-            temp,
+            body,
             path: path.clone(),
             entry,
             ticket,
@@ -184,7 +186,7 @@ impl Cache {
         let ticket = self.meta.purges.ticket();
         self.commit_slot()
             .await?
-            .send(temp, path, (entry, None), ticket)
+            .send(FillBody::Temp(temp), path, (entry, None), ticket)
             .durable()
             .await
     }
@@ -207,6 +209,7 @@ impl Cache {
             );
             let _ = pending.done.send(Ok(None));
         }
+        let batch = self.spool(batch).await;
         let new: Vec<(Digest, u64)> = {
             let mut seen = HashSet::new();
             batch
@@ -227,7 +230,7 @@ impl Cache {
         let mut rows = Vec::with_capacity(batch.len());
         let mut extra = Vec::new();
         for Pending {
-            temp,
+            body: temp,
             path,
             entry,
             ticket,

@@ -37,6 +37,7 @@ mod prepared;
 pub mod prune;
 pub mod purge;
 mod refs;
+mod spool;
 mod sql;
 mod sqlite;
 pub mod store;
@@ -62,6 +63,7 @@ pub use evict::Evictor;
 pub use meta::{Entry, MetadataStore};
 pub use prepared::Prepared;
 pub use purge::{Scope, Ticket};
+pub use spool::FillBody;
 pub use store::{ContentStore, Digest, TempBlob};
 
 pub struct Cache {

@@ -6,8 +6,10 @@
 use std::fs::File;
 use std::sync::Arc;
 
+use bytes::Bytes;
 use tokio::sync::watch;
 
+use super::coalesce::Batch;
 use super::hashing::BodyWriter;
 use super::{FillState, Head, Recent, Slot};
 use crate::cache::{Cache, CommitSlot, Digest, TempBlob};
@@ -27,14 +29,59 @@ pub(super) struct Early<'a> {
     pub(super) queued: Option<Result<CommitSlot, ProxyError>>,
 }
 
-/// Reads the body into `temp`, hashing it and publishing progress (each
-/// batch once written, with its bytes in memory for the readers that have
-/// caught up; with [`Early`], before it is written); checks the announced
-/// length. A stalled or broken body counts against the mirror. Returns the
-/// digests, the length and the last batch.
+/// The body's next batch: a chunk, waited for up to the idle timeout,
+/// with every chunk that has already arrived after it (or, with `after`,
+/// what the body said after the last batch, if it said it already);
+/// `None` at the end. A stalled or broken body counts against the mirror.
+pub(super) async fn next_batch(
+    remote: &Remote,
+    upstream: &mut fetch::Body<'_>,
+    after: Option<Result<Option<Bytes>, reqwest::Error>>,
+) -> Result<Option<Batch>, ProxyError> {
+    let next = match after {
+        Some(next) => Ok(next),
+        None => tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk()).await,
+    };
+    let chunk = match next {
+        Err(_) => {
+            let error = format!("no data for {:?}", remote.config.idle_timeout);
+            return Err(broken_body(
+                remote,
+                upstream.set,
+                upstream.mirror_idx,
+                error,
+            ));
+        }
+        Ok(Err(e)) => {
+            let error = e.without_url().to_string();
+            return Err(broken_body(
+                remote,
+                upstream.set,
+                upstream.mirror_idx,
+                error,
+            ));
+        }
+        Ok(Ok(None)) => return Ok(None),
+        Ok(Ok(Some(chunk))) => chunk,
+    };
+    // With it, every chunk that has already arrived: one hop, one wake-up
+    // of the readers per batch (see `coalesce`).
+    Ok(Some(super::coalesce::take_ready(
+        &mut upstream.response,
+        chunk,
+    )))
+}
+
+/// Reads the body into `temp` (from `first`, when that batch was read
+/// already), hashing it and publishing progress (each batch once written,
+/// with its bytes in memory for the readers that have caught up; with
+/// [`Early`], before it is written); checks the announced length. Returns
+/// the digests, the length and the last batch.
+#[allow(clippy::too_many_arguments)]
 pub(super) async fn download(
     remote: &Remote,
     upstream: &mut fetch::Body<'_>,
+    first: Option<Batch>,
     (temp, file): (&Arc<TempBlob>, &Arc<File>),
     head: &Arc<Head>,
     (hashers, early): (Hashers, &mut Option<Early<'_>>),
@@ -44,40 +91,17 @@ pub(super) async fn download(
     let mut body = BodyWriter::new(temp.clone(), hashers, head.content_length);
     let mut written: u64 = 0;
     let mut recent = None;
+    let mut first = first;
     // The end or the error the last batch already met, if it did.
     let mut after_batch = None;
     loop {
-        let next = match after_batch.take() {
-            Some(next) => Ok(next),
-            None => {
-                tokio::time::timeout(remote.config.idle_timeout, upstream.response.chunk()).await
-            }
+        let batch = match first.take() {
+            Some(batch) => batch,
+            None => match next_batch(remote, upstream, after_batch.take()).await? {
+                Some(batch) => batch,
+                None => break,
+            },
         };
-        let chunk = match next {
-            Err(_) => {
-                let error = format!("no data for {:?}", remote.config.idle_timeout);
-                return Err(broken_body(
-                    remote,
-                    upstream.set,
-                    upstream.mirror_idx,
-                    error,
-                ));
-            }
-            Ok(Err(e)) => {
-                let error = e.without_url().to_string();
-                return Err(broken_body(
-                    remote,
-                    upstream.set,
-                    upstream.mirror_idx,
-                    error,
-                ));
-            }
-            Ok(Ok(None)) => break,
-            Ok(Ok(Some(chunk))) => chunk,
-        };
-        // With it, every chunk that has already arrived: one hop, one
-        // wake-up of the readers per batch (see `coalesce`).
-        let batch = super::coalesce::take_ready(&mut upstream.response, chunk);
         let n = batch.len;
         if written + n > max_body {
             return Err(ProxyError::TooLarge {
@@ -140,7 +164,7 @@ fn publish(
         FillState::Connecting if early => {
             *state = FillState::Streaming {
                 head: head.clone(),
-                file: file.clone(),
+                file: Some(file.clone()),
                 written: available,
                 recent: batch.clone(),
             };

@@ -2,9 +2,12 @@
 //! small body (announced as a few KiB, the common cold miss) on the fill's
 //! own thread, since the hop to the blocking pool and back costs more than
 //! the work; a larger one on the blocking pool, a batch of chunks a hop.
-//! A body of a MiB or more (or of unknown length) is hashed on a thread of
-//! its own — the sha256 and the declared function (npm's sha512) — beside
-//! the writes rather than after each of them.
+//! A body of a MiB or more is hashed on a thread of its own — the sha256
+//! and the declared function (npm's sha512) — beside the writes rather than
+//! after each of them. A body of unknown length (chunked, or decoded from
+//! gzip) is treated as small until it is not: its first [`INLINE_BYTES`]
+//! on the fill's thread, then the blocking pool, and from [`SIDE_FROM`] the
+//! hashing thread, handed the hashes of what came before.
 
 use std::io;
 use std::sync::Arc;
@@ -27,9 +30,9 @@ pub(super) fn is_inline(announced: Option<u64>) -> bool {
     announced.is_some_and(|len| len <= INLINE_BYTES)
 }
 
-/// Bodies from this size (or of unknown length) are hashed on a thread of
-/// their own, beside the write rather than after it; smaller ones are done
-/// before a thread would have started.
+/// Bodies from this size (announced, or reached by one of unknown length)
+/// are hashed on a thread of their own, beside the write rather than after
+/// it; smaller ones are done before a thread would have started.
 const SIDE_FROM: u64 = 1024 * 1024;
 /// Batches queued for the side thread: when it falls behind, the download
 /// waits (memory stays at this many batches).
@@ -43,7 +46,8 @@ pub(super) struct BodyWriter {
     /// always when the side thread has them.
     hashers: Option<Hashers>,
     side: Option<SideThread>,
-    /// Whether the body is announced as at most [`INLINE_BYTES`].
+    /// Whether the body may be written on the fill's thread while it is
+    /// below [`INLINE_BYTES`]: announced as at most that, or not announced.
     inline: bool,
     written: u64,
 }
@@ -59,19 +63,9 @@ impl BodyWriter {
     /// Writes into `temp` from offset 0; `announced` is the body's
     /// `Content-Length`, if the mirror gave one.
     pub(super) fn new(temp: Arc<TempBlob>, hashers: Hashers, announced: Option<u64>) -> BodyWriter {
-        let large = announced.is_none_or(|len| len >= SIDE_FROM);
+        let large = announced.is_some_and(|len| len >= SIDE_FROM);
         let (hashers, side) = if large {
-            let (batches, mut queue) = mpsc::channel::<Vec<Bytes>>(SIDE_QUEUE);
-            let mut hashers = hashers;
-            let done = tokio::task::spawn_blocking(move || {
-                while let Some(batch) = queue.blocking_recv() {
-                    for chunk in &batch {
-                        hashers.update(chunk);
-                    }
-                }
-                hashers
-            });
-            (None, Some(SideThread { batches, done }))
+            (None, Some(SideThread::start(hashers)))
         } else {
             (Some(hashers), None)
         };
@@ -79,13 +73,20 @@ impl BodyWriter {
             temp,
             hashers,
             side,
-            inline: is_inline(announced),
+            inline: announced.is_none_or(|len| len <= INLINE_BYTES),
             written: 0,
         }
     }
 
     /// Appends `chunks` (`len` bytes in all), hashed.
     pub(super) async fn write(&mut self, chunks: Vec<Bytes>, len: u64) -> Result<(), ProxyError> {
+        if self.side.is_none() && self.written + len >= SIDE_FROM {
+            // A body of unknown length grew large: its hashing moves to a
+            // thread of its own, with the hashes of what came before.
+            if let Some(hashers) = self.hashers.take() {
+                self.side = Some(SideThread::start(hashers));
+            }
+        }
         if let Some(side) = &self.side {
             side.batches
                 .send(chunks.clone())
@@ -118,6 +119,22 @@ impl BodyWriter {
             }
             None => Ok(self.hashers.take().expect("no batch in flight")),
         }
+    }
+}
+
+impl SideThread {
+    /// Starts hashing on a blocking-pool thread, from `hashers`' state.
+    fn start(mut hashers: Hashers) -> SideThread {
+        let (batches, mut queue) = mpsc::channel::<Vec<Bytes>>(SIDE_QUEUE);
+        let done = tokio::task::spawn_blocking(move || {
+            while let Some(batch) = queue.blocking_recv() {
+                for chunk in &batch {
+                    hashers.update(chunk);
+                }
+            }
+            hashers
+        });
+        SideThread { batches, done }
     }
 }
 

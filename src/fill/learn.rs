@@ -2,7 +2,6 @@
 //! to (from the artifact's own path, or from what an index declared), and
 //! learning those declarations from each index document a fill brings in.
 
-use std::fs::File;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -116,14 +115,14 @@ impl FillDigests {
             && (remote.config.kind.digests().is_none() || self.role.artifact_key.is_none())
     }
 
-    /// For a body fetched with nothing declared (`digest` its sha256, in
-    /// `file`): the (declared, received) digests if a document learned
-    /// since declared another one.
+    /// For a body fetched with nothing declared (`digest` its sha256, its
+    /// bytes `body`): the (declared, received) digests if a document
+    /// learned since declared another one.
     pub(super) async fn declared_since(
         &self,
         fills: &FillRegistry,
         remote: &Remote,
-        (digest, file, size): (&Digest, &Arc<File>, u64),
+        (digest, body, size): (&Digest, Blob, u64),
     ) -> Option<(Declared, Declared)> {
         if self.expected.is_some() || self.unrefusable(remote) {
             return None;
@@ -138,11 +137,7 @@ impl FillDigests {
         let received = if late.algo() == Algo::Sha256 {
             Declared::new(Algo::Sha256, digest.0.to_vec())?
         } else {
-            fills
-                .cache
-                .hash_blob(Blob::Local(file.clone()), size, &late)
-                .await
-                .ok()?
+            fills.cache.hash_blob(body, size, &late).await.ok()?
         };
         (received != late).then_some((late, received))
     }

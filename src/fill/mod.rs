@@ -28,6 +28,7 @@ mod download;
 mod hashing;
 mod learn;
 mod reader;
+mod receive;
 mod writer;
 
 use std::collections::HashMap;
@@ -47,14 +48,16 @@ use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
 use crate::upstream::Remote;
 pub use learn::pin_key;
-pub use reader::{body, body_range, passthrough, Recent};
+pub use reader::{body, body_range, passthrough, Passthrough, Recent};
 
 /// A complete fill's body as a blob: from memory when its last batch is
-/// all of it, else its temp file.
-pub fn complete_blob(file: Arc<File>, recent: Option<&Recent>, size: u64) -> Blob {
-    match recent.and_then(|r| r.whole(size)) {
-        Some(bytes) => Blob::Memory(bytes),
-        None => Blob::Local(file),
+/// all of it, else its temp file. A fill without a temp file kept its
+/// whole body in memory, so one of the two is always there.
+pub fn complete_blob(file: Option<Arc<File>>, recent: Option<&Recent>, size: u64) -> Blob {
+    match (recent.and_then(|r| r.whole(size)), file) {
+        (Some(bytes), _) => Blob::Memory(bytes),
+        (None, Some(file)) => Blob::Local(file),
+        (None, None) => unreachable!("a body without a temp file is held whole in memory"),
     }
 }
 
@@ -76,20 +79,23 @@ pub enum FillState {
     /// Choosing a mirror and waiting for its response head.
     Connecting,
     /// The body is arriving: `written` bytes of it are in `file` so far,
-    /// the last batch of them also in memory.
+    /// the last batch of them also in memory. A small body kept whole in
+    /// memory has no file: `recent` is all of it, from byte 0.
     Streaming {
         head: Arc<Head>,
-        file: Arc<File>,
+        file: Option<Arc<File>>,
         written: u64,
         recent: Option<Recent>,
     },
     /// The body is complete and hashed: `entry.size` bytes in `file`, its
-    /// last batch also in memory (a small body's all of it). The entry is
-    /// what the metadata row will say once committed.
+    /// last batch also in memory (a small body's all of it). A small body
+    /// that came whole in one batch has no file: `recent` is all of it,
+    /// and the committer writes it. The entry is what the metadata row
+    /// will say once committed.
     Complete {
         head: Arc<Head>,
         entry: Arc<Entry>,
-        file: Arc<File>,
+        file: Option<Arc<File>>,
         recent: Option<Recent>,
     },
     /// Revalidation answered 304: serve this (refreshed) cached entry.
@@ -102,7 +108,7 @@ pub enum FillState {
     /// response from `response`; any other reader fetches its own.
     Bypass {
         head: Arc<Head>,
-        response: Arc<Mutex<Option<reqwest::Response>>>,
+        response: Arc<Mutex<Option<Passthrough>>>,
     },
     /// The fill failed; before the head this is the client's error response,
     /// after it the readers' bodies end in an error.

@@ -98,12 +98,30 @@ fn source(recent: Option<&Recent>, pos: u64, end: u64, available: u64) -> Source
     }
 }
 
+/// An upstream body the store cannot take, for one client: the chunks the
+/// fill already took from it (the first batch of a body that might have
+/// been kept in memory), then the rest of the response.
+pub struct Passthrough {
+    pub taken: Vec<Bytes>,
+    pub response: reqwest::Response,
+}
+
+impl From<reqwest::Response> for Passthrough {
+    fn from(response: reqwest::Response) -> Passthrough {
+        Passthrough {
+            taken: Vec::new(),
+            response,
+        }
+    }
+}
+
 /// Streams an uncached upstream body to one client, with the idle timeout.
 pub fn passthrough(
-    response: reqwest::Response,
+    body: Passthrough,
     idle: Duration,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
-    futures_util::stream::unfold(Some(response), move |response| async move {
+    let Passthrough { taken, response } = body;
+    let rest = futures_util::stream::unfold(Some(response), move |response| async move {
         let mut response = response?;
         match tokio::time::timeout(idle, response.chunk()).await {
             Ok(Ok(Some(chunk))) => Some((Ok(chunk), Some(response))),
@@ -111,14 +129,15 @@ pub fn passthrough(
             Ok(Err(e)) => Some((Err(io::Error::other(e.without_url())), None)),
             Err(_) => Some((Err(io::Error::other("upstream stalled")), None)),
         }
-    })
+    });
+    futures_util::StreamExt::chain(futures_util::stream::iter(taken.into_iter().map(Ok)), rest)
 }
 
 /// A reader's view of a fill: the body bytes from `file`, as far as the fill
 /// has published them, ending in an error if the fill fails.
 pub fn body(
     rx: watch::Receiver<FillState>,
-    file: Arc<File>,
+    file: Option<Arc<File>>,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
     body_range(rx, file, 0, u64::MAX)
 }
@@ -127,13 +146,14 @@ pub fn body(
 /// already written are sent at once, the rest as the fill writes them.
 pub fn body_range(
     rx: watch::Receiver<FillState>,
-    file: Arc<File>,
+    file: Option<Arc<File>>,
     start: u64,
     len: u64,
 ) -> impl Stream<Item = io::Result<Bytes>> + Send {
     struct Reader {
         rx: watch::Receiver<FillState>,
-        file: Arc<File>,
+        /// `None` for a body kept whole in memory: never read from a file.
+        file: Option<Arc<File>>,
         pos: u64,
         /// Where this reader stops (exclusive).
         end: u64,
@@ -191,7 +211,10 @@ pub fn body_range(
                 Step::Read(available) => {
                     let available = available.min(reader.end);
                     let n = (available - pos).min(READ_CHUNK as u64) as usize;
-                    let read = read_at(&reader.file, pos, n, available).await;
+                    let read = match &reader.file {
+                        Some(file) => read_at(file, pos, n, available).await,
+                        None => Err(io::Error::other("a body kept in memory has no file")),
+                    };
                     match &read {
                         Ok(_) => reader.pos += n as u64,
                         Err(_) => reader.done = true,

@@ -390,7 +390,7 @@ impl ArtifactRequest<'_> {
                         )
                         .await?
                         {
-                            Fetched::Body(body) => body.response,
+                            Fetched::Body(body) => body.response.into(),
                             Fetched::NotModified { .. } => unreachable!("no validators were sent"),
                         }
                     }

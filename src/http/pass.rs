@@ -97,7 +97,7 @@ pub(super) async fn forward(
     let response = response
         .header("x-cache-status", HeaderValue::from_static("PASS"))
         .body(Body::from_stream(fill::passthrough(
-            answer.response,
+            answer.response.into(),
             remote.config.idle_timeout,
         )))
         .map_err(|e| ProxyError::Store(e.to_string()))?;

@@ -4,8 +4,8 @@
 //! refusing anyone; fills that finish together share one batch, a large
 //! one synced with `syncfs`.
 
-use crate::support::proxy::{config_text, get, metric, start_text};
-use crate::support::{sha256_hex, test_bytes, toml_urls, wait_until, MirrorServer};
+use crate::support::proxy::{config_text, get, metric, start_text, temp_files_in};
+use crate::support::{sha256_hex, test_bytes, toml_urls, wait_until, Fault, MirrorServer};
 
 fn config(dir: &std::path::Path, mirror: &MirrorServer, server_keys: &str) -> String {
     let remote = format!(
@@ -192,5 +192,91 @@ async fn a_large_batch_of_distinct_blobs_commits_whole_and_survives_a_restart() 
         assert_eq!(mirror.hits(&format!("/m/d{i}")), 1, "d{i}");
     }
     assert_eq!(running.proxy.cache.local_size().unwrap(), 40 * 2000);
+    running.shutdown().await;
+}
+
+/// A small body that comes whole (64 KiB or less, announced or chunked)
+/// is kept in memory until its commit writes it: with the committer held,
+/// its fill leaves no file in the store, its client and a second request
+/// get its bytes (the second a HIT from the fill, no second upstream
+/// request), and a larger body's fill has its temp file. Released, both
+/// are committed, HITs from the store with their bytes, and no temp file
+/// is left. A chunked body of 3 MiB (hashed on a thread of its own from
+/// its first MiB on) is served and kept with its own sha256.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_body_stays_in_memory_until_its_commit_writes_it() {
+    let mirror = MirrorServer::start().await;
+    let small = test_bytes(3000, 41);
+    let large = test_bytes(200 * 1024, 42);
+    mirror.put("/m/small", small.clone());
+    mirror.put("/m/large", large.clone());
+    let chunked = MirrorServer::start().await;
+    let long = test_bytes(3 * 1024 * 1024 + 123, 43);
+    let short = test_bytes(5000, 44);
+    chunked.put("/m/long", long.clone());
+    chunked.put("/m/short", short.clone());
+    chunked.set_fault(Fault::Chunked);
+    let dir = tempfile::tempdir().unwrap();
+    let store = dir.path().join("store");
+    let text = config(dir.path(), &mirror, "").replace(
+        "[[remote]]",
+        &format!(
+            "[[remote]]\nname = \"c\"\nmirrors = {}\nimmutable = [\"**\"]\n\n[[remote]]",
+            toml_urls(&[&chunked], "/m")
+        ),
+    );
+    let running = start_text(&text).await;
+    let base = format!("http://{}", running.local_addr);
+    let client = reqwest::Client::new();
+
+    let hold = running.proxy.cache.hold_commits().await;
+    for (path, bytes) in [("/r/small", &small), ("/c/short", &short)] {
+        let (status, cache, body) = get(&client, &format!("{base}{path}")).await;
+        assert_eq!((status, cache.as_str()), (200, "MISS"), "{path}");
+        assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(bytes), "{path}");
+        assert_eq!(
+            temp_files_in(&store),
+            0,
+            "{path}: a file was made during the fill"
+        );
+        let (status, cache, body) = get(&client, &format!("{base}{path}")).await;
+        assert_eq!((status, cache.as_str()), (200, "HIT"), "{path}");
+        assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(bytes), "{path}");
+    }
+    assert_eq!(mirror.hits("/m/small"), 1);
+    assert_eq!(chunked.hits("/m/short"), 1);
+    let (status, _, body) = get(&client, &format!("{base}/r/large")).await;
+    assert_eq!(status, 200);
+    assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&large));
+    assert_eq!(temp_files_in(&store), 1, "the larger body's temp file");
+    drop(hold);
+
+    let (status, _, body) = get(&client, &format!("{base}/c/long")).await;
+    assert_eq!(status, 200);
+    assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&long));
+    running.proxy.fills.wait_idle().await;
+    assert_eq!(temp_files_in(&store), 0);
+    for (path, bytes) in [
+        ("/r/small", &small),
+        ("/c/short", &short),
+        ("/r/large", &large),
+        ("/c/long", &long),
+    ] {
+        let (status, cache, body) = get(&client, &format!("{base}{path}")).await;
+        assert_eq!((status, cache.as_str()), (200, "HIT"), "{path}");
+        assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(bytes), "{path}");
+    }
+    assert_eq!(mirror.hits("/m/small"), 1);
+    assert_eq!(chunked.hits("/m/long"), 1);
+    let rows: Vec<(String, i64)> = {
+        let db = sqlx::SqlitePool::connect(&format!("sqlite://{}/meta.db", dir.path().display()))
+            .await
+            .unwrap();
+        sqlx::query_as("SELECT path, size FROM entries ORDER BY path")
+            .fetch_all(&db)
+            .await
+            .unwrap()
+    };
+    assert_eq!(rows.len(), 4, "{rows:?}");
     running.shutdown().await;
 }

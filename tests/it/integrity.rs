@@ -376,46 +376,51 @@ async fn a_document_cached_before_its_digests_were_kept_is_learned_on_its_next_3
 
 /// A declared body the in-memory tier holds is checked before any of it
 /// reaches a client. The tampered first mirror sends its first bytes and
-/// holds the rest: once the proxy has written those bytes to its temp file,
-/// the client has had no response head and no byte. Released, the body is
-/// refused and the client gets the second mirror's bytes, whole.
+/// holds the rest: once the proxy has those bytes (a body of at most
+/// 64 KiB in memory, a larger one in its temp file), the client has had
+/// no response head and no byte. Released, the body is refused and the
+/// client gets the second mirror's bytes, whole.
 #[tokio::test]
 async fn a_declared_small_body_reaches_no_client_before_its_digest_is_checked() {
     const FIRST: usize = 4096;
-    let good = test_bytes(40_000, 13);
-    let (a, b, proxy, _) = wheel_tampered_on_the_first_of_two(&good).await;
-    a.set_fault(Fault::StallAfter(FIRST));
+    for (size, in_memory) in [(40_000, true), (100_000, false)] {
+        let good = test_bytes(size, 13);
+        let (a, b, proxy, _) = wheel_tampered_on_the_first_of_two(&good).await;
+        a.set_fault(Fault::StallAfter(FIRST));
 
-    let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
-    let wheel = proxy.url("/r/packages/six-1.0-py3-none-any.whl");
-    let request = tokio::spawn(async move {
-        let mut response = reqwest::get(wheel).await?;
-        let _ = events.send(format!("a {} head", response.status()));
-        let mut body = Vec::new();
-        while let Some(chunk) = response.chunk().await? {
-            let _ = events.send(format!("{} body bytes", chunk.len()));
-            body.extend_from_slice(&chunk);
+        let (events, mut seen) = tokio::sync::mpsc::unbounded_channel();
+        let wheel = proxy.url("/r/packages/six-1.0-py3-none-any.whl");
+        let request = tokio::spawn(async move {
+            let mut response = reqwest::get(wheel).await?;
+            let _ = events.send(format!("a {} head", response.status()));
+            let mut body = Vec::new();
+            while let Some(chunk) = response.chunk().await? {
+                let _ = events.send(format!("{} body bytes", chunk.len()));
+                body.extend_from_slice(&chunk);
+            }
+            Ok::<_, reqwest::Error>(body)
+        });
+        let store = proxy.dir.join("store");
+        wait_until("the proxy to hold the first bytes", async || {
+            a.stalled() == 1 && (in_memory || temp_file_starts_with(&store, &good[..FIRST]))
+        })
+        .await;
+        if in_memory {
+            assert!(!temp_file_starts_with(&store, &good[..FIRST]));
         }
-        Ok::<_, reqwest::Error>(body)
-    });
-    let store = proxy.dir.join("store");
-    wait_until(
-        "the proxy to hold the first bytes in its temp file",
-        async || a.stalled() == 1 && temp_file_starts_with(&store, &good[..FIRST]),
-    )
-    .await;
-    // Were the bytes on their way to the client, a moment would bring them.
-    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
-    if let Ok(event) = seen.try_recv() {
-        panic!("the client got {event} before the body was checked");
-    }
+        // Were the bytes on their way to the client, a moment would bring them.
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        if let Ok(event) = seen.try_recv() {
+            panic!("{size} bytes: the client got {event} before the body was checked");
+        }
 
-    a.release();
-    let body = request.await.unwrap().expect("the transfer is whole");
-    assert_eq!(sha256_hex(&body), sha256_hex(&good));
-    assert_eq!(seen.recv().await.unwrap(), "a 200 OK head");
-    assert_eq!((a.hits(WHEEL), b.hits(WHEEL)), (1, 1));
-    assert_eq!(integrity_failures(&proxy).await, 1.0);
+        a.release();
+        let body = request.await.unwrap().expect("the transfer is whole");
+        assert_eq!(sha256_hex(&body), sha256_hex(&good));
+        assert_eq!(seen.recv().await.unwrap(), "a 200 OK head");
+        assert_eq!((a.hits(WHEEL), b.hits(WHEEL)), (1, 1));
+        assert_eq!(integrity_failures(&proxy).await, 1.0);
+    }
 }
 
 /// Whether a temp file of the store begins with `prefix`.
