@@ -56,7 +56,7 @@ use crate::path::ArtifactPath;
 /// join it.
 pub const COMMIT_DELAY: Duration = Duration::from_millis(2);
 /// The most commits in one batch.
-pub const MAX_BATCH: usize = 128;
+pub const MAX_BATCH: usize = 512;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
 /// with its entry's row in the batch's transaction: the pin is durable
