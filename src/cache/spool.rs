@@ -1,6 +1,8 @@
 //! A batch's bodies as files: the group commit (`super::commit`) is handed
 //! each fill's body as its temp file, or, for a small body that came whole
-//! in one batch, as the bytes the fill kept in memory; the committer writes
+//! within its first 64 KiB, as the bytes the fill kept in memory (at most
+//! the queue's and one batch's worth: `max_fills` + `MAX_BATCH` bodies of
+//! 64 KiB); the committer writes
 //! those into temp files of their own before the batch's blobs are made
 //! durable, so no file is made for them on the request's path.
 
@@ -12,7 +14,7 @@ use crate::error::ProxyError;
 pub enum FillBody {
     /// Written into its temp file.
     Temp(TempBlob),
-    /// A small body that came whole in one batch, kept in memory during
+    /// A small body that came whole (64 KiB or less), kept in memory during
     /// the fill (no file was made for it on the request's path): the
     /// committer writes its temp file ([`Cache::spool`]).
     Memory(bytes::Bytes),
