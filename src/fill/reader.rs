@@ -276,6 +276,22 @@ mod tests {
         )
     }
 
+    /// A body streamed through after the fill took its first chunks (no
+    /// temp file could be made for it) sends those chunks, then the rest.
+    #[tokio::test]
+    async fn a_passthrough_sends_the_chunks_already_taken_first() {
+        use futures_util::StreamExt;
+        let response = reqwest::Response::from(axum::http::Response::new("ghij"));
+        let taken = vec![Bytes::from_static(b"abc"), Bytes::from_static(b"def")];
+        let body = Passthrough { taken, response };
+        let sent: Vec<Bytes> = passthrough(body, Duration::from_secs(5))
+            .map(|chunk| chunk.unwrap())
+            .collect()
+            .await;
+        assert_eq!(sent.concat(), b"abcdefghij");
+        assert_eq!(&sent[..2], [&b"abc"[..], &b"def"[..]]);
+    }
+
     #[test]
     fn a_reader_takes_the_chunk_that_holds_its_position_up_to_its_end() {
         let r = recent();
