@@ -29,6 +29,15 @@ pub(super) struct Early<'a> {
     pub(super) queued: Option<Result<CommitSlot, ProxyError>>,
 }
 
+impl Early<'_> {
+    /// Before the last batch is published: a place in the commit queue
+    /// (waited for while it is full), then the `max_fills` slot given back.
+    pub(super) async fn last_batch(&mut self) {
+        self.queued = Some(self.cache.commit_slot().await);
+        self.slot.release();
+    }
+}
+
 /// The body's next batch: a chunk, waited for up to the idle timeout,
 /// with every chunk that has already arrived after it (or, with `after`,
 /// what the body said after the last batch, if it said it already);
@@ -112,8 +121,7 @@ pub(super) async fn download(
         recent = Some(Recent::new(written, &batch.chunks));
         if let Some(early) = early.as_mut() {
             if head.content_length == Some(written + n) {
-                early.queued = Some(early.cache.commit_slot().await);
-                early.slot.release();
+                early.last_batch().await;
             }
             publish(tx, (head, file), written + n, &recent, true);
             // The readers woken on this thread send the batch before it is

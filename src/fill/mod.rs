@@ -89,8 +89,8 @@ pub enum FillState {
     },
     /// The body is complete and hashed: `entry.size` bytes in `file`, its
     /// last batch also in memory (a small body's all of it). A small body
-    /// that came whole in one batch has no file: `recent` is all of it,
-    /// and the committer writes it. The entry is what the metadata row
+    /// that came whole within its first 64 KiB has no file: `recent` is all
+    /// of it, and the committer writes it. The entry is what the metadata row
     /// will say once committed.
     Complete {
         head: Arc<Head>,

@@ -36,9 +36,10 @@ pub(super) enum Outcome {
     },
 }
 
-/// Reads one mirror's body into a temp file, checks it, publishes it and
-/// commits it. A body whose digest is declared and that is small enough for
-/// the in-memory tier is held back until checked, so a refused one costs its
+/// Reads one mirror's body (a small one that comes whole kept in memory,
+/// any other into a temp file), checks it, publishes it and commits it. A
+/// body whose digest is declared and that is small enough for the
+/// in-memory tier is held back until checked, so a refused one costs its
 /// readers nothing; a larger one streams to its readers as it arrives.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn receive(
@@ -98,6 +99,14 @@ pub(super) async fn receive(
     // than that: if it is whole, it is kept in memory (its readers answered
     // from there, its file written by the committer), and no file is made
     // on the request's path.
+    // Nothing can refuse these bytes once received: each batch reaches the
+    // readers before it is written and hashed, the last one included (once
+    // the commit has its place).
+    let mut early = (expected.is_none() && digests.unrefusable(remote)).then(|| Early {
+        cache,
+        slot: &mut *slot,
+        queued: None,
+    });
     let mut first = None;
     let mut in_memory = None;
     if head
@@ -135,14 +144,10 @@ pub(super) async fn receive(
             let bytes = recent
                 .whole(batch.len)
                 .expect("a small batch from 0 is whole");
-            // Nothing can refuse these bytes: they reach the readers before
-            // they are hashed, once the commit has its place (as the last
-            // batch of a body published early).
-            let early = expected.is_none() && digests.unrefusable(remote);
-            let mut queued = None;
-            if early {
-                queued = Some(cache.commit_slot().await);
-                slot.release();
+            // Published early, the bytes reach the readers before they are
+            // hashed.
+            if let Some(early) = early.as_mut() {
+                early.last_batch().await;
                 tx.send_replace(FillState::Streaming {
                     head: head.clone(),
                     file: None,
@@ -162,8 +167,7 @@ pub(super) async fn receive(
                 size: batch.len,
                 recent: Some(recent),
                 spool: Spool::Memory(bytes),
-                published: early,
-                queued,
+                published: early.is_some(),
             };
             in_memory = Some(body);
         } else {
@@ -173,20 +177,8 @@ pub(super) async fn receive(
     let body = match in_memory {
         Some(body) => body,
         None => {
-            let into = (first, expected);
-            match into_temp_file(
-                fills,
-                remote,
-                path,
-                &mut upstream,
-                digests,
-                &head,
-                into,
-                tx,
-                slot,
-            )
-            .await?
-            {
+            let into = (first, expected, &mut early);
+            match into_temp_file(fills, remote, path, &mut upstream, &head, into, tx).await? {
                 Ok(body) => body,
                 Err(taken) => {
                     // The client still gets its bytes, uncached.
@@ -200,12 +192,13 @@ pub(super) async fn receive(
             }
         }
     };
+    let queued = early.and_then(|early| early.queued);
     let context = (fills, remote, path, digests);
     settle(
         context,
         expected,
         upstream,
-        body,
+        (body, queued),
         (&head, validators),
         stale,
         tx,
@@ -218,17 +211,14 @@ pub(super) async fn receive(
 /// `first`, the batches already read); `Err` with the chunks taken so far
 /// when no temp file can be made and nothing declared what the bytes
 /// should be: the body is then streamed through, uncached.
-#[allow(clippy::too_many_arguments)]
 async fn into_temp_file(
     fills: &FillRegistry,
     remote: &Remote,
     path: &ArtifactPath,
     upstream: &mut fetch::Body<'_>,
-    digests: &FillDigests,
     head: &Arc<Head>,
-    (first, expected): (Option<Batch>, Option<&Declared>),
+    (first, expected, early): (Option<Batch>, Option<&Declared>, &mut Option<Early<'_>>),
     tx: &watch::Sender<FillState>,
-    slot: &mut Slot,
 ) -> Result<Result<Received, Vec<Bytes>>, ProxyError> {
     let cache = &fills.cache;
     let temp = match open_temp(cache, head.content_length.unwrap_or(0)).await {
@@ -263,22 +253,13 @@ async fn into_temp_file(
             recent: None,
         });
     }
-
-    // Nothing can refuse these bytes once received: each batch reaches the
-    // readers before it is written and hashed, the last one included (once
-    // the commit has its place).
-    let mut early = (expected.is_none() && digests.unrefusable(remote)).then(|| Early {
-        cache,
-        slot: &mut *slot,
-        queued: None,
-    });
     let (digest, received, written, recent) = download(
         remote,
         upstream,
         first,
         (&temp, &file),
         head,
-        (Hashers::new(expected), &mut early),
+        (Hashers::new(expected), early),
         tx,
     )
     .await?;
@@ -289,7 +270,6 @@ async fn into_temp_file(
         recent,
         spool: Spool::File(temp, file),
         published: !hold,
-        queued: early.and_then(|early| early.queued),
     };
     Ok(Ok(body))
 }
@@ -298,7 +278,8 @@ async fn into_temp_file(
 enum Spool {
     /// In its temp file (`.1`: the readers' handle on it).
     File(Arc<TempBlob>, Arc<File>),
-    /// Whole in memory (a small body that came in one batch): no file yet.
+    /// Whole in memory (a small body that came whole within its first
+    /// `INLINE_BYTES`): no file yet.
     Memory(Bytes),
 }
 
@@ -338,8 +319,6 @@ struct Received {
     spool: Spool,
     /// Whether readers were given the body as it arrived.
     published: bool,
-    /// The commit place already taken (a body published early).
-    queued: Option<Result<CommitSlot, ProxyError>>,
 }
 
 /// What a received body's fill does next: checks it against what is
@@ -350,7 +329,8 @@ async fn settle(
     (fills, remote, path, digests): (&FillRegistry, &Remote, &ArtifactPath, &FillDigests),
     expected: Option<&Declared>,
     upstream: fetch::Body<'_>,
-    body: Received,
+    // With the commit place already taken, for a body published early.
+    (body, queued): (Received, Option<Result<CommitSlot, ProxyError>>),
     (head, validators): (&Arc<Head>, UpstreamValidators),
     stale: Option<&Entry>,
     tx: &watch::Sender<FillState>,
@@ -364,7 +344,6 @@ async fn settle(
         recent,
         spool,
         published,
-        queued,
     } = body;
     // Nothing was declared when the fill began; a document learned since
     // may have declared it (checked now, so no commit slips past the
