@@ -29,6 +29,7 @@ mod declared;
 pub mod declared_keys;
 pub mod evict;
 pub mod index;
+mod layout;
 pub mod listing;
 mod lookup;
 pub mod meta;

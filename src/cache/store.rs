@@ -1,7 +1,8 @@
 //! The content store: blobs on local disk, addressed by their sha256.
 //!
-//! Layout under the root: `blobs/ab/cd/<sha256 hex>` for committed blobs and
-//! `tmp/` for fills in progress (same filesystem, so the commit is one atomic
+//! Layout under the root: `blobs/ab/<sha256 hex>` for committed blobs (a
+//! store made before round three's sixth pass keeps `blobs/ab/cd/`: see
+//! [`super::layout`]) and `tmp/` for fills in progress (same filesystem, so the commit is one atomic
 //! rename). **Invariant:** nothing outside this module knows a blob's path;
 //! everyone else holds a [`Digest`] or an open handle.
 //!
@@ -27,6 +28,7 @@ use rustix::fs::{flock, FlockOperation};
 use sha2::{Digest as _, Sha256};
 
 use super::budget::Budget;
+use super::layout::Layout;
 
 /// A blob's identity: the sha256 of its bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -61,6 +63,8 @@ pub struct BlobDir(PathBuf);
 
 pub struct ContentStore {
     blobs: PathBuf,
+    /// Where under `blobs` a blob's file is, read off the tree at open.
+    layout: Layout,
     tmp: PathBuf,
     next_temp: AtomicU64,
     /// This store's claim on its temp files; `None` for tools that only read
@@ -85,6 +89,8 @@ impl ContentStore {
     /// fills that never committed.
     pub fn open(root: &Path, budget: Arc<Budget>) -> io::Result<ContentStore> {
         let (blobs, tmp) = dirs(root)?;
+        let layout = Layout::of(&blobs)?;
+        layout.prepare(&blobs)?;
         let owner = Owner::claim(&tmp)?;
         let removed = remove_dead_temp_files(&tmp, &owner.name)?;
         if removed > 0 {
@@ -92,6 +98,7 @@ impl ContentStore {
         }
         Ok(ContentStore {
             blobs,
+            layout,
             tmp,
             next_temp: AtomicU64::new(0),
             owner: Some(owner),
@@ -104,6 +111,7 @@ impl ContentStore {
     pub fn open_existing(root: &Path) -> io::Result<ContentStore> {
         let (blobs, tmp) = dirs(root)?;
         Ok(ContentStore {
+            layout: Layout::of(&blobs)?,
             blobs,
             tmp,
             next_temp: AtomicU64::new(0),
@@ -114,22 +122,7 @@ impl ContentStore {
 
     /// Calls `visit(digest, metadata)` for every committed blob. Blocking.
     pub fn for_each_blob(&self, mut visit: impl FnMut(Digest, &fs::Metadata)) -> io::Result<()> {
-        for a in fs::read_dir(&self.blobs)? {
-            for b in fs::read_dir(a?.path())? {
-                for blob in fs::read_dir(b?.path())? {
-                    let blob = blob?;
-                    if let Some(digest) = blob.file_name().to_str().and_then(Digest::from_hex) {
-                        match blob.metadata() {
-                            Ok(meta) => visit(digest, &meta),
-                            // Deleted since it was listed.
-                            Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                            Err(e) => return Err(e),
-                        }
-                    }
-                }
-            }
-        }
-        Ok(())
+        self.layout.for_each_blob(&self.blobs, &mut visit)
     }
 
     /// Bytes of committed blobs on disk, counted by walking them. Blocking.
@@ -148,8 +141,7 @@ impl ContentStore {
     }
 
     fn blob_path(&self, digest: &Digest) -> PathBuf {
-        let hex = digest.to_hex();
-        self.blobs.join(&hex[0..2]).join(&hex[2..4]).join(hex)
+        self.layout.blob_path(&self.blobs, digest)
     }
 
     /// Creates a temp file for a fill with `len` bytes reserved
@@ -244,12 +236,24 @@ impl ContentStore {
         let dest = self.blob_path(digest);
         let dir = dest.parent().expect("blob paths have a parent");
         let mut dirs = Vec::with_capacity(2);
-        if !dir.is_dir() {
-            fs::create_dir_all(dir)?;
-            let parent = dir.parent().expect("blob directories have a parent");
-            dirs.push(BlobDir(parent.to_path_buf()));
+        // A flat store's directories were made when it was opened: no
+        // `stat` per blob, unless one was removed behind its back.
+        let renamed = match self.layout {
+            Layout::Flat => Some(fs::rename(&temp.path, &dest)),
+            Layout::Nested => None,
+        };
+        match renamed {
+            Some(Ok(())) => {}
+            Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {
+                if !dir.is_dir() {
+                    fs::create_dir_all(dir)?;
+                    let parent = dir.parent().expect("blob directories have a parent");
+                    dirs.push(BlobDir(parent.to_path_buf()));
+                }
+                fs::rename(&temp.path, &dest)?;
+            }
         }
-        fs::rename(&temp.path, &dest)?;
         temp.committed = true;
         dirs.push(BlobDir(dir.to_path_buf()));
         Ok(dirs)

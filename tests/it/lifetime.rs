@@ -77,11 +77,7 @@ async fn a_release_racing_a_commit_of_the_same_digest_never_loses_the_blob() {
 }
 
 fn blob_file(store: &Path, hex: &str) -> std::path::PathBuf {
-    store
-        .join("blobs")
-        .join(&hex[0..2])
-        .join(&hex[2..4])
-        .join(hex)
+    store.join("blobs").join(&hex[0..2]).join(hex)
 }
 
 /// `verify --remove` leaves an unreferenced blob younger than its grace

@@ -423,12 +423,7 @@ async fn verify_finds_and_removes_corrupt_blobs() {
 
     // Flip one byte of f1's blob on disk.
     let hex = sha256_hex(&test_bytes(10_000, 1));
-    let blob = dir
-        .path()
-        .join("store/blobs")
-        .join(&hex[0..2])
-        .join(&hex[2..4])
-        .join(&hex);
+    let blob = dir.path().join("store/blobs").join(&hex[0..2]).join(&hex);
     let mut bytes = std::fs::read(&blob).unwrap();
     bytes[5000] ^= 0xff;
     std::fs::write(&blob, bytes).unwrap();
@@ -482,12 +477,7 @@ async fn a_blob_damaged_on_disk_is_never_served() {
     proxy.stop().await;
 
     let hex = sha256_hex(&body);
-    let blob = dir
-        .path()
-        .join("store/blobs")
-        .join(&hex[0..2])
-        .join(&hex[2..4])
-        .join(&hex);
+    let blob = dir.path().join("store/blobs").join(&hex[0..2]).join(&hex);
     let mut bytes = std::fs::read(&blob).unwrap();
     bytes[10] ^= 1;
     std::fs::write(&blob, bytes).unwrap();
