@@ -320,7 +320,7 @@ impl ArtifactRequest<'_> {
                 head,
                 file,
                 written,
-                ..
+                recent,
             } => {
                 // Every byte had arrived when this request joined (a body
                 // published before it is written): a hit, as for `Complete`.
@@ -336,7 +336,16 @@ impl ArtifactRequest<'_> {
                         let size = head.content_length.unwrap_or_default();
                         respond::from_fill_range(&head, body, range, size, self.method)
                     }
-                    None => respond::from_fill(&head, fill::body(rx, file), self.method, cache),
+                    // Every byte in the fill's memory: sent as one chunk.
+                    // (Only a body nothing can refuse is ever published
+                    // whole before it is checked: `fill::download`.)
+                    None => match recent
+                        .filter(|_| head.content_length == Some(written))
+                        .and_then(|r| r.whole(written))
+                    {
+                        Some(bytes) => respond::from_fill_whole(&head, bytes, self.method, cache),
+                        None => respond::from_fill(&head, fill::body(rx, file), self.method, cache),
+                    },
                 };
                 let response = self.with_kept(response, head.kept.as_deref());
                 Ok(Served {

@@ -110,6 +110,18 @@ pub fn from_fill(
     method: &Method,
     cache: CacheStatus,
 ) -> Response {
+    from_fill_body(head, Body::from_stream(body), method, cache)
+}
+
+/// [`from_fill`] for a body whose every byte the fill already holds in
+/// memory (a small one published before it is hashed): one chunk of known
+/// length, which hyper writes with the head, instead of a reader that polls
+/// the fill for each of the upstream's chunks and then for its end.
+pub fn from_fill_whole(head: &Head, body: Bytes, method: &Method, cache: CacheStatus) -> Response {
+    from_fill_body(head, Body::from(body), method, cache)
+}
+
+fn from_fill_body(head: &Head, body: Body, method: &Method, cache: CacheStatus) -> Response {
     let mut response = Response::new(Body::empty());
     let headers = response.headers_mut();
     headers.insert(X_CACHE_STATUS, status_header(cache));
@@ -121,7 +133,7 @@ pub fn from_fill(
         headers.insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     }
     if method != Method::HEAD {
-        *response.body_mut() = Body::from_stream(body);
+        *response.body_mut() = body;
     }
     response
 }
