@@ -59,9 +59,7 @@ impl Cache {
             let (body, pending) = pending.take_body();
             let temp = match body {
                 FillBody::Temp(temp) => Ok(temp),
-                FillBody::Memory(bytes) => store
-                    .create_temp_for(bytes.len() as u64)
-                    .and_then(|temp| temp.write_at(&bytes, 0).map(|()| temp)),
+                FillBody::Memory(bytes) => store.create_temp_holding(&bytes),
             };
             (temp, pending)
         };

@@ -148,6 +148,23 @@ impl ContentStore {
     /// ([`TempBlob::reserve`]). The budget is taken before the file exists, so
     /// a fill refused for want of room never shows a temp file at all.
     pub fn create_temp_for(&self, len: u64) -> io::Result<TempBlob> {
+        let temp = self.create_temp_counted(len)?;
+        temp.allocate(len)?;
+        Ok(temp)
+    }
+
+    /// A temp file holding `bytes` (a body kept in memory), counted as
+    /// [`ContentStore::create_temp_for`] counts one, without its
+    /// `fallocate`: the one write allocates as much, and a full disk fails
+    /// it the same way. Blocking.
+    pub fn create_temp_holding(&self, bytes: &[u8]) -> io::Result<TempBlob> {
+        let temp = self.create_temp_counted(bytes.len() as u64)?;
+        temp.write_at(bytes, 0)?;
+        Ok(temp)
+    }
+
+    /// An empty temp file with `len` bytes counted against the budget.
+    fn create_temp_counted(&self, len: u64) -> io::Result<TempBlob> {
         take_budget(&self.budget, len)?;
         let temp = match self.create_temp() {
             Ok(temp) => temp,
@@ -158,7 +175,6 @@ impl ContentStore {
         };
         // Counted from here on, and given back when the temp file goes.
         temp.reserved.store(len, Ordering::Relaxed);
-        temp.allocate(len)?;
         Ok(temp)
     }
 
