@@ -5,9 +5,10 @@
 //!   sixth pass. Its 256 directories are made (and synced) when the store
 //!   is opened, so committing a blob never makes a directory. On a fresh
 //!   ext4 a directory made per blob cost as much as the blob itself:
-//!   a batch of 512 one-KiB blobs renamed into new `ab/cd/` directories
-//!   wrote 19.4 KiB a blob and ran at 3.5–4.6k blobs/s, into the 256
-//!   directories made ahead 10.1 KiB and 6.4–7.0k/s (BENCHMARKS.md). ext4's
+//!   batches of 512 one-KiB blobs renamed into new `ab/cd/` directories
+//!   wrote 19.4 KiB a blob and ran at 8.4–8.9k blobs/s, into the 256
+//!   directories made ahead 10.1 KiB and 14.3–14.8k/s (`bench/blob-dirs.py`,
+//!   BENCHMARKS.md). ext4's
 //!   hashed directories keep a name lookup cheap at tens of thousands of
 //!   names a directory (5M blobs: about 20,000 each).
 //! - **Nested**, `blobs/ab/cd/<sha256 hex>`: stores made before. They keep

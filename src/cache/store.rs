@@ -2,8 +2,9 @@
 //!
 //! Layout under the root: `blobs/ab/<sha256 hex>` for committed blobs (a
 //! store made before round three's sixth pass keeps `blobs/ab/cd/`: see
-//! [`super::layout`]) and `tmp/` for fills in progress (same filesystem, so the commit is one atomic
-//! rename). **Invariant:** nothing outside this module knows a blob's path;
+//! [`super::layout`]) and `tmp/` for fills in progress (same filesystem,
+//! so the commit is one atomic rename). **Invariant:** nothing outside
+//! this module (and the layout it reads) knows a blob's path;
 //! everyone else holds a [`Digest`] or an open handle.
 //!
 //! Temp files have an owner that dies with its process: each store that
