@@ -19,13 +19,15 @@
 # alternating; medians with the spread, and the ratios of the medians.
 #
 # Usage: bash bench/sustained-miss.sh   (as root: installs nginx and wrk if missing)
-#   env: DURATION=7 ROUNDS=3 MC_BIN=path KEEP_TMP=1
+#   env: DURATION=7 ROUNDS=3 WARMUP=2 (untimed seconds per server first;
+#        0: none) MC_BIN=path KEEP_TMP=1
 # Results are recorded in BENCHMARKS.md.
 
 set -euo pipefail
 
 DURATION=${DURATION:-7}
 ROUNDS=${ROUNDS:-3}
+WARMUP=${WARMUP:-2}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -132,6 +134,20 @@ spread() { # digits values...
         if (a[1] == a[NR]) printf f, m; else printf f " (" f "–" f ")", m, a[1], a[NR] }'
 }
 
+# Each server first serves WARMUP seconds of distinct cold keys at 32
+# clients, untimed: a daemon pays once for its worker threads, its
+# upstream connections and its database's page cache, and a 5 s round
+# should not measure that (mirrorcache made 6.9-7.0k misses/s in its first
+# 5 s and 8.7-8.8k after 2 s of warm-up: BENCHMARKS.md, sixth pass).
+if ((WARMUP > 0)); then
+    for who in mc nginx; do
+        url=$MC
+        [[ $who == nginx ]] && url=$NGINX
+        DURATION=$WARMUP run "$url" distinct 32 warm >/dev/null
+    done
+    settle
+fi
+
 declare -A R
 for kind in distinct same; do
     for conns in 8 32; do
@@ -165,7 +181,7 @@ done
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
 {
     echo
-    echo "## bench/sustained-miss.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -d${DURATION}s, $ROUNDS rounds"
+    echo "## bench/sustained-miss.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -d${DURATION}s, $ROUNDS rounds, ${WARMUP}s warm-up"
     echo
     echo "mirrorcache: \`${MC_BIN#"$ROOT"/}\`; nginx $(nginx -v 2>&1 | sed 's/.*nginx\///') proxy_cache, access log buffered (the tuned anchor). Cells: median (min–max) over the rounds."
     echo
