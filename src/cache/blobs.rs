@@ -228,7 +228,7 @@ impl BlobStore for LocalBlobs {
     fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<()>> {
         let store = self.0.clone();
         Box::pin(async move {
-            tokio::task::spawn_blocking(move || store.commit(temp, &digest))
+            tokio::task::spawn_blocking(move || store.commit_one(temp, &digest))
                 .await
                 .map_err(io::Error::other)?
         })
@@ -249,13 +249,8 @@ impl BlobStore for LocalBlobs {
         Box::pin(async move {
             if count == 1 {
                 // One blob: its three steps in one hop.
-                let result = tokio::task::spawn_blocking(move || {
-                    let (temp, digest) = items.into_iter().next().expect("one item");
-                    store.commit_one(temp, &digest)
-                })
-                .await
-                .unwrap_or_else(|e| Err(io::Error::other(e.to_string())));
-                return vec![result];
+                let (temp, digest) = items.into_iter().next().expect("one item");
+                return vec![self.commit(temp, digest).await];
             }
             if count >= SYNCFS_FROM {
                 return tokio::task::spawn_blocking(move || store.commit_synced(items))

@@ -201,22 +201,6 @@ impl ContentStore {
         })
     }
 
-    /// Makes a fully written temp file visible as the blob `digest`: fsync the
-    /// data, rename it into place, fsync the directory. Blocking. (Counting
-    /// its bytes is the caller's, under the digest's lock.)
-    pub fn commit(&self, mut temp: TempBlob, digest: &Digest) -> io::Result<()> {
-        temp.file.sync_all()?;
-        let dest = self.blob_path(digest);
-        let dir = dest.parent().expect("blob paths have a parent");
-        if !dir.is_dir() {
-            fs::create_dir_all(dir)?;
-        }
-        fs::rename(&temp.path, &dest)?;
-        temp.committed = true;
-        File::open(dir)?.sync_all()?;
-        Ok(())
-    }
-
     /// A group commit of one blob, its steps in a row: [`sync_temp`],
     /// [`place`], each directory synced. Blocking.
     ///
@@ -512,7 +496,7 @@ fn owner_is_dead(tmp: &Path, owner: &str) -> bool {
     flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
-/// A fill's temp file. Dropped without [`ContentStore::commit`], it deletes
+/// A fill's temp file. Dropped without [`ContentStore::place`], it deletes
 /// itself, so a failed fill leaves nothing behind. Its bytes count against
 /// `storage.max_size` (as in progress) until it is dropped, committed or not.
 pub struct TempBlob {
