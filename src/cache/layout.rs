@@ -8,9 +8,8 @@
 //!   batches of 512 one-KiB blobs renamed into new `ab/cd/` directories
 //!   wrote 19.4 KiB a blob and ran at 8.4–8.9k blobs/s, into the 256
 //!   directories made ahead 10.1 KiB and 14.3–14.8k/s (`bench/blob-dirs.py`,
-//!   BENCHMARKS.md). ext4's
-//!   hashed directories keep a name lookup cheap at tens of thousands of
-//!   names a directory (5M blobs: about 20,000 each).
+//!   BENCHMARKS.md). ext4's hashed directories keep a name lookup cheap at
+//!   tens of thousands of names a directory (5M blobs: about 20,000 each).
 //! - **Nested**, `blobs/ab/cd/<sha256 hex>`: stores made before. They keep
 //!   it (nothing is moved); a blob's directory is made on its first commit.
 //!
@@ -33,12 +32,8 @@ pub(super) enum Layout {
 impl Layout {
     /// The layout of the tree under `blobs` (see the module's doc). Blocking.
     pub(super) fn of(blobs: &Path) -> io::Result<Layout> {
-        for a in fs::read_dir(blobs)? {
-            let a = a?;
-            if !a.file_type()?.is_dir() {
-                continue;
-            }
-            if let Some(first) = fs::read_dir(a.path())?.next() {
+        for a in subdirs(blobs)? {
+            if let Some(first) = fs::read_dir(a)?.next() {
                 let first = first?;
                 return Ok(if first.file_type()?.is_dir() {
                     Layout::Nested
@@ -88,25 +83,30 @@ impl Layout {
         blobs: &Path,
         visit: &mut dyn FnMut(Digest, &fs::Metadata),
     ) -> io::Result<()> {
-        for a in fs::read_dir(blobs)? {
-            let a = a?;
-            if !a.file_type()?.is_dir() {
-                continue;
-            }
+        for a in subdirs(blobs)? {
             match self {
-                Layout::Flat => visit_dir(&a.path(), visit)?,
+                Layout::Flat => visit_dir(&a, visit)?,
                 Layout::Nested => {
-                    for b in fs::read_dir(a.path())? {
-                        let b = b?;
-                        if b.file_type()?.is_dir() {
-                            visit_dir(&b.path(), visit)?;
-                        }
+                    for b in subdirs(&a)? {
+                        visit_dir(&b, visit)?;
                     }
                 }
             }
         }
         Ok(())
     }
+}
+
+/// The directories in `dir` (other names are passed over).
+fn subdirs(dir: &Path) -> io::Result<Vec<PathBuf>> {
+    let mut found = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let entry = entry?;
+        if entry.file_type()?.is_dir() {
+            found.push(entry.path());
+        }
+    }
+    Ok(found)
 }
 
 /// The blobs named in one directory.
