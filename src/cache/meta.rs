@@ -271,15 +271,14 @@ impl MetadataStore {
                         // WAL lets readers run beside the one writer; NORMAL is
                         // durable across process crashes, which is what we need:
                         // blobs are fsynced before their row is written.
-                        sqlx::query("PRAGMA journal_mode = WAL")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA synchronous = NORMAL")
-                            .execute(&mut *conn)
-                            .await?;
-                        sqlx::query("PRAGMA busy_timeout = 5000")
-                            .execute(&mut *conn)
-                            .await?;
+                        // The busy timeout first: the others may wait for a lock.
+                        for pragma in [
+                            "PRAGMA busy_timeout = 5000",
+                            "PRAGMA journal_mode = WAL",
+                            "PRAGMA synchronous = NORMAL",
+                        ] {
+                            sqlx::query(pragma).execute(&mut *conn).await?;
+                        }
                     }
                     Ok(())
                 })

@@ -17,9 +17,9 @@ pub(super) async fn durable_pool(url: &str) -> Result<AnyPool, sqlx::Error> {
         .after_connect(|conn, _meta| {
             Box::pin(async move {
                 for pragma in [
+                    "PRAGMA busy_timeout = 5000",
                     "PRAGMA journal_mode = WAL",
                     "PRAGMA synchronous = FULL",
-                    "PRAGMA busy_timeout = 5000",
                 ] {
                     sqlx::query(pragma).execute(&mut *conn).await?;
                 }
@@ -28,6 +28,45 @@ pub(super) async fn durable_pool(url: &str) -> Result<AnyPool, sqlx::Error> {
         })
         .connect(url)
         .await
+}
+
+/// Whether `error` is SQLite's "database is locked" (`SQLITE_BUSY` and its
+/// extended codes, such as `SQLITE_BUSY_SNAPSHOT`, which a connection gets
+/// at once, without its busy timeout, when another process's commit came
+/// between its read and its write).
+pub(super) fn is_busy(error: &sqlx::Error) -> bool {
+    match error {
+        sqlx::Error::Database(db) => {
+            db.code()
+                .and_then(|code| code.parse::<i32>().ok())
+                .is_some_and(|code| code & 0xff == 5)
+                || db.message().contains("database is locked")
+        }
+        _ => false,
+    }
+}
+
+/// Runs `write` (one statement, not applied when it fails) again while
+/// SQLite says the database is locked, for up to about 10 s: the writes a
+/// command makes beside a running server (`token add`, `token revoke`).
+pub(super) async fn retry_busy<T, F, Fut>(mut write: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
+    let mut pause = Duration::from_millis(20);
+    let mut waited = Duration::ZERO;
+    loop {
+        match write().await {
+            Err(error) if is_busy(&error) && waited < Duration::from_secs(10) => {
+                tracing::debug!(%error, "the database is locked; trying again");
+                tokio::time::sleep(pause).await;
+                waited += pause;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            done => return done,
+        }
+    }
 }
 
 /// `sqlite://data/meta.db?mode=rwc` → `data/meta.db` (`None`: not a SQLite
@@ -60,4 +99,63 @@ pub(super) fn sqlite_url(url: &str) -> Result<String, sqlx::Error> {
     } else {
         format!("sqlite://{file}?{query}&mode=rwc")
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sqlx::Connection as _;
+
+    /// A write refused because another connection holds the write lock is
+    /// told as busy, and goes through once that lock is let go.
+    #[tokio::test]
+    async fn a_locked_write_is_tried_again_until_it_goes_through() {
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = sqlite_url(&format!("sqlite://{}/t.db", dir.path().display())).unwrap();
+        let mut holder = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::query("PRAGMA journal_mode = WAL")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        sqlx::query("CREATE TABLE t (n INTEGER)")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let mut writer = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::query("PRAGMA busy_timeout = 0")
+            .execute(&mut writer)
+            .await
+            .unwrap();
+        sqlx::query("BEGIN IMMEDIATE")
+            .execute(&mut holder)
+            .await
+            .unwrap();
+        let refused = sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut writer)
+            .await
+            .unwrap_err();
+        assert!(is_busy(&refused), "{refused}");
+        assert!(!is_busy(&sqlx::Error::RowNotFound));
+
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(150)).await;
+            sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
+        };
+        let writer = std::sync::Arc::new(tokio::sync::Mutex::new(writer));
+        let tries = std::sync::atomic::AtomicUsize::new(0);
+        let write = retry_busy(|| {
+            tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let writer = writer.clone();
+            async move {
+                let mut writer = writer.lock().await;
+                sqlx::query("INSERT INTO t VALUES (2)")
+                    .execute(&mut *writer)
+                    .await
+            }
+        });
+        let (written, ()) = tokio::join!(write, release);
+        assert_eq!(written.unwrap().rows_affected(), 1);
+        assert!(tries.load(std::sync::atomic::Ordering::Relaxed) > 1);
+    }
 }

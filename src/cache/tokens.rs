@@ -32,16 +32,18 @@ fn row((id, user, secret_hash, created_at_ms, expires_at_ms): Tuple) -> TokenRow
 
 impl MetadataStore {
     pub async fn token_insert(&self, token: &TokenRow) -> Result<(), ProxyError> {
-        sqlx::query(
-            "INSERT INTO tokens (id, username, secret_hash, created_at, expires_at) \
-             VALUES ($1, $2, $3, $4, $5)",
-        )
-        .bind(&token.id)
-        .bind(&token.user)
-        .bind(&token.secret_hash)
-        .bind(token.created_at_ms)
-        .bind(token.expires_at_ms)
-        .execute(self.pool())
+        super::sqlite::retry_busy(|| {
+            sqlx::query(
+                "INSERT INTO tokens (id, username, secret_hash, created_at, expires_at) \
+                 VALUES ($1, $2, $3, $4, $5)",
+            )
+            .bind(&token.id)
+            .bind(&token.user)
+            .bind(&token.secret_hash)
+            .bind(token.created_at_ms)
+            .bind(token.expires_at_ms)
+            .execute(self.pool())
+        })
         .await
         .map_err(db_error)?;
         Ok(())
@@ -74,11 +76,13 @@ impl MetadataStore {
 
     /// Deletes the token with this id; whether there was one.
     pub async fn token_revoke(&self, id: &str) -> Result<bool, ProxyError> {
-        let done = sqlx::query("DELETE FROM tokens WHERE id = $1")
-            .bind(id)
-            .execute(self.pool())
-            .await
-            .map_err(db_error)?;
+        let done = super::sqlite::retry_busy(|| {
+            sqlx::query("DELETE FROM tokens WHERE id = $1")
+                .bind(id)
+                .execute(self.pool())
+        })
+        .await
+        .map_err(db_error)?;
         Ok(done.rows_affected() > 0)
     }
 }
