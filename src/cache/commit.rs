@@ -330,9 +330,6 @@ impl Cache {
                 self.budget.add_committed(size);
             }
         }
-        for old in &released {
-            self.release_held(old).await;
-        }
         // In memory (and shared) still under the locks: a deletion of the
         // row right after must find the entry there to drop it. Shared
         // first, then the purge check: a purge after the check deletes the
@@ -366,6 +363,12 @@ impl Cache {
                 }
             }
             answers.push((done, None));
+        }
+        // The replaced rows' blobs, once memory names the new rows (where
+        // the entry index answers whether a digest is referenced, its
+        // records must be the rows': `MetadataStore::digests_in_memory`).
+        for old in &released {
+            self.release_held(old).await;
         }
         // No longer being committed, still under their locks: a release
         // from now on sees the rows.

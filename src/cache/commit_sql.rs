@@ -74,6 +74,10 @@ impl MetadataStore {
         digests: &[Digest],
     ) -> Result<HashSet<Digest>, ProxyError> {
         let mut found = HashSet::new();
+        if self.digests_in_memory() {
+            found.extend(digests.iter().filter(|d| self.index.references(d)));
+            return Ok(found);
+        }
         for chunk in digests.chunks(ROWS_PER_STATEMENT) {
             let sql = format!(
                 "SELECT DISTINCT digest FROM entries WHERE digest IN ({})",

@@ -88,6 +88,9 @@ pub fn low_water(max: u64) -> u64 {
 /// under the low-water mark.
 pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     let _one_round = cache.evictor.round.lock().await;
+    // Each eviction asks whether its blob is still referenced: the entry
+    // index answers once loaded, where the database would read every row.
+    cache.meta.index.loaded().await;
     cache.meta.flush_access_times().await?;
     cache.rederive_size().await?;
     let budget = &cache.evictor.budget;

@@ -162,6 +162,8 @@ pub struct Index {
     shards: Box<[RwLock<HashMap<Key, Record, BuildIdentity>>]>,
     content_types: RwLock<Names>,
     remotes: RwLock<Names>,
+    /// How many records name each digest, changed with them.
+    references: super::references::References,
 }
 
 /// What the writers changed while the index loads (see [`Index::load`]).
@@ -253,6 +255,7 @@ impl Index {
                 .collect(),
             content_types: RwLock::default(),
             remotes: RwLock::default(),
+            references: super::references::References::with_room(expected),
         }
     }
 
@@ -309,10 +312,7 @@ impl Index {
             if changed.as_ref().is_some_and(|c| c.covers(&key, &record)) {
                 continue;
             }
-            self.shard(key)
-                .write()
-                .expect("index poisoned")
-                .insert(key, record);
+            self.put(key, record);
         }
     }
 
@@ -354,10 +354,26 @@ impl Index {
         self.note(|c| {
             c.keys.insert(hashed);
         });
-        self.shard(hashed)
-            .write()
-            .expect("index poisoned")
-            .insert(hashed, record);
+        self.put(hashed, record);
+    }
+
+    /// Puts `record` in its shard, the digests' counts changed with it.
+    fn put(&self, key: Key, record: Record) {
+        let mut shard = self.shard(key).write().expect("index poisoned");
+        let old = shard.insert(key, record);
+        self.references
+            .replace(old.as_ref().map(|o| &o.digest), &record.digest);
+    }
+
+    /// Whether some record names `digest`: whether a row references it,
+    /// when the index is complete.
+    pub fn references(&self, digest: &Digest) -> bool {
+        self.references.any(&digest.0)
+    }
+
+    /// How many digests (by their first 48 bits) the records name.
+    pub fn digests(&self) -> usize {
+        self.references.len()
     }
 
     fn remote_number(&self, remote: &str) -> Option<u16> {
@@ -441,10 +457,10 @@ impl Index {
         self.note(|c| {
             c.keys.insert(hashed);
         });
-        self.shard(hashed)
-            .write()
-            .expect("index poisoned")
-            .remove(&hashed);
+        let mut shard = self.shard(hashed).write().expect("index poisoned");
+        if let Some(old) = shard.remove(&hashed) {
+            self.references.sub(&old.digest);
+        }
     }
 
     /// Drops every record of `remote`.
@@ -455,10 +471,13 @@ impl Index {
         };
         self.note(|c| c.remotes.push(n));
         for shard in self.shards.iter() {
-            shard
-                .write()
-                .expect("index poisoned")
-                .retain(|_, r| r.remote != n);
+            shard.write().expect("index poisoned").retain(|_, r| {
+                let keep = r.remote != n;
+                if !keep {
+                    self.references.sub(&r.digest);
+                }
+                keep
+            });
         }
     }
 
@@ -473,120 +492,32 @@ impl Index {
         };
         self.note(|c| c.digests.push((remote, digest.0)));
         for shard in self.shards.iter() {
-            shard
-                .write()
-                .expect("index poisoned")
-                .retain(|_, r| r.digest != digest.0 || remote.is_some_and(|n| n != r.remote));
+            shard.write().expect("index poisoned").retain(|_, r| {
+                let keep = r.digest != digest.0 || remote.is_some_and(|n| n != r.remote);
+                if !keep {
+                    self.references.sub(&r.digest);
+                }
+                keep
+            });
         }
     }
 
     pub fn clear(&self) {
         self.note(|c| c.all = true);
-        for shard in self.shards.iter() {
-            shard.write().expect("index poisoned").clear();
+        // Every shard held at once: no record put between two shards'
+        // clearing keeps a count the clearing of the counts drops.
+        let mut shards: Vec<_> = self
+            .shards
+            .iter()
+            .map(|s| s.write().expect("index poisoned"))
+            .collect();
+        for shard in &mut shards {
+            shard.clear();
         }
+        self.references.clear();
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn entry(n: u8, last_modified: Option<&str>) -> Entry {
-        Entry::new(
-            Digest([n; 32]),
-            u64::from(n) * 1000,
-            Some("application/x-test".into()),
-            Some("\"etag\"".into()),
-            last_modified.map(str::to_string),
-            1_700_000_000_123,
-        )
-    }
-
-    #[test]
-    fn records_give_back_their_entries_and_go_with_their_scope() {
-        let index = Index::new();
-        index.set_complete(true);
-        assert!(matches!(index.get("r/a"), Found::Absent));
-        index.insert("r/a", &entry(1, Some("Sun, 06 Nov 1994 08:49:37 GMT")));
-        index.insert("r/b", &entry(2, None));
-        index.insert("s/a", &entry(1, None));
-        let Found::Entry(a) = index.get("r/a") else {
-            panic!("r/a is listed")
-        };
-        assert_eq!(
-            (a.digest, a.size, a.fetched_at_ms),
-            (Digest([1; 32]), 1000, 1_700_000_000_123)
-        );
-        assert_eq!(a.content_type.as_deref(), Some("application/x-test"));
-        assert_eq!(
-            a.upstream_last_modified.as_deref(),
-            Some("Sun, 06 Nov 1994 08:49:37 GMT")
-        );
-        assert!(a.upstream_etag.is_none() && a.from_index);
-        // Not a date: listed, and asked of the database.
-        index.insert("r/c", &entry(3, Some("yesterday")));
-        assert!(matches!(index.get("r/c"), Found::Unknown));
-        index.remove_digest(Some("r"), &Digest([1; 32]));
-        assert!(matches!(index.get("r/a"), Found::Absent));
-        assert!(matches!(index.get("s/a"), Found::Entry(_)));
-        index.remove_remote("r");
-        assert!(matches!(index.get("r/b"), Found::Absent));
-        assert_eq!(index.len(), 1);
-        assert_eq!(RECORD_BYTES, 72);
-        // Tables nearly full at start-up, whatever the count.
-        for expected in [10_000, 1_000_000, 1 << 20, 5_000_000] {
-            let (shards, room) = layout(expected);
-            assert!(shards >= SHARDS && shards * room >= expected + expected / 10);
-            assert!(
-                shards * room < (expected + expected / 10) * 8 / 7 + room,
-                "{expected}"
-            );
-        }
-        let partial = Index::new();
-        assert!(matches!(partial.get("r/a"), Found::Unknown));
-    }
-
-    #[test]
-    fn the_loader_brings_back_nothing_a_writer_changed_during_the_load() {
-        let index = Index::new();
-        index.begin_load();
-        // Rows the loader read before the writers ran.
-        let keys = ["r/gone", "r/replaced", "r/kept", "s/purged", "r/evicted"];
-        let mut rows: Vec<(Key, Record)> = keys
-            .iter()
-            .zip(1u8..)
-            .map(|(key, n)| {
-                let fields = Fields {
-                    digest: Digest([n; 32]),
-                    size: u64::from(n),
-                    content_type: Some("text/plain"),
-                    last_modified: None,
-                    fetched_at_ms: 1,
-                    kept: false,
-                };
-                (index.key(key), index.record(&key[..1], &fields))
-            })
-            .collect();
-        index.remove("r/gone");
-        index.insert("r/replaced", &entry(9, None));
-        index.remove_remote("s");
-        index.remove_digest(None, &Digest([5; 32]));
-        assert!(matches!(index.get("r/kept"), Found::Unknown));
-        index.load(&mut rows);
-        index.end_load(true);
-        let digest = |key| match index.get(key) {
-            Found::Entry(e) => Some(e.digest.0[0]),
-            Found::Absent => None,
-            Found::Unknown => panic!("{key}: complete after the load"),
-        };
-        assert_eq!(digest("r/gone"), None);
-        assert_eq!(digest("r/replaced"), Some(9));
-        assert_eq!(digest("r/kept"), Some(3));
-        assert_eq!(digest("s/purged"), None);
-        assert_eq!(digest("r/evicted"), None);
-        // After the load nothing is noted: a later load (none) or insert is plain.
-        index.insert("s/purged", &entry(4, None));
-        assert_eq!(digest("s/purged"), Some(4));
-    }
-}
+#[path = "index_tests.rs"]
+mod tests;

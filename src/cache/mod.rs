@@ -37,6 +37,7 @@ mod others;
 mod prepared;
 pub mod prune;
 pub mod purge;
+pub mod references;
 mod refs;
 mod spool;
 mod sql;
@@ -204,6 +205,15 @@ impl Cache {
                     redact_url(&config.metadata.url)
                 )
             })?;
+        // Complete once loaded only where no other instance writes rows the
+        // server must see at once (another process's import tells the
+        // server: `others`).
+        let complete = config.metadata.url.starts_with("sqlite:") && config.redis.is_none();
+        if config.metadata.url.starts_with("sqlite:") {
+            meta.index_digests(!complete)
+                .await
+                .context("indexing the metadata database's digests")?;
+        }
         // Before the cache is shared: no writer can change a row unnoticed
         // by the load (see `index`).
         meta.index.begin_load();
@@ -262,10 +272,6 @@ impl Cache {
             cache.meta.attach_cluster(cluster.clone());
             let _ = cache.cluster.set(cluster);
         }
-        // Complete once loaded only where no other instance writes rows the
-        // server must see at once (another process's import tells the
-        // server: `others`).
-        let complete = config.metadata.url.starts_with("sqlite:") && config.redis.is_none();
         tokio::spawn(load_index(cache.clone(), complete, deferred));
         let declaring: Arc<[_]> = (config.remotes.iter())
             .filter(|r| r.kind.digests().is_some())
@@ -475,21 +481,22 @@ impl Cache {
 
     /// [`Cache::forget_remote`] for a caller holding `accounting` shared.
     async fn forget_remote_held(&self, remote: &str) -> Result<(u64, usize, u64), ProxyError> {
-        let digests = self.meta.remote_digests(remote).await?;
+        // By their keys, a digest's rows at a time: the embedded database
+        // has no index on `entries.digest` to find them by.
+        let by_digest = self.meta.remote_rows(remote).await?;
         let (mut rows, mut freed) = (0, 0);
-        for hex in &digests {
-            match Digest::from_hex(hex) {
-                Some(digest) => {
-                    let _digest = self.digest_lock(&digest).lock().await;
-                    rows += self.meta.delete_remote_digest(Some(remote), hex).await?;
-                    freed += self.release_held(&digest).await;
-                }
-                None => {
-                    rows += self.meta.delete_remote_digest(Some(remote), hex).await?;
-                }
+        for (hex, paths) in &by_digest {
+            let digest = Digest::from_hex(hex);
+            let _digest = match &digest {
+                Some(digest) => Some(self.digest_lock(digest).lock().await),
+                None => None,
+            };
+            rows += self.meta.delete_remote_paths(remote, hex, paths).await?;
+            if let Some(digest) = &digest {
+                freed += self.release_held(digest).await;
             }
         }
-        Ok((rows, digests.len(), freed))
+        Ok((rows, by_digest.len(), freed))
     }
 
     /// Deletes an unreferenced blob and uncounts it. The caller holds the

@@ -3,6 +3,8 @@
 //! holds, and the store's size as the database knows it (the one source of
 //! truth, [`super::budget`]).
 
+use std::collections::BTreeMap;
+
 use super::cluster;
 use super::meta::{db_error, MetadataStore};
 use crate::error::ProxyError;
@@ -14,8 +16,35 @@ impl MetadataStore {
         self.forget_row_of(remote, path, None).await.map(drop)
     }
 
+    /// Whether the entry index answers digest questions: it is complete
+    /// and no other process wrote. Then its counts are the rows' (the
+    /// embedded database keeps no index on `entries.digest`, so asking it
+    /// reads every row).
+    pub(super) fn digests_in_memory(&self) -> bool {
+        self.index.is_complete() && self.memory_trusted()
+    }
+
+    /// Whether the embedded database keeps an index on `entries.digest`
+    /// (made, or dropped, now; the migrations make one). Not where the
+    /// entry index, complete once loaded, answers digest questions: its
+    /// random inserts cost a page of the write-ahead log for every row
+    /// committed (BENCHMARKS.md, seventh pass). Where it is not complete
+    /// (with Redis, other instances write rows), the database answers them.
+    pub(super) async fn index_digests(&self, wanted: bool) -> Result<(), sqlx::Error> {
+        let sql = match wanted {
+            true => "CREATE INDEX IF NOT EXISTS entries_digest ON entries (digest)",
+            false => "DROP INDEX IF EXISTS entries_digest",
+        };
+        sqlx::query(sql).execute(&self.pool).await.map(drop)
+    }
+
     /// Whether any row still references the blob `digest` (hex).
     pub async fn digest_referenced(&self, digest: &str) -> Result<bool, ProxyError> {
+        if let Some(parsed) = super::Digest::from_hex(digest) {
+            if self.digests_in_memory() {
+                return Ok(self.index.references(&parsed));
+            }
+        }
         let row: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM entries WHERE digest = $1 LIMIT 1")
             .bind(digest)
             .fetch_optional(self.pool())
@@ -65,19 +94,59 @@ impl MetadataStore {
         .execute(&self.pool)
         .await
         .map_err(db_error)?;
+        if done.rows_affected() > 0 {
+            self.others.wrote();
+        }
         self.shared_changed(&key, None).await;
         Ok(done.rows_affected() > 0)
     }
 
-    /// The digests (hex) the rows of `remote` reference, each once.
-    pub async fn remote_digests(&self, remote: &str) -> Result<Vec<String>, ProxyError> {
-        let rows: Vec<(String,)> =
-            sqlx::query_as("SELECT DISTINCT digest FROM entries WHERE remote = $1")
+    /// The paths of the rows of `remote`, by the digest (hex) they reference.
+    pub async fn remote_rows(
+        &self,
+        remote: &str,
+    ) -> Result<BTreeMap<String, Vec<String>>, ProxyError> {
+        let rows: Vec<(String, String)> =
+            sqlx::query_as("SELECT path, digest FROM entries WHERE remote = $1")
                 .bind(remote)
                 .fetch_all(&self.pool)
                 .await
                 .map_err(db_error)?;
-        Ok(rows.into_iter().map(|(d,)| d).collect())
+        let mut by_digest: BTreeMap<String, Vec<String>> = BTreeMap::new();
+        for (path, digest) in rows {
+            by_digest.entry(digest).or_default().push(path);
+        }
+        Ok(by_digest)
+    }
+
+    /// Deletes the rows of `remote` at `paths` that still reference
+    /// `digest` (hex), by their keys; returns how many.
+    pub(super) async fn delete_remote_paths(
+        &self,
+        remote: &str,
+        digest: &str,
+        paths: &[String],
+    ) -> Result<u64, ProxyError> {
+        let mut rows = 0;
+        for chunk in paths.chunks(100) {
+            let sql = format!(
+                "DELETE FROM entries WHERE remote = $1 AND digest = $2 AND path IN ({})",
+                super::sql::placeholders(3, chunk.len())
+            );
+            let mut query = sqlx::query(&sql).bind(remote).bind(digest);
+            for path in chunk {
+                query = query.bind(path);
+            }
+            rows += query
+                .execute(&self.pool)
+                .await
+                .map_err(db_error)?
+                .rows_affected();
+            for path in chunk {
+                self.index.remove(&format!("{remote}/{path}"));
+            }
+        }
+        Ok(rows)
     }
 
     /// Deletes the rows (of `remote`, when given) that reference `digest`

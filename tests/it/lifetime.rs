@@ -435,3 +435,97 @@ async fn fills_in_progress_count_against_max_size() {
     assert!(running.proxy.cache.size() <= 1024 * 1024);
     running.shutdown().await;
 }
+
+/// On SQLite without Redis, "does a row still reference this blob?" is the
+/// entry index's question (the database keeps no index on
+/// `entries.digest`): a blob goes with its last row, not before, however
+/// many names share it; and a row another process deletes is seen.
+#[tokio::test]
+async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
+    use sqlx::Connection as _;
+    let mirror = MirrorServer::start().await;
+    let shared = test_bytes(3000, 21);
+    mirror.put("/m/a", shared.clone());
+    mirror.put("/m/b", shared.clone());
+    mirror.put("/m/own", test_bytes(3000, 22));
+    let dir = tempfile::tempdir().unwrap();
+    let running = start_text(&config_text(dir.path(), &remote(&mirror))).await;
+    let cache = &running.proxy.cache;
+    cache.meta.index.loaded().await;
+    assert!(cache.meta.index.is_complete());
+    let client = reqwest::Client::new();
+    for name in ["a", "b", "own"] {
+        let url = format!("http://{}/r/{name}", running.local_addr);
+        assert_eq!(get(&client, &url).await.0, 200);
+    }
+    running.proxy.fills.wait_idle().await;
+    let mut db =
+        sqlx::SqliteConnection::connect(&format!("sqlite://{}/meta.db", dir.path().display()))
+            .await
+            .unwrap();
+    let (indexes,): (i64,) =
+        sqlx::query_as("SELECT COUNT(*) FROM sqlite_master WHERE name = 'entries_digest'")
+            .fetch_one(&mut db)
+            .await
+            .unwrap();
+    assert_eq!(indexes, 0, "no index on entries.digest");
+    let blob = |bytes: &[u8]| {
+        let hex = sha256_hex(bytes);
+        dir.path().join("store/blobs").join(&hex[..2]).join(hex)
+    };
+    assert!(blob(&shared).exists() && blob(&test_bytes(3000, 22)).exists());
+    let hex = sha256_hex(&shared);
+    assert!(cache.meta.digest_referenced(&hex).await.unwrap());
+    assert_eq!(
+        cache.forget_row("r", "a").await.unwrap(),
+        0,
+        "b still has it"
+    );
+    assert!(blob(&shared).exists());
+    assert!(cache.meta.digest_referenced(&hex).await.unwrap());
+    assert_eq!(cache.forget_row("r", "b").await.unwrap(), 3000);
+    assert!(!blob(&shared).exists());
+    assert!(!cache.meta.digest_referenced(&hex).await.unwrap());
+    // A row another process adds (marker written, as `mirrorcache import`
+    // does) keeps the blob it references when the server's own row of it
+    // goes: the database answers until memory is loaded again, and memory
+    // then counts that row.
+    let own = test_bytes(3000, 22);
+    let other = mirrorcache::cache::MetadataStore::connect(
+        &format!("sqlite://{}/meta.db", dir.path().display()),
+        1,
+    )
+    .await
+    .unwrap();
+    let entry = mirrorcache::cache::meta::Entry::new(
+        Digest::from_hex(&sha256_hex(&own)).unwrap(),
+        3000,
+        None,
+        None,
+        None,
+        1,
+    );
+    other
+        .record(&ArtifactPath::parse("/r/copy").unwrap(), entry)
+        .await
+        .unwrap();
+    other.close().await;
+    assert_eq!(
+        cache.forget_row("r", "own").await.unwrap(),
+        0,
+        "copy has it"
+    );
+    assert!(blob(&own).exists());
+    // The reload begins once the server saw the marker change.
+    for _ in 0..500 {
+        cache.meta.index.loaded().await;
+        if cache.meta.index.is_complete() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(cache.meta.index.is_complete());
+    assert_eq!(cache.forget_row("r", "copy").await.unwrap(), 3000);
+    assert!(!blob(&own).exists());
+    running.shutdown().await;
+}

@@ -1,0 +1,232 @@
+//! How many records of the entry index name each digest, so that "does any
+//! row still reference this blob?" (asked by every release of a blob and
+//! by every batch of commits) is answered from memory where the index is
+//! complete (`MetadataStore::digest_referenced`), and the embedded
+//! database keeps no index on `entries.digest`: its random inserts dirtied
+//! a page of the write-ahead log a row (BENCHMARKS.md, seventh pass).
+//!
+//! A count is kept under the digest's first 48 bits, in 8 bytes (the
+//! prefix and a 16-bit count; counts past that in a side table). Two
+//! digests sharing a prefix share a count: each then looks referenced while
+//! the other is, so a blob is kept, never deleted early (at a million
+//! digests the chance that any two share one is about 0.2 %).
+//!
+//! The index changes a count under the lock of the record's own shard,
+//! with the record, so the counts are the records' at every moment a
+//! reader holding the digest's lock (`Cache::digest_lock`) can observe.
+
+use std::collections::HashMap;
+use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::Mutex;
+
+const SHARDS: usize = 64;
+
+/// The first 48 bits of a digest.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Prefix([u8; 6]);
+
+impl Prefix {
+    fn of(digest: &[u8; 32]) -> Prefix {
+        let mut p = [0u8; 6];
+        p.copy_from_slice(&digest[..6]);
+        Prefix(p)
+    }
+}
+
+impl Hash for Prefix {
+    fn hash<H: Hasher>(&self, state: &mut H) {
+        let mut n = [0u8; 8];
+        n[..6].copy_from_slice(&self.0);
+        state.write_u64(u64::from_le_bytes(n));
+    }
+}
+
+/// Spreads a prefix (already uniform in its 48 bits) over all 64, so the
+/// table's tag bits, its top seven, differ too.
+#[derive(Default, Clone, Copy)]
+struct Spread(u64);
+
+impl Hasher for Spread {
+    fn finish(&self) -> u64 {
+        self.0.wrapping_mul(0x9E37_79B9_7F4A_7C15)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, n: u64) {
+        self.0 = n;
+    }
+}
+
+#[derive(Default, Clone, Copy)]
+struct BuildSpread;
+
+impl BuildHasher for BuildSpread {
+    type Hasher = Spread;
+    fn build_hasher(&self) -> Spread {
+        Spread(0)
+    }
+}
+
+/// Bytes a count takes in its table (the table adds its control byte and
+/// spare capacity).
+pub const COUNT_BYTES: usize = std::mem::size_of::<(Prefix, u16)>();
+
+pub(super) struct References {
+    shards: Box<[Mutex<HashMap<Prefix, u16, BuildSpread>>]>,
+    /// What a count holds past `u16::MAX` (one digest under that many
+    /// names).
+    many: Mutex<HashMap<Prefix, u64>>,
+}
+
+impl References {
+    /// Room for about `expected` digests.
+    pub(super) fn with_room(expected: usize) -> References {
+        let room = (expected + expected / 10).div_ceil(SHARDS);
+        References {
+            shards: (0..SHARDS)
+                .map(|_| Mutex::new(HashMap::with_capacity_and_hasher(room, BuildSpread)))
+                .collect(),
+            many: Mutex::default(),
+        }
+    }
+
+    /// The shard of a digest, by a byte outside its prefix.
+    fn shard(&self, digest: &[u8; 32]) -> &Mutex<HashMap<Prefix, u16, BuildSpread>> {
+        &self.shards[usize::from(digest[6]) % SHARDS]
+    }
+
+    /// One more record names `digest`.
+    pub(super) fn add(&self, digest: &[u8; 32]) {
+        let prefix = Prefix::of(digest);
+        let mut shard = self.shard(digest).lock().expect("references poisoned");
+        let count = shard.entry(prefix).or_insert(0);
+        if *count == u16::MAX {
+            *self
+                .many
+                .lock()
+                .expect("references poisoned")
+                .entry(prefix)
+                .or_insert(0) += 1;
+        } else {
+            *count += 1;
+        }
+    }
+
+    /// One record fewer names `digest`.
+    pub(super) fn sub(&self, digest: &[u8; 32]) {
+        let prefix = Prefix::of(digest);
+        let mut shard = self.shard(digest).lock().expect("references poisoned");
+        let Some(count) = shard.get_mut(&prefix) else {
+            debug_assert!(false, "a digest no record named");
+            return;
+        };
+        if *count == u16::MAX {
+            let mut many = self.many.lock().expect("references poisoned");
+            if let Some(more) = many.get_mut(&prefix) {
+                *more -= 1;
+                if *more == 0 {
+                    many.remove(&prefix);
+                }
+                return;
+            }
+        }
+        *count -= 1;
+        if *count == 0 {
+            shard.remove(&prefix);
+        }
+    }
+
+    /// `old` no longer named by a record, `new` named instead.
+    pub(super) fn replace(&self, old: Option<&[u8; 32]>, new: &[u8; 32]) {
+        if old == Some(new) {
+            return;
+        }
+        self.add(new);
+        if let Some(old) = old {
+            self.sub(old);
+        }
+    }
+
+    /// Whether some record names `digest` (or a digest with its prefix).
+    pub(super) fn any(&self, digest: &[u8; 32]) -> bool {
+        self.shard(digest)
+            .lock()
+            .expect("references poisoned")
+            .contains_key(&Prefix::of(digest))
+    }
+
+    /// No record names anything (the caller holds every record's shard).
+    pub(super) fn clear(&self) {
+        for shard in self.shards.iter() {
+            shard.lock().expect("references poisoned").clear();
+        }
+        self.many.lock().expect("references poisoned").clear();
+    }
+
+    /// How many prefixes are counted.
+    pub(super) fn len(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| s.lock().expect("references poisoned").len())
+            .sum()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn digest(n: u8, tail: u8) -> [u8; 32] {
+        let mut d = [tail; 32];
+        d[0] = n;
+        d
+    }
+
+    #[test]
+    fn a_digest_is_referenced_while_a_record_names_it() {
+        let refs = References::with_room(10);
+        let (a, b) = (digest(1, 0), digest(2, 0));
+        assert!(!refs.any(&a));
+        refs.add(&a);
+        refs.add(&a);
+        refs.replace(Some(&a), &b);
+        assert!(refs.any(&a) && refs.any(&b));
+        refs.replace(Some(&b), &b);
+        refs.sub(&a);
+        assert!(!refs.any(&a) && refs.any(&b));
+        assert_eq!(refs.len(), 1);
+        refs.clear();
+        assert!(!refs.any(&b));
+        assert_eq!(COUNT_BYTES, 8);
+    }
+
+    #[test]
+    fn counts_past_sixteen_bits_and_shared_prefixes_keep_a_blob_not_lose_it() {
+        let refs = References::with_room(0);
+        let a = digest(7, 1);
+        let n = u32::from(u16::MAX) + 5;
+        for _ in 0..n {
+            refs.add(&a);
+        }
+        for _ in 1..n {
+            refs.sub(&a);
+        }
+        assert!(refs.any(&a));
+        refs.sub(&a);
+        assert!(!refs.any(&a));
+        // Two digests with one prefix (bytes past the sixth differ): one
+        // count, so each stays referenced while the other is.
+        let x = digest(9, 3);
+        let mut y2 = x;
+        y2[10] = 0xff;
+        refs.add(&x);
+        refs.add(&y2);
+        refs.sub(&x);
+        assert!(refs.any(&x) && refs.any(&y2));
+        refs.sub(&y2);
+        assert!(!refs.any(&x));
+    }
+}
