@@ -89,8 +89,10 @@ pub fn low_water(max: u64) -> u64 {
 pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     let _one_round = cache.evictor.round.lock().await;
     // Each eviction asks whether its blob is still referenced: the entry
-    // index answers once loaded, where the database would read every row.
-    cache.meta.index.loaded().await;
+    // index answers once loaded, where the database would read every row
+    // (waited for a minute at most: loads follow each other while another
+    // process writes).
+    let _ = tokio::time::timeout(Duration::from_secs(60), cache.meta.index.loaded()).await;
     cache.meta.flush_access_times().await?;
     cache.rederive_size().await?;
     let budget = &cache.evictor.budget;

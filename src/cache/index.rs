@@ -339,8 +339,17 @@ impl Index {
     /// Records the row of `key` (`remote/path`) as `entry`.
     pub fn insert(&self, key: &str, entry: &Entry) {
         let hashed = self.key(key);
+        let record = self.record_of(key, entry);
+        self.note(|c| {
+            c.keys.insert(hashed);
+        });
+        self.put(hashed, record);
+    }
+
+    /// The record of `entry` at `key` (`remote/path`).
+    fn record_of(&self, key: &str, entry: &Entry) -> Record {
         let remote = key.split('/').next().unwrap_or(key);
-        let record = self.record(
+        self.record(
             remote,
             &Fields {
                 digest: entry.digest,
@@ -350,11 +359,53 @@ impl Index {
                 fetched_at_ms: entry.fetched_at_ms,
                 kept: entry.kept_headers.is_some(),
             },
-        );
+        )
+    }
+
+    /// [`Index::insert`] unless the index names other bytes for `key`;
+    /// returns whether the record is `entry`'s now.
+    pub fn insert_unless_other(&self, key: &str, entry: &Entry) -> bool {
+        let hashed = self.key(key);
+        let named = self
+            .shard(hashed)
+            .read()
+            .expect("index poisoned")
+            .get(&hashed)
+            .map(|r| r.digest);
+        if named.is_some_and(|d| d != entry.digest.0) {
+            return false;
+        }
+        let record = self.record_of(key, entry);
         self.note(|c| {
             c.keys.insert(hashed);
         });
-        self.put(hashed, record);
+        let mut shard = self.shard(hashed).write().expect("index poisoned");
+        let old = shard.get(&hashed).map(|r| r.digest);
+        if old.is_some_and(|d| d != entry.digest.0) {
+            return false;
+        }
+        shard.insert(hashed, record);
+        if old.is_none() {
+            self.references.add(&record.digest);
+        }
+        true
+    }
+
+    /// Takes the record of `key` away if it names `digest` (the row it
+    /// stood for was deleted); with `None`, only notes the key for a load.
+    pub fn remove_named(&self, key: &str, digest: Option<&Digest>) {
+        let hashed = self.key(key);
+        self.note(|c| {
+            c.keys.insert(hashed);
+        });
+        let Some(digest) = digest else {
+            return;
+        };
+        let mut shard = self.shard(hashed).write().expect("index poisoned");
+        if shard.get(&hashed).is_some_and(|r| r.digest == digest.0) {
+            shard.remove(&hashed);
+            self.references.sub(&digest.0);
+        }
     }
 
     /// Puts `record` in its shard, the digests' counts changed with it.

@@ -104,3 +104,23 @@ fn the_loader_brings_back_nothing_a_writer_changed_during_the_load() {
     index.insert("s/purged", &entry(4, None));
     assert_eq!(digest("s/purged"), Some(4));
 }
+
+#[test]
+fn a_row_read_before_a_commit_replaced_it_is_not_put_back() {
+    let index = Index::new();
+    index.insert("r/tag", &entry(5, None));
+    // Read as 4 a while ago; the commit of 5 came between: not put back,
+    // so 5 stays counted and 4 is not.
+    assert!(!index.insert_unless_other("r/tag", &entry(4, None)));
+    assert!(index.references(&Digest([5; 32])) && !index.references(&Digest([4; 32])));
+    assert!(index.insert_unless_other("r/tag", &entry(5, None)));
+    assert!(index.insert_unless_other("r/new", &entry(6, None)));
+    // A deletion takes only the record of the bytes its row named.
+    index.remove_named("r/tag", Some(&Digest([4; 32])));
+    assert!(index.references(&Digest([5; 32])));
+    index.remove_named("r/tag", None);
+    assert!(index.references(&Digest([5; 32])));
+    index.remove_named("r/tag", Some(&Digest([5; 32])));
+    assert!(!index.references(&Digest([5; 32])) && index.references(&Digest([6; 32])));
+    assert_eq!((index.len(), index.digests()), (1, 1));
+}

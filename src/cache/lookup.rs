@@ -78,7 +78,7 @@ impl MetadataStore {
         if let Some(cluster) = self.cluster.get() {
             if let Some(entry) = cluster.get_entry(path.key()).await {
                 let entry = Arc::new(entry);
-                self.remember(path, &entry, ticket);
+                self.remember_read(path, &entry, ticket);
                 return Ok(Some(entry));
             }
         }
@@ -86,7 +86,7 @@ impl MetadataStore {
             return Ok(None);
         };
         let entry = Arc::new(entry);
-        if self.remember(path, &entry, ticket) {
+        if self.remember_read(path, &entry, ticket) {
             if let Some(cluster) = self.cluster.get() {
                 cluster.put_entry(path.key(), &entry).await;
             }

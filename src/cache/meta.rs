@@ -399,7 +399,7 @@ impl MetadataStore {
         let mut fresh = entry.clone();
         fresh.fetched_at_ms = now_ms;
         let fresh = Arc::new(fresh);
-        if self.remember(path, &fresh, ticket) {
+        if self.remember_read(path, &fresh, ticket) {
             self.shared_changed(path.key(), Some(&fresh)).await;
         }
         Ok(fresh)

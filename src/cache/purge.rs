@@ -164,26 +164,31 @@ impl MetadataStore {
         })
     }
 
-    /// Puts `entry` in memory for `path` unless a purge covering it came
-    /// after `ticket`; returns whether it did.
+    /// Puts `entry`, the row just written (a commit's, under its locks),
+    /// in memory for `path` unless a purge covering it came after
+    /// `ticket`; returns whether it did.
     pub(super) fn remember(&self, path: &ArtifactPath, entry: &Arc<Entry>, ticket: Ticket) -> bool {
-        self.remember_as(path, entry, ticket, true)
+        self.purges.if_current(path.key(), ticket, || {
+            self.index.insert(path.key(), entry);
+            self.cache.insert(path.key().to_string(), entry.clone());
+        })
     }
 
-    /// [`MetadataStore::remember`]; `index`: in the entry index too (not
-    /// for an entry read from it).
-    pub(super) fn remember_as(
+    /// [`MetadataStore::remember`] for a row read (or revalidated) a while
+    /// ago: its record goes in only where the index names the same bytes
+    /// for the key, or none, so a commit that replaced the row since is
+    /// not undone (the index's digest counts must name the rows': a record
+    /// put back for old bytes would take the new bytes' count down).
+    pub(super) fn remember_read(
         &self,
         path: &ArtifactPath,
         entry: &Arc<Entry>,
         ticket: Ticket,
-        index: bool,
     ) -> bool {
         self.purges.if_current(path.key(), ticket, || {
-            if index {
-                self.index.insert(path.key(), entry);
+            if self.index.insert_unless_other(path.key(), entry) {
+                self.cache.insert(path.key().to_string(), entry.clone());
             }
-            self.cache.insert(path.key().to_string(), entry.clone());
         })
     }
 }

@@ -83,22 +83,31 @@ impl MetadataStore {
         digest: Option<&str>,
     ) -> Result<bool, ProxyError> {
         let key = format!("{remote}/{path}");
-        self.index.remove(&key);
         self.cache.invalidate(&key);
-        let done = sqlx::query(
-            "DELETE FROM entries WHERE remote = $1 AND path = $2 AND ($3 IS NULL OR digest = $3)",
+        let deleted: Vec<(String,)> = sqlx::query_as(
+            "DELETE FROM entries WHERE remote = $1 AND path = $2 AND ($3 IS NULL OR digest = $3) \
+             RETURNING digest",
         )
         .bind(remote)
         .bind(path)
         .bind(digest.map(str::to_string))
-        .execute(&self.pool)
+        .fetch_all(&self.pool)
         .await
         .map_err(db_error)?;
-        if done.rows_affected() > 0 {
+        // The record after the row, and only the record of the bytes the
+        // row named: taken before, a failed deletion would leave a row the
+        // index's digest counts miss; by key alone, it could take a record
+        // a commit put since (see `references`).
+        let gone = match deleted.first() {
+            Some((hex,)) => super::Digest::from_hex(hex),
+            None => digest.and_then(super::Digest::from_hex),
+        };
+        self.index.remove_named(&key, gone.as_ref());
+        if !deleted.is_empty() {
             self.others.wrote();
         }
         self.shared_changed(&key, None).await;
-        Ok(done.rows_affected() > 0)
+        Ok(!deleted.is_empty())
     }
 
     /// The paths of the rows of `remote`, by the digest (hex) they reference.
@@ -127,24 +136,29 @@ impl MetadataStore {
         digest: &str,
         paths: &[String],
     ) -> Result<u64, ProxyError> {
+        let named = super::Digest::from_hex(digest);
         let mut rows = 0;
         for chunk in paths.chunks(100) {
             let sql = format!(
-                "DELETE FROM entries WHERE remote = $1 AND digest = $2 AND path IN ({})",
+                "DELETE FROM entries WHERE remote = $1 AND digest = $2 AND path IN ({}) \
+                 RETURNING path",
                 super::sql::placeholders(3, chunk.len())
             );
-            let mut query = sqlx::query(&sql).bind(remote).bind(digest);
+            let mut query = sqlx::query_as::<_, (String,)>(&sql)
+                .bind(remote)
+                .bind(digest);
             for path in chunk {
                 query = query.bind(path);
             }
-            rows += query
-                .execute(&self.pool)
-                .await
-                .map_err(db_error)?
-                .rows_affected();
-            for path in chunk {
-                self.index.remove(&format!("{remote}/{path}"));
+            let deleted = query.fetch_all(&self.pool).await.map_err(db_error)?;
+            rows += deleted.len() as u64;
+            for (path,) in deleted {
+                self.index
+                    .remove_named(&format!("{remote}/{path}"), named.as_ref());
             }
+        }
+        if rows > 0 {
+            self.others.wrote();
         }
         Ok(rows)
     }
