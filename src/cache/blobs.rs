@@ -206,11 +206,15 @@ fn local_stream(file: Arc<File>, start: u64, len: u64) -> BoxStream<'static, io:
 /// S3). Counting bytes is not the store's business but the
 /// [`super::Cache`]'s, under the digest's lock.
 pub trait BlobStore: Send + Sync {
-    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<()>>;
+    /// Makes the blob durable under its digest; `Ok(true)` when it was not
+    /// there before (no row can reference it yet: the commit asks nothing
+    /// about it), `Ok(false)` when it was, or the store cannot tell.
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>>;
     /// Commits a batch (distinct digests), one result per item in order:
-    /// each blob durable under its digest when its result is `Ok`. By
-    /// default the commits run side by side.
-    fn commit_batch(&self, items: Vec<(TempBlob, Digest)>) -> BoxFuture<'_, Vec<io::Result<()>>> {
+    /// each blob durable under its digest when its result is `Ok`, which
+    /// says what [`BlobStore::commit`]'s does. By default the commits run
+    /// side by side.
+    fn commit_batch(&self, items: Vec<(TempBlob, Digest)>) -> BoxFuture<'_, Vec<io::Result<bool>>> {
         Box::pin(futures_util::future::join_all(
             items
                 .into_iter()
@@ -225,7 +229,7 @@ pub trait BlobStore: Send + Sync {
 pub struct LocalBlobs(pub Arc<ContentStore>);
 
 impl BlobStore for LocalBlobs {
-    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<()>> {
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
         let store = self.0.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || store.commit_one(temp, &digest))
@@ -243,7 +247,7 @@ impl BlobStore for LocalBlobs {
     /// (a few small syncs cost less than writing out whatever else is dirty,
     /// a large fill in progress included). A blob already in place costs
     /// only a `stat`.
-    fn commit_batch(&self, items: Vec<(TempBlob, Digest)>) -> BoxFuture<'_, Vec<io::Result<()>>> {
+    fn commit_batch(&self, items: Vec<(TempBlob, Digest)>) -> BoxFuture<'_, Vec<io::Result<bool>>> {
         let store = self.0.clone();
         let count = items.len();
         Box::pin(async move {
@@ -276,19 +280,19 @@ impl BlobStore for LocalBlobs {
             let placing = store.clone();
             let placed = tokio::task::spawn_blocking(move || {
                 let mut dirs = Vec::new();
-                let results: Vec<io::Result<()>> = synced
+                let results: Vec<io::Result<bool>> = synced
                     .into_iter()
                     .map(|(digest, result)| {
                         let (temp, needed) = result.map_err(io::Error::other)?;
                         if !needed? {
-                            return Ok(());
+                            return Ok(false);
                         }
                         for dir in placing.place(temp, &digest)? {
                             if !dirs.contains(&dir) {
                                 dirs.push(dir);
                             }
                         }
-                        Ok(())
+                        Ok(true)
                     })
                     .collect();
                 (results, dirs)
@@ -421,7 +425,8 @@ impl S3Blobs {
 }
 
 impl BlobStore for S3Blobs {
-    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<()>> {
+    /// Never `Ok(true)`: whether the object was there is not asked.
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
         Box::pin(async move {
             let location = self.location(&digest);
             let file = temp.reader();
@@ -442,7 +447,7 @@ impl BlobStore for S3Blobs {
                 .expect("tombstones poisoned")
                 .retain(|t| t.location != location);
             drop(temp);
-            Ok(())
+            Ok(false)
         })
     }
 

@@ -252,12 +252,24 @@ impl Cache {
         };
         drop(extra);
         let mut failed: HashMap<Digest, String> = HashMap::new();
+        let mut placed = HashSet::new();
         for (digest, result) in new.iter().zip(results) {
-            if let Err(error) = result {
-                failed.insert(*digest, format!("committing the blob: {error}"));
+            match result {
+                Ok(true) => {
+                    placed.insert(*digest);
+                }
+                Ok(false) => {}
+                Err(error) => {
+                    failed.insert(*digest, format!("committing the blob: {error}"));
+                }
             }
         }
-        Staged { rows, new, failed }
+        Staged {
+            rows,
+            new,
+            placed,
+            failed,
+        }
     }
 
     /// The second stage of a batch, in batch order: its rows in one
@@ -270,7 +282,12 @@ impl Cache {
     /// its blob released. If the rows cannot be written, blobs nothing else
     /// references are deleted again.
     pub(super) async fn commit_rows(&self, staged: Staged) {
-        let Staged { rows, new, failed } = staged;
+        let Staged {
+            rows,
+            new,
+            placed,
+            failed,
+        } = staged;
         let _committed = Committed(self, &new);
         let (rows, refused): (Vec<_>, Vec<_>) = rows
             .into_iter()
@@ -300,7 +317,15 @@ impl Cache {
                 .collect()
         };
         let digest_guards = self.lock_digests(new.iter().chain(&released)).await;
-        let counted = match self.meta.referenced_digests(&new).await {
+        // A blob this batch put on disk has no row yet: only the others are
+        // asked about (where memory cannot answer, the database reads every
+        // row for it).
+        let asked: Vec<Digest> = new
+            .iter()
+            .filter(|d| !placed.contains(*d))
+            .copied()
+            .collect();
+        let counted = match self.meta.referenced_digests(&asked).await {
             Ok(counted) => counted,
             Err(error) => return self.fail(rows, error),
         };
@@ -423,6 +448,8 @@ pub(super) struct Staged {
     rows: Vec<StagedRow>,
     /// Its digests, each once, marked as being committed.
     new: Vec<Digest>,
+    /// Those whose blob this batch put on disk (it was not there).
+    placed: HashSet<Digest>,
     /// The digests whose blob could not be committed, and why.
     failed: HashMap<Digest, String>,
 }

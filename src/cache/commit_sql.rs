@@ -79,6 +79,8 @@ impl MetadataStore {
             return Ok(found);
         }
         for chunk in digests.chunks(ROWS_PER_STATEMENT) {
+            self.digest_reads
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let sql = format!(
                 "SELECT DISTINCT digest FROM entries WHERE digest IN ({})",
                 placeholders(1, chunk.len())

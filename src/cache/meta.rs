@@ -208,6 +208,8 @@ pub struct MetadataStore {
     /// Rows read by lookups: an entry's (`read_row`: what the index saves)
     /// or a declared digest's (`declared`: what the declared keys save).
     pub(super) row_reads: AtomicU64,
+    /// Digest questions the database answered (`refs`).
+    pub(super) digest_reads: AtomicU64,
     /// The SQLite database's URL, for the index loader's own typed
     /// connections (`None` on Postgres and for an in-memory database).
     pub(super) sqlite_url: Option<String>,
@@ -310,6 +312,7 @@ impl MetadataStore {
             purges: Purges::default(),
             index: Index::with_room(rows),
             row_reads: AtomicU64::new(0),
+            digest_reads: AtomicU64::new(0),
             touched: super::lookup::Touched::new(cache_entries),
             rows_at_start: rows,
             declared_keys: Default::default(),

@@ -38,6 +38,12 @@ impl MetadataStore {
         sqlx::query(sql).execute(&self.pool).await.map(drop)
     }
 
+    /// Digest questions the database has answered so far (the entry
+    /// index answers the rest).
+    pub fn digest_reads(&self) -> u64 {
+        self.digest_reads.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
     /// Whether any row still references the blob `digest` (hex).
     pub async fn digest_referenced(&self, digest: &str) -> Result<bool, ProxyError> {
         if let Some(parsed) = super::Digest::from_hex(digest) {
@@ -45,6 +51,8 @@ impl MetadataStore {
                 return Ok(self.index.references(&parsed));
             }
         }
+        self.digest_reads
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let row: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM entries WHERE digest = $1 LIMIT 1")
             .bind(digest)
             .fetch_optional(self.pool())

@@ -202,18 +202,19 @@ impl ContentStore {
     }
 
     /// A group commit of one blob, its steps in a row: [`sync_temp`],
-    /// [`place`], each directory synced. Blocking.
+    /// [`place`], each directory synced; whether the blob is new (it was
+    /// not in place). Blocking.
     ///
     /// [`sync_temp`]: ContentStore::sync_temp
     /// [`place`]: ContentStore::place
-    pub fn commit_one(&self, temp: TempBlob, digest: &Digest) -> io::Result<()> {
+    pub fn commit_one(&self, temp: TempBlob, digest: &Digest) -> io::Result<bool> {
         if !self.sync_temp(&temp, digest)? {
-            return Ok(());
+            return Ok(false);
         }
         for dir in self.place(temp, digest)? {
             ContentStore::sync_dir(&dir)?;
         }
-        Ok(())
+        Ok(true)
     }
 
     /// A group commit's first step for one temp file (see `cache::commit`):
@@ -268,8 +269,8 @@ impl ContentStore {
     /// then the second `syncfs`: a blob is never named before its bytes
     /// are on disk, and none is reported durable before its name is. A
     /// blob already in place is not written again. One result per item, in
-    /// order. Blocking.
-    pub fn commit_synced(&self, items: Vec<(TempBlob, Digest)>) -> Vec<io::Result<()>> {
+    /// order, each whether the blob is new. Blocking.
+    pub fn commit_synced(&self, items: Vec<(TempBlob, Digest)>) -> Vec<io::Result<bool>> {
         let count = items.len();
         let all_failed = |error: &io::Error| {
             (0..count)
@@ -290,18 +291,18 @@ impl ContentStore {
         // Every blob already in place (one digest under many names): no
         // byte to make durable, no sync.
         if !needed.iter().any(|(_, _, needed)| *needed) {
-            return (0..count).map(|_| Ok(())).collect();
+            return (0..count).map(|_| Ok(false)).collect();
         }
         if let Err(error) = rustix::fs::syncfs(&tmp) {
             return all_failed(&error.into());
         }
-        let mut results: Vec<io::Result<()>> = needed
+        let mut results: Vec<io::Result<bool>> = needed
             .into_iter()
             .map(|(temp, digest, needed)| {
                 if needed {
-                    self.place(temp, &digest).map(drop)
+                    self.place(temp, &digest).map(|_| true)
                 } else {
-                    Ok(())
+                    Ok(false)
                 }
             })
             .collect();

@@ -78,6 +78,14 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
     for seed in 1..=SEEDS {
         let dir = tempfile::tempdir().unwrap();
         let cache = open(dir.path()).await;
+        // Every other seed as the server: the entry index complete and
+        // trusted, so its digest counts answer the reference checks.
+        let serving = seed % 2 == 0;
+        if serving {
+            cache.meta.others.serve();
+            cache.meta.index.loaded().await;
+            assert!(cache.meta.digests_in_memory());
+        }
         let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         for _ in 0..BATCHES {
             let mut tasks = Vec::new();
@@ -115,11 +123,19 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
             assert_eq!(cache.budget().in_progress(), 0, "seed {seed}");
             for p in 0..PATHS {
                 let path = ArtifactPath::parse(&format!("/r/p{p}")).unwrap();
-                if let Some(entry) = cache.meta.lookup(&path).await.unwrap() {
+                let row = cache.meta.read_row(&path).await.unwrap();
+                if let Some(entry) = &row {
                     assert!(
                         cache.open_blob(&entry.digest, entry.size).await.is_ok(),
                         "seed {seed}: a row without its blob"
                     );
+                }
+                if serving {
+                    let listed = match cache.meta.index.get(path.key()) {
+                        super::index::Found::Entry(e) => Some(e.digest),
+                        _ => None,
+                    };
+                    assert_eq!(listed, row.map(|r| r.digest), "seed {seed}: index and row");
                 }
             }
             // A round alone: over the limit it stops at the low-water mark,
@@ -166,4 +182,22 @@ async fn first_hits_arriving_together_read_a_small_blob_once() {
         assert_eq!(hit.await.unwrap(), bytes);
     }
     assert_eq!(cache.hot.loads(), 1, "blobs read into the in-memory tier");
+}
+
+/// A batch asks about a digest only if its blob was already on disk: new
+/// bytes cannot have a row yet (so a process whose memory cannot answer,
+/// as `import` beside a server, reads no rows for them).
+#[tokio::test]
+async fn only_bytes_already_on_disk_are_asked_about() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path()).await;
+    assert!(!cache.meta.digests_in_memory(), "not the server");
+    commit(&cache, 1, 1).await;
+    commit(&cache, 2, 2).await;
+    assert_eq!(cache.meta.digest_reads(), 0);
+    // The same bytes under another name: asked (and counted once).
+    commit(&cache, 3, 1).await;
+    assert_eq!(cache.meta.digest_reads(), 1);
+    let (count, truth, disk) = views(&cache).await;
+    assert_eq!((count, count), (truth, disk));
 }

@@ -486,6 +486,7 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
     assert_eq!(cache.forget_row("r", "b").await.unwrap(), 3000);
     assert!(!blob(&shared).exists());
     assert!(!cache.meta.digest_referenced(&hex).await.unwrap());
+    assert_eq!(cache.meta.digest_reads(), 0, "memory answered every check");
     // A row another process adds (marker written, as `mirrorcache import`
     // does) keeps the blob it references when the server's own row of it
     // goes: the database answers until memory is loaded again, and memory
@@ -515,6 +516,7 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
         0,
         "copy has it"
     );
+    assert_eq!(cache.meta.digest_reads(), 1, "the database answered");
     assert!(blob(&own).exists());
     // The reload begins once the server saw the marker change.
     for _ in 0..500 {
