@@ -206,7 +206,7 @@ impl Default for Index {
 /// most: with a fixed number of shards, a count just past a power of two
 /// would leave half of every table empty; the number of shards is chosen
 /// instead, so each table is nearly full at start-up.
-fn layout(expected: usize) -> (usize, usize) {
+pub(super) fn layout(expected: usize) -> (usize, usize) {
     let wanted = expected + expected / 10;
     for k in (4..40u32).rev() {
         let room = (1usize << k) / 8 * 7;

@@ -19,8 +19,6 @@ use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::Mutex;
 
-const SHARDS: usize = 64;
-
 /// The first 48 bits of a digest.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Prefix([u8; 6]);
@@ -82,20 +80,25 @@ pub(super) struct References {
 }
 
 impl References {
-    /// Room for about `expected` digests.
+    /// Room for about `expected` digests, in as many shards as keep each
+    /// table nearly full (the entry index's [`super::index::layout`]).
     pub(super) fn with_room(expected: usize) -> References {
-        let room = (expected + expected / 10).div_ceil(SHARDS);
+        let (shards, room) = super::index::layout(expected);
         References {
-            shards: (0..SHARDS)
-                .map(|_| Mutex::new(HashMap::with_capacity_and_hasher(room, BuildSpread)))
+            shards: (0..shards)
+                .map(|_| {
+                    let room = if expected == 0 { 0 } else { room };
+                    Mutex::new(HashMap::with_capacity_and_hasher(room, BuildSpread))
+                })
                 .collect(),
             many: Mutex::default(),
         }
     }
 
-    /// The shard of a digest, by a byte outside its prefix.
+    /// The shard of a digest, by two bytes outside its prefix.
     fn shard(&self, digest: &[u8; 32]) -> &Mutex<HashMap<Prefix, u16, BuildSpread>> {
-        &self.shards[usize::from(digest[6]) % SHARDS]
+        let n = usize::from(u16::from_le_bytes([digest[6], digest[7]]));
+        &self.shards[n % self.shards.len()]
     }
 
     /// One more record names `digest`.
