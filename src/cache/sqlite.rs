@@ -69,6 +69,27 @@ where
     }
 }
 
+/// Executes the statement `make` builds, on a connection of `pool`, again
+/// while SQLite says the database is locked ([`retry_busy`]). A connection
+/// refused so is not used again: one whose earlier read has not ended (a
+/// statement sqlx has not reset yet) keeps a snapshot older than the other
+/// process's commit, and every write on it fails at once, however long it
+/// waits.
+pub(super) async fn execute_retrying<'q>(
+    pool: &AnyPool,
+    make: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {
+    retry_busy(|| async {
+        let mut conn = pool.acquire().await?;
+        let done = make().execute(&mut *conn).await;
+        if done.as_ref().is_err_and(is_busy) {
+            drop(conn.detach());
+        }
+        done
+    })
+    .await
+}
+
 /// `sqlite://data/meta.db?mode=rwc` → `data/meta.db` (`None`: not a SQLite
 /// file).
 pub(super) fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
@@ -157,5 +178,46 @@ mod tests {
         let (written, ()) = tokio::join!(write, release);
         assert_eq!(written.unwrap().rows_affected(), 1);
         assert!(tries.load(std::sync::atomic::Ordering::Relaxed) > 1);
+    }
+
+    /// A pooled connection whose read never ended fails every write at
+    /// once (its snapshot predates another connection's commit); the write
+    /// goes through on another connection.
+    #[tokio::test]
+    async fn a_write_refused_on_a_stale_connection_goes_through_on_another() {
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = sqlite_url(&format!("sqlite://{}/t.db", dir.path().display())).unwrap();
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .connect(&url)
+            .await
+            .unwrap();
+        for sql in ["PRAGMA journal_mode = WAL", "CREATE TABLE t (n INTEGER)"] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        // A read left open on the pool's connection, then a commit by
+        // another connection.
+        let mut stale = pool.acquire().await.unwrap();
+        sqlx::query("BEGIN").execute(&mut *stale).await.unwrap();
+        sqlx::query("SELECT COUNT(*) FROM t")
+            .fetch_all(&mut *stale)
+            .await
+            .unwrap();
+        let mut other = sqlx::AnyConnection::connect(&url).await.unwrap();
+        sqlx::query("INSERT INTO t VALUES (1)")
+            .execute(&mut other)
+            .await
+            .unwrap();
+        let refused = sqlx::query("INSERT INTO t VALUES (2)")
+            .execute(&mut *stale)
+            .await
+            .unwrap_err();
+        assert!(is_busy(&refused), "{refused}");
+        drop(stale);
+        let done = execute_retrying(&pool, || sqlx::query("INSERT INTO t VALUES (3)"))
+            .await
+            .unwrap();
+        assert_eq!(done.rows_affected(), 1);
     }
 }

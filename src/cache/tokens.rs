@@ -32,7 +32,7 @@ fn row((id, user, secret_hash, created_at_ms, expires_at_ms): Tuple) -> TokenRow
 
 impl MetadataStore {
     pub async fn token_insert(&self, token: &TokenRow) -> Result<(), ProxyError> {
-        super::sqlite::retry_busy(|| {
+        super::sqlite::execute_retrying(self.pool(), || {
             sqlx::query(
                 "INSERT INTO tokens (id, username, secret_hash, created_at, expires_at) \
                  VALUES ($1, $2, $3, $4, $5)",
@@ -42,7 +42,6 @@ impl MetadataStore {
             .bind(&token.secret_hash)
             .bind(token.created_at_ms)
             .bind(token.expires_at_ms)
-            .execute(self.pool())
         })
         .await
         .map_err(db_error)?;
@@ -76,10 +75,8 @@ impl MetadataStore {
 
     /// Deletes the token with this id; whether there was one.
     pub async fn token_revoke(&self, id: &str) -> Result<bool, ProxyError> {
-        let done = super::sqlite::retry_busy(|| {
-            sqlx::query("DELETE FROM tokens WHERE id = $1")
-                .bind(id)
-                .execute(self.pool())
+        let done = super::sqlite::execute_retrying(self.pool(), || {
+            sqlx::query("DELETE FROM tokens WHERE id = $1").bind(id)
         })
         .await
         .map_err(db_error)?;
