@@ -366,28 +366,17 @@ impl Index {
     /// returns whether the record is `entry`'s now.
     pub fn insert_unless_other(&self, key: &str, entry: &Entry) -> bool {
         let hashed = self.key(key);
-        let named = self
-            .shard(hashed)
-            .read()
-            .expect("index poisoned")
-            .get(&hashed)
-            .map(|r| r.digest);
-        if named.is_some_and(|d| d != entry.digest.0) {
-            return false;
-        }
         let record = self.record_of(key, entry);
         self.note(|c| {
             c.keys.insert(hashed);
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
         let old = shard.get(&hashed).map(|r| r.digest);
-        if old.is_some_and(|d| d != entry.digest.0) {
+        if old.is_some_and(|d| d != record.digest) {
             return false;
         }
         shard.insert(hashed, record);
-        if old.is_none() {
-            self.references.add(&record.digest);
-        }
+        self.references.replace(old.as_ref(), &record.digest);
         true
     }
 

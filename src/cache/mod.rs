@@ -208,8 +208,9 @@ impl Cache {
         // Complete once loaded only where no other instance writes rows the
         // server must see at once (another process's import tells the
         // server: `others`).
-        let complete = config.metadata.url.starts_with("sqlite:") && config.redis.is_none();
-        if config.metadata.url.starts_with("sqlite:") {
+        let sqlite = config.metadata.url.starts_with("sqlite:");
+        let complete = sqlite && config.redis.is_none();
+        if sqlite {
             meta.index_digests(!complete)
                 .await
                 .context("indexing the metadata database's digests")?;

@@ -46,31 +46,10 @@ pub(super) fn is_busy(error: &sqlx::Error) -> bool {
     }
 }
 
-/// Runs `write` (one statement, not applied when it fails) again while
-/// SQLite says the database is locked, for up to about 10 s: the writes a
-/// command makes beside a running server (`token add`, `token revoke`).
-pub(super) async fn retry_busy<T, F, Fut>(mut write: F) -> Result<T, sqlx::Error>
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
-{
-    let mut pause = Duration::from_millis(20);
-    let mut waited = Duration::ZERO;
-    loop {
-        match write().await {
-            Err(error) if is_busy(&error) && waited < Duration::from_secs(10) => {
-                tracing::debug!(%error, "the database is locked; trying again");
-                tokio::time::sleep(pause).await;
-                waited += pause;
-                pause = (pause * 2).min(Duration::from_secs(1));
-            }
-            done => return done,
-        }
-    }
-}
-
-/// Executes the statement `make` builds, on a connection of `pool`, again
-/// while SQLite says the database is locked ([`retry_busy`]). A connection
+/// Executes the statement `make` builds (one statement, not applied when
+/// it fails) on a connection of `pool`, again while SQLite says the
+/// database is locked, for up to about 10 s: the writes a command makes
+/// beside a running server (`token add`, `token revoke`). A connection
 /// refused so is not used again: one whose earlier read has not ended (a
 /// statement sqlx has not reset yet) keeps a snapshot older than the other
 /// process's commit, and every write on it fails at once, however long it
@@ -79,15 +58,21 @@ pub(super) async fn execute_retrying<'q>(
     pool: &AnyPool,
     make: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
 ) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {
-    retry_busy(|| async {
+    let mut pause = Duration::from_millis(20);
+    let mut waited = Duration::ZERO;
+    loop {
         let mut conn = pool.acquire().await?;
-        let done = make().execute(&mut *conn).await;
-        if done.as_ref().is_err_and(is_busy) {
-            drop(conn.detach());
+        match make().execute(&mut *conn).await {
+            Err(error) if is_busy(&error) && waited < Duration::from_secs(10) => {
+                drop(conn.detach());
+                tracing::debug!(%error, "the database is locked; trying again");
+                tokio::time::sleep(pause).await;
+                waited += pause;
+                pause = (pause * 2).min(Duration::from_secs(1));
+            }
+            done => return done,
         }
-        done
-    })
-    .await
+    }
 }
 
 /// `sqlite://data/meta.db?mode=rwc` → `data/meta.db` (`None`: not a SQLite
@@ -127,33 +112,41 @@ mod tests {
     use super::*;
     use sqlx::Connection as _;
 
+    /// A scratch database in WAL mode with a table `t`, and a pool of one
+    /// connection on it that waits `busy_ms` for a lock.
+    async fn scratch(busy_ms: u32) -> (tempfile::TempDir, String, AnyPool) {
+        sqlx::any::install_default_drivers();
+        let dir = tempfile::tempdir().unwrap();
+        let url = sqlite_url(&format!("sqlite://{}/t.db", dir.path().display())).unwrap();
+        let pool = AnyPoolOptions::new()
+            .max_connections(1)
+            .after_connect(move |conn, _meta| {
+                Box::pin(async move {
+                    let busy = format!("PRAGMA busy_timeout = {busy_ms}");
+                    sqlx::query(&busy).execute(&mut *conn).await.map(drop)
+                })
+            })
+            .connect(&url)
+            .await
+            .unwrap();
+        for sql in ["PRAGMA journal_mode = WAL", "CREATE TABLE t (n INTEGER)"] {
+            sqlx::query(sql).execute(&pool).await.unwrap();
+        }
+        (dir, url, pool)
+    }
+
     /// A write refused because another connection holds the write lock is
     /// told as busy, and goes through once that lock is let go.
     #[tokio::test]
     async fn a_locked_write_is_tried_again_until_it_goes_through() {
-        sqlx::any::install_default_drivers();
-        let dir = tempfile::tempdir().unwrap();
-        let url = sqlite_url(&format!("sqlite://{}/t.db", dir.path().display())).unwrap();
+        let (_dir, url, pool) = scratch(0).await;
         let mut holder = sqlx::AnyConnection::connect(&url).await.unwrap();
-        sqlx::query("PRAGMA journal_mode = WAL")
-            .execute(&mut holder)
-            .await
-            .unwrap();
-        sqlx::query("CREATE TABLE t (n INTEGER)")
-            .execute(&mut holder)
-            .await
-            .unwrap();
-        let mut writer = sqlx::AnyConnection::connect(&url).await.unwrap();
-        sqlx::query("PRAGMA busy_timeout = 0")
-            .execute(&mut writer)
-            .await
-            .unwrap();
         sqlx::query("BEGIN IMMEDIATE")
             .execute(&mut holder)
             .await
             .unwrap();
         let refused = sqlx::query("INSERT INTO t VALUES (1)")
-            .execute(&mut writer)
+            .execute(&pool)
             .await
             .unwrap_err();
         assert!(is_busy(&refused), "{refused}");
@@ -163,17 +156,10 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(150)).await;
             sqlx::query("COMMIT").execute(&mut holder).await.unwrap();
         };
-        let writer = std::sync::Arc::new(tokio::sync::Mutex::new(writer));
         let tries = std::sync::atomic::AtomicUsize::new(0);
-        let write = retry_busy(|| {
+        let write = execute_retrying(&pool, || {
             tries.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-            let writer = writer.clone();
-            async move {
-                let mut writer = writer.lock().await;
-                sqlx::query("INSERT INTO t VALUES (2)")
-                    .execute(&mut *writer)
-                    .await
-            }
+            sqlx::query("INSERT INTO t VALUES (2)")
         });
         let (written, ()) = tokio::join!(write, release);
         assert_eq!(written.unwrap().rows_affected(), 1);
@@ -185,17 +171,7 @@ mod tests {
     /// goes through on another connection.
     #[tokio::test]
     async fn a_write_refused_on_a_stale_connection_goes_through_on_another() {
-        sqlx::any::install_default_drivers();
-        let dir = tempfile::tempdir().unwrap();
-        let url = sqlite_url(&format!("sqlite://{}/t.db", dir.path().display())).unwrap();
-        let pool = AnyPoolOptions::new()
-            .max_connections(1)
-            .connect(&url)
-            .await
-            .unwrap();
-        for sql in ["PRAGMA journal_mode = WAL", "CREATE TABLE t (n INTEGER)"] {
-            sqlx::query(sql).execute(&pool).await.unwrap();
-        }
+        let (_dir, url, pool) = scratch(5000).await;
         // A read left open on the pool's connection, then a commit by
         // another connection.
         let mut stale = pool.acquire().await.unwrap();
