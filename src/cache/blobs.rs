@@ -28,7 +28,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 use tokio::io::AsyncWriteExt;
 
-use super::store::{self, ContentStore, Digest, TempBlob};
+use super::store::{self, BatchBody, ContentStore, Digest, TempBlob};
 use crate::config::S3Config;
 
 /// Bytes read from a local blob at a time: large enough that a 1 MiB hit is
@@ -210,16 +210,24 @@ pub trait BlobStore: Send + Sync {
     /// there before (no row can reference it yet: the commit asks nothing
     /// about it), `Ok(false)` when it was, or the store cannot tell.
     fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>>;
+    /// Makes `bytes` durable as the blob `digest`, which no row references
+    /// and no other commit has in flight ([`BatchBody::Fresh`]); what
+    /// [`BlobStore::commit`] returns.
+    fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>>;
     /// Commits a batch (distinct digests), one result per item in order:
     /// each blob durable under its digest when its result is `Ok`, which
     /// says what [`BlobStore::commit`]'s does. By default the commits run
     /// side by side.
-    fn commit_batch(&self, items: Vec<(TempBlob, Digest)>) -> BoxFuture<'_, Vec<io::Result<bool>>> {
-        Box::pin(futures_util::future::join_all(
-            items
-                .into_iter()
-                .map(|(temp, digest)| self.commit(temp, digest)),
-        ))
+    fn commit_batch(
+        &self,
+        items: Vec<(BatchBody, Digest)>,
+    ) -> BoxFuture<'_, Vec<io::Result<bool>>> {
+        Box::pin(futures_util::future::join_all(items.into_iter().map(
+            |(body, digest)| match body {
+                BatchBody::Temp(temp) => self.commit(temp, digest),
+                BatchBody::Fresh(bytes) => self.commit_fresh(bytes, digest),
+            },
+        )))
     }
     fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>>;
     fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>>;
@@ -238,23 +246,43 @@ impl BlobStore for LocalBlobs {
         })
     }
 
+    fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let temp = store.create_temp_holding(&bytes)?;
+                store.commit_one(temp, &digest)
+            })
+            .await
+            .map_err(io::Error::other)?
+        })
+    }
+
     /// One blob: its data synced, renamed, its directory synced, in one hop
     /// ([`ContentStore::commit_one`]). A batch of [`SYNCFS_FROM`] or more:
-    /// the file system synced whole, twice, in one hop
-    /// ([`ContentStore::commit_synced`]). One in between:
+    /// in one hop, the small fresh bodies written under their own names,
+    /// the file system synced whole, the temp files renamed and synced
+    /// again ([`ContentStore::commit_synced`]). One in between:
     /// every temp file's data synced side by side, the renames in one hop,
     /// then each directory they went into synced once, side by side too
     /// (a few small syncs cost less than writing out whatever else is dirty,
     /// a large fill in progress included). A blob already in place costs
     /// only a `stat`.
-    fn commit_batch(&self, items: Vec<(TempBlob, Digest)>) -> BoxFuture<'_, Vec<io::Result<bool>>> {
+    fn commit_batch(
+        &self,
+        items: Vec<(BatchBody, Digest)>,
+    ) -> BoxFuture<'_, Vec<io::Result<bool>>> {
         let store = self.0.clone();
         let count = items.len();
         Box::pin(async move {
             if count == 1 {
                 // One blob: its three steps in one hop.
-                let (temp, digest) = items.into_iter().next().expect("one item");
-                return vec![self.commit(temp, digest).await];
+                return match items.into_iter().next().expect("one item") {
+                    (BatchBody::Temp(temp), digest) => vec![self.commit(temp, digest).await],
+                    (BatchBody::Fresh(bytes), digest) => {
+                        vec![self.commit_fresh(bytes, digest).await]
+                    }
+                };
             }
             if count >= SYNCFS_FROM {
                 return tokio::task::spawn_blocking(move || store.commit_synced(items))
@@ -265,12 +293,13 @@ impl BlobStore for LocalBlobs {
                             .collect()
                     });
             }
-            let synced = futures_util::future::join_all(items.into_iter().map(|(temp, digest)| {
+            let synced = futures_util::future::join_all(items.into_iter().map(|(body, digest)| {
                 let store = store.clone();
                 async move {
                     let result = tokio::task::spawn_blocking(move || {
-                        let needed = store.sync_temp(&temp, &digest);
-                        (temp, needed)
+                        let temp = store.into_temp(body)?;
+                        let needed = store.sync_temp(&temp, &digest)?;
+                        Ok::<_, io::Error>((temp, needed))
                     })
                     .await;
                     (digest, result)
@@ -283,8 +312,8 @@ impl BlobStore for LocalBlobs {
                 let results: Vec<io::Result<bool>> = synced
                     .into_iter()
                     .map(|(digest, result)| {
-                        let (temp, needed) = result.map_err(io::Error::other)?;
-                        if !needed? {
+                        let (temp, needed) = result.map_err(io::Error::other)??;
+                        if !needed {
                             return Ok(false);
                         }
                         for dir in placing.place(temp, &digest)? {
@@ -413,6 +442,16 @@ impl S3Blobs {
         Ok(blobs)
     }
 
+    /// Uploaded again: a pending deletion of this instance's is void
+    /// (another instance's sees the new modification time).
+    fn uploaded(&self, digest: &Digest) {
+        let location = self.location(digest);
+        self.tombstones
+            .lock()
+            .expect("tombstones poisoned")
+            .retain(|t| t.location != location);
+    }
+
     fn location(&self, digest: &Digest) -> ObjectPath {
         let hex = digest.to_hex();
         let key = format!("{}/{}/{hex}", &hex[0..2], &hex[2..4]);
@@ -439,14 +478,20 @@ impl BlobStore for S3Blobs {
                 writer.write_all(&chunk?).await?;
             }
             writer.shutdown().await?;
-            // Uploaded again: a pending deletion of this instance's is void
-            // (another instance's sees the new modification time).
-            let location = self.location(&digest);
-            self.tombstones
-                .lock()
-                .expect("tombstones poisoned")
-                .retain(|t| t.location != location);
+            self.uploaded(&digest);
             drop(temp);
+            Ok(false)
+        })
+    }
+
+    /// One PUT of the bytes kept in memory: no temp file.
+    fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
+        Box::pin(async move {
+            self.store
+                .put(&self.location(&digest), bytes.into())
+                .await
+                .map_err(io::Error::other)?;
+            self.uploaded(&digest);
             Ok(false)
         })
     }

@@ -15,7 +15,11 @@
 //!    durable ([`BlobStore::commit_batch`]): every temp file's data synced
 //!    side by side, the renames, each directory synced once (a batch of 16
 //!    or more: the file system synced whole before the renames and again
-//!    after them); a blob already in place is not written again;
+//!    after them, and a small body kept in memory whose digest no row
+//!    references and no other batch has in flight written straight under
+//!    its blob's name before the first sync, with no temp file); a blob
+//!    already in place is not written again, nor one the entry index says
+//!    a row references;
 //! 2. the rows ([`Cache::commit_rows`]), batch after batch in order: under
 //!    the locks of every path and digest the batch touches (the same locks
 //!    a single commit took, in the same order: paths, then digests, each
@@ -29,7 +33,10 @@
 //!    each fill is answered.
 //!
 //! What a power cut leaves, at each step: before 1 is done, temp files
-//! (removed at the next start, their owner's lock being free) and no row;
+//! (removed at the next start, their owner's lock being free), files
+//! written in place whose bytes may not be whole (no row names them; a
+//! later commit of the same digest hashes such a small file before
+//! trusting it), and no row;
 //! between 1 and 2, synced blobs without rows (not served, not counted;
 //! `verify --remove` deletes them after an hour, and a fill of the same
 //! bytes puts a row back; so does a batch whose reads fail in 2); after 2,
@@ -191,87 +198,6 @@ impl Cache {
             .await
     }
 
-    /// The first stage of a batch (at most one commit per key): its blobs
-    /// made durable. Each new digest is first marked as being committed
-    /// ([`Cache::committing`], under its lock), so no release deletes its
-    /// blob before the row that references it is written; one temp file
-    /// per digest is committed, the others of the same digest dropped.
-    /// Takes no path lock: it runs beside the previous batch's rows.
-    pub(super) async fn commit_blobs(&self, batch: Vec<Pending>) -> Staged {
-        // Purged since their fills began: nothing to write.
-        let (batch, purged): (Vec<_>, Vec<_>) = batch
-            .into_iter()
-            .partition(|p| self.meta.purges.current(p.path.key(), p.ticket));
-        for pending in purged {
-            tracing::debug!(
-                key = pending.path.key(),
-                "purged before its commit; not committed"
-            );
-            let _ = pending.done.send(Ok(None));
-        }
-        let batch = self.spool(batch).await;
-        let new: Vec<(Digest, u64)> = {
-            let mut seen = HashSet::new();
-            batch
-                .iter()
-                .map(|p| (p.entry.digest, p.entry.size))
-                .filter(|(d, _)| seen.insert(*d))
-                .collect()
-        };
-        {
-            let _locks = self.lock_digests(new.iter().map(|(d, _)| d)).await;
-            let mut committing = self.committing.lock().expect("committing poisoned");
-            for (digest, size) in &new {
-                committing.entry(*digest).or_insert((0, *size)).0 += 1;
-            }
-        }
-        let new: Vec<Digest> = new.into_iter().map(|(d, _)| d).collect();
-        let mut jobs = Vec::with_capacity(new.len());
-        let mut rows = Vec::with_capacity(batch.len());
-        let mut extra = Vec::new();
-        for Pending {
-            body: temp,
-            path,
-            entry,
-            ticket,
-            pin,
-            done,
-        } in batch
-        {
-            if jobs.iter().any(|(_, d)| *d == entry.digest) {
-                extra.push(temp);
-            } else {
-                jobs.push((temp, entry.digest));
-            }
-            rows.push((path, entry, (ticket, done, pin)));
-        }
-        let results = if jobs.is_empty() {
-            Vec::new()
-        } else {
-            self.blobs.commit_batch(jobs).await
-        };
-        drop(extra);
-        let mut failed: HashMap<Digest, String> = HashMap::new();
-        let mut placed = HashSet::new();
-        for (digest, result) in new.iter().zip(results) {
-            match result {
-                Ok(true) => {
-                    placed.insert(*digest);
-                }
-                Ok(false) => {}
-                Err(error) => {
-                    failed.insert(*digest, format!("committing the blob: {error}"));
-                }
-            }
-        }
-        Staged {
-            rows,
-            new,
-            placed,
-            failed,
-        }
-    }
-
     /// The second stage of a batch, in batch order: its rows in one
     /// transaction, under the locks of its paths and digests (taken as a
     /// single commit took them: paths, then digests, each set sorted), so
@@ -288,6 +214,12 @@ impl Cache {
             placed,
             failed,
         } = staged;
+        let abandoned: Vec<Digest> = failed.keys().copied().collect();
+        let new: Vec<Digest> = new
+            .into_iter()
+            .filter(|d| !failed.contains_key(d))
+            .collect();
+        self.abandon(&abandoned).await;
         let _committed = Committed(self, &new);
         let (rows, refused): (Vec<_>, Vec<_>) = rows
             .into_iter()
@@ -419,6 +351,30 @@ impl Cache {
         }
     }
 
+    /// The digests of a batch whose blobs could not be committed: no
+    /// longer marked, under their locks. A blob that no row references and
+    /// no other commit has in flight is removed: one whose last row went
+    /// while this commit was between its stages was kept for it, and is
+    /// counted no more (`Cache::release_held`).
+    async fn abandon(&self, digests: &[Digest]) {
+        if digests.is_empty() {
+            return;
+        }
+        let _locks = self.lock_digests(digests.iter()).await;
+        drop(Committed(self, digests));
+        for digest in digests {
+            if self.committing_size(digest).is_some() {
+                continue;
+            }
+            if let Ok(false) = self.meta.digest_referenced(&digest.to_hex()).await {
+                self.hot.remove(digest);
+                if let Err(error) = self.blobs.remove(digest).await {
+                    tracing::warn!(%error, "could not delete a blob");
+                }
+            }
+        }
+    }
+
     fn fail(&self, rows: Vec<StagedRow>, error: ProxyError) {
         self.metrics.metadata_errors.inc();
         for (path, _, (_, done, _)) in rows {
@@ -437,7 +393,7 @@ impl Cache {
 
 /// A row of a batch whose blob is durable: its path, entry, and the fill's
 /// ticket, answer and pin.
-type StagedRow = (
+pub(super) type StagedRow = (
     ArtifactPath,
     Entry,
     (Ticket, oneshot::Sender<Answer>, Option<Pin>),
@@ -445,13 +401,13 @@ type StagedRow = (
 
 /// A batch between its two stages: blobs durable, rows to write.
 pub(super) struct Staged {
-    rows: Vec<StagedRow>,
+    pub(super) rows: Vec<StagedRow>,
     /// Its digests, each once, marked as being committed.
-    new: Vec<Digest>,
+    pub(super) new: Vec<Digest>,
     /// Those whose blob this batch put on disk (it was not there).
-    placed: HashSet<Digest>,
+    pub(super) placed: HashSet<Digest>,
     /// The digests whose blob could not be committed, and why.
-    failed: HashMap<Digest, String>,
+    pub(super) failed: HashMap<Digest, String>,
 }
 
 /// Takes a batch's digests out of [`Cache::committing`] when dropped (its

@@ -164,7 +164,7 @@ mod tests {
     #[test]
     fn a_store_serves_the_blobs_of_its_own_layout_and_commits_flat() {
         use crate::cache::budget::Budget;
-        use crate::cache::store::ContentStore;
+        use crate::cache::store::{BatchBody, ContentStore};
         use std::sync::Arc;
 
         let dir = tempfile::tempdir().unwrap();
@@ -178,11 +178,11 @@ mod tests {
             std::io::read_to_string(store.open_blob(&old).unwrap()).unwrap(),
             "old"
         );
-        // Its next blob goes where the old ones are.
+        // Its next blob goes where the old ones are, its directory made
+        // when it is written in place.
         let new = Digest::of(b"new");
-        let temp = store.create_temp().unwrap();
-        temp.write_at(b"new", 0).unwrap();
-        assert!(store.commit_synced(vec![(temp, new)])[0].is_ok());
+        let fresh = BatchBody::Fresh(bytes::Bytes::from_static(b"new"));
+        assert!(store.commit_synced(vec![(fresh, new)])[0].is_ok());
         let hex = new.to_hex();
         assert!(dir
             .path()
@@ -196,6 +196,7 @@ mod tests {
         let store = store.unwrap();
         let temp = store.create_temp().unwrap();
         temp.write_at(b"new", 0).unwrap();
+        let temp = BatchBody::Temp(temp);
         assert!(store.commit_synced(vec![(temp, new)])[0].is_ok());
         assert!(dir
             .path()

@@ -34,6 +34,7 @@ pub mod listing;
 mod lookup;
 pub mod meta;
 mod others;
+mod owner;
 mod prepared;
 pub mod prune;
 pub mod purge;

@@ -1,14 +1,18 @@
-//! A batch's bodies as files: the group commit (`super::commit`) is handed
-//! each fill's body as its temp file, or, for a small body that came whole
-//! within its first 64 KiB, as the bytes the fill kept in memory (at most
-//! the queue's and one batch's worth: `max_fills` + `MAX_BATCH` bodies of
-//! 64 KiB); the committer writes
-//! those into temp files of their own before the batch's blobs are made
-//! durable, so no file is made for them on the request's path.
+//! The group commit's first stage (see `super::commit`): a batch's bodies
+//! made blobs. The committer is handed each fill's body as its temp file,
+//! or, for a small body that came whole within its first 64 KiB, as the
+//! bytes the fill kept in memory (at most the queue's and one batch's
+//! worth: `max_fills` + `MAX_BATCH` bodies of 64 KiB), so no file is made
+//! for them on the request's path; here those become blobs with the rest
+//! of their batch, written into temp files of their own or, where their
+//! digest is fresh, under their own names by the blob store.
 
-use super::commit::Pending;
-use super::{Cache, ContentStore, TempBlob};
-use crate::error::ProxyError;
+use std::collections::{HashMap, HashSet};
+use std::io;
+
+use super::commit::{Pending, Staged};
+use super::store::BatchBody;
+use super::{Cache, ContentStore, Digest, TempBlob};
 
 /// A fill's complete, hashed body as handed to the committer.
 pub enum FillBody {
@@ -20,78 +24,173 @@ pub enum FillBody {
     Memory(bytes::Bytes),
 }
 
-impl<B> Pending<B> {
-    /// The body, and the rest of the commit waiting for another.
-    fn take_body(self) -> (B, Pending<()>) {
-        let rest = Pending {
-            body: (),
-            path: self.path,
-            entry: self.entry,
-            ticket: self.ticket,
-            pin: self.pin,
-            done: self.done,
-        };
-        (self.body, rest)
-    }
-}
-
-impl Pending<()> {
-    fn with_body<B>(self, body: B) -> Pending<B> {
-        Pending {
-            body,
-            path: self.path,
-            entry: self.entry,
-            ticket: self.ticket,
-            pin: self.pin,
-            done: self.done,
-        }
-    }
-}
-
 impl Cache {
-    /// The temp file of each body of a batch: a body kept in memory is
-    /// written into one now, all of the batch's in one hop (counted
-    /// against `storage.max_size` as a fill's temp file is). A body that
-    /// cannot be written is answered with the error (its client had its
-    /// bytes: it is served uncached) and leaves the batch.
-    pub(super) async fn spool(&self, batch: Vec<Pending>) -> Vec<Pending<TempBlob>> {
-        let write = |store: &ContentStore, pending: Pending| {
-            let (body, pending) = pending.take_body();
-            let temp = match body {
-                FillBody::Temp(temp) => Ok(temp),
-                FillBody::Memory(bytes) => store.create_temp_holding(&bytes),
-            };
-            (temp, pending)
-        };
-        let in_memory = batch.iter().any(|p| matches!(p.body, FillBody::Memory(_)));
-        let written: Vec<_> = if in_memory {
-            let store = self.store.clone();
-            let handle = tokio::task::spawn_blocking(move || {
-                batch
-                    .into_iter()
-                    .map(|pending| write(&store, pending))
-                    .collect::<Vec<_>>()
-            });
-            // If the thread panicked, its bodies' fills are answered by
-            // their dropped senders (the committer stopped).
-            handle.await.unwrap_or_default()
-        } else {
+    /// The first stage of a batch (at most one commit per key): its blobs
+    /// made durable. Each new digest is first marked as being committed
+    /// ([`Cache::committing`], under its lock), so no release deletes its
+    /// blob before the row that references it is written; one body per
+    /// digest is committed, the others of the same digest dropped, and none
+    /// of a digest the entry index knows is referenced.
+    /// Takes no path lock: it runs beside the previous batch's rows.
+    pub(super) async fn commit_blobs(&self, batch: Vec<Pending>) -> Staged {
+        // Purged since their fills began: nothing to write.
+        let (batch, purged): (Vec<_>, Vec<_>) = batch
+            .into_iter()
+            .partition(|p| self.meta.purges.current(p.path.key(), p.ticket));
+        for pending in purged {
+            tracing::debug!(
+                key = pending.path.key(),
+                "purged before its commit; not committed"
+            );
+            let _ = pending.done.send(Ok(None));
+        }
+        let new: Vec<(Digest, u64)> = {
+            let mut seen = HashSet::new();
             batch
-                .into_iter()
-                .map(|pending| write(&self.store, pending))
+                .iter()
+                .map(|p| (p.entry.digest, p.entry.size))
+                .filter(|(d, _)| seen.insert(*d))
                 .collect()
         };
-        let mut spooled = Vec::with_capacity(written.len());
-        for (temp, pending) in written {
-            match temp {
-                Ok(temp) => spooled.push(pending.with_body(temp)),
+        // Where the entry index answers digest questions, a digest some row
+        // references is in place (its blob was synced before that row was
+        // written): nothing of it is written. One that no row references
+        // and no other batch has in flight is fresh: the blob store may
+        // write it under its own name (`BatchBody::Fresh`). Whatever the
+        // index cannot vouch for goes through a temp file, and a blob found
+        // in place is not written again.
+        let memory = std::env::var_os("NOFRESH").is_none() && self.meta.digests_in_memory();
+        let (mut fresh, mut known) = (HashSet::new(), HashSet::new());
+        {
+            let _locks = self.lock_digests(new.iter().map(|(d, _)| d)).await;
+            let mut committing = self.committing.lock().expect("committing poisoned");
+            for (digest, size) in &new {
+                if memory && !committing.contains_key(digest) {
+                    match self.meta.index.references(digest) {
+                        true => known.insert(*digest),
+                        false => fresh.insert(*digest),
+                    };
+                }
+                committing.entry(*digest).or_insert((0, *size)).0 += 1;
+            }
+        }
+        let new: Vec<Digest> = new.into_iter().map(|(d, _)| d).collect();
+        // One body per digest to write, a temp file's before one kept in
+        // memory (already on disk, it needs no room of `storage.max_size`);
+        // the others, and those in place, are dropped.
+        let mut jobs: Vec<(FillBody, Digest)> = Vec::with_capacity(new.len());
+        let mut job_of: HashMap<Digest, usize> = HashMap::with_capacity(new.len());
+        let mut rows = Vec::with_capacity(batch.len());
+        for Pending {
+            body,
+            path,
+            entry,
+            ticket,
+            pin,
+            done,
+        } in batch
+        {
+            let digest = entry.digest;
+            match job_of.get(&digest) {
+                _ if known.contains(&digest) => {}
+                None => {
+                    job_of.insert(digest, jobs.len());
+                    jobs.push((body, digest));
+                }
+                Some(&i) => {
+                    if matches!(jobs[i].0, FillBody::Memory(_)) && matches!(body, FillBody::Temp(_))
+                    {
+                        jobs[i].0 = body;
+                    }
+                }
+            }
+            rows.push((path, entry, (ticket, done, pin)));
+        }
+        let (jobs, mut failed) = self.spool(jobs, &fresh).await;
+        let written: Vec<Digest> = jobs.iter().map(|(_, digest)| *digest).collect();
+        let results = if jobs.is_empty() {
+            Vec::new()
+        } else {
+            self.blobs.commit_batch(jobs).await
+        };
+        let mut placed = HashSet::new();
+        for (digest, result) in written.into_iter().zip(results) {
+            match result {
+                Ok(true) => {
+                    placed.insert(digest);
+                }
+                Ok(false) => {}
                 Err(error) => {
-                    let error = format!("writing the blob: {error}");
-                    tracing::warn!(key = pending.path.key(), %error, "could not commit; served uncached");
-                    let _ = pending.done.send(Err(ProxyError::Store(error)));
+                    failed.insert(digest, format!("committing the blob: {error}"));
                 }
             }
         }
-        spooled
+        Staged {
+            rows,
+            new,
+            placed,
+            failed,
+        }
     }
+
+    /// The bodies of a batch's blobs as the blob store takes them: a body
+    /// kept in memory whose digest is `fresh` (no row references it, no
+    /// other commit has it in flight) as it is, for the store to write
+    /// under its own name; any other body kept in memory written into a
+    /// temp file, all of the batch's in one hop (counted against
+    /// `storage.max_size` as a fill's temp file is). A body that cannot be
+    /// written leaves the batch, its digest with the error (its clients
+    /// had their bytes: they are served uncached).
+    pub(super) async fn spool(
+        &self,
+        jobs: Vec<(FillBody, Digest)>,
+        fresh: &HashSet<Digest>,
+    ) -> (Vec<(BatchBody, Digest)>, HashMap<Digest, String>) {
+        let to_write = jobs
+            .iter()
+            .any(|(body, digest)| matches!(body, FillBody::Memory(_)) && !fresh.contains(digest));
+        let written: Vec<_> = if to_write {
+            let digests: Vec<Digest> = jobs.iter().map(|(_, digest)| *digest).collect();
+            let (store, fresh) = (self.store.clone(), fresh.clone());
+            let handle = tokio::task::spawn_blocking(move || {
+                jobs.into_iter()
+                    .map(|job| batch_body(&store, &fresh, job))
+                    .collect::<Vec<_>>()
+            });
+            handle.await.unwrap_or_else(|panic| {
+                let error = || Err(io::Error::other(panic.to_string()));
+                digests.into_iter().map(|d| (error(), d)).collect()
+            })
+        } else {
+            jobs.into_iter()
+                .map(|job| batch_body(&self.store, fresh, job))
+                .collect()
+        };
+        let mut spooled = Vec::with_capacity(written.len());
+        let mut failed = HashMap::new();
+        for (body, digest) in written {
+            match body {
+                Ok(body) => spooled.push((body, digest)),
+                Err(error) => {
+                    failed.insert(digest, format!("writing the blob: {error}"));
+                }
+            }
+        }
+        (spooled, failed)
+    }
+}
+
+/// One body as the blob store takes it (see [`Cache::spool`]); blocking
+/// when a temp file is written.
+fn batch_body(
+    store: &ContentStore,
+    fresh: &HashSet<Digest>,
+    (body, digest): (FillBody, Digest),
+) -> (io::Result<BatchBody>, Digest) {
+    let body = match body {
+        FillBody::Temp(temp) => Ok(BatchBody::Temp(temp)),
+        FillBody::Memory(bytes) if fresh.contains(&digest) => Ok(BatchBody::Fresh(bytes)),
+        FillBody::Memory(bytes) => store.create_temp_holding(&bytes).map(BatchBody::Temp),
+    };
+    (body, digest)
 }

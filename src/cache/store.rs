@@ -7,29 +7,24 @@
 //! this module (and the layout it reads) knows a blob's path;
 //! everyone else holds a [`Digest`] or an open handle.
 //!
-//! Temp files have an owner that dies with its process: each store that
-//! fills holds an exclusive `flock` on `tmp/<owner>.lock` for its lifetime
-//! and names its temp files `<owner>-<n>`. The kernel drops the lock when the
-//! process dies, however it dies, and whether or not it is reaped or its PID
-//! reused; at start-up a temp file whose owner's lock can be taken (or is
-//! missing) belongs to a dead fill and is removed.
+//! Temp files have an owner that dies with its process ([`super::owner`]).
 
-use std::collections::HashMap;
 use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
-use rustix::fs::{flock, FlockOperation};
 use sha2::{Digest as _, Sha256};
 
 use super::budget::Budget;
 use super::layout::Layout;
+use super::owner::{remove_dead_temp_files, Owner};
+
+mod group;
+pub use group::{BatchBody, InPlace, IN_PLACE_MAX};
 
 /// A blob's identity: the sha256 of its bytes.
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
@@ -73,15 +68,6 @@ pub struct ContentStore {
     owner: Option<Owner>,
     /// Where temp files reserve their bytes against `storage.max_size`.
     budget: Arc<Budget>,
-}
-
-/// The lock that says this process's temp files are alive.
-struct Owner {
-    name: String,
-    /// Held (`LOCK_EX`) for the store's lifetime; the kernel releases it when
-    /// the process dies. Never read: holding it open is its job.
-    _lock: File,
-    lock_path: PathBuf,
 }
 
 impl ContentStore {
@@ -201,124 +187,9 @@ impl ContentStore {
         })
     }
 
-    /// A group commit of one blob, its steps in a row: [`sync_temp`],
-    /// [`place`], each directory synced; whether the blob is new (it was
-    /// not in place). Blocking.
-    ///
-    /// [`sync_temp`]: ContentStore::sync_temp
-    /// [`place`]: ContentStore::place
-    pub fn commit_one(&self, temp: TempBlob, digest: &Digest) -> io::Result<bool> {
-        if !self.sync_temp(&temp, digest)? {
-            return Ok(false);
-        }
-        for dir in self.place(temp, digest)? {
-            ContentStore::sync_dir(&dir)?;
-        }
-        Ok(true)
-    }
-
-    /// A group commit's first step for one temp file (see `cache::commit`):
-    /// its data on disk (`fdatasync`), unless the blob `digest` is there
-    /// already, committed before and synced then; `Ok(false)` says so, and
-    /// the temp file is simply dropped. Blocking; a batch runs these side by
-    /// side, so a journaling file system makes one commit for them all.
-    pub fn sync_temp(&self, temp: &TempBlob, digest: &Digest) -> io::Result<bool> {
-        if self.blob_path(digest).is_file() {
-            return Ok(false);
-        }
-        temp.file.sync_data()?;
-        Ok(true)
-    }
-
-    /// A group commit's second step: a synced temp file renamed into place
-    /// as the blob `digest`. Returns the directory that now names it, to be
-    /// synced ([`ContentStore::sync_dir`]) before anything points at the
-    /// blob: its parent's too when the directory is new. Blocking.
-    pub fn place(&self, mut temp: TempBlob, digest: &Digest) -> io::Result<Vec<BlobDir>> {
-        let dest = self.blob_path(digest);
-        let dir = dest.parent().expect("blob paths have a parent");
-        let mut dirs = Vec::with_capacity(2);
-        // A flat store's directories were made when it was opened: no
-        // `stat` per blob, unless one was removed behind its back.
-        let renamed = match self.layout {
-            Layout::Flat => Some(fs::rename(&temp.path, &dest)),
-            Layout::Nested => None,
-        };
-        match renamed {
-            Some(Ok(())) => {}
-            Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => return Err(e),
-            _ => {
-                if !dir.is_dir() {
-                    fs::create_dir_all(dir)?;
-                    let parent = dir.parent().expect("blob directories have a parent");
-                    dirs.push(BlobDir(parent.to_path_buf()));
-                }
-                fs::rename(&temp.path, &dest)?;
-            }
-        }
-        temp.committed = true;
-        dirs.push(BlobDir(dir.to_path_buf()));
-        Ok(dirs)
-    }
-
-    /// A large group commit, all three steps in one pass: every temp file's
-    /// data and every rename made durable by one `syncfs` each (the file
-    /// system's dirty pages written once, however many files: on this
-    /// VM's unjournalled ext4 each `fdatasync` and each directory sync is
-    /// its own write and cache flush). The data first, then the renames,
-    /// then the second `syncfs`: a blob is never named before its bytes
-    /// are on disk, and none is reported durable before its name is. A
-    /// blob already in place is not written again. One result per item, in
-    /// order, each whether the blob is new. Blocking.
-    pub fn commit_synced(&self, items: Vec<(TempBlob, Digest)>) -> Vec<io::Result<bool>> {
-        let count = items.len();
-        let all_failed = |error: &io::Error| {
-            (0..count)
-                .map(|_| Err(io::Error::new(error.kind(), error.to_string())))
-                .collect()
-        };
-        let tmp = match File::open(&self.tmp) {
-            Ok(tmp) => tmp,
-            Err(error) => return all_failed(&error),
-        };
-        let needed: Vec<(TempBlob, Digest, bool)> = items
-            .into_iter()
-            .map(|(temp, digest)| {
-                let needed = !self.blob_path(&digest).is_file();
-                (temp, digest, needed)
-            })
-            .collect();
-        // Every blob already in place (one digest under many names): no
-        // byte to make durable, no sync.
-        if !needed.iter().any(|(_, _, needed)| *needed) {
-            return (0..count).map(|_| Ok(false)).collect();
-        }
-        if let Err(error) = rustix::fs::syncfs(&tmp) {
-            return all_failed(&error.into());
-        }
-        let mut results: Vec<io::Result<bool>> = needed
-            .into_iter()
-            .map(|(temp, digest, needed)| {
-                if needed {
-                    self.place(temp, &digest).map(|_| true)
-                } else {
-                    Ok(false)
-                }
-            })
-            .collect();
-        if let Err(error) = rustix::fs::syncfs(&tmp) {
-            let error = io::Error::from(error);
-            for result in results.iter_mut().filter(|r| r.is_ok()) {
-                *result = Err(io::Error::new(error.kind(), error.to_string()));
-            }
-        }
-        results
-    }
-
-    /// A group commit's third step: a directory that names new blobs, synced
-    /// (each once per batch, side by side). Blocking.
-    pub fn sync_dir(dir: &BlobDir) -> io::Result<()> {
-        File::open(&dir.0)?.sync_all()
+    /// How many temp files this store has made.
+    pub fn temp_files_made(&self) -> u64 {
+        self.next_temp.load(Ordering::Relaxed)
     }
 
     /// Opens a committed blob for (positional) reading; `NotFound` if it is
@@ -400,44 +271,6 @@ fn dirs(root: &Path) -> io::Result<(PathBuf, PathBuf)> {
     Ok((blobs, tmp))
 }
 
-impl Owner {
-    /// Creates and locks `tmp/<owner>.lock` under a name no other store
-    /// (in this process or another, now or before) has used.
-    fn claim(tmp: &Path) -> io::Result<Owner> {
-        static CLAIMS: AtomicU64 = AtomicU64::new(0);
-        loop {
-            let nanos = SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map(|d| d.as_nanos())
-                .unwrap_or(0);
-            let n = CLAIMS.fetch_add(1, Ordering::Relaxed);
-            let name = format!("{}.{nanos:x}.{n}", std::process::id());
-            let lock_path = tmp.join(format!("{name}.lock"));
-            let lock = OpenOptions::new()
-                .write(true)
-                .create_new(true)
-                .open(&lock_path)?;
-            flock(&lock, FlockOperation::NonBlockingLockExclusive)?;
-            // Another store's start-up may have found the file before it was
-            // locked, taken it for a dead owner's and removed it: then this
-            // lock guards nothing, and we start again.
-            let held = lock.metadata()?;
-            match fs::metadata(&lock_path) {
-                Ok(now) if now.ino() == held.ino() && now.dev() == held.dev() => {
-                    return Ok(Owner {
-                        name,
-                        _lock: lock,
-                        lock_path,
-                    })
-                }
-                Ok(_) => continue,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            }
-        }
-    }
-}
-
 impl Drop for ContentStore {
     fn drop(&mut self) {
         // The file goes first and the lock (closed with the field) after, so
@@ -446,55 +279,6 @@ impl Drop for ContentStore {
             let _ = fs::remove_file(&owner.lock_path);
         }
     }
-}
-
-/// Removes the temp files (and lock files) in `tmp` whose owner is dead:
-/// its lock file is missing or can be locked. Keeps those of `own` and of
-/// every owner whose lock is held. Returns how many temp files went.
-fn remove_dead_temp_files(tmp: &Path, own: &str) -> io::Result<usize> {
-    let mut dead: HashMap<String, bool> = HashMap::new();
-    let mut is_dead = |owner: &str| {
-        *dead
-            .entry(owner.to_string())
-            .or_insert_with(|| owner_is_dead(tmp, owner))
-    };
-    let mut removed = 0;
-    let mut dead_locks = Vec::new();
-    for entry in fs::read_dir(tmp)? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if let Some(owner) = name.strip_suffix(".lock") {
-            if owner != own && is_dead(owner) {
-                dead_locks.push(name.to_string());
-            }
-            continue;
-        }
-        let owner = name.split('-').next().unwrap_or(name);
-        if owner != own && is_dead(owner) {
-            match fs::remove_file(tmp.join(name)) {
-                Ok(()) => removed += 1,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(e),
-            }
-        }
-    }
-    // Lock files last, so a dead owner's temp files are never left without one.
-    for name in dead_locks {
-        let _ = fs::remove_file(tmp.join(name));
-    }
-    Ok(removed)
-}
-
-/// Whether the owner of `tmp/<owner>.lock` is gone: the file is missing, or
-/// its exclusive lock can be taken (then it is released again at once).
-fn owner_is_dead(tmp: &Path, owner: &str) -> bool {
-    let file = match File::open(tmp.join(format!("{owner}.lock"))) {
-        Ok(file) => file,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return true,
-        // Cannot tell: keep its files.
-        Err(_) => return false,
-    };
-    flock(&file, FlockOperation::NonBlockingLockExclusive).is_ok()
 }
 
 /// A fill's temp file. Dropped without [`ContentStore::place`], it deletes

@@ -56,6 +56,35 @@ async fn commit(cache: &Cache, path: u64, n: u64) {
     cache.commit_entry(temp, &path, entry).await.unwrap();
 }
 
+/// Hands `bytes`, kept in memory, to the commit queue as the entry of
+/// `key` (`/r/…`), as a small fill does; waits until it is durable.
+async fn commit_bytes(cache: &Cache, key: &str, bytes: Vec<u8>) -> super::commit::Answer {
+    let entry = Entry::new(
+        Digest::of(&bytes),
+        bytes.len() as u64,
+        None,
+        None,
+        None,
+        crate::clock::now_ms(),
+    );
+    let path = ArtifactPath::parse(&format!("/r/{key}")).unwrap();
+    let ticket = cache.meta.purges.ticket();
+    let slot = cache.commit_slot().await?;
+    let body = super::FillBody::Memory(bytes.into());
+    slot.send(body, &path, (entry, None), ticket)
+        .durable()
+        .await
+}
+
+/// [`commit`] of a body kept in memory: the committer writes it (in place
+/// where its digest is fresh), or refuses it when fills in progress hold
+/// `storage.max_size` (served uncached).
+async fn commit_memory(cache: &Cache, path: u64, n: u64) {
+    if let Err(error) = commit_bytes(cache, &format!("p{path}"), body(n)).await {
+        assert!(error.to_string().contains("max_size"), "{error}");
+    }
+}
+
 async fn release(cache: &Cache, path: u64) {
     let path = ArtifactPath::parse(&format!("/r/p{path}")).unwrap();
     cache.forget_entry(&path).await.unwrap();
@@ -99,7 +128,8 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
                 );
                 tasks.push(tokio::spawn(async move {
                     match op {
-                        0..=5 => commit(&cache, path, n).await,
+                        0..=2 => commit(&cache, path, n).await,
+                        3..=5 => commit_memory(&cache, path, n).await,
                         6..=7 => release(&cache, path).await,
                         8 => evict::evict(&cache).await.unwrap(),
                         _ => {
@@ -200,4 +230,58 @@ async fn only_bytes_already_on_disk_are_asked_about() {
     assert_eq!(cache.meta.digest_reads(), 1);
     let (count, truth, disk) = views(&cache).await;
     assert_eq!((count, count), (truth, disk));
+}
+
+/// Commits small bodies kept in memory, `names[i]` with `bodies[i]`, all in
+/// one batch (the committer held until every one is queued).
+async fn commit_in_one_batch(cache: &Arc<Cache>, names: &[String], bodies: &[Vec<u8>]) {
+    let held = cache.hold_commits().await;
+    let mut tasks = Vec::new();
+    for (name, bytes) in names.iter().zip(bodies) {
+        let (cache, bytes) = (cache.clone(), bytes.clone());
+        let name = name.clone();
+        tasks.push(tokio::spawn(async move {
+            commit_bytes(&cache, &name, bytes).await.unwrap()
+        }));
+    }
+    while cache.metrics.commits_queued.get() < names.len() as i64 {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+    }
+    drop(held);
+    for task in tasks {
+        assert!(task.await.unwrap().is_some());
+    }
+}
+
+/// Where the entry index answers digest questions, a batch of small bodies
+/// kept in memory makes no temp file: bytes no row references are written
+/// under their own names, bytes already referenced not at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn small_bodies_in_a_batch_make_no_temp_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path()).await;
+    cache.meta.others.serve();
+    cache.meta.index.loaded().await;
+    let bodies: Vec<Vec<u8>> = (0..20)
+        .map(|n| format!("small body {n} ").repeat(40).into_bytes())
+        .collect();
+    let names: Vec<String> = (0..20).map(|n| format!("a{n}")).collect();
+    commit_in_one_batch(&cache, &names, &bodies).await;
+    assert_eq!(cache.metrics.commit_batches.get(), 1);
+    assert_eq!(cache.store.temp_files_made(), 0);
+    let (count, truth, disk) = views(&cache).await;
+    assert_eq!((count, count), (truth, disk));
+    // The same bytes under other names: nothing written.
+    let names: Vec<String> = (0..20).map(|n| format!("b{n}")).collect();
+    commit_in_one_batch(&cache, &names, &bodies).await;
+    assert_eq!(cache.store.temp_files_made(), 0);
+    assert_eq!(views(&cache).await, (count, count, count));
+    for (n, bytes) in bodies.iter().enumerate() {
+        for name in [format!("a{n}"), format!("b{n}")] {
+            let path = ArtifactPath::parse(&format!("/r/{name}")).unwrap();
+            let entry = cache.meta.read_row(&path).await.unwrap().unwrap();
+            let blob = cache.open_blob(&entry.digest, entry.size).await.unwrap();
+            assert_eq!(&blob.read_all(entry.size).await.unwrap(), bytes);
+        }
+    }
 }

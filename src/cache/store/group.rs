@@ -1,0 +1,306 @@
+//! The group commit's side of the content store (see `cache::commit`):
+//! blobs made durable in batches, written in place or renamed from their
+//! temp files. A child of [`super`], the one module that knows a blob's
+//! path.
+
+use std::fs::{self, File, OpenOptions};
+use std::io;
+use std::os::unix::fs::FileExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use super::super::budget::Budget;
+use super::super::layout::Layout;
+use super::{take_budget, BlobDir, ContentStore, Digest, TempBlob};
+
+impl ContentStore {
+    /// A group commit of one blob, its steps in a row: [`sync_temp`],
+    /// [`place`], each directory synced; whether the blob is new (it was
+    /// not in place). Blocking.
+    ///
+    /// [`sync_temp`]: ContentStore::sync_temp
+    /// [`place`]: ContentStore::place
+    pub fn commit_one(&self, temp: TempBlob, digest: &Digest) -> io::Result<bool> {
+        if !self.sync_temp(&temp, digest)? {
+            return Ok(false);
+        }
+        for dir in self.place(temp, digest)? {
+            ContentStore::sync_dir(&dir)?;
+        }
+        Ok(true)
+    }
+
+    /// A group commit's first step for one temp file (see `cache::commit`):
+    /// its data on disk (`fdatasync`), unless the blob `digest` is there
+    /// already, committed before and synced then; `Ok(false)` says so, and
+    /// the temp file is simply dropped. Blocking; a batch runs these side by
+    /// side, so a journaling file system makes one commit for them all.
+    pub fn sync_temp(&self, temp: &TempBlob, digest: &Digest) -> io::Result<bool> {
+        if self.in_place(digest) {
+            return Ok(false);
+        }
+        temp.file.sync_data()?;
+        Ok(true)
+    }
+
+    /// A group commit's second step: a synced temp file renamed into place
+    /// as the blob `digest`. Returns the directory that now names it, to be
+    /// synced ([`ContentStore::sync_dir`]) before anything points at the
+    /// blob: its parent's too when the directory is new. Blocking.
+    pub fn place(&self, mut temp: TempBlob, digest: &Digest) -> io::Result<Vec<BlobDir>> {
+        let dest = self.blob_path(digest);
+        let dir = dest.parent().expect("blob paths have a parent");
+        let mut dirs = Vec::with_capacity(2);
+        // A flat store's directories were made when it was opened: no
+        // `stat` per blob, unless one was removed behind its back.
+        let renamed = match self.layout {
+            Layout::Flat => Some(fs::rename(&temp.path, &dest)),
+            Layout::Nested => None,
+        };
+        match renamed {
+            Some(Ok(())) => {}
+            Some(Err(e)) if e.kind() != io::ErrorKind::NotFound => return Err(e),
+            _ => {
+                if !dir.is_dir() {
+                    fs::create_dir_all(dir)?;
+                    let parent = dir.parent().expect("blob directories have a parent");
+                    dirs.push(BlobDir(parent.to_path_buf()));
+                }
+                fs::rename(&temp.path, &dest)?;
+            }
+        }
+        temp.committed = true;
+        dirs.push(BlobDir(dir.to_path_buf()));
+        Ok(dirs)
+    }
+
+    /// A large group commit, in one pass: every blob's bytes and every
+    /// name made durable by one `syncfs` each (the file system's dirty
+    /// pages written once, however many files: on this VM's unjournalled
+    /// ext4 each `fdatasync` and each directory sync is its own write and
+    /// cache flush). A [`BatchBody::Fresh`] body of at most [`IN_PLACE_MAX`]
+    /// bytes is written under its blob's name at once
+    /// ([`ContentStore::write_in_place`]: no temp file, no rename); temp
+    /// files are synced by the first `syncfs`, renamed, and their names
+    /// synced by a second (none when no temp file is renamed): a temp
+    /// file's blob is never named before its bytes are on disk, and no blob
+    /// is reported durable before its name is. A blob already in place is
+    /// not written again. One result per item, in order, each whether the
+    /// blob is new. Blocking.
+    pub fn commit_synced(&self, items: Vec<(BatchBody, Digest)>) -> Vec<io::Result<bool>> {
+        let tmp = match File::open(&self.tmp) {
+            Ok(tmp) => tmp,
+            Err(error) => return items.iter().map(|_| Err(copy(&error))).collect(),
+        };
+        let steps: Vec<(Step, Digest)> = items
+            .into_iter()
+            .map(|(body, digest)| (self.first_step(body, &digest), digest))
+            .collect();
+        let written = |steps: &[(Step, Digest)]| {
+            steps.iter().any(|(step, _)| {
+                matches!(step, Step::Written(_)) || matches!(step, Step::Temp(_, true))
+            })
+        };
+        // Every blob already in place (one digest under many names): no
+        // byte to make durable, no sync.
+        if !written(&steps) {
+            return steps.into_iter().map(|(step, _)| step.result()).collect();
+        }
+        if let Err(error) = rustix::fs::syncfs(&tmp) {
+            let error = io::Error::from(error);
+            return steps.into_iter().map(|_| Err(copy(&error))).collect();
+        }
+        let renames = steps
+            .iter()
+            .any(|(step, _)| matches!(step, Step::Temp(_, true)));
+        let steps: Vec<Step> = steps
+            .into_iter()
+            .map(|(step, digest)| match step {
+                Step::Temp(temp, true) => match self.place(temp, &digest) {
+                    Ok(_) => Step::Placed,
+                    Err(error) => Step::Failed(error),
+                },
+                step => step,
+            })
+            .collect();
+        if renames {
+            if let Err(error) = rustix::fs::syncfs(&tmp) {
+                let error = io::Error::from(error);
+                return steps
+                    .into_iter()
+                    .map(|step| match step {
+                        Step::Failed(own) => Err(own),
+                        _ => Err(copy(&error)),
+                    })
+                    .collect();
+            }
+        }
+        steps.into_iter().map(Step::result).collect()
+    }
+
+    /// A batch body before the first `syncfs`: written in place, or a temp
+    /// file and whether its blob is still to be placed.
+    fn first_step(&self, body: BatchBody, digest: &Digest) -> Step {
+        let temp = match body {
+            BatchBody::Fresh(bytes) if bytes.len() as u64 <= IN_PLACE_MAX => {
+                match self.write_in_place(&bytes, digest) {
+                    Ok(Some(written)) => return Step::Written(written),
+                    // A file left there (by a crash, or no longer referenced):
+                    // through a temp file, which replaces it unless it is
+                    // whole.
+                    Ok(None) => self.create_temp_holding(&bytes),
+                    Err(error) => return Step::Failed(error),
+                }
+            }
+            body => self.into_temp(body),
+        };
+        match temp {
+            Ok(temp) => {
+                let needed = !self.in_place(digest);
+                Step::Temp(temp, needed)
+            }
+            Err(error) => Step::Failed(error),
+        }
+    }
+
+    /// A batch body as a temp file: a body kept in memory written into one.
+    /// Blocking.
+    pub fn into_temp(&self, body: BatchBody) -> io::Result<TempBlob> {
+        match body {
+            BatchBody::Temp(temp) => Ok(temp),
+            BatchBody::Fresh(bytes) => self.create_temp_holding(&bytes),
+        }
+    }
+
+    /// Whether the blob `digest` is in place and whole. A file of at most
+    /// [`IN_PLACE_MAX`] bytes may be one written in place whose batch a
+    /// crash cut short before its `syncfs` (its bytes never on disk): it is
+    /// hashed before it is trusted. A larger one was renamed into place
+    /// after its bytes were synced. Blocking.
+    fn in_place(&self, digest: &Digest) -> bool {
+        match fs::metadata(self.blob_path(digest)) {
+            Ok(meta) if meta.is_file() => {
+                meta.len() > IN_PLACE_MAX || self.rehash(digest).is_ok_and(|d| d == *digest)
+            }
+            _ => false,
+        }
+    }
+
+    /// Writes a small body straight under its blob's name, for a digest
+    /// that no row references and no other commit has in flight (the
+    /// caller's to know, and to keep true until the blob's rows are
+    /// written, or its [`InPlace`] dropped): no reader can have the name
+    /// open. `None` when a file is already there; then nothing was
+    /// written. The bytes are not synced: the batch's `syncfs` does that
+    /// ([`ContentStore::commit_synced`]). Blocking.
+    pub fn write_in_place(&self, bytes: &[u8], digest: &Digest) -> io::Result<Option<InPlace>> {
+        if self.owner.is_none() {
+            return Err(io::Error::new(
+                io::ErrorKind::Unsupported,
+                "store opened read-only",
+            ));
+        }
+        let len = bytes.len() as u64;
+        take_budget(&self.budget, len)?;
+        let path = self.blob_path(digest);
+        let open = || OpenOptions::new().write(true).create_new(true).open(&path);
+        let opened = match open() {
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                fs::create_dir_all(path.parent().expect("blob paths have a parent"))
+                    .and_then(|()| open())
+            }
+            opened => opened,
+        };
+        let file = match opened {
+            Ok(file) => file,
+            Err(e) => {
+                self.budget.unreserve(len);
+                return match e.kind() {
+                    io::ErrorKind::AlreadyExists => Ok(None),
+                    _ => Err(e),
+                };
+            }
+        };
+        let written = InPlace {
+            path,
+            reserved: len,
+            budget: self.budget.clone(),
+            kept: false,
+        };
+        file.write_all_at(bytes, 0)?;
+        Ok(Some(written))
+    }
+
+    /// A group commit's third step: a directory that names new blobs, synced
+    /// (each once per batch, side by side). Blocking.
+    pub fn sync_dir(dir: &BlobDir) -> io::Result<()> {
+        File::open(&dir.0)?.sync_all()
+    }
+}
+
+/// The largest body a group commit writes under its blob's name with no
+/// temp file ([`ContentStore::write_in_place`]): a fill's body kept in
+/// memory is at most this; a blob file this small is hashed before a
+/// commit trusts it to be whole ([`ContentStore::in_place`]).
+pub const IN_PLACE_MAX: u64 = 64 * 1024;
+
+/// One blob of a group commit ([`super::BlobStore::commit_batch`]).
+pub enum BatchBody {
+    /// Its temp file; dropped unused when the blob is already in place.
+    Temp(TempBlob),
+    /// A small body kept in memory whose digest no row references and no
+    /// other commit has in flight, true until the batch's rows are
+    /// written (the committer marks it): a store may write it under the
+    /// blob's own name, once, with no temp file.
+    Fresh(bytes::Bytes),
+}
+
+/// A batch body on its way through [`ContentStore::commit_synced`].
+enum Step {
+    Written(InPlace),
+    /// A temp file, and whether its blob is to be placed (not in place).
+    Temp(TempBlob, bool),
+    Placed,
+    Failed(io::Error),
+}
+
+impl Step {
+    fn result(self) -> io::Result<bool> {
+        match self {
+            Step::Written(mut written) => {
+                written.kept = true;
+                Ok(true)
+            }
+            Step::Placed => Ok(true),
+            Step::Temp(..) => Ok(false),
+            Step::Failed(error) => Err(error),
+        }
+    }
+}
+
+fn copy(error: &io::Error) -> io::Error {
+    io::Error::new(error.kind(), error.to_string())
+}
+
+/// A blob written in place ([`ContentStore::write_in_place`]), its bytes
+/// counted against `storage.max_size` as a temp file's are. Dropped before
+/// its batch is durable, it removes its file: a failed batch leaves none.
+pub struct InPlace {
+    path: PathBuf,
+    reserved: u64,
+    budget: Arc<Budget>,
+    kept: bool,
+}
+
+impl Drop for InPlace {
+    fn drop(&mut self) {
+        self.budget.unreserve(self.reserved);
+        if !self.kept {
+            let _ = fs::remove_file(&self.path);
+        }
+    }
+}
+
+#[cfg(test)]
+#[path = "group_tests.rs"]
+mod tests;
