@@ -230,6 +230,12 @@ pub trait BlobStore: Send + Sync {
         )))
     }
     fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>>;
+    /// Whether a blob a row references is in place, if the store can tell
+    /// at once (a local `stat` of a page-cached name); `None` when asking
+    /// takes a round trip. No hash: such a blob was synced before its row.
+    fn holds_now(&self, _digest: &Digest) -> Option<bool> {
+        None
+    }
     fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>>;
 }
 
@@ -244,6 +250,10 @@ impl BlobStore for LocalBlobs {
                 .await
                 .map_err(io::Error::other)?
         })
+    }
+
+    fn holds_now(&self, digest: &Digest) -> Option<bool> {
+        Some(self.0.holds(digest))
     }
 
     fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {

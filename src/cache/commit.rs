@@ -19,7 +19,7 @@
 //!    references and no other batch has in flight written straight under
 //!    its blob's name before the first sync, with no temp file); a blob
 //!    already in place is not written again, nor one the entry index says
-//!    a row references;
+//!    a row references (while its file is there);
 //! 2. the rows ([`Cache::commit_rows`]), batch after batch in order: under
 //!    the locks of every path and digest the batch touches (the same locks
 //!    a single commit took, in the same order: paths, then digests, each

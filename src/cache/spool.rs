@@ -54,26 +54,36 @@ impl Cache {
         };
         // Where the entry index answers digest questions, a digest some row
         // references is in place (its blob was synced before that row was
-        // written): nothing of it is written. One that no row references
-        // and no other batch has in flight is fresh: the blob store may
-        // write it under its own name (`BatchBody::Fresh`). Whatever the
-        // index cannot vouch for goes through a temp file, and a blob found
-        // in place is not written again.
-        let memory = std::env::var_os("NOFRESH").is_none() && self.meta.digests_in_memory();
-        let (mut fresh, mut known) = (HashSet::new(), HashSet::new());
-        {
+        // written): nothing of it is written, unless its file went behind
+        // the store's back (then it is written again, as before it had a
+        // row). One that no row references and no other batch has in
+        // flight is fresh: the blob store may write it under its own name
+        // (`BatchBody::Fresh`). Whatever the index cannot vouch for goes
+        // through a temp file, and a blob found in place is not written
+        // again.
+        let memory = self.meta.digests_in_memory();
+        let (mut fresh, mut referenced) = (HashSet::new(), Vec::new());
+        let known: HashSet<Digest> = {
             let _locks = self.lock_digests(new.iter().map(|(d, _)| d)).await;
-            let mut committing = self.committing.lock().expect("committing poisoned");
-            for (digest, size) in &new {
-                if memory && !committing.contains_key(digest) {
-                    match self.meta.index.references(digest) {
-                        true => known.insert(*digest),
-                        false => fresh.insert(*digest),
-                    };
+            {
+                let mut committing = self.committing.lock().expect("committing poisoned");
+                for (digest, size) in &new {
+                    if memory && !committing.contains_key(digest) {
+                        match self.meta.index.references(digest) {
+                            true => referenced.push(*digest),
+                            false => {
+                                fresh.insert(*digest);
+                            }
+                        }
+                    }
+                    committing.entry(*digest).or_insert((0, *size)).0 += 1;
                 }
-                committing.entry(*digest).or_insert((0, *size)).0 += 1;
             }
-        }
+            referenced
+                .into_iter()
+                .filter(|digest| self.blobs.holds_now(digest) == Some(true))
+                .collect()
+        };
         let new: Vec<Digest> = new.into_iter().map(|(d, _)| d).collect();
         // One body per digest to write, a temp file's before one kept in
         // memory (already on disk, it needs no room of `storage.max_size`);

@@ -187,6 +187,12 @@ impl ContentStore {
         })
     }
 
+    /// Whether a file names the blob `digest` (no hash: for a blob a row
+    /// references, synced before that row). Blocking, one `stat`.
+    pub fn holds(&self, digest: &Digest) -> bool {
+        self.blob_path(digest).is_file()
+    }
+
     /// How many temp files this store has made.
     pub fn temp_files_made(&self) -> u64 {
         self.next_temp.load(Ordering::Relaxed)
