@@ -367,10 +367,7 @@ impl Cache {
                 continue;
             }
             if let Ok(false) = self.meta.digest_referenced(&digest.to_hex()).await {
-                self.hot.remove(digest);
-                if let Err(error) = self.blobs.remove(digest).await {
-                    tracing::warn!(%error, "could not delete a blob");
-                }
+                self.remove_blob(digest).await;
             }
         }
     }

@@ -504,17 +504,20 @@ impl Cache {
     /// Deletes an unreferenced blob and uncounts it. The caller holds the
     /// digest's lock and a shared `accounting`.
     async fn delete_blob(&self, digest: &Digest) -> u64 {
+        let freed = self.remove_blob(digest).await;
+        self.budget.sub_committed(freed);
+        freed
+    }
+
+    /// Deletes a blob (and its copy in memory), counting nothing: for
+    /// [`Cache::delete_blob`], and for one that is no longer counted.
+    /// Returns the bytes freed.
+    async fn remove_blob(&self, digest: &Digest) -> u64 {
         self.hot.remove(digest);
-        match self.blobs.remove(digest).await {
-            Ok(freed) => {
-                self.budget.sub_committed(freed);
-                freed
-            }
-            Err(error) => {
-                tracing::warn!(%error, "could not delete a blob");
-                0
-            }
-        }
+        self.blobs.remove(digest).await.unwrap_or_else(|error| {
+            tracing::warn!(%error, "could not delete a blob");
+            0
+        })
     }
 
     /// Runs `work` on the local store on this thread: for a file operation

@@ -165,12 +165,17 @@ impl ContentStore {
         Ok(temp)
     }
 
+    /// This store's claim on the files it writes; refused for a store
+    /// opened only to read.
+    fn owner(&self) -> io::Result<&Owner> {
+        self.owner
+            .as_ref()
+            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "store opened read-only"))
+    }
+
     /// Creates an empty temp file for a fill, named after this store's owner.
     pub fn create_temp(&self) -> io::Result<TempBlob> {
-        let owner = self
-            .owner
-            .as_ref()
-            .ok_or_else(|| io::Error::new(io::ErrorKind::Unsupported, "store opened read-only"))?;
+        let owner = self.owner()?;
         let n = self.next_temp.fetch_add(1, Ordering::Relaxed);
         let path = self.tmp.join(format!("{}-{n}", owner.name));
         let file = OpenOptions::new()

@@ -96,23 +96,21 @@ impl ContentStore {
             .into_iter()
             .map(|(body, digest)| (self.first_step(body, &digest), digest))
             .collect();
-        let written = |steps: &[(Step, Digest)]| {
-            steps.iter().any(|(step, _)| {
-                matches!(step, Step::Written(_)) || matches!(step, Step::Temp(_, true))
-            })
-        };
-        // Every blob already in place (one digest under many names): no
-        // byte to make durable, no sync.
-        if !written(&steps) {
-            return steps.into_iter().map(|(step, _)| step.result()).collect();
-        }
-        if let Err(error) = rustix::fs::syncfs(&tmp) {
-            let error = io::Error::from(error);
-            return steps.into_iter().map(|_| Err(copy(&error))).collect();
-        }
         let renames = steps
             .iter()
             .any(|(step, _)| matches!(step, Step::Temp(_, true)));
+        // Every blob already in place (one digest under many names): no
+        // byte to make durable, no sync.
+        if !renames
+            && !steps
+                .iter()
+                .any(|(step, _)| matches!(step, Step::Written(_)))
+        {
+            return steps.into_iter().map(|(step, _)| step.result()).collect();
+        }
+        if let Err(error) = rustix::fs::syncfs(&tmp) {
+            return all_failed(steps.into_iter().map(|(step, _)| step), error.into());
+        }
         let steps: Vec<Step> = steps
             .into_iter()
             .map(|(step, digest)| match step {
@@ -125,14 +123,7 @@ impl ContentStore {
             .collect();
         if renames {
             if let Err(error) = rustix::fs::syncfs(&tmp) {
-                let error = io::Error::from(error);
-                return steps
-                    .into_iter()
-                    .map(|step| match step {
-                        Step::Failed(own) => Err(own),
-                        _ => Err(copy(&error)),
-                    })
-                    .collect();
+                return all_failed(steps, error.into());
             }
         }
         steps.into_iter().map(Step::result).collect()
@@ -194,12 +185,7 @@ impl ContentStore {
     /// written. The bytes are not synced: the batch's `syncfs` does that
     /// ([`ContentStore::commit_synced`]). Blocking.
     pub fn write_in_place(&self, bytes: &[u8], digest: &Digest) -> io::Result<Option<InPlace>> {
-        if self.owner.is_none() {
-            return Err(io::Error::new(
-                io::ErrorKind::Unsupported,
-                "store opened read-only",
-            ));
-        }
+        self.owner()?;
         let len = bytes.len() as u64;
         take_budget(&self.budget, len)?;
         let path = self.blob_path(digest);
@@ -280,6 +266,18 @@ impl Step {
 
 fn copy(error: &io::Error) -> io::Error {
     io::Error::new(error.kind(), error.to_string())
+}
+
+/// The results of a batch whose sync failed: each step its own error, or
+/// the sync's (a file written in place is removed as its step drops).
+fn all_failed(steps: impl IntoIterator<Item = Step>, error: io::Error) -> Vec<io::Result<bool>> {
+    steps
+        .into_iter()
+        .map(|step| match step {
+            Step::Failed(own) => Err(own),
+            _ => Err(copy(&error)),
+        })
+        .collect()
 }
 
 /// A blob written in place ([`ContentStore::write_in_place`]), its bytes
