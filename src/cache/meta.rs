@@ -251,8 +251,13 @@ pub(super) type EntryRow = (
 
 impl MetadataStore {
     /// Connects (creating a SQLite file and its directory if needed) and applies
-    /// the embedded migrations.
+    /// the embedded migrations, again while SQLite says the database is
+    /// locked (a server or a command beside this process writes it).
     pub async fn connect(url: &str, cache_entries: u64) -> Result<MetadataStore, sqlx::Error> {
+        super::sqlite::retrying_busy(|| Self::connect_once(url, cache_entries)).await
+    }
+
+    async fn connect_once(url: &str, cache_entries: u64) -> Result<MetadataStore, sqlx::Error> {
         sqlx::any::install_default_drivers();
         let is_sqlite = url.starts_with("sqlite:");
         let url = if is_sqlite {

@@ -33,8 +33,9 @@ pub(super) async fn durable_pool(url: &str) -> Result<AnyPool, sqlx::Error> {
 /// Whether `error` is SQLite's "database is locked" (`SQLITE_BUSY` and its
 /// extended codes, such as `SQLITE_BUSY_SNAPSHOT`, which a connection gets
 /// at once, without its busy timeout, when another process's commit came
-/// between its read and its write).
+/// between its read and its write), also where a migration met it.
 pub(super) fn is_busy(error: &sqlx::Error) -> bool {
+    use sqlx::migrate::MigrateError;
     match error {
         sqlx::Error::Database(db) => {
             db.code()
@@ -42,29 +43,32 @@ pub(super) fn is_busy(error: &sqlx::Error) -> bool {
                 .is_some_and(|code| code & 0xff == 5)
                 || db.message().contains("database is locked")
         }
+        sqlx::Error::Migrate(migrate) => match &**migrate {
+            MigrateError::Execute(inner) | MigrateError::ExecuteMigration(inner, _) => {
+                is_busy(inner)
+            }
+            _ => false,
+        },
         _ => false,
     }
 }
 
-/// Executes the statement `make` builds (one statement, not applied when
-/// it fails) on a connection of `pool`, again while SQLite says the
-/// database is locked, for up to about 10 s: the writes a command makes
-/// beside a running server (`token add`, `token revoke`). A connection
-/// refused so is not used again: one whose earlier read has not ended (a
-/// statement sqlx has not reset yet) keeps a snapshot older than the other
-/// process's commit, and every write on it fails at once, however long it
-/// waits.
-pub(super) async fn execute_retrying<'q>(
-    pool: &AnyPool,
-    make: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
-) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {
+/// Runs `attempt` again while it fails with "database is locked", pausing
+/// 20 ms and doubling to 1 s between tries, for up to about 10 s of pauses
+/// (each try may also wait out its connection's busy timeout): the work
+/// of a command beside a running server (`token add`, `token revoke`,
+/// opening the database: its migrations, its pragmas), which SQLite may
+/// refuse at once rather than wait, whatever its busy timeout.
+pub(super) async fn retrying_busy<T, F, Fut>(mut attempt: F) -> Result<T, sqlx::Error>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
+{
     let mut pause = Duration::from_millis(20);
     let mut waited = Duration::ZERO;
     loop {
-        let mut conn = pool.acquire().await?;
-        match make().execute(&mut *conn).await {
+        match attempt().await {
             Err(error) if is_busy(&error) && waited < Duration::from_secs(10) => {
-                drop(conn.detach());
                 tracing::debug!(%error, "the database is locked; trying again");
                 tokio::time::sleep(pause).await;
                 waited += pause;
@@ -73,6 +77,28 @@ pub(super) async fn execute_retrying<'q>(
             done => return done,
         }
     }
+}
+
+/// Executes the statement `make` builds (one statement, not applied when
+/// it fails) on a connection of `pool`, again while SQLite says the
+/// database is locked ([`retrying_busy`]), also where a new connection's
+/// pragmas met the lock. A connection refused so is not used again: one
+/// whose earlier read has not ended (a statement sqlx has not reset yet)
+/// keeps a snapshot older than the other process's commit, and every
+/// write on it fails at once, however long it waits.
+pub(super) async fn execute_retrying<'q>(
+    pool: &AnyPool,
+    make: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
+) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {
+    retrying_busy(|| async {
+        let mut conn = pool.acquire().await?;
+        let done = make().execute(&mut *conn).await;
+        if done.as_ref().is_err_and(is_busy) {
+            drop(conn.detach());
+        }
+        done
+    })
+    .await
 }
 
 /// `sqlite://data/meta.db?mode=rwc` → `data/meta.db` (`None`: not a SQLite
@@ -151,6 +177,9 @@ mod tests {
             .unwrap_err();
         assert!(is_busy(&refused), "{refused}");
         assert!(!is_busy(&sqlx::Error::RowNotFound));
+        // Met by a migration: told as busy too (opening the database retries it).
+        let in_migration = sqlx::migrate::MigrateError::Execute(refused);
+        assert!(is_busy(&sqlx::Error::Migrate(Box::new(in_migration))));
 
         let release = async {
             tokio::time::sleep(Duration::from_millis(150)).await;
