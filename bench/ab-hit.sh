@@ -4,7 +4,8 @@
 # warmed, then wrk (2 threads, 64 connections) against each in turn, ROUNDS
 # interleaved rounds with the order rotated, for 1 KiB, 64 KiB and 1 MiB. The
 # figure to read is each variant's req/s over the first one's in the same
-# round (median over rounds): background load moves both alike.
+# round (median over rounds): background load moves both alike. Beside it,
+# each variant's CPU time (user + system, from /proc) per request served.
 #
 # Usage: bash bench/ab-hit.sh 'base=target/release/mirrorcache' \
 #            'candidate=/path/to/mirrorcache VAR=value ...'
@@ -66,16 +67,21 @@ run_wrk() {
         END { printf "%.0f %.2f %d\n", rps, p99, bad }'
 }
 
+# cpu_ticks PID: the process's user + system time so far, in clock ticks.
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
+TICK_US=$((1000000 / $(getconf CLK_TCK)))
+
 median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
-echo "| size | variant | req/s (median) | p99 ms (median) | req/s ÷ ${LABELS[0]} (median of rounds) |"
-echo "|---|---|---:|---:|---:|"
+echo "| size | variant | req/s (median) | p99 ms (median) | req/s ÷ ${LABELS[0]} (median of rounds) | CPU µs a request (median) |"
+echo "|---|---|---:|---:|---:|---:|"
 n=${#LABELS[@]}
 for size in $SIZES; do
-    declare -A RPS=() P99=()
+    declare -A RPS=() P99=() CPU=()
     for round in $(seq 1 "$ROUNDS"); do
         for i in $(seq 0 $((n - 1))); do
             label=${LABELS[$(((i + round) % n))]}
+            before=$(cpu_ticks "${MC_PIDS[$label]}")
             if [[ $size == 256m ]]; then
                 rps=$(curl -s -o /dev/null -w '%{speed_download}' "${URL[$label]}/$size.bin" |
                     awk '{ printf "%.0f", $1 / 1048576 }')
@@ -86,15 +92,18 @@ for size in $SIZES; do
             ((bad == 0)) || echo "warning: non-2xx answers from $label" >&2
             RPS[$label,$round]=$rps
             P99[$label,$round]=$p99
-            echo "$size $label round $round: $rps req/s, p99 $p99 ms" >&2
+            CPU[$label,$round]=$(awk -v t="$(($(cpu_ticks "${MC_PIDS[$label]}") - before))" \
+                -v us="$TICK_US" -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%.1f", (r > 0 ? t * us / (r * d) : 0) }')
+            echo "$size $label round $round: $rps req/s, p99 $p99 ms, ${CPU[$label,$round]} µs CPU a request" >&2
         done
     done
     for label in "${LABELS[@]}"; do
         rps=$(for r in $(seq 1 "$ROUNDS"); do echo "${RPS[$label,$r]}"; done | median)
         p99=$(for r in $(seq 1 "$ROUNDS"); do echo "${P99[$label,$r]}"; done | median)
+        cpu=$(for r in $(seq 1 "$ROUNDS"); do echo "${CPU[$label,$r]}"; done | median)
         ratio=$(for r in $(seq 1 "$ROUNDS"); do
             awk -v a="${RPS[$label,$r]}" -v b="${RPS[${LABELS[0]},$r]}" 'BEGIN { printf "%.3f\n", a / b }'
         done | median)
-        echo "| $size | $label | $rps | $p99 | $(awk -v r="$ratio" 'BEGIN { printf "%.2f", r }') |"
+        echo "| $size | $label | $rps | $p99 | $(awk -v r="$ratio" 'BEGIN { printf "%.2f", r }') | $cpu |"
     done
 done

@@ -18,7 +18,8 @@
 //! - [`proxy`] wires the rooms together from a validated [`config`];
 //!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use,
 //!   and [`history`] the dashboard's per-minute rings the proxy samples into;
-//!   [`logline`] is the text log format (with a fast request line).
+//!   [`logline`] is the text log format (with a fast request line), and
+//!   [`logbuf`] the buffer the server's log lines wait in.
 //! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
 //!   the progress display of `verify`); only `main` imports it.
 
@@ -31,6 +32,7 @@ pub mod fill;
 pub mod history;
 pub mod http;
 pub mod kind;
+pub mod logbuf;
 pub mod logline;
 pub mod metrics;
 pub mod ops;

@@ -230,11 +230,20 @@ fn main() -> ExitCode {
                 Ok(c) => c,
                 Err(code) => return code,
             };
-            let _log_writer = init_logging(&config.log);
+            let log_writer = match init_logging(&config.log) {
+                Ok(writer) => writer,
+                Err(e) => {
+                    eprintln!("error: starting the log's writer: {e}");
+                    return ExitCode::FAILURE;
+                }
+            };
             for warning in &config.warnings {
                 tracing::warn!("{warning}");
             }
-            match runtime().block_on(serve(config, &path)) {
+            let served = runtime().block_on(serve(config, &path));
+            // The log's last lines before the error that ends it.
+            drop(log_writer);
+            match served {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("error: {e:#}");
@@ -393,12 +402,15 @@ async fn serve(config: Config, path: &Path) -> anyhow::Result<()> {
     Ok(())
 }
 
-/// Logs go to stderr through a writer thread, so a request never waits on a
-/// write(2); the returned guard flushes what is queued when `main` ends.
-fn init_logging(config: &LogConfig) -> tracing_appender::non_blocking::WorkerGuard {
+/// Logs go to stderr from a buffer (`[log] buffer`, `[log] flush`), so a
+/// request neither waits on a write(2) nor wakes a thread for its line; the
+/// returned guard writes what is waiting when `main` ends.
+fn init_logging(config: &LogConfig) -> std::io::Result<mirrorcache::logbuf::Flusher> {
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(&config.level));
-    let (writer, guard) = tracing_appender::non_blocking(std::io::stderr());
+    let limit = usize::try_from(config.buffer).unwrap_or(usize::MAX);
+    let (writer, guard) =
+        mirrorcache::logbuf::buffered(Box::new(std::io::stderr()), limit, config.flush)?;
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_target(false)
@@ -411,5 +423,5 @@ fn init_logging(config: &LogConfig) -> tracing_appender::non_blocking::WorkerGua
             .init(),
         LogFormat::Json => builder.json().init(),
     }
-    guard
+    Ok(guard)
 }

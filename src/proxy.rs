@@ -215,6 +215,8 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
         ),
         ("log.format", o.log.format != n.log.format),
         ("log.level", o.log.level != n.log.level),
+        ("log.buffer", o.log.buffer != n.log.buffer),
+        ("log.flush", o.log.flush != n.log.flush),
         ("storage.path", o.storage.path != n.storage.path),
         ("storage.max_size", o.storage.max_size != n.storage.max_size),
         (

@@ -99,6 +99,10 @@ pub struct LogConfig {
     pub format: LogFormat,
     /// A `tracing` filter (`info`, `mirrorcache=debug,warn`); `RUST_LOG` overrides it.
     pub level: String,
+    /// Bytes of log lines that are written at once (0: every line).
+    pub buffer: u64,
+    /// The longest a line waits in memory (a warning or an error: none).
+    pub flush: Duration,
 }
 
 #[derive(Debug, Clone)]

@@ -96,6 +96,8 @@ fn default_entry_ttl() -> HumanDuration {
 pub(super) struct RawLog {
     pub(super) format: LogFormat,
     pub(super) level: String,
+    pub(super) buffer: HumanSize,
+    pub(super) flush: Spanned<HumanDuration>,
 }
 
 impl Default for RawLog {
@@ -103,6 +105,8 @@ impl Default for RawLog {
         RawLog {
             format: LogFormat::Text,
             level: "info".to_string(),
+            buffer: HumanSize(64 * 1024),
+            flush: Spanned::new(0..0, HumanDuration(Duration::from_secs(1))),
         }
     }
 }

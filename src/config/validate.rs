@@ -94,6 +94,17 @@ impl Validator<'_> {
             log: LogConfig {
                 format: raw.log.format,
                 level: raw.log.level,
+                buffer: raw.log.buffer.0,
+                flush: match *raw.log.flush.get_ref() {
+                    HumanDuration(flush) if !flush.is_zero() => flush,
+                    _ => {
+                        return self.error(
+                            "log.flush",
+                            raw.log.flush.span(),
+                            "must be more than 0 (`log.buffer = \"0\"` writes every line at once)",
+                        )
+                    }
+                },
             },
             storage: StorageConfig {
                 s3: match raw.storage.url {

@@ -39,6 +39,10 @@ fn bad_configs_name_the_key_and_line() {
             &[":4:", "invalid duration"],
         ),
         ("[storage]\nmax_size = \"lots\"\n", &[":2:", "invalid size"]),
+        (
+            "[log]\nbuffer = \"8KiB\"\nflush = \"0s\"\n[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\n",
+            &[":3:", "log.flush", "more than 0"],
+        ),
         ("[[remote]]\nname = \"r\"\nmirrors = []\n", &[":3:", "remote[0].mirrors", "no mirror"]),
         (
             "[[remote]]\nname = \"r\"\nmirrors = [\n  \"http://a/x\",\n  \"ftp://b/x\",\n]\n",

@@ -161,3 +161,33 @@ async fn logs_can_be_json_with_one_line_per_request() {
     assert_eq!(request_line["fields"]["mirror"], mirror.url("/m"));
     assert_eq!(request_line["fields"]["bytes"], 1);
 }
+
+/// `[log] buffer` and `flush`: request lines wait in memory (here for up
+/// to an hour) and a graceful stop (SIGTERM) writes every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn buffered_log_lines_are_all_written_on_a_graceful_stop() {
+    let mirror = MirrorServer::start().await;
+    for name in ["a", "b", "c"] {
+        mirror.put(&format!("/m/{name}"), name.as_bytes().to_vec());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = format!(
+        "{}\n[log]\nbuffer = \"1MiB\"\nflush = \"1h\"\n",
+        config_text(dir.path(), &remote("r", &mirror, ""))
+    );
+    let mut proxy = BinaryProxy::start(dir.path(), &text).await;
+    let client = reqwest::Client::new();
+    for name in ["a", "b", "c"] {
+        assert_eq!(get(&client, &proxy.url(&format!("/r/{name}"))).await.0, 200);
+    }
+    // Held in memory: not one request line is in the file yet.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(!proxy.log().contains("/r/a"), "{}", proxy.log());
+    proxy.signal("TERM");
+    let status = proxy.child.wait().unwrap();
+    assert!(status.success(), "{status:?}");
+    let log = proxy.log();
+    for name in ["a", "b", "c"] {
+        assert!(log.contains(&format!("/r/{name}")), "{log}");
+    }
+}
