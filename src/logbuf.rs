@@ -53,8 +53,9 @@ pub struct Flusher {
     thread: Option<JoinHandle<()>>,
 }
 
-/// A buffer writing to `sink` once `limit` bytes wait or every `every`,
-/// and its flusher (keep it for as long as lines are logged).
+/// A buffer writing to `sink` once `limit` bytes wait (at most half of
+/// what it holds before dropping lines) or every `every`, and its flusher
+/// (keep it for as long as lines are logged).
 pub fn buffered(
     sink: Box<dyn Write + Send>,
     limit: usize,
@@ -63,7 +64,7 @@ pub fn buffered(
     let shared = Arc::new(Shared {
         state: Mutex::new(State::default()),
         wake: Condvar::new(),
-        limit,
+        limit: limit.min(MAX_HELD / 2),
     });
     let for_thread = shared.clone();
     let thread = std::thread::Builder::new()
