@@ -41,6 +41,14 @@ struct State {
     dropped: u64,
 }
 
+impl State {
+    /// Whether the writing thread has a reason to write now (a buffer of
+    /// `limit` bytes, 0 for every line).
+    fn due(&self, limit: usize) -> bool {
+        self.closed || self.urgent || (!self.lines.is_empty() && self.lines.len() >= limit)
+    }
+}
+
 impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
@@ -90,8 +98,7 @@ fn write_out(shared: &Shared, mut sink: Box<dyn Write + Send>, every: Duration) 
         let mut state = shared.state();
         let deadline = Instant::now() + every;
         loop {
-            let full = !state.lines.is_empty() && state.lines.len() >= shared.limit;
-            if state.closed || state.urgent || full {
+            if state.due(shared.limit) {
                 break;
             }
             let Some(left) = deadline.checked_duration_since(Instant::now()) else {
@@ -152,7 +159,7 @@ impl Write for Line<'_> {
         }
         state.lines.extend_from_slice(bytes);
         state.urgent |= self.urgent;
-        let wake = self.urgent || state.lines.len() >= self.shared.limit;
+        let wake = state.due(self.shared.limit);
         drop(state);
         if wake {
             self.shared.wake.notify_one();
