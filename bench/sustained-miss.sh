@@ -17,6 +17,10 @@
 # non-2xx answers and socket errors, and for mirrorcache the rows committed
 # once the run settled, per second of the run. ROUNDS rounds, the servers
 # alternating; medians with the spread, and the ratios of the medians.
+# After each run, the seconds a `sync` takes: what the run left for the
+# disk to write (the tuned nginx syncs nothing; mirrorcache syncs each
+# commit batch), and the ratio with each server's answers counted over its
+# run plus that `sync`.
 #
 # Usage: bash bench/sustained-miss.sh   (as root: installs nginx and wrk if missing)
 #   env: DURATION=7 ROUNDS=3 WARMUP=2 (untimed seconds per server first;
@@ -170,7 +174,15 @@ for kind in distinct same; do
                 else
                     read -r ok err total < <(run "$NGINX" "$kind" "$conns" "$round")
                 fi
-                log "$kind c$conns round $round $who: $ok 2xx/s, error share $err ($total requests)"
+                # What the run left for the disk: nginx syncs nothing, so its
+                # files are written back after its run; mirrorcache's commits
+                # synced theirs within it. The seconds of a `sync` right after
+                # the run (mirrorcache's once its last commit is done).
+                t0=$(date +%s.%N)
+                sync
+                left=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.3f", b - a }')
+                R[${kind}_${conns}_${who}_sync]+="$left "
+                log "$kind c$conns round $round $who: $ok 2xx/s, error share $err ($total requests), sync after ${left}s"
                 R[${kind}_${conns}_${who}_ok]+="$ok "
                 R[${kind}_${conns}_${who}_err]+="$err "
             done
@@ -195,6 +207,22 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else print
             read -r -a me <<<"${R[${kind}_${conns}_mc_err]}"
             read -r -a mc <<<"${R[${kind}_${conns}_mc_committed]}"
             echo "| $kind bytes | $conns | $(spread 0 "${no[@]}") | $(spread 3 "${ne[@]}") | $(spread 0 "${mo[@]}") | $(spread 3 "${me[@]}") | $(spread 0 "${mc[@]}") | $(ratio "$(median "${mo[@]}")" "$(median "${no[@]}")") |"
+        done
+    done
+    echo
+    echo "What each run left for the disk: the seconds of a \`sync\` right after it, and the ratio with each server's 2xx answers counted over its run plus that \`sync\` (the tuned nginx syncs nothing, so its rate above leaves its files' write-back out of its seconds)."
+    echo
+    echo "| keys | clients | nginx tuned: sync after (s) | mirrorcache: sync after (s) | mirrorcache ÷ nginx, write-back counted |"
+    echo "|---|---:|---:|---:|---:|"
+    for kind in distinct same; do
+        for conns in 8 32; do
+            read -r -a no <<<"${R[${kind}_${conns}_nginx_ok]}"
+            read -r -a ns <<<"${R[${kind}_${conns}_nginx_sync]}"
+            read -r -a mo <<<"${R[${kind}_${conns}_mc_ok]}"
+            read -r -a ms <<<"${R[${kind}_${conns}_mc_sync]}"
+            nd=$(awk -v o="$(median "${no[@]}")" -v s="$(median "${ns[@]}")" -v d="$DURATION" 'BEGIN { printf "%.1f", o * d / (d + s) }')
+            md=$(awk -v o="$(median "${mo[@]}")" -v s="$(median "${ms[@]}")" -v d="$DURATION" 'BEGIN { printf "%.1f", o * d / (d + s) }')
+            echo "| $kind bytes | $conns | $(spread 3 "${ns[@]}") | $(spread 3 "${ms[@]}") | $(ratio "$md" "$nd") |"
         done
     done
     for conns in 8 32; do
