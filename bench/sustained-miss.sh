@@ -191,6 +191,14 @@ for kind in distinct same; do
 done
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else printf "%.2f", a / b }'; }
+# counted KIND CONNS WHO: the median 2xx answers over the run plus the
+# median `sync` after it, a second.
+counted() {
+    local -a ok left
+    read -r -a ok <<<"${R[$1_$2_$3_ok]}"
+    read -r -a left <<<"${R[$1_$2_$3_sync]}"
+    awk -v o="$(median "${ok[@]}")" -v s="$(median "${left[@]}")" -v d="$DURATION" 'BEGIN { printf "%.1f", o * d / (d + s) }'
+}
 {
     echo
     echo "## bench/sustained-miss.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -d${DURATION}s, $ROUNDS rounds, ${WARMUP}s warm-up"
@@ -216,13 +224,9 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b + 0 == 0) print "-"; else print
     echo "|---|---:|---:|---:|---:|"
     for kind in distinct same; do
         for conns in 8 32; do
-            read -r -a no <<<"${R[${kind}_${conns}_nginx_ok]}"
             read -r -a ns <<<"${R[${kind}_${conns}_nginx_sync]}"
-            read -r -a mo <<<"${R[${kind}_${conns}_mc_ok]}"
             read -r -a ms <<<"${R[${kind}_${conns}_mc_sync]}"
-            nd=$(awk -v o="$(median "${no[@]}")" -v s="$(median "${ns[@]}")" -v d="$DURATION" 'BEGIN { printf "%.1f", o * d / (d + s) }')
-            md=$(awk -v o="$(median "${mo[@]}")" -v s="$(median "${ms[@]}")" -v d="$DURATION" 'BEGIN { printf "%.1f", o * d / (d + s) }')
-            echo "| $kind bytes | $conns | $(spread 3 "${ns[@]}") | $(spread 3 "${ms[@]}") | $(ratio "$md" "$nd") |"
+            echo "| $kind bytes | $conns | $(spread 3 "${ns[@]}") | $(spread 3 "${ms[@]}") | $(ratio "$(counted "$kind" "$conns" mc)" "$(counted "$kind" "$conns" nginx)") |"
         done
     done
     for conns in 8 32; do
