@@ -37,9 +37,9 @@ use crate::config::S3Config;
 const FILE_CHUNK: usize = 256 * 1024;
 
 /// The smallest batch whose blobs are made durable by syncing the whole
-/// file system (`syncfs`, twice) rather than file by file and directory by
-/// directory: measured on this VM for 128 files of 1 KiB in new
-/// directories, 12–32 ms against 35–71 ms (BENCHMARKS.md, round three).
+/// file system (`syncfs`, twice) however much else waits to be written (a
+/// smaller one too while little does): for 128 files of 1 KiB in new
+/// directories, 12–32 ms against 35–71 ms file by file (BENCHMARKS.md).
 const SYNCFS_FROM: usize = 16;
 
 /// A committed blob, opened for reading.
@@ -272,7 +272,9 @@ impl BlobStore for LocalBlobs {
     /// ([`ContentStore::commit_one`]). A batch of [`SYNCFS_FROM`] or more:
     /// in one hop, the small fresh bodies written under their own names,
     /// the file system synced whole, the temp files renamed and synced
-    /// again ([`ContentStore::commit_synced`]). One in between:
+    /// again ([`ContentStore::commit_synced`]). One in between: the same
+    /// while the machine holds little waiting to be written
+    /// ([`ContentStore::commit_synced_if_quiet`]); else
     /// every temp file's data synced side by side, the renames in one hop,
     /// then each directory they went into synced once, side by side too
     /// (a few small syncs cost less than writing out whatever else is dirty,
@@ -303,6 +305,22 @@ impl BlobStore for LocalBlobs {
                             .collect()
                     });
             }
+            // A few blobs: the file system synced whole as well while little
+            // else waits to be written; file by file otherwise.
+            let tried = tokio::task::spawn_blocking(move || {
+                let tried = store.commit_synced_if_quiet(items);
+                (store, tried)
+            })
+            .await;
+            let (store, items) = match tried {
+                Ok((_, Ok(results))) => return results,
+                Ok((store, Err(items))) => (store, items),
+                Err(e) => {
+                    return (0..count)
+                        .map(|_| Err(io::Error::other(e.to_string())))
+                        .collect()
+                }
+            };
             let synced = futures_util::future::join_all(items.into_iter().map(|(body, digest)| {
                 let store = store.clone();
                 async move {

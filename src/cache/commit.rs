@@ -14,8 +14,9 @@
 //!    committed (under its lock: a release keeps such a blob), then made
 //!    durable ([`BlobStore::commit_batch`]): every temp file's data synced
 //!    side by side, the renames, each directory synced once (a batch of 16
-//!    or more: the file system synced whole before the renames and again
-//!    after them, and a small body kept in memory whose digest no row
+//!    or more, or a smaller one while the machine holds little waiting to
+//!    be written: the file system synced whole before the renames and
+//!    again after them, and a small body kept in memory whose digest no row
 //!    references and no other batch has in flight written straight under
 //!    its blob's name before the first sync, with no temp file); a blob
 //!    already in place is not written again, nor one the entry index says

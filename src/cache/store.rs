@@ -68,6 +68,9 @@ pub struct ContentStore {
     owner: Option<Owner>,
     /// Where temp files reserve their bytes against `storage.max_size`.
     budget: Arc<Budget>,
+    /// Below how many bytes waiting to be written, machine-wide, a small
+    /// batch is synced with `syncfs` too ([`ContentStore::commit_synced_if_quiet`]).
+    quiet: AtomicU64,
 }
 
 impl ContentStore {
@@ -90,6 +93,7 @@ impl ContentStore {
             next_temp: AtomicU64::new(0),
             owner: Some(owner),
             budget,
+            quiet: AtomicU64::new(group::QUIET_BYTES),
         })
     }
 
@@ -104,6 +108,7 @@ impl ContentStore {
             next_temp: AtomicU64::new(0),
             owner: None,
             budget: Arc::new(Budget::new(u64::MAX)),
+            quiet: AtomicU64::new(group::QUIET_BYTES),
         })
     }
 

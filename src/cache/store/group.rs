@@ -7,6 +7,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::PathBuf;
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
 use super::super::budget::Budget;
@@ -129,6 +130,35 @@ impl ContentStore {
         steps.into_iter().map(Step::result).collect()
     }
 
+    /// [`ContentStore::commit_synced`] for a batch of a few blobs, while
+    /// the machine holds less than [`QUIET_BYTES`] waiting to be written
+    /// (`Dirty` and `Writeback` of `/proc/meminfo`), so the `syncfs` writes
+    /// little besides the batch: one hop and one journal commit in place
+    /// of a thread per file and per directory. Otherwise (a large fill's
+    /// unsynced bytes, another program's, or no `/proc`) the items come
+    /// back, for the caller to sync file by file. Blocking.
+    #[allow(clippy::result_large_err)]
+    pub fn commit_synced_if_quiet(
+        &self,
+        items: Vec<(BatchBody, Digest)>,
+    ) -> Result<Vec<io::Result<bool>>, Vec<(BatchBody, Digest)>> {
+        let quiet = self.quiet.load(Ordering::Relaxed);
+        match fs::read_to_string("/proc/meminfo")
+            .ok()
+            .as_deref()
+            .and_then(waiting_bytes)
+        {
+            Some(waiting) if waiting < quiet => Ok(self.commit_synced(items)),
+            _ => Err(items),
+        }
+    }
+
+    /// Sets below how many bytes waiting to be written a small batch is
+    /// synced whole ([`ContentStore::commit_synced_if_quiet`]); 0: never.
+    pub fn set_quiet_bytes(&self, bytes: u64) {
+        self.quiet.store(bytes, Ordering::Relaxed);
+    }
+
     /// A batch body before the first `syncfs`: written in place, or a temp
     /// file and whether its blob is still to be placed.
     fn first_step(&self, body: BatchBody, digest: &Digest) -> Step {
@@ -222,6 +252,26 @@ impl ContentStore {
     pub fn sync_dir(dir: &BlobDir) -> io::Result<()> {
         File::open(&dir.0)?.sync_all()
     }
+}
+
+/// Bytes waiting to be written, machine-wide, below which a batch of a
+/// few blobs is synced with one `syncfs` rather than file by file
+/// ([`ContentStore::commit_synced_if_quiet`]): a `syncfs` then has little
+/// else to write. (64 KiB misses one after another: 463–467 µs of CPU and
+/// 8.5 context switches a miss against 576–599 and 16.4–17.2 file by
+/// file; BENCHMARKS.md, round three, tenth pass.)
+pub const QUIET_BYTES: u64 = 16 * 1024 * 1024;
+
+/// `Dirty` plus `Writeback` of a `/proc/meminfo` text, in bytes; `None`
+/// when either is missing.
+fn waiting_bytes(meminfo: &str) -> Option<u64> {
+    let kib = |name: &str| {
+        meminfo.lines().find_map(|line| {
+            let value = line.strip_prefix(name)?.strip_prefix(':')?;
+            value.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()
+        })
+    };
+    Some((kib("Dirty")? + kib("Writeback")?) * 1024)
 }
 
 /// The largest body a group commit writes under its blob's name with no

@@ -120,3 +120,49 @@ fn a_blob_dropped_before_its_batch_is_durable_is_removed() {
     assert!(!store.blob_path(&digest).exists());
     assert_eq!(store.budget.in_progress(), 0);
 }
+
+#[test]
+fn the_bytes_waiting_to_be_written_are_dirty_and_writeback_of_meminfo() {
+    let text = "MemTotal:       24684500 kB\nDirty:              1284 kB\n\
+                Writeback:            16 kB\nWritebackTmp:          7 kB\n";
+    assert_eq!(waiting_bytes(text), Some((1284 + 16) * 1024));
+    assert_eq!(waiting_bytes("Dirty:               5 kB\n"), None);
+}
+
+#[test]
+fn a_few_blobs_are_synced_whole_only_while_little_waits_to_be_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let store = open(dir.path(), u64::MAX);
+    store.set_quiet_bytes(0);
+    let back = store
+        .commit_synced_if_quiet(vec![fresh(b"one"), fresh(b"two")])
+        .unwrap_err();
+    assert_eq!(back.len(), 2);
+    assert!(!store.blob_path(&Digest::of(b"one")).exists());
+    store.set_quiet_bytes(u64::MAX);
+    let Ok(results) = store.commit_synced_if_quiet(back) else {
+        panic!("a quiet machine syncs the batch whole");
+    };
+    assert!(results.iter().all(|r| matches!(r, Ok(true))));
+    assert_eq!(
+        fs::read(store.blob_path(&Digest::of(b"two"))).unwrap(),
+        b"two"
+    );
+}
+
+#[tokio::test]
+async fn a_few_blobs_are_synced_file_by_file_while_much_waits_to_be_written() {
+    use crate::cache::blobs::{BlobStore, LocalBlobs};
+    let dir = tempfile::tempdir().unwrap();
+    let store = Arc::new(open(dir.path(), u64::MAX));
+    store.set_quiet_bytes(0);
+    let bodies: [&'static [u8]; 3] = [b"three", b"four", b"five"];
+    let results = LocalBlobs(store.clone())
+        .commit_batch(bodies.iter().map(|body| fresh(body)).collect())
+        .await;
+    assert!(results.iter().all(|r| matches!(r, Ok(true))));
+    for body in bodies {
+        assert_eq!(fs::read(store.blob_path(&Digest::of(body))).unwrap(), body);
+    }
+    assert_eq!(temp_files(dir.path()), 0);
+}
