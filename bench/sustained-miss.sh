@@ -199,6 +199,7 @@ counted() {
     read -r -a left <<<"${R[$1_$2_$3_sync]}"
     awk -v o="$(median "${ok[@]}")" -v s="$(median "${left[@]}")" -v d="$DURATION" 'BEGIN { printf "%.1f", o * d / (d + s) }'
 }
+written_back=""
 {
     echo
     echo "## bench/sustained-miss.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -d${DURATION}s, $ROUNDS rounds, ${WARMUP}s warm-up"
@@ -214,7 +215,11 @@ counted() {
             read -r -a mo <<<"${R[${kind}_${conns}_mc_ok]}"
             read -r -a me <<<"${R[${kind}_${conns}_mc_err]}"
             read -r -a mc <<<"${R[${kind}_${conns}_mc_committed]}"
+            read -r -a ns <<<"${R[${kind}_${conns}_nginx_sync]}"
+            read -r -a ms <<<"${R[${kind}_${conns}_mc_sync]}"
             echo "| $kind bytes | $conns | $(spread 0 "${no[@]}") | $(spread 3 "${ne[@]}") | $(spread 0 "${mo[@]}") | $(spread 3 "${me[@]}") | $(spread 0 "${mc[@]}") | $(ratio "$(median "${mo[@]}")" "$(median "${no[@]}")") |"
+            # The write-back table's row, printed after this table.
+            written_back+="| $kind bytes | $conns | $(spread 3 "${ns[@]}") | $(spread 3 "${ms[@]}") | $(ratio "$(counted "$kind" "$conns" mc)" "$(counted "$kind" "$conns" nginx)") |"$'\n'
         done
     done
     echo
@@ -222,13 +227,7 @@ counted() {
     echo
     echo "| keys | clients | nginx tuned: sync after (s) | mirrorcache: sync after (s) | mirrorcache ÷ nginx, write-back counted |"
     echo "|---|---:|---:|---:|---:|"
-    for kind in distinct same; do
-        for conns in 8 32; do
-            read -r -a ns <<<"${R[${kind}_${conns}_nginx_sync]}"
-            read -r -a ms <<<"${R[${kind}_${conns}_mc_sync]}"
-            echo "| $kind bytes | $conns | $(spread 3 "${ns[@]}") | $(spread 3 "${ms[@]}") | $(ratio "$(counted "$kind" "$conns" mc)" "$(counted "$kind" "$conns" nginx)") |"
-        done
-    done
+    printf '%s' "$written_back"
     for conns in 8 32; do
         read -r -a d <<<"${R[distinct_${conns}_mc_ok]}"
         read -r -a s <<<"${R[same_${conns}_mc_ok]}"

@@ -296,19 +296,15 @@ impl BlobStore for LocalBlobs {
                     }
                 };
             }
-            if count >= SYNCFS_FROM {
-                return tokio::task::spawn_blocking(move || store.commit_synced(items))
-                    .await
-                    .unwrap_or_else(|e| {
-                        (0..count)
-                            .map(|_| Err(io::Error::other(e.to_string())))
-                            .collect()
-                    });
-            }
-            // A few blobs: the file system synced whole as well while little
-            // else waits to be written; file by file otherwise.
+            // The file system synced whole, in one hop: always for a large
+            // batch, for a few blobs while little else waits to be written;
+            // file by file otherwise.
             let tried = tokio::task::spawn_blocking(move || {
-                let tried = store.commit_synced_if_quiet(items);
+                let tried = if count >= SYNCFS_FROM {
+                    Ok(store.commit_synced(items))
+                } else {
+                    store.commit_synced_if_quiet(items)
+                };
                 (store, tried)
             })
             .await;

@@ -257,8 +257,8 @@ impl ContentStore {
 /// Bytes waiting to be written, machine-wide, below which a batch of a
 /// few blobs is synced with one `syncfs` rather than file by file
 /// ([`ContentStore::commit_synced_if_quiet`]): a `syncfs` then has little
-/// else to write. (64 KiB misses one after another: 463–467 µs of CPU and
-/// 8.5 context switches a miss against 576–599 and 16.4–17.2 file by
+/// else to write. (64 KiB misses one after another: 484–503 µs of CPU and
+/// 8.6–9.1 context switches a miss against 629–643 and 16.4–16.6 file by
 /// file; BENCHMARKS.md, round three, tenth pass.)
 pub const QUIET_BYTES: u64 = 16 * 1024 * 1024;
 
