@@ -29,8 +29,10 @@
 #      origin sends at FILL_RATE: origin requests, per-request p50 of the
 #      total time, wall time, and how many clients had their first byte
 #      before the origin finished sending
-#   4. miss-path overhead: 50 different cold 64 KiB objects one after another
-#      (one curl, one keep-alive connection), per-request p50 and total
+#   4. miss-path overhead: ROUNDS interleaved rounds (the order rotates) of
+#      MISSES (50) new cold 64 KiB objects one after another (one curl, one
+#      keep-alive connection): per-request p50 and total, median over the
+#      rounds with the spread, ratios the median of the per-round ratios
 #   5. peak RSS (VmHWM) of mirrorcache, and the sum over nginx's workers
 #
 # Usage: bash bench/compare.sh          (as root: installs nginx and wrk if missing)
@@ -126,7 +128,8 @@ fi
 head -c $((16 * 1024 * 1024)) /dev/urandom >"$O_DIR/www/slow/fan-nginx.bin"
 cp "$O_DIR/www/slow/fan-nginx.bin" "$O_DIR/www/slow/fan-tuned.bin"
 cp "$O_DIR/www/slow/fan-nginx.bin" "$O_DIR/www/slow/fan-mc.bin"
-for i in $(seq 1 "$MISSES"); do
+# MISSES new objects a round: each round's misses are cold for every server.
+for i in $(seq 1 $((MISSES * ROUNDS))); do
     head -c $((64 * 1024)) /dev/urandom >"$O_DIR/www/miss/$i.bin"
 done
 
@@ -369,18 +372,24 @@ fanout mc "$MC" /slow/fan-mc.bin
 note_rss "fan-out"
 
 # --- 4. miss-path overhead ---------------------------------------------------
-misses() { # who base -> "p50_ms total_s" over MISSES sequential cold fetches
+misses() { # who base round -> "p50_ms total_s" over the round's MISSES sequential cold fetches
     local args=() i
-    for i in $(seq 1 "$MISSES"); do args+=(-o /dev/null "$2/miss/$i.bin"); done
+    for i in $(seq $(($3 * MISSES - MISSES + 1)) $(($3 * MISSES))); do
+        args+=(-o /dev/null "$2/miss/$i.bin")
+    done
     curl -s -w '%{time_total} %{http_code}\n' "${args[@]}" >"$WORK/miss-$1.txt"
     awk '$2 != 200 { bad++ } END { exit bad ? 1 : 0 }' "$WORK/miss-$1.txt"
     printf '%s %s\n' \
         "$(awk '{ print $1 * 1000 }' "$WORK/miss-$1.txt" | stats | awk '{ printf "%.3f", $1 }')" \
         "$(awk '{ t += $1 } END { printf "%.4f", t }' "$WORK/miss-$1.txt")"
 }
-for who in direct nginx tuned mc; do
-    read -r R[miss_p50_$who] R[miss_total_$who] < <(misses "$who" "${BASE[$who]}")
-    log "misses $who: p50 ${R[miss_p50_$who]} ms, ${R[miss_total_$who]} s for $MISSES"
+for round in $(seq 1 "$ROUNDS"); do
+    for who in $(order_of "$round"); do
+        read -r p50 total < <(misses "$who" "${BASE[$who]}" "$round")
+        log "misses $who round $round: p50 $p50 ms, $total s for $MISSES"
+        R[miss_p50_$who]+="$p50 "
+        R[miss_total_$who]+="$total "
+    done
 done
 
 note_rss misses
@@ -464,10 +473,10 @@ round_row() { # label key digits target want-expression-over-r
     echo "| fan-out: clients with first byte before the fill completed | - | ${R[fan_early_nginx]}/$FANOUT | ${R[fan_early_tuned]}/$FANOUT | ${R[fan_early_mc]}/$FANOUT | - | - | all | $(verdict "${R[fan_early_mc]} == $FANOUT") |"
     echo "| fan-out: first byte p50 / max s | - | ${R[fan_ttfb_p50_nginx]} / ${R[fan_ttfb_max_nginx]} | ${R[fan_ttfb_p50_tuned]} / ${R[fan_ttfb_max_tuned]} | ${R[fan_ttfb_p50_mc]} / ${R[fan_ttfb_max_mc]} | - | - | - | - |"
     echo "| fan-out: complete 200 responses | - | ${R[fan_ok_nginx]}/$FANOUT | ${R[fan_ok_tuned]}/$FANOUT | ${R[fan_ok_mc]}/$FANOUT | - | - | all | $(verdict "${R[fan_ok_mc]} == $FANOUT") |"
-    echo "| miss: $MISSES cold 64 KiB one after another, per-request p50 ms | ${R[miss_p50_direct]} | ${R[miss_p50_nginx]} | ${R[miss_p50_tuned]} | ${R[miss_p50_mc]} | $(ratio "${R[miss_p50_mc]}" "${R[miss_p50_tuned]}") | $(ratio "${R[miss_p50_mc]}" "${R[miss_p50_nginx]}") | ≤ nginx tuned | $(verdict "${R[miss_p50_mc]} <= ${R[miss_p50_tuned]}") |"
-    echo "| miss: the same, total s | ${R[miss_total_direct]} | ${R[miss_total_nginx]} | ${R[miss_total_tuned]} | ${R[miss_total_mc]} | $(ratio "${R[miss_total_mc]}" "${R[miss_total_tuned]}") | $(ratio "${R[miss_total_mc]}" "${R[miss_total_nginx]}") | - | - |"
+    round_row "miss: $MISSES cold 64 KiB one after another a round, per-request p50 ms" "miss_p50_@" 3 "≤ nginx tuned" "<= 1"
+    round_row "miss: the same, total s" "miss_total_@" 4 "-" ""
     fi # ONLY_HITS
-    if [[ "${ONLY_HITS:-0}" == 1 ]]; then want_misses=0; else want_misses=$MISSES; fi
+    if [[ "${ONLY_HITS:-0}" == 1 ]]; then want_misses=0; else want_misses=$((MISSES * ROUNDS)); fi
     echo "| origin requests for the hit and miss objects | - | ${R[hit_origin_nginx]} + ${R[miss_origin_nginx]} | ${R[hit_origin_tuned]} + ${R[miss_origin_tuned]} | ${R[hit_origin_mc]} + ${R[miss_origin_mc]} | - | - | 3 + $want_misses | $(verdict "${R[hit_origin_mc]} == 3 && ${R[miss_origin_mc]} == $want_misses") |"
     echo "| peak RSS MiB (nginx: sum of workers' VmHWM) | - | ${R[rss_nginx]} | ${R[rss_tuned]} | ${R[rss_mc]} | - | - | < 100 MiB | $(verdict "${R[rss_mc]} < 100") |"
     errors=""
