@@ -191,6 +191,7 @@ impl ContentStore {
         Ok(TempBlob {
             path,
             file: Arc::new(file),
+            seq: n,
             committed: false,
             reserved: AtomicU64::new(0),
             budget: self.budget.clone(),
@@ -303,6 +304,9 @@ impl Drop for ContentStore {
 pub struct TempBlob {
     path: PathBuf,
     file: Arc<File>,
+    /// Its number among this store's temp files, in the order they were
+    /// opened (its name's).
+    seq: u64,
     committed: bool,
     /// Bytes counted in `budget` for this file: the reservation, grown by
     /// writes past it.

@@ -280,6 +280,20 @@ async fn a_chunked_body_over_max_body_size_is_refused_and_not_cached() {
     proxy.stop().await;
 }
 
+/// Unmounts a file system the test mounted, when dropped: lazily, since a
+/// server's tasks may still hold files there until the test's runtime
+/// ends (it is then let go, not left mounted).
+struct Unmount(std::path::PathBuf);
+
+impl Drop for Unmount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount")
+            .arg("--lazy")
+            .arg(&self.0)
+            .status();
+    }
+}
+
 /// A store on a 1 MiB tmpfs: the disk is full for a 2 MiB artifact. The
 /// client still gets every byte; nothing partial is kept.
 #[tokio::test]
@@ -295,12 +309,6 @@ async fn a_full_disk_streams_through_and_keeps_nothing() {
         .unwrap_or(false);
     if !available("mounting a tmpfs (needs root)", mounted) {
         return;
-    }
-    struct Unmount(std::path::PathBuf);
-    impl Drop for Unmount {
-        fn drop(&mut self) {
-            let _ = std::process::Command::new("umount").arg(&self.0).status();
-        }
     }
     let _unmount = Unmount(store.clone());
 
@@ -490,4 +498,81 @@ async fn a_blob_damaged_on_disk_is_never_served() {
     proxy.settle().await;
     assert_eq!(get(&client, &proxy.url("/r/x")).await.1, "HIT");
     proxy.stop().await;
+}
+
+/// A temp file whose write-back failed during its fill, the error already
+/// reported to another batch's `syncfs` (as when another batch commits
+/// first, or another program syncs): its own batch still fails, and no
+/// file is named after the blob. The store is on an ext4 image on a small
+/// tmpfs, loop-mounted; with the tmpfs full, the image's writes fail as a
+/// failing disk's would.
+#[test]
+fn a_write_back_error_reported_elsewhere_still_fails_its_blobs_batch() {
+    use std::io::Write;
+    use std::process::Command;
+
+    use mirrorcache::cache::store::BatchBody;
+    use mirrorcache::cache::{Budget, ContentStore, Digest};
+
+    let dir = tempfile::tempdir().unwrap();
+    let (backing, mnt) = (dir.path().join("backing"), dir.path().join("mnt"));
+    std::fs::create_dir_all(&backing).unwrap();
+    std::fs::create_dir_all(&mnt).unwrap();
+    let ran = |command: &mut Command| command.status().is_ok_and(|s| s.success());
+    let mounted = ran(Command::new("mount")
+        .args(["-t", "tmpfs", "-o", "size=48m", "tmpfs"])
+        .arg(&backing));
+    if !available("mounting a tmpfs (needs root)", mounted) {
+        return;
+    }
+    // Dropped after the image's unmount, declared below.
+    let _backing = Unmount(backing.clone());
+    let image = backing.join("ext4.img");
+    std::fs::File::create(&image)
+        .unwrap()
+        .set_len(32 << 20)
+        .unwrap();
+    let made = ran(Command::new("mkfs.ext4")
+        .args(["-q", "-F", "-O", "^has_journal"])
+        .arg(&image))
+        && ran(Command::new("mount")
+            .args(["-o", "loop,errors=continue"])
+            .arg(&image)
+            .arg(&mnt));
+    if !available(
+        "an ext4 image mounted through a loop device (mkfs.ext4, mount -o loop)",
+        made,
+    ) {
+        return;
+    }
+    let _image = Unmount(mnt.clone());
+
+    let store = ContentStore::open(
+        &mnt.join("store"),
+        std::sync::Arc::new(Budget::new(u64::MAX)),
+    )
+    .unwrap();
+    let body = test_bytes(1 << 20, 11);
+    let temp = store.create_temp().unwrap();
+    temp.write_at(&body, 0).unwrap();
+    // The tmpfs full: the image's blocks not yet written cannot be.
+    let filler = backing.join("filler");
+    let mut fill = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0u8; 1 << 20];
+    while fill.write_all(&chunk).is_ok() {}
+    drop(fill);
+    // Another batch's `syncfs` writes the temp file back, fails, and is
+    // the one told.
+    let other = std::fs::File::open(mnt.join("store")).unwrap();
+    assert!(
+        rustix::fs::syncfs(&other).is_err(),
+        "writes to the image should fail while its tmpfs is full"
+    );
+    std::fs::remove_file(&filler).unwrap();
+
+    let digest = Digest::of(&body);
+    let results = store.commit_synced(vec![(BatchBody::Temp(temp), digest)]);
+    assert!(results[0].is_err(), "{results:?}");
+    assert!(!store.holds(&digest));
+    assert_eq!(crate::support::proxy::temp_files_in(&mnt.join("store")), 0);
 }

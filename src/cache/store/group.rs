@@ -88,15 +88,35 @@ impl ContentStore {
     /// is reported durable before its name is. A blob already in place is
     /// not written again. One result per item, in order, each whether the
     /// blob is new. Blocking.
+    ///
+    /// Both `syncfs` calls go through a descriptor opened before any byte
+    /// of the batch was written: Linux reports to a `syncfs` only the
+    /// write errors since its descriptor was opened that no `syncfs`
+    /// through it reported yet, so a descriptor opened now would miss a
+    /// temp file's write-back that failed during its fill and was reported
+    /// to another batch's `syncfs` meanwhile (its bytes lost, its pages
+    /// clean). The temp file opened first serves, or `tmp/` opened before
+    /// the batch's own writes when no temp file predates them.
     pub fn commit_synced(&self, items: Vec<(BatchBody, Digest)>) -> Vec<io::Result<bool>> {
         let tmp = match File::open(&self.tmp) {
             Ok(tmp) => tmp,
             Err(error) => return items.iter().map(|_| Err(copy(&error))).collect(),
         };
+        // Temp files numbered from here on are opened after `tmp`.
+        let made_before = self.next_temp.load(Ordering::Relaxed);
         let steps: Vec<(Step, Digest)> = items
             .into_iter()
             .map(|(body, digest)| (self.first_step(body, &digest), digest))
             .collect();
+        let oldest = steps
+            .iter()
+            .filter_map(|(step, _)| match step {
+                Step::Temp(temp, _) if temp.seq < made_before => Some(temp),
+                _ => None,
+            })
+            .min_by_key(|temp| temp.seq)
+            .map(|temp| temp.file.clone());
+        let through: &File = oldest.as_deref().unwrap_or(&tmp);
         let renames = steps
             .iter()
             .any(|(step, _)| matches!(step, Step::Temp(_, true)));
@@ -109,7 +129,7 @@ impl ContentStore {
         {
             return steps.into_iter().map(|(step, _)| step.result()).collect();
         }
-        if let Err(error) = rustix::fs::syncfs(&tmp) {
+        if let Err(error) = rustix::fs::syncfs(through) {
             return all_failed(steps.into_iter().map(|(step, _)| step), error.into());
         }
         let steps: Vec<Step> = steps
@@ -123,7 +143,7 @@ impl ContentStore {
             })
             .collect();
         if renames {
-            if let Err(error) = rustix::fs::syncfs(&tmp) {
+            if let Err(error) = rustix::fs::syncfs(through) {
                 return all_failed(steps, error.into());
             }
         }
@@ -132,9 +152,10 @@ impl ContentStore {
 
     /// [`ContentStore::commit_synced`] for a batch of a few blobs, while
     /// the machine holds less than [`QUIET_BYTES`] waiting to be written
-    /// (`Dirty` and `Writeback` of `/proc/meminfo`), so the `syncfs` writes
-    /// little besides the batch: one hop and one journal commit in place
-    /// of a thread per file and per directory. Otherwise (a large fill's
+    /// (`Dirty` and `Writeback` of `/proc/meminfo`, machine-wide: more than
+    /// the one file system's, the cautious side), so the `syncfs` writes
+    /// little besides the batch: one hop and one `syncfs` in place of a
+    /// thread per file and per directory. Otherwise (a large fill's
     /// unsynced bytes, another program's, or no `/proc`) the items come
     /// back, for the caller to sync file by file. Blocking.
     #[allow(clippy::result_large_err)]
@@ -263,7 +284,8 @@ impl ContentStore {
 pub const QUIET_BYTES: u64 = 16 * 1024 * 1024;
 
 /// `Dirty` plus `Writeback` of a `/proc/meminfo` text, in bytes; `None`
-/// when either is missing.
+/// when either is missing or unreadable (the batch is then synced file by
+/// file).
 fn waiting_bytes(meminfo: &str) -> Option<u64> {
     let kib = |name: &str| {
         meminfo.lines().find_map(|line| {
@@ -271,7 +293,9 @@ fn waiting_bytes(meminfo: &str) -> Option<u64> {
             value.trim().strip_suffix("kB")?.trim().parse::<u64>().ok()
         })
     };
-    Some((kib("Dirty")? + kib("Writeback")?) * 1024)
+    kib("Dirty")?
+        .checked_add(kib("Writeback")?)?
+        .checked_mul(1024)
 }
 
 /// The largest body a group commit writes under its blob's name with no

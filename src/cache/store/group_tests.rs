@@ -124,9 +124,15 @@ fn a_blob_dropped_before_its_batch_is_durable_is_removed() {
 #[test]
 fn the_bytes_waiting_to_be_written_are_dirty_and_writeback_of_meminfo() {
     let text = "MemTotal:       24684500 kB\nDirty:              1284 kB\n\
-                Writeback:            16 kB\nWritebackTmp:          7 kB\n";
+                WritebackTmp:          7 kB\nWriteback:            16 kB\n";
     assert_eq!(waiting_bytes(text), Some((1284 + 16) * 1024));
     assert_eq!(waiting_bytes("Dirty:               5 kB\n"), None);
+    assert_eq!(waiting_bytes("Dirty: 5 kB\nWriteback: many kB\n"), None);
+    assert_eq!(waiting_bytes("Dirty: 5 MB\nWriteback: 1 kB\n"), None);
+    assert_eq!(
+        waiting_bytes("Dirty: 18446744073709551615 kB\nWriteback: 1 kB\n"),
+        None
+    );
 }
 
 #[test]
@@ -164,5 +170,8 @@ async fn a_few_blobs_are_synced_file_by_file_while_much_waits_to_be_written() {
     for body in bodies {
         assert_eq!(fs::read(store.blob_path(&Digest::of(body))).unwrap(), body);
     }
+    // Each through a temp file of its own (the whole batch's path writes
+    // fresh bodies in place, with none), all renamed.
+    assert_eq!(store.temp_files_made(), 3);
     assert_eq!(temp_files(dir.path()), 0);
 }
