@@ -264,6 +264,22 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
     .collect()
 }
 
+/// Samples the history at the start of every minute while `server.history`
+/// is on (a reload may turn it on or off); ends with the proxy.
+async fn history_sampler(proxy: std::sync::Weak<Proxy>) {
+    loop {
+        // Just before the minute ends, so what it saw lands in its own bucket.
+        let wait = (59_950 - crate::clock::now_ms().rem_euclid(60_000)).rem_euclid(60_000);
+        tokio::time::sleep(std::time::Duration::from_millis(wait.max(100) as u64)).await;
+        let Some(proxy) = proxy.upgrade() else {
+            return;
+        };
+        if proxy.server().history {
+            proxy.sample_history();
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -306,21 +322,5 @@ mod tests {
                 "redis.entry_ttl"
             ]
         );
-    }
-}
-
-/// Samples the history at the start of every minute while `server.history`
-/// is on (a reload may turn it on or off); ends with the proxy.
-async fn history_sampler(proxy: std::sync::Weak<Proxy>) {
-    loop {
-        // Just before the minute ends, so what it saw lands in its own bucket.
-        let wait = (59_950 - crate::clock::now_ms().rem_euclid(60_000)).rem_euclid(60_000);
-        tokio::time::sleep(std::time::Duration::from_millis(wait.max(100) as u64)).await;
-        let Some(proxy) = proxy.upgrade() else {
-            return;
-        };
-        if proxy.server().history {
-            proxy.sample_history();
-        }
     }
 }

@@ -18,7 +18,7 @@ const PATHS: u64 = 16;
 
 fn body(n: u64) -> Vec<u8> {
     let len = 2048 + (n * 1237) % 8192;
-    (0..len).map(|i| (i as u64 * 31 + n * 7) as u8).collect()
+    (0..len).map(|i| (i * 31 + n * 7) as u8).collect()
 }
 
 async fn open(dir: &std::path::Path) -> Arc<Cache> {

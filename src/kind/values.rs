@@ -65,12 +65,10 @@ impl VersionPolicy {
     /// Whether a path of a snapshot (`Some(true)`), of a release, or of
     /// neither (`None`) is served.
     pub fn allows(self, snapshot: Option<bool>) -> bool {
-        match (self, snapshot) {
-            (VersionPolicy::Releases, Some(true)) | (VersionPolicy::Snapshots, Some(false)) => {
-                false
-            }
-            _ => true,
-        }
+        !matches!(
+            (self, snapshot),
+            (VersionPolicy::Releases, Some(true)) | (VersionPolicy::Snapshots, Some(false))
+        )
     }
 }
 

@@ -164,10 +164,10 @@ pub async fn fetch_avoiding<'r>(
                 let mirror: &Mirror = &set.mirrors[mirror_idx];
                 !started.iter().any(|&(i, _)| i == mirror_idx)
                     && !avoid.contains(&mirror_idx)
-                    && !remote
+                    && remote
                         .config
                         .mirror_max_in_flight
-                        .is_some_and(|limit| mirror.in_flight() >= limit)
+                        .is_none_or(|limit| mirror.in_flight() < limit)
                     && (!any_selectable || set.health[mirror_idx].try_begin(now))
             });
             match next {

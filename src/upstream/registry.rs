@@ -36,8 +36,12 @@ pub enum TagHead {
 pub struct TagHeads {
     // A std mutex: held only to look up, insert or remove, never across an
     // await.
-    in_flight: Mutex<HashMap<String, watch::Receiver<Option<Result<TagHead, ProxyError>>>>>,
+    in_flight: Mutex<HashMap<String, HeadAnswer>>,
 }
+
+/// What the request sending a tag HEAD tells those waiting on it: nothing
+/// yet, then its answer.
+type HeadAnswer = watch::Receiver<Option<Result<TagHead, ProxyError>>>;
 
 /// Takes the sender's entry out of the map however its HEAD ends (also
 /// when its request is dropped: the waiting ones then send their own).

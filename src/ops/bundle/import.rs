@@ -507,7 +507,6 @@ fn check_blobs(
     if let Some(done) = current.take() {
         finish(done)?;
     }
-    drop(finish);
     Ok(staged)
 }
 
