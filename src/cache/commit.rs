@@ -268,16 +268,13 @@ impl Cache {
             .filter_map(|(_, _, (_, _, pin))| pin.as_ref())
             .collect();
         if let Err(error) = self.meta.write_batch(&written, &pins).await {
-            self.metrics.metadata_errors.inc();
-            for digest in new.iter().filter(|d| !counted.contains(*d)) {
-                if !failed.contains_key(digest) {
-                    self.delete_blob(digest).await;
-                }
-            }
-            for (_, _, (_, done, _)) in rows {
-                let _ = done.send(Err(error.clone()));
-            }
-            return;
+            // The blobs stay, uncounted, as after `fail`: another batch may
+            // have found one in place and be about to write its own row for
+            // it (its mark is not this batch's to judge), and a transaction
+            // whose acknowledgement was lost may have committed these rows.
+            // An orphan is used again by the next commit of its bytes, or
+            // removed by `verify --remove` after an hour.
+            return self.fail(rows, error);
         }
         for digest in new.iter().filter(|d| !counted.contains(*d)) {
             if !failed.contains_key(digest) {
@@ -336,6 +333,11 @@ impl Cache {
         }
         drop(digest_guards);
         drop(path_guards);
+        // Before the pins: forgetting a contradicting row takes `accounting`
+        // shared again, and a second shared take queued behind a
+        // re-derivation's exclusive one (tokio's lock is fair) would wait
+        // for ever on this one.
+        drop(_counting);
         for (done, entry) in answers {
             let _ = done.send(Ok(entry));
         }

@@ -175,6 +175,7 @@ fn publish(
                 file: Some(file.clone()),
                 written: available,
                 recent: batch.clone(),
+                refusable: false,
             };
             true
         }

@@ -86,6 +86,11 @@ pub enum FillState {
         file: Option<Arc<File>>,
         written: u64,
         recent: Option<Recent>,
+        /// Whether the body may still be refused when it ends (a digest to
+        /// check): its last batch is held back, and a reader of a range
+        /// holds back the range's last byte (`reader::body_range`), so no
+        /// answer completes before the check.
+        refusable: bool,
     },
     /// The body is complete and hashed: `entry.size` bytes in `file`, its
     /// last batch also in memory (a small body's all of it). A small body

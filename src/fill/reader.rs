@@ -191,9 +191,25 @@ pub fn body_range(
             let step = match &*reader.rx.borrow_and_update() {
                 FillState::Failed(e) => Step::Fail(e.to_string()),
                 FillState::Streaming {
-                    written, recent, ..
-                } if *written > pos => next(recent, pos, reader.end, *written),
-                FillState::Streaming { .. } => Step::Wait,
+                    written,
+                    recent,
+                    refusable,
+                    ..
+                } => {
+                    // A body that may still be refused: the range's last
+                    // byte waits for the check, so the answer can only
+                    // complete with checked bytes (a refused fill fails it).
+                    let end = match refusable {
+                        true => reader.end.saturating_sub(1),
+                        false => reader.end,
+                    };
+                    let available = (*written).min(end);
+                    if available > pos {
+                        next(recent, pos, end, available)
+                    } else {
+                        Step::Wait
+                    }
+                }
                 FillState::Complete { entry, recent, .. } if entry.size > pos => {
                     next(recent, pos, reader.end, entry.size)
                 }

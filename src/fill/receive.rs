@@ -153,6 +153,7 @@ pub(super) async fn receive(
                     file: None,
                     written: batch.len,
                     recent: Some(recent.clone()),
+                    refusable: false,
                 });
                 tokio::task::yield_now().await;
             }
@@ -251,6 +252,7 @@ async fn into_temp_file(
             file: Some(file.clone()),
             written: 0,
             recent: None,
+            refusable: early.is_none(),
         });
     }
     let (digest, received, written, recent) = download(

@@ -182,11 +182,15 @@ pub(super) async fn registry_base(
 }
 
 /// Whether `caller` may see the remote named `name` on the operations
-/// pages (an unknown name is shown: it is not a remote's).
+/// pages: a remote configured now that admits it, or `-` (a request no
+/// remote took). Any other name is hidden: a remote a reload removed or
+/// renamed may have been private, and its errors and fills are not
+/// anyone's to see.
 fn may_see(proxy: &Proxy, caller: &Caller, name: &str) -> bool {
-    proxy
-        .remote(name)
-        .is_none_or(|r| r.config.access.admits(caller.user()))
+    name == "-"
+        || proxy
+            .remote(name)
+            .is_some_and(|r| r.config.access.admits(caller.user()))
 }
 
 /// The snapshot `/-/status` and `/-/` show this caller: the remotes it may
@@ -223,8 +227,10 @@ pub(super) async fn snapshot_for(
     Ok(snapshot)
 }
 
-/// `/-/metrics` for this caller: the series labelled with a remote it may
-/// not read are left out.
+/// `/-/metrics` for this caller: a series labelled with a remote is kept
+/// only when that remote is configured now and admits the caller (the
+/// series of a remote a reload removed or renamed stay in the registry,
+/// and are anyone's no more than its errors).
 pub(super) async fn metrics_for(
     proxy: &Proxy,
     headers: &HeaderMap,
@@ -235,18 +241,13 @@ pub(super) async fn metrics_for(
         return Ok(text);
     }
     let caller = caller(proxy, headers, peer).await?;
-    let hidden: Vec<String> = proxy
-        .remotes()
-        .values()
-        .filter(|r| !r.config.access.admits(caller.user()))
-        .map(|r| format!("remote=\"{}\"", r.name))
-        .collect();
-    if hidden.is_empty() {
-        return Ok(text);
-    }
     let mut kept = String::with_capacity(text.len());
     for line in text.lines() {
-        if !hidden.iter().any(|h| line.contains(h.as_str())) {
+        let remote = line
+            .split_once("remote=\"")
+            .and_then(|(_, rest)| rest.split_once('"'))
+            .map(|(name, _)| name);
+        if remote.is_none_or(|name| may_see(proxy, &caller, name)) {
             kept.push_str(line);
             kept.push('\n');
         }

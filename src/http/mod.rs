@@ -321,6 +321,7 @@ impl ArtifactRequest<'_> {
                 file,
                 written,
                 recent,
+                ..
             } => {
                 // Every byte had arrived when this request joined (a body
                 // published before it is written): a hit, as for `Complete`.

@@ -239,6 +239,43 @@ async fn the_same_weights_in_two_repositories_are_one_blob_and_the_token_stays_o
     assert!(!status.contains("hf_fixture_token"));
 }
 
+/// With the CDN holding its bodies after one MiB: a first client's GET of
+/// the weights (which starts the fill), then, once that MiB is written, a
+/// second client's `Range: bytes=1000-1999` and the 999 bytes it gets at
+/// once (the range's last byte waits for the file's digest to be checked).
+async fn range_while_filling(
+    hub: &HubFixture,
+    proxy: &TestProxy,
+) -> (reqwest::Response, reqwest::Response, Vec<u8>) {
+    let client = reqwest::Client::new();
+    let url = proxy.url("/hf/org/tiny-model/resolve/main/model.safetensors");
+    hub.hold(true).await;
+    let first = client.get(&url).send().await.unwrap();
+    assert_eq!(first.status(), 200);
+    crate::support::wait_until("the fill has its first MiB", async || {
+        let status = crate::support::proxy::get_json(&client, &proxy.url("/-/status")).await;
+        status["fills"][0]["written"].as_u64().unwrap_or(0) >= 1 << 20
+    })
+    .await;
+    let mut resumed = client
+        .get(&url)
+        .header("range", "bytes=1000-1999")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resumed.status(), 206);
+    assert_eq!(header(&resumed, "content-range"), "bytes 1000-1999/4194304");
+    let mut part = Vec::new();
+    while part.len() < 999 {
+        match resumed.chunk().await.unwrap() {
+            Some(chunk) => part.extend_from_slice(&chunk),
+            None => break,
+        }
+    }
+    assert_eq!(part.len(), 999, "a range's last byte came before the check");
+    (first, resumed, part)
+}
+
 #[tokio::test]
 async fn a_range_of_a_file_still_being_filled_is_served_from_the_bytes_written() {
     let Some(hub) = HubFixture::start(4) else {
@@ -247,31 +284,19 @@ async fn a_range_of_a_file_still_being_filled_is_served_from_the_bytes_written()
     let proxy = TestProxy::start(&hub.remote("hf", "")).await;
     let client = reqwest::Client::new();
     let url = proxy.url("/hf/org/tiny-model/resolve/main/model.safetensors");
-    hub.hold(true).await;
-    // The first client starts the fill; the CDN sends one MiB and waits.
-    let first = client.get(&url).send().await.unwrap();
-    assert_eq!(first.status(), 200);
-    crate::support::wait_until("the fill has its first MiB", async || {
-        let status = crate::support::proxy::get_json(&client, &proxy.url("/-/status")).await;
-        status["fills"][0]["written"].as_u64().unwrap_or(0) >= 1 << 20
-    })
-    .await;
-    // A resumed download asks for bytes already written: answered now.
-    let resumed = client
-        .get(&url)
-        .header("range", "bytes=1000-1999")
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resumed.status(), 206);
-    assert_eq!(header(&resumed, "content-range"), "bytes 1000-1999/4194304");
+    // A resumed download asks for bytes already written: answered now,
+    // all but the range's last byte, which waits for the file's digest to
+    // be checked (a refused file fails the answer instead).
+    let (first, mut resumed, mut part) = range_while_filling(&hub, &proxy).await;
     assert_eq!(
         header(&resumed, "x-repo-commit"),
         hub.commits["org/tiny-model"]
     );
-    let part = resumed.bytes().await.unwrap();
-    assert_eq!(part.len(), 1000);
     hub.hold(false).await;
+    while let Some(chunk) = resumed.chunk().await.unwrap() {
+        part.extend_from_slice(&chunk);
+    }
+    assert_eq!(part.len(), 1000);
     let whole = first.bytes().await.unwrap();
     assert_eq!(sha256_hex(&whole), hub.files[WEIGHTS]);
     assert_eq!(&whole[1000..2000], &part[..]);
@@ -357,4 +382,37 @@ fn walk_files(dir: &std::path::Path) -> usize {
             }
         })
         .sum()
+}
+
+/// A range of a file still being filled from a CDN that changed its bytes:
+/// its first bytes come while the file arrives, its last never, and the
+/// answer fails when the file is refused, so no client (a resumed or a
+/// parallel download) completes a part of a refused file.
+#[tokio::test]
+async fn a_range_of_a_file_that_is_then_refused_never_completes() {
+    let Some(hub) = HubFixture::start(4) else {
+        return;
+    };
+    let proxy = TestProxy::start(&hub.remote("hf", "")).await;
+    hub.tamper(true).await;
+    let (first, mut resumed, mut part) = range_while_filling(&hub, &proxy).await;
+    hub.hold(false).await;
+    let rest = loop {
+        match resumed.chunk().await {
+            Ok(Some(chunk)) => part.extend_from_slice(&chunk),
+            Ok(None) => break Ok(()),
+            Err(error) => break Err(error),
+        }
+    };
+    assert!(
+        rest.is_err() && part.len() < 1000,
+        "a range of a refused file completed: {} bytes, {rest:?}",
+        part.len()
+    );
+    assert!(
+        first.bytes().await.is_err(),
+        "the refused file was served whole"
+    );
+    proxy.settle().await;
+    assert!(proxy.metric("mirrorcache_integrity_failures_total").await >= 1.0);
 }

@@ -7,11 +7,10 @@
 use super::{basic, AuthProxy};
 use crate::support::{BinaryProxy, Fault};
 
-#[tokio::test]
-async fn the_operations_pages_show_only_what_the_caller_may_read() {
-    let proxy = AuthProxy::start().await;
+/// Traffic on the private remote, as `ci`: a hit, and a failure (into
+/// recent_errors). Returns the private mirror's URL.
+async fn private_traffic(proxy: &AuthProxy) -> String {
     let ci = basic("ci", "ci-pass");
-    // Traffic on the private remote: a hit, and a failure (into recent_errors).
     let (status, _, _) = proxy
         .get("/secret/hidden-package/x", &[("authorization", &ci)])
         .await;
@@ -22,7 +21,14 @@ async fn the_operations_pages_show_only_what_the_caller_may_read() {
         .await;
     assert_eq!(status, 502, "{body:?}");
     proxy.running.proxy.fills.wait_idle().await;
-    let private_mirror = proxy.private.url("");
+    proxy.private.url("")
+}
+
+#[tokio::test]
+async fn the_operations_pages_show_only_what_the_caller_may_read() {
+    let proxy = AuthProxy::start().await;
+    let ci = basic("ci", "ci-pass");
+    let private_mirror = private_traffic(&proxy).await;
 
     for page in ["/-/status", "/-/", "/-/metrics"] {
         let (status, _, body) = proxy.get(page, &[]).await;
@@ -72,6 +78,46 @@ async fn the_operations_pages_show_only_what_the_caller_may_read() {
         .await;
     assert_eq!(status, 401);
     assert_eq!(proxy.get("/-/health", &[]).await.0, 200);
+}
+
+/// A private remote a reload renames (or removes) keeps its series in the
+/// metrics registry and its errors in the recent ones: they are shown to no
+/// one, not to everyone as the names of no remote.
+#[tokio::test]
+async fn a_private_remote_renamed_by_a_reload_stays_hidden() {
+    let proxy = AuthProxy::start().await;
+    let private_mirror = private_traffic(&proxy).await;
+
+    let renamed = proxy
+        .config_text
+        .replace("name = \"secret\"", "name = \"vault\"");
+    assert_ne!(renamed, proxy.config_text);
+    proxy
+        .running
+        .reload(&mirrorcache::config::Config::parse(&renamed, "test.toml").unwrap());
+    for page in ["/-/status", "/-/", "/-/metrics"] {
+        for who in [None, Some(basic("dev", "dev-pass"))] {
+            let headers: Vec<(&str, &str)> = who
+                .as_deref()
+                .map(|h| vec![("authorization", h)])
+                .unwrap_or_default();
+            let (status, _, body) = proxy.get(page, &headers).await;
+            assert_eq!(status, 200, "{page}");
+            let body = String::from_utf8_lossy(&body);
+            for secret in [
+                "hidden-package",
+                "remote=\"secret\"",
+                "\"secret",
+                private_mirror.as_str(),
+            ] {
+                assert!(
+                    !body.contains(secret),
+                    "{page} shows {secret:?} to {who:?} after the reload:\n{body}"
+                );
+            }
+            assert!(body.contains("pub"), "{page}");
+        }
+    }
 }
 
 #[tokio::test]
