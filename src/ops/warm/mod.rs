@@ -14,6 +14,7 @@ mod composer;
 mod gemfile;
 pub mod lockfile;
 mod maven;
+mod server;
 mod snapshot;
 
 use std::path::PathBuf;
@@ -70,10 +71,7 @@ enum Outcome {
 /// lockfile that cannot be read or a server that cannot say where
 /// artifacts are; a failed artifact is counted in the summary.
 pub async fn run(options: &Options) -> anyhow::Result<Summary> {
-    let server = options.server.trim_end_matches('/').to_string();
-    let client = reqwest::Client::builder()
-        .build()
-        .context("building the HTTP client")?;
+    let (server, client) = server::client_for(&options.server)?;
     let mut artifacts = Vec::new();
     if remote_kind(&client, &server, &options.remote)
         .await
