@@ -89,10 +89,20 @@ pub(super) async fn forward(
     )
     .await?;
     let mut response = Response::builder().status(answer.response.status());
+    // An answer to a caller the remote had to admit: no shared cache on the
+    // way back may keep it for others, whatever the upstream's own
+    // `Cache-Control` allowed (`public` would let one: RFC 9111, 3.5).
+    let private = !remote.config.access.is_anonymous();
     for name in RESPONSE_HEADERS {
+        if private && name == header::CACHE_CONTROL {
+            continue;
+        }
         if let Some(value) = answer.response.headers().get(&name) {
             response = response.header(name, value.clone());
         }
+    }
+    if private {
+        response = response.header(header::CACHE_CONTROL, HeaderValue::from_static("private"));
     }
     let response = response
         .header("x-cache-status", HeaderValue::from_static("PASS"))

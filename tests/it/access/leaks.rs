@@ -5,7 +5,7 @@
 //! forwarded headers from an untrusted peer change no link.
 
 use super::{basic, AuthProxy};
-use crate::support::{BinaryProxy, Fault};
+use crate::support::{BinaryProxy, Fault, MirrorServer};
 
 /// Traffic on the private remote, as `ci`: a hit, and a failure (into
 /// recent_errors). Returns the private mirror's URL.
@@ -118,6 +118,37 @@ async fn a_private_remote_renamed_by_a_reload_stays_hidden() {
             assert!(body.contains("pub"), "{page}");
         }
     }
+}
+
+/// A private remote's pass-through answer (npm's search here) says
+/// `Cache-Control: private`, so no shared cache downstream keeps an
+/// answer given to a caller the remote admitted, for others.
+#[tokio::test]
+async fn a_private_remotes_pass_through_answer_is_kept_by_no_shared_cache() {
+    let mirror = MirrorServer::start().await;
+    mirror.put_typed(
+        "/-/v1/search",
+        r#"{"objects":[],"total":0}"#,
+        "application/json",
+    );
+    let proxy = AuthProxy::start_with(
+        "",
+        &format!(
+            "[[remote]]\nname = \"inpm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\naccess = [\"ci\"]\n",
+            mirror.url("")
+        ),
+    )
+    .await;
+    let (status, headers, _) = proxy
+        .get(
+            "/inpm/-/v1/search?text=x",
+            &[("authorization", &basic("ci", "ci-pass"))],
+        )
+        .await;
+    assert_eq!(status, 200);
+    assert_eq!(headers["x-cache-status"], "PASS");
+    let cache_control: Vec<_> = headers.get_all("cache-control").iter().collect();
+    assert_eq!(cache_control, ["private"]);
 }
 
 #[tokio::test]
