@@ -230,7 +230,11 @@ pub(super) async fn snapshot_for(
 /// `/-/metrics` for this caller: a series labelled with a remote is kept
 /// only when that remote is configured now and admits the caller (the
 /// series of a remote a reload removed or renamed stay in the registry,
-/// and are anyone's no more than its errors).
+/// and are anyone's no more than its errors). A caller some remote does
+/// not admit gets none of the server-wide series either (fills in
+/// progress, commits, evictions, the store's bytes): they count that
+/// remote's traffic too, and cannot be recounted without it. Comment
+/// lines stay.
 pub(super) async fn metrics_for(
     proxy: &Proxy,
     headers: &HeaderMap,
@@ -241,13 +245,21 @@ pub(super) async fn metrics_for(
         return Ok(text);
     }
     let caller = caller(proxy, headers, peer).await?;
+    let sees_all = proxy
+        .remotes()
+        .values()
+        .all(|r| r.config.access.admits(caller.user()));
     let mut kept = String::with_capacity(text.len());
     for line in text.lines() {
         let remote = line
             .split_once("remote=\"")
             .and_then(|(_, rest)| rest.split_once('"'))
             .map(|(name, _)| name);
-        if remote.is_none_or(|name| may_see(proxy, &caller, name)) {
+        let shown = match remote {
+            Some(name) => may_see(proxy, &caller, name),
+            None => sees_all || line.starts_with('#'),
+        };
+        if shown {
             kept.push_str(line);
             kept.push('\n');
         }

@@ -72,6 +72,17 @@ async fn the_operations_pages_show_only_what_the_caller_may_read() {
         serde_json::from_slice(&proxy.get("/-/status", &[("authorization", &ci)]).await.2).unwrap();
     assert!(!for_ci["recent_errors"].as_array().unwrap().is_empty());
 
+    // Server-wide series count the private remote's traffic too: only for
+    // a caller every remote admits.
+    let fills = |body: &[u8]| {
+        String::from_utf8_lossy(body)
+            .lines()
+            .any(|l| l.starts_with("mirrorcache_fills_in_progress "))
+    };
+    assert!(!fills(&proxy.get("/-/metrics", &[]).await.2));
+    assert!(fills(
+        &proxy.get("/-/metrics", &[("authorization", &ci)]).await.2
+    ));
     // Wrong credentials on a page: 401, not a page.
     let (status, _, _) = proxy
         .get("/-/status", &[("authorization", &basic("ci", "nope"))])
