@@ -397,17 +397,19 @@ impl MetadataStore {
         now_ms: i64,
         ticket: Ticket,
     ) -> Result<Arc<Entry>, ProxyError> {
-        sqlx::query("UPDATE entries SET fetched_at = $1 WHERE remote = $2 AND path = $3")
-            .bind(now_ms)
-            .bind(path.remote())
-            .bind(path.stored_path())
-            .execute(&self.pool)
-            .await
-            .map_err(db_error)?;
+        let updated =
+            sqlx::query("UPDATE entries SET fetched_at = $1 WHERE remote = $2 AND path = $3")
+                .bind(now_ms)
+                .bind(path.remote())
+                .bind(path.stored_path())
+                .execute(&self.pool)
+                .await
+                .map_err(db_error)?;
         let mut fresh = entry.clone();
         fresh.fetched_at_ms = now_ms;
         let fresh = Arc::new(fresh);
-        if self.remember_read(path, &fresh, ticket) {
+        // No row updated: it was deleted meanwhile, and is not put back.
+        if updated.rows_affected() == 1 && self.remember_read(path, &fresh, ticket) {
             self.shared_changed(path.key(), Some(&fresh)).await;
         }
         Ok(fresh)

@@ -79,6 +79,15 @@ struct Records {
     floor: u64,
     remotes: HashMap<String, u64>,
     keys: HashMap<String, u64>,
+    /// Rows deleted outside a purge (eviction, a forgotten or contradicted
+    /// row), by key: a read of the row from before is not remembered
+    /// ([`Purges::if_read_current`]). Fills are not made stale by them.
+    deleted: HashMap<String, u64>,
+    /// The last deletion of rows by something other than their keys (a
+    /// digest's): every read from before it is stale.
+    deleted_all: u64,
+    /// Read tickets below this are stale (`deleted` was pruned).
+    deleted_floor: u64,
 }
 
 impl Purges {
@@ -106,6 +115,42 @@ impl Purges {
         }
         visible();
         true
+    }
+
+    /// [`Purges::if_current`] for what a read of the database found: also
+    /// not when a row of `key` was deleted after `ticket`
+    /// ([`Purges::deleted`]), so an evicted or forgotten row read just
+    /// before its deletion is not put back in memory.
+    pub fn if_read_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
+        let records = self.records.lock().expect("purges poisoned");
+        if self.clock.load(Ordering::Acquire) > ticket.0
+            && !(records.current(key, ticket) && records.read_current(key, ticket))
+        {
+            return false;
+        }
+        visible();
+        true
+    }
+
+    /// Notes rows deleted outside a purge: `key`'s, or (`None`) any rows,
+    /// and runs `forget` (which drops their records from memory) under the
+    /// same lock: a read of them from before either is remembered wholly
+    /// before (and forgotten here) or is not remembered.
+    pub fn deleted(&self, key: Option<&str>, forget: impl FnOnce()) {
+        let mut records = self.records.lock().expect("purges poisoned");
+        let generation = self.clock.load(Ordering::Acquire) + 1;
+        match key {
+            Some(key) => {
+                if records.deleted.len() >= MAX_RECORDS {
+                    records.deleted.clear();
+                    records.deleted_floor = generation;
+                }
+                records.deleted.insert(key.to_string(), generation);
+            }
+            None => records.deleted_all = generation,
+        }
+        forget();
+        self.clock.store(generation, Ordering::Release);
     }
 
     /// Records a purge of `scope` and runs `forget` (which drops what memory
@@ -185,7 +230,7 @@ impl MetadataStore {
         entry: &Arc<Entry>,
         ticket: Ticket,
     ) -> bool {
-        self.purges.if_current(path.key(), ticket, || {
+        self.purges.if_read_current(path.key(), ticket, || {
             if self.index.insert_unless_other(path.key(), entry) {
                 self.cache.insert(path.key().to_string(), entry.clone());
             }
@@ -271,11 +316,37 @@ impl Records {
         let remote = key.split('/').next().unwrap_or(key);
         self.remotes.get(remote).is_none_or(|&g| g <= t)
     }
+
+    /// Whether no deletion of `key`'s row came after `ticket`.
+    fn read_current(&self, key: &str, ticket: Ticket) -> bool {
+        let t = ticket.0;
+        t >= self.deleted_floor
+            && t >= self.deleted_all
+            && self.deleted.get(key).is_none_or(|&g| g <= t)
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_deletion_makes_earlier_reads_of_its_rows_stale_and_no_fills() {
+        let purges = Purges::default();
+        let before = purges.ticket();
+        purges.deleted(Some("r/a"), || {});
+        assert!(!purges.if_read_current("r/a", before, || {}));
+        assert!(purges.if_read_current("r/b", before, || {}));
+        assert!(
+            purges.if_current("r/a", before, || {}),
+            "a fill is not stale"
+        );
+        let after = purges.ticket();
+        assert!(purges.if_read_current("r/a", after, || {}));
+        purges.deleted(None, || {});
+        assert!(!purges.if_read_current("r/b", after, || {}));
+        assert!(purges.if_current("r/b", after, || {}));
+    }
 
     #[test]
     fn a_purge_makes_earlier_tickets_of_its_scope_stale_and_no_others() {

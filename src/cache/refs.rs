@@ -110,7 +110,10 @@ impl MetadataStore {
             Some((hex,)) => super::Digest::from_hex(hex),
             None => digest.and_then(super::Digest::from_hex),
         };
-        self.index.remove_named(&key, gone.as_ref());
+        self.purges.deleted(Some(&key), || {
+            self.index.remove_named(&key, gone.as_ref());
+            self.cache.invalidate(&key);
+        });
         if !deleted.is_empty() {
             self.others.wrote();
         }
@@ -161,8 +164,11 @@ impl MetadataStore {
             let deleted = query.fetch_all(&self.pool).await.map_err(db_error)?;
             rows += deleted.len() as u64;
             for (path,) in deleted {
-                self.index
-                    .remove_named(&format!("{remote}/{path}"), named.as_ref());
+                let key = format!("{remote}/{path}");
+                self.purges.deleted(Some(&key), || {
+                    self.index.remove_named(&key, named.as_ref());
+                    self.cache.invalidate(&key);
+                });
             }
         }
         if rows > 0 {
@@ -200,7 +206,8 @@ impl MetadataStore {
                 .await
                 .map_err(db_error)?;
         if let Some(digest) = super::Digest::from_hex(digest) {
-            self.index.remove_digest(remote, &digest);
+            self.purges
+                .deleted(None, || self.index.remove_digest(remote, &digest));
         }
         Ok(done.rows_affected())
     }

@@ -290,3 +290,31 @@ async fn small_bodies_in_a_batch_make_no_temp_file() {
         }
     }
 }
+
+/// A row read from the database just before a deletion (an eviction, a
+/// forgotten row) is not put back in memory when the read is remembered
+/// after it: the index names only rows, and its digest counts stay the
+/// rows'.
+#[tokio::test]
+async fn a_row_read_before_its_deletion_is_not_remembered_after_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path()).await;
+    commit(&cache, 1, 1).await;
+    let path = ArtifactPath::parse("/r/p1").unwrap();
+    let ticket = cache.meta.purges.ticket();
+    let read = Arc::new(cache.meta.read_row(&path).await.unwrap().unwrap());
+    cache.forget_entry(&path).await.unwrap();
+    assert!(!cache.meta.remember_read(&path, &read, ticket));
+    assert!(matches!(
+        cache.meta.index.get(path.key()),
+        super::index::Found::Absent | super::index::Found::Unknown
+    ));
+    assert!(!cache.meta.index.references(&read.digest));
+    // A read begun after the deletion is remembered as before.
+    commit(&cache, 1, 1).await;
+    let ticket = cache.meta.purges.ticket();
+    let read = Arc::new(cache.meta.read_row(&path).await.unwrap().unwrap());
+    assert!(cache.meta.remember_read(&path, &read, ticket));
+    let (count, truth, disk) = views(&cache).await;
+    assert_eq!((count, count), (truth, disk));
+}
