@@ -109,12 +109,7 @@ impl Purges {
     /// record itself: a purge comes wholly before (and `visible` does not
     /// run) or wholly after (and forgets what it did). Returns whether it ran.
     pub fn if_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
-        let records = self.records.lock().expect("purges poisoned");
-        if self.clock.load(Ordering::Acquire) > ticket.0 && !records.current(key, ticket) {
-            return false;
-        }
-        visible();
-        true
+        self.if_records(ticket, |r| r.current(key, ticket), visible)
     }
 
     /// [`Purges::if_current`] for what a read of the database found: also
@@ -122,10 +117,23 @@ impl Purges {
     /// ([`Purges::deleted`]), so an evicted or forgotten row read just
     /// before its deletion is not put back in memory.
     pub fn if_read_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
+        self.if_records(
+            ticket,
+            |r| r.current(key, ticket) && r.read_current(key, ticket),
+            visible,
+        )
+    }
+
+    /// Runs `visible` under the records' lock unless the clock moved past
+    /// `ticket` and the records say it is no longer `current`.
+    fn if_records(
+        &self,
+        ticket: Ticket,
+        current: impl FnOnce(&Records) -> bool,
+        visible: impl FnOnce(),
+    ) -> bool {
         let records = self.records.lock().expect("purges poisoned");
-        if self.clock.load(Ordering::Acquire) > ticket.0
-            && !(records.current(key, ticket) && records.read_current(key, ticket))
-        {
+        if self.clock.load(Ordering::Acquire) > ticket.0 && !current(&records) {
             return false;
         }
         visible();
@@ -137,41 +145,52 @@ impl Purges {
     /// same lock: a read of them from before either is remembered wholly
     /// before (and forgotten here) or is not remembered.
     pub fn deleted(&self, key: Option<&str>, forget: impl FnOnce()) {
-        let mut records = self.records.lock().expect("purges poisoned");
-        let generation = self.clock.load(Ordering::Acquire) + 1;
-        match key {
-            Some(key) => {
-                if records.deleted.len() >= MAX_RECORDS {
-                    records.deleted.clear();
-                    records.deleted_floor = generation;
+        self.advance(
+            |records, generation| match key {
+                Some(key) => {
+                    if records.deleted.len() >= MAX_RECORDS {
+                        records.deleted.clear();
+                        records.deleted_floor = generation;
+                    }
+                    records.deleted.insert(key.to_string(), generation);
                 }
-                records.deleted.insert(key.to_string(), generation);
-            }
-            None => records.deleted_all = generation,
-        }
-        forget();
-        self.clock.store(generation, Ordering::Release);
+                None => records.deleted_all = generation,
+            },
+            forget,
+        );
     }
 
     /// Records a purge of `scope` and runs `forget` (which drops what memory
     /// holds of it) under the same lock; returns the new generation.
     pub fn purge(&self, scope: &Scope, forget: impl FnOnce()) -> u64 {
+        self.advance(
+            |records, generation| {
+                if records.keys.len() + records.remotes.len() >= MAX_RECORDS {
+                    records.keys.clear();
+                    records.remotes.clear();
+                    records.floor = generation;
+                }
+                match scope {
+                    Scope::Key(key) => {
+                        records.keys.insert(key.clone(), generation);
+                    }
+                    Scope::Remote(remote) => {
+                        records.remotes.insert(remote.clone(), generation);
+                    }
+                    Scope::All => records.all = generation,
+                }
+            },
+            forget,
+        )
+    }
+
+    /// One step of the clock, under the records' lock: the next generation
+    /// `note`d in the records, `forget` run, then the clock moved to it
+    /// (read without the lock, it never runs ahead of the records).
+    fn advance(&self, note: impl FnOnce(&mut Records, u64), forget: impl FnOnce()) -> u64 {
         let mut records = self.records.lock().expect("purges poisoned");
         let generation = self.clock.load(Ordering::Acquire) + 1;
-        if records.keys.len() + records.remotes.len() >= MAX_RECORDS {
-            records.keys.clear();
-            records.remotes.clear();
-            records.floor = generation;
-        }
-        match scope {
-            Scope::Key(key) => {
-                records.keys.insert(key.clone(), generation);
-            }
-            Scope::Remote(remote) => {
-                records.remotes.insert(remote.clone(), generation);
-            }
-            Scope::All => records.all = generation,
-        }
+        note(&mut records, generation);
         forget();
         self.clock.store(generation, Ordering::Release);
         generation

@@ -110,15 +110,22 @@ impl MetadataStore {
             Some((hex,)) => super::Digest::from_hex(hex),
             None => digest.and_then(super::Digest::from_hex),
         };
-        self.purges.deleted(Some(&key), || {
-            self.index.remove_named(&key, gone.as_ref());
-            self.cache.invalidate(&key);
-        });
+        self.forget_deleted(&key, gone.as_ref());
         if !deleted.is_empty() {
             self.others.wrote();
         }
         self.shared_changed(&key, None).await;
         Ok(!deleted.is_empty())
+    }
+
+    /// Drops from memory the row of `key` just deleted (its record only if
+    /// it names `digest`, and its cached entry), taking a deletion
+    /// generation so a read of the row from before is not remembered after.
+    fn forget_deleted(&self, key: &str, digest: Option<&super::Digest>) {
+        self.purges.deleted(Some(key), || {
+            self.index.remove_named(key, digest);
+            self.cache.invalidate(key);
+        });
     }
 
     /// The paths of the rows of `remote`, by the digest (hex) they reference.
@@ -164,11 +171,7 @@ impl MetadataStore {
             let deleted = query.fetch_all(&self.pool).await.map_err(db_error)?;
             rows += deleted.len() as u64;
             for (path,) in deleted {
-                let key = format!("{remote}/{path}");
-                self.purges.deleted(Some(&key), || {
-                    self.index.remove_named(&key, named.as_ref());
-                    self.cache.invalidate(&key);
-                });
+                self.forget_deleted(&format!("{remote}/{path}"), named.as_ref());
             }
         }
         if rows > 0 {

@@ -199,9 +199,10 @@ pub fn body_range(
                     // A body that may still be refused: the range's last
                     // byte waits for the check, so the answer can only
                     // complete with checked bytes (a refused fill fails it).
-                    let end = match refusable {
-                        true => reader.end.saturating_sub(1),
-                        false => reader.end,
+                    let end = if *refusable {
+                        reader.end.saturating_sub(1)
+                    } else {
+                        reader.end
                     };
                     let available = (*written).min(end);
                     if available > pos {
