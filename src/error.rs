@@ -67,6 +67,9 @@ pub enum ProxyError {
     },
     #[error("request body over the limit of {limit} bytes")]
     RequestTooLarge { limit: usize },
+    /// The request body did not arrive within `server.body_read_timeout`.
+    #[error("request body not received within server.body_read_timeout")]
+    RequestTimeout,
     #[error("not found on any mirror")]
     NotFound { status: u16 },
     #[error("every mirror failed ({attempts} attempts); last: {last}")]
@@ -96,15 +99,15 @@ pub enum ProxyError {
     /// credentials: 401 with a challenge. Says nothing of the path.
     #[error("authentication required")]
     Unauthenticated,
-    /// Valid credentials of a user the remote does not list.
-    #[error("access denied")]
-    Forbidden,
     /// An `Authorization` header that cannot be read.
     #[error("malformed Authorization header: {0}")]
     BadCredentials(&'static str),
     /// Too many failed logins from this peer lately.
     #[error("too many failed logins; retry later")]
     TooManyFailures,
+    /// Too many password checks are waiting for the bcrypt threads.
+    #[error("too many logins being checked; retry shortly")]
+    LoginsBusy,
     /// Credentials could not be checked (the token table is unreachable).
     #[error("credentials cannot be checked now")]
     AuthUnavailable,
@@ -119,11 +122,12 @@ impl ProxyError {
             | ProxyError::ReadOnly
             | ProxyError::Refused { .. }
             | ProxyError::RequestTooLarge { .. }
+            | ProxyError::RequestTimeout
             | ProxyError::Undeclared
             | ProxyError::Unauthenticated
-            | ProxyError::Forbidden
             | ProxyError::BadCredentials(_)
-            | ProxyError::TooManyFailures => Side::Downstream,
+            | ProxyError::TooManyFailures
+            | ProxyError::LoginsBusy => Side::Downstream,
             ProxyError::NotFound { .. }
             | ProxyError::MirrorsFailed { .. }
             | ProxyError::MirrorsBusy
@@ -152,12 +156,12 @@ impl ProxyError {
         match self {
             ProxyError::BadPath(_) | ProxyError::BadCredentials(_) => StatusCode::BAD_REQUEST,
             ProxyError::Unauthenticated => StatusCode::UNAUTHORIZED,
-            ProxyError::Forbidden => StatusCode::FORBIDDEN,
-            ProxyError::TooManyFailures => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::TooManyFailures | ProxyError::LoginsBusy => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
             ProxyError::RequestTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ProxyError::RequestTimeout => StatusCode::REQUEST_TIMEOUT,
             ProxyError::Undeclared | ProxyError::Refused { .. } => StatusCode::FORBIDDEN,
             ProxyError::NotFound { status } => {
                 StatusCode::from_u16(*status).unwrap_or(StatusCode::NOT_FOUND)
@@ -244,10 +248,21 @@ impl IntoResponse for ProxyError {
                 HeaderValue::from_static(CHALLENGE),
             );
         }
-        if status == StatusCode::TOO_MANY_REQUESTS {
+        if status == StatusCode::REQUEST_TIMEOUT {
+            // The rest of the body is not waited for: the connection ends.
             response
                 .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static("60"));
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
+        }
+        if status == StatusCode::TOO_MANY_REQUESTS {
+            let after = if matches!(self, ProxyError::LoginsBusy) {
+                "1"
+            } else {
+                "60"
+            };
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static(after));
         }
         response
     }

@@ -60,7 +60,7 @@ impl ArtifactPath {
             }
             let start = key.len();
             push_normalised(segment, &mut key);
-            if matches!(&key[start..], "." | "..") {
+            if dot_segment(key[start..].as_bytes()).is_some() {
                 return Err(ProxyError::BadPath("encoded '.' segment in path"));
             }
             if start == 0 {
@@ -201,8 +201,27 @@ fn hex_value(digit: u8) -> Option<u8> {
     char::from(digit).to_digit(16).map(|d| d as u8)
 }
 
-/// Refuses traversal, backslashes and control characters in the raw path and
-/// in each of its first few percent-decodings.
+/// What a segment is once its `;parameters` are dropped, when that is a dot
+/// segment: servlet containers (the Java registries behind many mirrors) read
+/// `..;jsessionid=x` as `..`, so the parameters never hide one.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Dots {
+    One,
+    Two,
+}
+
+fn dot_segment(segment: &[u8]) -> Option<Dots> {
+    let name = segment.split(|&b| b == b';').next().unwrap_or_default();
+    match name {
+        b"." => Some(Dots::One),
+        b".." => Some(Dots::Two),
+        _ => None,
+    }
+}
+
+/// Refuses traversal (`..`, and `.` or `..` with `;parameters`),
+/// backslashes and control characters in the raw path and in each of its
+/// first few percent-decodings.
 fn check_decodings(raw: &[u8]) -> Result<(), ProxyError> {
     let mut current: std::borrow::Cow<[u8]> = std::borrow::Cow::Borrowed(raw);
     for level in 0..=DECODE_LEVELS {
@@ -221,11 +240,19 @@ fn check_decodings(raw: &[u8]) -> Result<(), ProxyError> {
         if current.contains(&b'\\') {
             return Err(ProxyError::BadPath("backslash in path"));
         }
-        if current.split(|&b| b == b'/').any(|seg| seg == b"..") {
-            return Err(ProxyError::BadPath("'..' segment in path"));
-        }
-        if level > 0 && current.split(|&b| b == b'/').any(|seg| seg == b".") {
-            return Err(ProxyError::BadPath("encoded '.' segment in path"));
+        for segment in current.split(|&b| b == b'/') {
+            match dot_segment(segment) {
+                Some(Dots::Two) => return Err(ProxyError::BadPath("'..' segment in path")),
+                // A plain `.` is dropped by the normaliser; one that was
+                // encoded, or that carries `;parameters`, would reach the
+                // mirror as it is.
+                Some(Dots::One) if level > 0 || segment.len() > 1 => {
+                    return Err(ProxyError::BadPath(
+                        "'.' segment with parameters or encoded in path",
+                    ))
+                }
+                _ => {}
+            }
         }
         // Most paths have no escapes at all: then there is nothing to decode
         // (and nothing to allocate).
@@ -319,6 +346,15 @@ mod tests {
             "/r/a/.%2e/",
             "/%2E%2E/x",
             "/r/a%c2%99b",
+            "/r/a/..;/b",
+            "/r/a/..;x=1/b",
+            "/r/a/..;jsessionid=x/b",
+            "/r/a/%2e%2e;/b",
+            "/r/a/%2E%2E%3B/b",
+            "/r/a/.;/b",
+            "/r/a/.;x=1",
+            "/r/..;",
+            "/r/a/%252e%252e%253b/b",
             "/r/%3%6%%331%c2%99999/x",
             "/r",
             "/r/",

@@ -4,10 +4,12 @@
 //! run per request), failed logins limited per peer. Which remote a caller
 //! may read is `RemoteAccess::admits`; answering is `http::access`.
 //!
-//! Secrets are compared in constant time: bcrypt for passwords (an unknown
-//! user is checked against a dummy hash of the same cost, so it takes as
-//! long as a wrong password), `subtle` for token hashes.
+//! Secrets are compared in constant time: bcrypt for passwords, on a pool of
+//! its own (`bcrypt_pool`; an unknown user is checked against a dummy hash
+//! of the cost most users' hashes have, so it takes as long as most wrong
+//! passwords), `subtle` for token hashes.
 
+mod bcrypt_pool;
 pub mod credentials;
 pub mod limit;
 pub mod token;
@@ -62,33 +64,45 @@ pub enum Refusal {
     TooManyFailures,
     /// The token table could not be read: 503.
     Unavailable,
+    /// Too many password checks waiting already: 429, nothing counted.
+    Busy,
 }
 
 /// The users of one htpasswd reading.
 struct Users {
-    hashes: HashMap<String, String>,
-    /// Checked for an unknown user, at the cost of the real hashes.
-    dummy: String,
+    hashes: HashMap<String, Arc<str>>,
+    /// Checked for an unknown user, at the cost most users' hashes have.
+    dummy: Arc<str>,
 }
 
 impl Users {
     fn of(auth: Option<&AuthConfig>) -> Users {
-        let hashes: HashMap<String, String> = auth
+        let hashes: HashMap<String, Arc<str>> = auth
             .map(|a| {
                 a.users
                     .iter()
-                    .map(|u| (u.name.clone(), u.hash.expose().to_string()))
+                    .map(|u| (u.name.clone(), Arc::from(u.hash.expose())))
                     .collect()
             })
             .unwrap_or_default();
-        let cost = hashes
+        let mut costs: HashMap<u32, usize> = HashMap::new();
+        for cost in hashes
             .values()
             .filter_map(|h| h.get(4..6)?.parse::<u32>().ok())
-            .max()
-            .unwrap_or(4);
+        {
+            *costs.entry(cost).or_default() += 1;
+        }
+        // The most common cost; of equally common ones, the highest.
+        let cost = costs
+            .into_iter()
+            .max_by_key(|&(cost, n)| (n, cost))
+            .map_or(4, |(cost, _)| cost);
         let dummy = bcrypt::hash("mirrorcache: not a user", cost)
             .unwrap_or_else(|_| bcrypt::hash("x", 4).expect("bcrypt at cost 4"));
-        Users { hashes, dummy }
+        Users {
+            hashes,
+            dummy: dummy.into(),
+        }
     }
 }
 
@@ -99,6 +113,8 @@ pub struct Access {
     /// By SHA-256 of the `Authorization` header.
     verified: VerifiedCache,
     failures: FailureLimiter,
+    /// Where passwords are checked.
+    bcrypt: bcrypt_pool::BcryptPool,
     /// The token table is in its metadata database.
     cache: Arc<Cache>,
 }
@@ -110,6 +126,7 @@ impl Access {
             users: ArcSwap::from_pointee(Users::of(auth)),
             verified: VerifiedCache::default(),
             failures: FailureLimiter::default(),
+            bcrypt: bcrypt_pool::BcryptPool::new(),
             cache,
         }
     }
@@ -147,50 +164,53 @@ impl Access {
         if offered == Offered::None {
             return Ok(Caller::Anonymous);
         }
-        if self.failures.is_limited(peer) {
+        // Counted as a failure from now until it succeeds.
+        if !self.failures.begin(peer) {
             return Err(Refusal::TooManyFailures);
         }
         let verified = match offered {
             Offered::None => unreachable!("answered above"),
-            Offered::Unknown => None,
-            Offered::Token(text) => self.token(&text, None).await?,
+            Offered::Unknown => Ok(None),
+            Offered::Token(text) => self.token(&text, None).await,
             Offered::Basic { user, password } if token::is_token(&password) => {
-                self.token(&password, Some(&user)).await?
+                self.token(&password, Some(&user)).await
             }
             Offered::Basic { user, password } => self.password(user, password).await,
         };
-        match verified {
+        // Neither a failure nor a success: the check was not run.
+        if matches!(verified, Err(Refusal::Unavailable | Refusal::Busy)) {
+            self.failures.forgive(peer);
+        }
+        match verified? {
             Some(mut verified) => {
+                self.failures.forgive(peer);
                 let user = verified.user.clone();
                 let trusted_until = now_ms() + VERIFIED_FOR.as_millis() as i64;
                 verified.until_ms = verified.until_ms.min(trusted_until);
                 self.verified.insert(key, verified);
                 Ok(Caller::User(user))
             }
-            None => {
-                self.failures.fail(peer);
-                Err(Refusal::BadCredentials)
-            }
+            None => Err(Refusal::BadCredentials),
         }
     }
 
-    /// bcrypt, on the blocking pool: an unknown user is checked against the
+    /// bcrypt, on its own pool: an unknown user is checked against the
     /// dummy hash, so both failures take the same time.
-    async fn password(&self, user: String, password: String) -> Option<Verified> {
-        let users = self.users.load_full();
-        let task = tokio::task::spawn_blocking(move || {
-            let (known, hash) = match users.hashes.get(&user) {
-                Some(hash) => (true, hash.as_str()),
-                None => (false, users.dummy.as_str()),
-            };
-            let matches = bcrypt::verify(password.as_bytes(), hash).unwrap_or(false);
-            (known && matches).then_some(user)
-        });
-        let user = task.await.ok()??;
-        Some(Verified {
+    async fn password(&self, user: String, password: String) -> Result<Option<Verified>, Refusal> {
+        let users = self.users.load();
+        let (known, hash) = match users.hashes.get(&user) {
+            Some(hash) => (true, hash.clone()),
+            None => (false, users.dummy.clone()),
+        };
+        let matches = self
+            .bcrypt
+            .verify(password, hash)
+            .await
+            .map_err(|bcrypt_pool::Busy| Refusal::Busy)?;
+        Ok((known && matches).then(|| Verified {
             user: user.into(),
             until_ms: i64::MAX,
-        })
+        }))
     }
 
     /// A token: its row by id, the hash of its secret compared in constant

@@ -62,6 +62,11 @@ pub struct ServerConfig {
     /// A client that takes nothing of its response for this long is dropped
     /// (the fill it was reading goes on).
     pub send_timeout: Duration,
+    /// A request body (a pass-through POST) must arrive whole within this:
+    /// one trickled a byte at a time would otherwise hold its connection
+    /// slot for as long as the client likes. Then 408, and the connection
+    /// is closed.
+    pub body_read_timeout: Duration,
     /// The oci remote that answers `/v2/<repository>/…` without a remote
     /// prefix (docker's `registry-mirrors` cannot add one).
     pub oci_root_remote: Option<String>,
@@ -203,10 +208,37 @@ pub struct RemoteConfig {
     /// Token services on other hosts than the mirrors that an oci remote's
     /// credentials may be sent to (a challenge naming any other gets none).
     pub token_realms: Vec<Url>,
+    /// `files` or `sumdb` bases that get `auth` too although they are on
+    /// another origin than every mirror (`credentials_for`).
+    pub credentials_for: Vec<Url>,
     /// What the remote refuses to serve: young releases, denied packages.
     pub guard: GuardConfig,
     /// Who may read it.
     pub access: RemoteAccess,
+}
+
+impl RemoteConfig {
+    /// Whether `auth` may go to `url`: it is on the origin (scheme, host,
+    /// port) of one of the `mirrors` or of a `credentials_for` base. A
+    /// `files` or `sumdb` host elsewhere (a CDN, a public checksum database)
+    /// gets none.
+    pub fn sends_credentials_to(&self, url: &Url) -> bool {
+        let wanted = origin(url);
+        self.mirrors
+            .iter()
+            .chain(&self.credentials_for)
+            .any(|base| origin(base) == wanted)
+    }
+}
+
+/// A URL's origin as credentials are scoped to it: scheme, host (both
+/// lower-case) and port (the scheme's default when none is written).
+pub fn origin(url: &Url) -> (String, String, Option<u16>) {
+    (
+        url.scheme().to_ascii_lowercase(),
+        url.host_str().unwrap_or_default().to_ascii_lowercase(),
+        url.port_or_known_default(),
+    )
 }
 
 /// Hedged attempts (`hedge_after`): when the mirror tried first has not sent

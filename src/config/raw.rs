@@ -37,6 +37,7 @@ pub(super) struct RawServer {
     pub(super) max_connections: usize,
     pub(super) max_fills: usize,
     pub(super) send_timeout: HumanDuration,
+    pub(super) body_read_timeout: HumanDuration,
     pub(super) oci_root_remote: Option<Spanned<String>>,
     pub(super) tls_cert: Option<Spanned<String>>,
     pub(super) tls_key: Option<Spanned<String>>,
@@ -53,6 +54,7 @@ impl Default for RawServer {
             shutdown_timeout: HumanDuration(Duration::from_secs(10)),
             max_fills: 256,
             send_timeout: HumanDuration(Duration::from_secs(60)),
+            body_read_timeout: HumanDuration(Duration::from_secs(60)),
             header_read_timeout: HumanDuration(Duration::from_secs(10)),
             max_connections: 4096,
             oci_root_remote: None,
@@ -219,6 +221,9 @@ pub(super) struct RawRemote {
     pub(super) bearer_token_env: Option<Spanned<String>>,
     pub(super) registry: Option<Spanned<String>>,
     pub(super) token_realms: Option<Spanned<Vec<Spanned<String>>>>,
+    /// `files` or `sumdb` bases on another origin than the mirrors that get
+    /// the remote's credentials too.
+    pub(super) credentials_for: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) min_release_age: Option<HumanDuration>,
     #[serde(default)]
     pub(super) cooldown_exempt: Vec<Spanned<String>>,

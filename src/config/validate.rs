@@ -205,6 +205,7 @@ impl Validator<'_> {
             max_connections: raw.max_connections.max(1),
             max_fills: raw.max_fills.max(1),
             send_timeout: raw.send_timeout.0,
+            body_read_timeout: raw.body_read_timeout.0,
             oci_root_remote: raw.oci_root_remote.map(Spanned::into_inner),
             history: raw.history,
         })
@@ -286,6 +287,7 @@ impl Validator<'_> {
             raw.token_realms.as_ref(),
             &[],
         )?;
+        let credentials_for = self.credentials_for(i, &raw, [&mirrors, &files, &sumdb])?;
         let max_document_size = raw.max_document_size.0;
         let max_attempts = match raw.max_attempts {
             // Every mirror of the largest set once: a files host with more
@@ -389,6 +391,7 @@ impl Validator<'_> {
             auth,
             registry,
             token_realms,
+            credentials_for,
             guard,
             access,
         })
@@ -429,6 +432,33 @@ impl Validator<'_> {
 
     /// A list of 1..=MAX_MIRRORS distinct http(s) base URLs.
     /// A list of mirrors that may be absent (then `default`) or empty (none).
+    /// `credentials_for`: each base one of the remote's own `mirrors`,
+    /// `files` or `sumdb` (named when it is not).
+    fn credentials_for(
+        &self,
+        i: usize,
+        raw: &RawRemote,
+        own: [&[Url]; 3],
+    ) -> Result<Vec<Url>, ConfigError> {
+        let key = format!("remote[{i}].credentials_for");
+        let bases = self.optional_mirror_list(&key, raw.credentials_for.as_ref(), &[])?;
+        let spans = raw.credentials_for.as_ref().map(|l| l.get_ref().as_slice());
+        for (j, base) in bases.iter().enumerate() {
+            if !own.iter().any(|set| set.contains(base)) {
+                let span = spans.and_then(|s| s.get(j)).map_or(0..0, |s| s.span());
+                return self.error(
+                    format!("{key}[{j}]"),
+                    span,
+                    format!(
+                        "{base} is not one of this remote's mirrors, files or sumdb; \
+                         credentials go only to those"
+                    ),
+                );
+            }
+        }
+        Ok(bases)
+    }
+
     fn optional_mirror_list(
         &self,
         key: &str,

@@ -105,6 +105,7 @@ fn refused(refusal: Refusal) -> ProxyError {
         Refusal::BadCredentials => ProxyError::Unauthenticated,
         Refusal::TooManyFailures => ProxyError::TooManyFailures,
         Refusal::Unavailable => ProxyError::AuthUnavailable,
+        Refusal::Busy => ProxyError::LoginsBusy,
     }
 }
 
@@ -125,8 +126,9 @@ pub(super) async fn caller(
 }
 
 /// The check: the caller, if it may read `remote`; else 401 (no valid
-/// credentials), 403 (a user the remote does not list), 400 (an unreadable
-/// `Authorization`) or 429 (too many failed logins from this peer).
+/// credentials), 404 as for a name no remote has (a user the remote does not
+/// list: see [`unknown_name`]), 400 (an unreadable `Authorization`) or 429
+/// (too many failed logins from this peer).
 pub(super) async fn admit(
     proxy: &Proxy,
     remote: &Remote,
@@ -153,7 +155,27 @@ pub(super) async fn admit(
     match caller.user() {
         None => Err(ProxyError::Unauthenticated),
         Some(user) if access.admits(Some(user)) => Ok(caller),
-        Some(_) => Err(ProxyError::Forbidden),
+        Some(_) => Err(ProxyError::UnknownRemote(remote.name.clone())),
+    }
+}
+
+/// With `[auth]`, a request for a name no remote has is answered as one for
+/// a private remote the caller may not read, so that private names cannot
+/// be told from unknown ones: the caller's refusal (401 without valid
+/// credentials, 400 or 429 as for any login), or `None` for a user, who is
+/// then told "not found" as [`admit`] tells a user a remote does not list.
+pub(super) async fn unknown_name(
+    proxy: &Proxy,
+    headers: &HeaderMap,
+    peer: Option<&Peer>,
+) -> Option<ProxyError> {
+    if !proxy.access.enabled() {
+        return None;
+    }
+    match caller(proxy, headers, peer).await {
+        Err(refused) => Some(refused),
+        Ok(Caller::Anonymous) => Some(ProxyError::Unauthenticated),
+        Ok(Caller::User(_)) => None,
     }
 }
 
@@ -208,6 +230,31 @@ pub(super) async fn snapshot_for(
     let caller = caller(proxy, headers, peer).await?;
     let visible = |name: &str| may_see(proxy, &caller, name);
     snapshot.remotes.retain(|r| visible(&r.name));
+    // Server-wide totals count every remote; a mirror's gauges and health
+    // are shared by every remote that lists it.
+    let remotes = proxy.remotes();
+    let hidden: Vec<&Remote> = remotes
+        .values()
+        .filter(|r| !r.config.access.admits(caller.user()))
+        .map(|r| r.as_ref())
+        .collect();
+    if !hidden.is_empty() {
+        snapshot.store_bytes = None;
+    }
+    for mirror in snapshot
+        .remotes
+        .iter_mut()
+        .flat_map(|r| r.mirrors.iter_mut())
+    {
+        let shared = hidden.iter().any(|r| {
+            r.mirror_sets()
+                .flat_map(|set| set.mirrors.iter())
+                .any(|m| m.base() == mirror.url)
+        });
+        if shared {
+            mirror.hide_shared_state();
+        }
+    }
     let (hits, total) = snapshot
         .remotes
         .iter()

@@ -74,7 +74,7 @@ fn page(s: &Snapshot, history: &History) -> Markup {
                 p.note { "Counts since the process started. " a href="/-/status" { "JSON" } " · " a href="/-/metrics" { "metrics" } " · " a href="/-/browse/" { "browse the cache" } }
                 section #store {
                     h2 { "Store" }
-                    progress #store-bar value=(s.store_bytes) max=(s.store_max_bytes.max(1)) {}
+                    progress #store-bar value=(s.store_bytes.unwrap_or(0)) max=(s.store_max_bytes.max(1)) {}
                     " "
                     span #store-text { (store_text(s.store_bytes, s.store_max_bytes)) }
                 }
@@ -194,7 +194,13 @@ fn fill_text(f: &FillProgress) -> String {
     }
 }
 
-fn store_text(used: u64, max: u64) -> String {
+fn store_text(used: Option<u64>, max: u64) -> String {
+    let Some(used) = used else {
+        return format!(
+            "{} in all (the bytes stored are shown to readers of every remote)",
+            bytes(max)
+        );
+    };
     let share = if max == 0 {
         0.0
     } else {
@@ -244,8 +250,8 @@ const SCRIPT: &str = r#"
   function refresh() {
     fetch('/-/status').then(function (r) { return r.json(); }).then(function (s) {
       var bar = document.getElementById('store-bar');
-      bar.value = s.store_bytes; bar.max = Math.max(s.store_max_bytes, 1);
-      document.getElementById('store-text').textContent = bytes(s.store_bytes) + ' of ' +
+      bar.value = s.store_bytes ?? 0; bar.max = Math.max(s.store_max_bytes, 1);
+      if (s.store_bytes !== null) document.getElementById('store-text').textContent = bytes(s.store_bytes) + ' of ' +
         bytes(s.store_max_bytes) + ' (' + pct(s.store_max_bytes ? s.store_bytes / s.store_max_bytes : 0) + ')';
       s.remotes.forEach(function (r) {
         document.querySelectorAll('tr[data-remote]').forEach(function (row) {

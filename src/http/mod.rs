@@ -143,6 +143,12 @@ async fn artifact(
                 Err(refusal)
             }
         },
+        Err(ProxyError::UnknownRemote(name)) => {
+            match access::unknown_name(&proxy, &headers, peer.as_ref()).await {
+                Some(refusal) => Err(refusal),
+                None => Err(ProxyError::UnknownRemote(name)),
+            }
+        }
         Err(error) => Err(error),
     };
     let (remote, varies, takes_post, result) = match resolved {
@@ -151,6 +157,13 @@ async fn artifact(
             let varies = !kind.variants(path.path()).is_empty();
             let api = kind.pass_through(path.path());
             let result = match api {
+                // A registry is asked for its pull endpoints only (after the
+                // access check: a refusal does not depend on the path).
+                _ if kind.ecosystem().protocol() == crate::kind::Protocol::Registry
+                    && !crate::kind::oci::is_pull_path(path.path()) =>
+                {
+                    Err(ProxyError::NotFound { status: 404 })
+                }
                 // The checksum database is served here (GOPROXY protocol).
                 None if kind.is_sumdb_supported(path.path()) && remote.sumdb.is_some() => {
                     match method {
@@ -162,7 +175,14 @@ async fn artifact(
                     }
                 }
                 Some(api) => {
-                    pass::forward(&remote, &path, api, &method, &uri, &headers, body).await
+                    let incoming = pass::Incoming {
+                        method: &method,
+                        uri: &uri,
+                        headers: &headers,
+                        body,
+                        read_timeout: proxy.server().body_read_timeout,
+                    };
+                    pass::forward(&remote, &path, api, incoming).await
                 }
                 None if method == Method::GET || method == Method::HEAD => {
                     serve(&proxy, &remote, &path, &method, &headers).await

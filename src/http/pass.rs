@@ -41,15 +41,29 @@ const RESPONSE_HEADERS: [HeaderName; 5] = [
     header::ETAG,
 ];
 
+/// The client's request as it is forwarded.
+pub(super) struct Incoming<'r> {
+    pub method: &'r Method,
+    pub uri: &'r Uri,
+    pub headers: &'r HeaderMap,
+    pub body: Body,
+    /// `server.body_read_timeout`: the whole body within this, or 408.
+    pub read_timeout: std::time::Duration,
+}
+
 pub(super) async fn forward(
     remote: &Remote,
     path: &ArtifactPath,
     api: PassThrough,
-    method: &Method,
-    uri: &Uri,
-    headers: &HeaderMap,
-    body: Body,
+    incoming: Incoming<'_>,
 ) -> Result<Served, ProxyError> {
+    let Incoming {
+        method,
+        uri,
+        headers,
+        body,
+        read_timeout,
+    } = incoming;
     if !api.allows(method) {
         return Err(super::refusal(method));
     }
@@ -62,8 +76,9 @@ pub(super) async fn forward(
     if announced.is_some_and(|len| len > MAX_REQUEST_BODY as u64) {
         return Err(too_large);
     }
-    let body = axum::body::to_bytes(body, MAX_REQUEST_BODY)
+    let body = tokio::time::timeout(read_timeout, axum::body::to_bytes(body, MAX_REQUEST_BODY))
         .await
+        .map_err(|_| ProxyError::RequestTimeout)?
         .map_err(|_| too_large)?;
     let mut forwarded = HeaderMap::new();
     for name in REQUEST_HEADERS {

@@ -7,7 +7,9 @@
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use anyhow::Context;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -33,6 +35,17 @@ pub const H2_MAX_CONCURRENT_STREAMS: u32 = 256;
 pub const H2_MAX_PENDING_ACCEPT_RESETS: usize = 32;
 /// HTTP/2: streams the server may reset for errors before it closes.
 pub const H2_MAX_LOCAL_ERROR_RESETS: usize = 256;
+/// HTTP/2: a ping this often, and the connection closed when one is not
+/// answered within [`H2_KEEP_ALIVE_TIMEOUT`] (a peer gone without a FIN).
+pub const H2_KEEP_ALIVE_INTERVAL: Duration = Duration::from_secs(30);
+pub const H2_KEEP_ALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+/// HTTP/2: a connection on which no request started for this long is told
+/// to go away (GOAWAY; streams in progress finish), so an idle client that
+/// answers pings does not hold a connection slot for ever.
+pub const H2_IDLE_TIMEOUT: Duration = Duration::from_secs(300);
+/// HTTP/2: bytes a stream may have buffered for a client that does not
+/// read them (hyper's default is 400 KiB); the rest waits on the body.
+pub const H2_MAX_SEND_BUF: usize = 256 * 1024;
 
 /// A proxy that is listening. Dropping it does not stop it; call [`Running::shutdown`].
 pub struct Running {
@@ -125,6 +138,54 @@ impl Running {
     }
 }
 
+/// An HTTP/2 connection, told to go away once no request started on it for
+/// [`H2_IDLE_TIMEOUT`] (`last_request`: milliseconds after `opened`), or
+/// when the server shuts down (`closing`). hyper-util's graceful watcher
+/// cannot be told of the idle time, so the server's shutdown reaches the
+/// connection here; the caller holds a watcher meanwhile, so the shutdown
+/// still waits for it.
+async fn until_idle<I, S, B>(
+    connection: hyper::server::conn::http2::Connection<I, S, TokioExecutor>,
+    opened: Instant,
+    last_request: &AtomicU64,
+    mut closing: tokio::sync::watch::Receiver<bool>,
+) -> hyper::Result<()>
+where
+    I: hyper::rt::Read + hyper::rt::Write + Unpin + 'static,
+    S: hyper::service::HttpService<hyper::body::Incoming, ResBody = B>,
+    S::Future: Send + 'static,
+    S::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    B: hyper::body::Body + Send + 'static,
+    B::Data: Send,
+    B::Error: Into<Box<dyn std::error::Error + Send + Sync>>,
+    TokioExecutor: hyper::rt::bounds::Http2ServerConnExec<S::Future, B>,
+{
+    tokio::pin!(connection);
+    let mut told = *closing.borrow();
+    if told {
+        connection.as_mut().graceful_shutdown();
+    }
+    loop {
+        let idle_since = Duration::from_millis(last_request.load(Ordering::Relaxed));
+        let deadline = opened + idle_since + H2_IDLE_TIMEOUT;
+        tokio::select! {
+            result = connection.as_mut() => return result,
+            () = tokio::time::sleep_until(deadline.into()), if !told => {
+                if opened.elapsed() >= idle_since + H2_IDLE_TIMEOUT {
+                    connection.as_mut().graceful_shutdown();
+                    told = true;
+                }
+            }
+            changed = closing.changed(), if !told => {
+                if changed.is_err() || *closing.borrow() {
+                    connection.as_mut().graceful_shutdown();
+                    told = true;
+                }
+            }
+        }
+    }
+}
+
 async fn serve(
     listener: TcpListener,
     proxy: Arc<Proxy>,
@@ -146,8 +207,14 @@ async fn serve(
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
         .max_header_list_size(MAX_REQUEST_HEAD as u32)
         .max_pending_accept_reset_streams(H2_MAX_PENDING_ACCEPT_RESETS)
-        .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESETS);
+        .max_local_error_reset_streams(H2_MAX_LOCAL_ERROR_RESETS)
+        .keep_alive_interval(H2_KEEP_ALIVE_INTERVAL)
+        .keep_alive_timeout(H2_KEEP_ALIVE_TIMEOUT)
+        .max_send_buf_size(H2_MAX_SEND_BUF);
     let trusted: Arc<[IpBlock]> = config.trusted_proxies.clone().into();
+    // Set when the listener stops: HTTP/2 connections go away then
+    // (`until_idle`); HTTP/1 ones through `graceful`.
+    let (closing_tx, closing_rx) = tokio::sync::watch::channel(false);
     tokio::pin!(stop);
     loop {
         let permit = tokio::select! {
@@ -169,8 +236,16 @@ async fn serve(
         let _ = stream.set_nodelay(true);
         let is_tls = tls.is_some();
         let trusted = trusted.clone();
+        // When the connection's last request started, for HTTP/2's idle
+        // timeout (milliseconds since `opened`).
+        let opened = Instant::now();
+        let last_request = Arc::new(AtomicU64::new(0));
+        let stamp = last_request.clone();
         let service = TowerToHyperService::new(router.clone().map_request(
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
+                if is_tls {
+                    stamp.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
+                }
                 super::access::prepare(&mut request, peer, is_tls, &trusted);
                 request
             },
@@ -187,6 +262,7 @@ async fn serve(
             continue;
         };
         let (acceptor, watcher) = (tls.acceptor.clone(), graceful.watcher());
+        let closing = closing_rx.clone();
         let (http, h2, handshake_timeout) = (http.clone(), h2.clone(), config.header_read_timeout);
         tokio::spawn(async move {
             // Plain HTTP (or anything not TLS) ends here: no HTTP answer.
@@ -203,9 +279,10 @@ async fn serve(
                     }
                 };
             let result = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
-                watcher
-                    .watch(h2.serve_connection(TokioIo::new(stream), service))
-                    .await
+                let connection = h2.serve_connection(TokioIo::new(stream), service);
+                let result = until_idle(connection, opened, &last_request, closing).await;
+                drop(watcher);
+                result
             } else {
                 watcher
                     .watch(http.serve_connection(TokioIo::new(stream), service))
@@ -218,6 +295,7 @@ async fn serve(
         });
     }
     drop(listener);
+    let _ = closing_tx.send(true);
     let timeout = proxy.server().shutdown_timeout;
     tokio::select! {
         () = graceful.shutdown() => tracing::info!("all connections closed"),

@@ -14,7 +14,9 @@ pub struct Snapshot {
     pub remotes: Vec<RemoteView>,
     /// Over every remote.
     pub hit_ratio: f64,
-    pub store_bytes: u64,
+    /// `None` (JSON `null`) for a caller some remote does not admit: the
+    /// total counts that remote's bytes too.
+    pub store_bytes: Option<u64>,
     pub store_max_bytes: u64,
     pub fills_in_progress: usize,
     pub fills: Vec<FillProgress>,
@@ -42,7 +44,8 @@ pub struct MirrorView {
     /// As configured: credentials are never in a mirror URL.
     pub url: String,
     pub in_flight: usize,
-    /// `healthy`, `ejected` or `probation`.
+    /// `healthy`, `ejected` or `probation`; `hidden` where the mirror is
+    /// shared with a remote the caller may not read.
     pub health: &'static str,
     pub consecutive_failures: u32,
     /// When the cooldown ends (unix ms), while ejected or on probation.
@@ -52,6 +55,19 @@ pub struct MirrorView {
     pub first_byte_ms: Option<f64>,
     /// Failed attempts since start.
     pub failures: u64,
+}
+
+impl MirrorView {
+    /// Takes out what the mirror's remotes share (its in-flight gauge, its
+    /// health and latency are kept by URL): for a caller who may not read
+    /// every remote that lists the mirror. `failures` is this remote's own.
+    pub fn hide_shared_state(&mut self) {
+        self.in_flight = 0;
+        self.health = "hidden";
+        self.consecutive_failures = 0;
+        self.ejected_until_ms = None;
+        self.first_byte_ms = None;
+    }
 }
 
 impl Snapshot {
@@ -106,7 +122,7 @@ impl Snapshot {
         Snapshot {
             remotes,
             hit_ratio: ratio(all_hits, all_total),
-            store_bytes: proxy.cache.size(),
+            store_bytes: Some(proxy.cache.size()),
             store_max_bytes: proxy.cache.max_size(),
             fills_in_progress: fills.len(),
             fills,

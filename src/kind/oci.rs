@@ -222,6 +222,15 @@ pub fn is_immutable(path: &str) -> bool {
     digest_in_path(path).is_some()
 }
 
+/// Whether `path` (below an oci remote) is one of the distribution API's
+/// pull endpoints: a manifest, a blob, a tag list or referrers. Nothing
+/// else of a registry (`_catalog`, uploads) is asked for with the
+/// remote's token.
+pub fn is_pull_path(path: &str) -> bool {
+    path.strip_prefix("v2/")
+        .is_some_and(|rest| split(rest).is_ok())
+}
+
 /// Whether `path` is a manifest (by tag or digest).
 pub fn is_manifest(path: &str) -> bool {
     path.strip_prefix("v2/")

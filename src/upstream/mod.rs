@@ -41,6 +41,9 @@ pub struct MirrorSet {
     pub health: Vec<Arc<MirrorHealth>>,
     /// Parallel to `mirrors`.
     pub metrics: Vec<MirrorMetrics>,
+    /// Parallel to `mirrors`: whether the remote's credentials go to it
+    /// (`RemoteConfig::sends_credentials_to`).
+    pub credentials: Vec<bool>,
     pub selector: Selector,
 }
 
@@ -61,6 +64,10 @@ impl MirrorSet {
             metrics: mirrors
                 .iter()
                 .map(|m| metrics.mirror_metrics(&remote.name, m.base()))
+                .collect(),
+            credentials: urls
+                .iter()
+                .map(|u| remote.sends_credentials_to(u))
                 .collect(),
             selector: Selector::new(remote.strategy, remote.latency_decay),
             mirrors,
@@ -120,6 +127,21 @@ impl Remote {
             return (sumdb, rest);
         }
         (&self.index, path)
+    }
+
+    /// `request` to mirror `mirror_idx` of `set`, with the remote's
+    /// credentials when they may go to that mirror's origin.
+    pub fn authorize(
+        &self,
+        request: reqwest::RequestBuilder,
+        set: &MirrorSet,
+        mirror_idx: usize,
+    ) -> reqwest::RequestBuilder {
+        if set.credentials[mirror_idx] {
+            fetch::authorize(request, &self.config.auth)
+        } else {
+            request
+        }
     }
 
     pub fn mirror_sets(&self) -> impl Iterator<Item = &MirrorSet> {

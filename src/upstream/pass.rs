@@ -10,7 +10,7 @@ use std::time::Instant;
 use axum::http::{HeaderMap, Method};
 use bytes::Bytes;
 
-use super::fetch::{authorize, record_failure};
+use super::fetch::record_failure;
 use super::select::Mirror;
 use super::{MirrorSet, Remote};
 use crate::clock::now_ms;
@@ -72,12 +72,14 @@ pub async fn forward(remote: &Remote, request: Forward<'_>) -> Result<Answer, Pr
             url.push('?');
             url.push_str(query);
         }
-        let upstream = authorize(
-            remote.client.request(request.method.clone(), url),
-            &remote.config.auth,
-        )
-        .headers(request.headers.clone())
-        .body(request.body.clone());
+        let upstream = remote
+            .authorize(
+                remote.client.request(request.method.clone(), url),
+                set,
+                mirror_idx,
+            )
+            .headers(request.headers.clone())
+            .body(request.body.clone());
         attempts += 1;
         let started = Instant::now();
         // Counted in flight until the head arrives; the body then streams

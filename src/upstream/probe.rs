@@ -4,7 +4,7 @@
 
 use std::sync::Weak;
 
-use super::fetch::{authorize, record_failure};
+use super::fetch::record_failure;
 use super::Remote;
 
 /// Active health probes: `GET {mirror}/{probe_path}` for every mirror of the
@@ -24,10 +24,8 @@ pub async fn probe_loop(remote: Weak<Remote>) {
         };
         let set = &remote.index;
         for (idx, mirror) in set.mirrors.iter().enumerate() {
-            let request = authorize(
-                remote.client.get(mirror.url_for(&probe_path)),
-                &remote.config.auth,
-            );
+            let request =
+                remote.authorize(remote.client.get(mirror.url_for(&probe_path)), set, idx);
             match tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await {
                 Ok(Ok(response)) if !response.status().is_server_error() => {
                     set.health[idx].record_success()

@@ -12,6 +12,7 @@ use url::Url;
 
 use super::fetch::{authorize, Validators};
 use super::Remote;
+use crate::config::origin;
 
 /// Hops a chain may take.
 const MAX_HOPS: usize = 5;
@@ -27,13 +28,6 @@ enum Target {
 }
 
 fn target_of(remote: &Remote, url: &Url) -> Target {
-    let origin = |u: &Url| {
-        (
-            u.scheme().to_ascii_lowercase(),
-            u.host_str().unwrap_or_default().to_ascii_lowercase(),
-            u.port_or_known_default(),
-        )
-    };
     let wanted = origin(url);
     if remote.config.mirrors.iter().any(|m| origin(m) == wanted) {
         Target::Mirror

@@ -175,13 +175,7 @@ pub async fn send(
 /// listed in `token_realms`, or Docker Hub's own token service for a Docker
 /// Hub mirror. Any other host named in a challenge gets no password.
 fn realm_is_trusted(config: &crate::config::RemoteConfig, realm: &url::Url) -> bool {
-    let origin = |u: &url::Url| {
-        (
-            u.scheme().to_string(),
-            u.host_str().unwrap_or_default().to_ascii_lowercase(),
-            u.port_or_known_default(),
-        )
-    };
+    use crate::config::origin;
     let wanted = origin(realm);
     let hub_realm = realm.scheme() == "https" && realm.host_str() == Some("auth.docker.io");
     config
@@ -205,7 +199,12 @@ struct Issued {
 /// stands and counts as the mirror's answer.
 async fn issue(remote: &Remote, challenge: &Challenge) -> Option<(Token, Duration)> {
     let mut url = url::Url::parse(&challenge.realm).ok()?;
-    if !matches!(url.scheme(), "http" | "https") {
+    // A realm on one of the mirrors' own origins is theirs to name; any
+    // other goes by the rule of the registry's redirects.
+    if !realm_is_trusted(&remote.config, &url)
+        && !super::fetch::LeaveFor::of(&remote.config).allows(&url)
+    {
+        tracing::warn!(remote = %remote.name, "the registry names a token realm this proxy does not ask (not https, or an inward address)");
         return None;
     }
     {

@@ -184,7 +184,7 @@ async fn with_access_control_a_caller_browses_only_what_it_may_read() {
     let (status, _, body) = proxy
         .get("/-/browse/secret/", &[("authorization", &dev)])
         .await;
-    assert_eq!(status, 403);
+    assert_eq!(status, 404);
     assert!(!String::from_utf8_lossy(&body).contains("hidden-package"));
     let (status, _, body) = proxy
         .get("/-/browse/secret/", &[("authorization", &ci)])

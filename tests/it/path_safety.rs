@@ -37,6 +37,11 @@ async fn traversal_and_junk_paths_are_400_and_never_reach_a_mirror() {
         "/r/a%5c..%5csecret",
         "/r/a%00b",
         "/r/a%0d%0aX-Injected:%20yes",
+        // What a servlet container upstream reads as `..` or `.`.
+        "/r/a/..;/secret",
+        "/r/a/..;x=1/secret",
+        "/r/a/%2e%2e;/secret",
+        "/r/a/.;/secret",
         "/r/",
         long.as_str(),
     ] {
@@ -96,5 +101,32 @@ async fn unknown_remote_is_404_and_other_methods_are_405() {
     assert!(reply.starts_with("HTTP/1.1 400"), "{reply}");
     let health = reqwest::get(proxy.url("/-/health")).await.unwrap();
     assert_eq!(health.status(), 200);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn an_oci_remote_is_asked_for_pull_endpoints_only() {
+    let mirror = MirrorServer::start().await;
+    let proxy = TestProxy::start(&format!(
+        "[[remote]]\nname = \"o\"\nkind = \"oci\"\nmirrors = [\"{}\"]\n",
+        mirror.url("/m")
+    ))
+    .await;
+    for uri in [
+        "/o/v2/_catalog",
+        "/o/v2/library/alpine/blobs/uploads/",
+        "/o/anything/else",
+        "/o/v2/library/alpine",
+    ] {
+        assert_eq!(
+            status(&proxy, Method::GET, uri).await,
+            StatusCode::NOT_FOUND,
+            "{uri}"
+        );
+    }
+    assert_eq!(mirror.total(), 0);
+    // A pull endpoint does go upstream.
+    status(&proxy, Method::GET, "/o/v2/library/alpine/tags/list").await;
+    assert!(mirror.total() > 0);
     proxy.stop().await;
 }

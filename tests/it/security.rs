@@ -151,6 +151,61 @@ async fn connections_beyond_max_connections_wait_their_turn() {
 }
 
 #[tokio::test]
+async fn trickled_request_bodies_give_their_slots_back_within_body_read_timeout() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/x", b"cached".to_vec());
+    let remotes = format!(
+        "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n\n{}",
+        mirror.url("/m"),
+        remote(&mirror, "")
+    );
+    let (_dir, running) =
+        start_with("max_connections = 4\nbody_read_timeout = \"2s\"", &remotes).await;
+    let addr = running.local_addr;
+    // Every slot: an npm audit POST whose body comes a byte every 2 s.
+    let head = b"POST /npm/-/npm/v1/security/audits/quick HTTP/1.1\r\nHost: x\r\n\
+                 Content-Type: application/json\r\nContent-Length: 1000\r\n\r\n";
+    let mut trickled = tokio::task::JoinSet::new();
+    for _ in 0..4 {
+        let mut stream = send(addr, head).await;
+        trickled.spawn(async move {
+            let mut reply = Vec::new();
+            let mut buf = [0u8; 1024];
+            for _ in 0..30 {
+                if stream.write_all(b"{").await.is_err() {
+                    break;
+                }
+                match tokio::time::timeout(Duration::from_secs(2), stream.read(&mut buf)).await {
+                    Ok(Ok(0)) | Ok(Err(_)) => break,
+                    Ok(Ok(n)) => reply.extend_from_slice(&buf[..n]),
+                    Err(_) => {}
+                }
+            }
+            String::from_utf8_lossy(&reply).into_owned()
+        });
+    }
+    // A fresh connection is answered once the trickled ones are cut off.
+    let hit = tokio::time::timeout(
+        Duration::from_secs(10),
+        reqwest::Client::new()
+            .get(format!("http://{addr}/r/x"))
+            .send(),
+    )
+    .await
+    .expect("a fresh connection is served within the deadline")
+    .unwrap();
+    assert_eq!(hit.status(), 200);
+    assert_eq!(hit.bytes().await.unwrap().as_ref(), b"cached");
+    while let Some(reply) = trickled.join_next().await {
+        let reply = reply.unwrap();
+        assert!(reply.starts_with("HTTP/1.1 408"), "{reply}");
+    }
+    // Nothing of the trickled bodies went upstream.
+    assert_eq!(mirror.total(), 1);
+    running.shutdown().await;
+}
+
+#[tokio::test]
 async fn the_admin_api_needs_its_token() {
     let mirror = MirrorServer::start().await;
     mirror.put("/m/a", b"a".to_vec());

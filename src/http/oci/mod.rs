@@ -117,9 +117,22 @@ impl OciError {
         OciError::new(status, invalid.code(), message)
     }
 
+    /// A name no oci remote serves, or one of a private remote the caller
+    /// may not read: the same answer for both.
+    fn name_unknown() -> OciError {
+        OciError::new(
+            StatusCode::NOT_FOUND,
+            "NAME_UNKNOWN",
+            "no oci remote serves this name",
+        )
+    }
+
     /// A proxy error as the OCI error JSON: "not found" in the endpoint's
     /// own code, the rest with the status `ProxyError::status` gives.
     fn from_proxy(error: &ProxyError, unknown: &'static str) -> OciError {
+        if let ProxyError::UnknownRemote(_) = error {
+            return OciError::name_unknown();
+        }
         let status = error.status();
         let code = match error {
             ProxyError::NotFound { .. } => unknown,
@@ -128,7 +141,6 @@ impl OciError {
             ProxyError::BadPath(_) => "NAME_INVALID",
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => "UNSUPPORTED",
             ProxyError::Unauthenticated | ProxyError::BadCredentials(_) => "UNAUTHORIZED",
-            ProxyError::Forbidden => "DENIED",
             ProxyError::TooManyFailures => "TOOMANYREQUESTS",
             _ if status == StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
             _ => "UNKNOWN",
@@ -207,11 +219,10 @@ pub(super) async fn pull(
             (Some(remote), result)
         }
         None => {
-            let error = OciError::new(
-                StatusCode::NOT_FOUND,
-                "NAME_UNKNOWN",
-                "no oci remote serves this name",
-            );
+            let error = match super::access::unknown_name(&proxy, &headers, peer.as_ref()).await {
+                Some(refusal) => OciError::from_proxy(&refusal, "UNAUTHORIZED"),
+                None => OciError::name_unknown(),
+            };
             (None, Err(error))
         }
     };

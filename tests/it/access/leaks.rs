@@ -291,3 +291,51 @@ async fn the_audit_line_names_user_remote_path_status_and_peer() {
     assert_eq!(fields["status"], 200);
     assert_eq!(fields["peer"], "127.0.0.1");
 }
+
+/// The store's total counts a private remote's bytes, and a mirror that a
+/// public and a private remote share has one in-flight count and one
+/// health: neither is shown to a caller the private remote does not admit.
+#[tokio::test]
+async fn store_bytes_and_a_shared_mirrors_state_are_shown_only_to_readers_of_every_remote() {
+    let shared_mirror = MirrorServer::start().await;
+    shared_mirror.put("/shared.bin", vec![7u8; 3_500_000]);
+    let more = format!(
+        "[[remote]]\nname = \"open-shared\"\nmirrors = [\"{m}\"]\n\n\
+         [[remote]]\nname = \"closed-shared\"\nmirrors = [\"{m}\"]\naccess = [\"ci\"]\n",
+        m = shared_mirror.url("")
+    );
+    let proxy = AuthProxy::start_with("", &more).await;
+    let ci = basic("ci", "ci-pass");
+    let (status, _, _) = proxy
+        .get("/closed-shared/shared.bin", &[("authorization", &ci)])
+        .await;
+    assert_eq!(status, 200);
+    proxy.running.proxy.fills.wait_idle().await;
+    let status_of =
+        |body: bytes::Bytes| -> serde_json::Value { serde_json::from_slice(&body).unwrap() };
+    let anonymous = status_of(proxy.get("/-/status", &[]).await.2);
+    assert!(anonymous["store_bytes"].is_null(), "{anonymous}");
+    let open = anonymous["remotes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "open-shared")
+        .unwrap();
+    assert_eq!(open["mirrors"][0]["health"], "hidden");
+    assert!(open["mirrors"][0]["first_byte_ms"].is_null());
+    // The public remote's own mirror is shown as it is.
+    let public = anonymous["remotes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|r| r["name"] == "pub")
+        .unwrap();
+    assert_eq!(public["mirrors"][0]["health"], "healthy");
+    // ci reads every remote (`team` admits any user).
+    let for_ci = status_of(proxy.get("/-/status", &[("authorization", &ci)]).await.2);
+    assert!(
+        for_ci["store_bytes"].as_u64().unwrap() >= 3_500_000,
+        "{for_ci}"
+    );
+    proxy.running.shutdown().await;
+}

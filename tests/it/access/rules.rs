@@ -1,9 +1,10 @@
-//! The answers: 401 with a challenge without valid credentials, 403 for a
-//! user the remote does not list, both the same for any path and carrying
+//! The answers: 401 with a challenge without valid credentials, 404 for a
+//! user the remote does not list (as for a name no remote has), both the same for any path and carrying
 //! nothing of the artifact, on every method; the credentials each client
 //! sends; malformed headers; the failed-login limit per peer.
 
-use super::{basic, raw_get, send, AuthProxy, PRIVATE_BODY};
+use super::{auth_config, basic, raw_get, send, start, AuthProxy, PRIVATE_BODY};
+use crate::support::MirrorServer;
 
 #[tokio::test]
 async fn anonymous_remotes_stay_open_and_private_ones_challenge() {
@@ -51,11 +52,12 @@ async fn a_listed_user_reads_and_another_is_forbidden_whatever_the_path() {
     );
     assert_eq!(proxy.private.total(), 1);
 
-    // The cached copy is served only to who may read the remote.
+    // The cached copy is served only to who may read the remote; to
+    // another user the remote is as absent as a name no remote has.
     for path in ["/secret/hidden-package/x", "/secret/never/fetched"] {
         let (status, headers, body) = proxy.get(path, &[("authorization", &dev)]).await;
-        assert_eq!(status, 403, "{path}");
-        assert_eq!(&body[..], b"access denied\n");
+        assert_eq!(status, 404, "{path}");
+        assert_eq!(&body[..], b"no remote named \"secret\"\n");
         assert!(headers.get("etag").is_none() && headers.get("x-cache-status").is_none());
         let (status, _, _) = proxy.get(path, &[]).await;
         assert_eq!(status, 401);
@@ -112,7 +114,7 @@ async fn every_method_is_checked_like_get_and_nothing_goes_upstream() {
             &[("authorization", &basic("dev", "dev-pass"))],
         )
         .await;
-        assert_eq!(status, 403, "{method}");
+        assert_eq!(status, 404, "{method}");
     }
     // A preflight is no exception.
     let (status, _, _) = send(
@@ -245,4 +247,104 @@ async fn behind_a_trusted_proxy_the_forwarded_client_is_the_peer() {
         )
         .await;
     assert_eq!(status, 200, "another forwarded client goes on");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_wrong_logins_are_counted_as_they_start_and_hits_go_on() {
+    let (public, private) = (MirrorServer::start().await, MirrorServer::start().await);
+    public.put("/a.txt", b"public bytes".to_vec());
+    private.put("/x", b"private".to_vec());
+    let dir = tempfile::tempdir().unwrap();
+    // The cost most htpasswd files use: each check takes tens of milliseconds.
+    let hash = bcrypt::hash("ci-pass", 10).unwrap();
+    std::fs::write(dir.path().join("users.htpasswd"), format!("ci:{hash}\n")).unwrap();
+    let remotes = format!(
+        "[[remote]]\nname = \"pub\"\nmirrors = [\"{}\"]\n\n\
+         [[remote]]\nname = \"secret\"\nmirrors = [\"{}\"]\naccess = [\"ci\"]\n",
+        public.url(""),
+        private.url("")
+    );
+    let running = start(&auth_config(dir.path(), "", &remotes)).await;
+    let base = format!("http://{}", running.local_addr);
+    let client = reqwest::Client::new();
+    // Cached first, so what follows are hits.
+    let hit = format!("{base}/pub/a.txt");
+    assert_eq!(client.get(&hit).send().await.unwrap().status(), 200);
+
+    let bad = basic("ci", "guess");
+    let mut logins = tokio::task::JoinSet::new();
+    for _ in 0..300 {
+        let (client, url, bad) = (client.clone(), format!("{base}/secret/x"), bad.clone());
+        logins.spawn(async move {
+            let response = client
+                .get(url)
+                .header("authorization", bad)
+                .send()
+                .await
+                .unwrap();
+            response.status().as_u16()
+        });
+    }
+    // Hits on another connection meanwhile.
+    let other = reqwest::Client::new();
+    let mut latencies = Vec::new();
+    while latencies.len() < 100 {
+        let started = std::time::Instant::now();
+        let response = other.get(&hit).send().await.unwrap();
+        assert_eq!(response.status(), 200);
+        response.bytes().await.unwrap();
+        latencies.push(started.elapsed());
+    }
+    let mut statuses = Vec::new();
+    while let Some(status) = logins.join_next().await {
+        statuses.push(status.unwrap());
+    }
+    assert!(
+        statuses.iter().all(|s| *s == 401 || *s == 429),
+        "{statuses:?}"
+    );
+    // Each attempt counted as it started: no more than the limit were
+    // checked (and refused with 401) before the rest got 429.
+    let checked = statuses.iter().filter(|s| **s == 401).count();
+    assert!(
+        checked <= mirrorcache::access::limit::MAX_FAILURES as usize,
+        "{checked} wrong passwords were checked"
+    );
+    latencies.sort();
+    let p99 = latencies[latencies.len() * 99 / 100 - 1];
+    assert!(
+        p99 < std::time::Duration::from_millis(250),
+        "hit p99 {p99:?}"
+    );
+    assert_eq!(private.total(), 0);
+    running.shutdown().await;
+}
+
+#[tokio::test]
+async fn unknown_and_private_names_get_the_same_answer_from_the_same_caller() {
+    let proxy = AuthProxy::start().await;
+    let dev = basic("dev", "dev-pass");
+    let answer = |(status, headers, body): (u16, reqwest::header::HeaderMap, bytes::Bytes),
+                  name: &str| {
+        let body = String::from_utf8_lossy(&body).replace(name, "NAME");
+        (status, headers.get("www-authenticate").cloned(), body)
+    };
+    for (caller, headers) in [
+        ("anonymous", vec![]),
+        ("dev", vec![("authorization", dev.as_str())]),
+    ] {
+        let private = answer(
+            proxy.get("/secret/hidden-package/x", &headers).await,
+            "secret",
+        );
+        let unknown = answer(
+            proxy.get("/nosuchremote/hidden-package/x", &headers).await,
+            "nosuchremote",
+        );
+        assert_eq!(private, unknown, "{caller}");
+        let expected = if caller == "anonymous" { 401 } else { 404 };
+        assert_eq!(private.0, expected, "{caller}");
+    }
+    assert_eq!(proxy.private.total(), 0);
+    proxy.running.shutdown().await;
 }

@@ -5,11 +5,12 @@
 
 use super::{raw_get, AuthProxy};
 
-/// (path as sent, the status it must get).
+/// (path as sent, the status it must get). A name no remote has (`SECRET`,
+/// `secret%2Fhidden-package`) is answered as a private one: 401.
 const SPELLINGS: &[(&str, u16)] = &[
     ("/secret/hidden-package/x", 401),
     ("/secre%74/hidden-package/x", 401),
-    ("/SECRET/hidden-package/x", 404),
+    ("/SECRET/hidden-package/x", 401),
     ("//secret/hidden-package/x", 401),
     ("/./secret/hidden-package/x", 401),
     ("/pub/../secret/hidden-package/x", 400),
@@ -17,7 +18,7 @@ const SPELLINGS: &[(&str, u16)] = &[
     ("/pub%2F..%2Fsecret/hidden-package/x", 400),
     ("/pub/%2E%2E/secret/hidden-package/x", 400),
     ("/pub/%252e%252e/secret/hidden-package/x", 400),
-    ("/secret%2Fhidden-package/x", 404),
+    ("/secret%2Fhidden-package/x", 401),
     ("/secret/hidden-package/x?download=1", 401),
     ("/secret/~files/hidden-package/x", 401),
     ("/secret/hidden-package/x#frag", 401),
@@ -42,11 +43,12 @@ async fn no_spelling_of_a_private_path_reaches_the_private_mirror() {
             "{path} reached the private mirror"
         );
     }
-    // The same spellings with a user the remote does not list: 403, not bytes.
+    // The same spellings with a user the remote does not list: 404 (as for
+    // a remote that does not exist), not bytes.
     let dev = format!("Authorization: {}\r\n", super::basic("dev", "dev-pass"));
     for (path, expected) in SPELLINGS {
         let (status, answer) = raw_get(addr, path, &dev).await;
-        let expected = if *expected == 401 { 403 } else { *expected };
+        let expected = if *expected == 401 { 404 } else { *expected };
         assert_eq!(status, expected, "{path} as dev: {answer}");
     }
     assert_eq!(proxy.private.total(), 0);

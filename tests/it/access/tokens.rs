@@ -62,7 +62,7 @@ async fn tokens_work_in_the_forms_clients_send_them() {
             &[("authorization", &format!("Bearer {dev_token}"))],
         )
         .await;
-    assert_eq!(status, 403);
+    assert_eq!(status, 404);
 
     // `token list` shows ids and users, never a secret.
     let out = token_command(&proxy, &["list"]);
