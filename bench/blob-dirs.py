@@ -13,7 +13,7 @@ as root, alternating the layouts:
     python3 bench/blob-dirs.py /mnt/benchfs/x nested 40 loop1
     python3 bench/blob-dirs.py /mnt/benchfs/y flat 40 loop1
 
-Results: BENCHMARKS.md (round three, sixth pass)."""
+Results: BENCHMARKS.md ("Sustained distinct misses")."""
 import ctypes
 import hashlib
 import os

@@ -11,7 +11,7 @@
 #
 # Usage: bash bench/miss-cpu.sh target/release/mirrorcache
 #   env: N=1000 SIZE=65536 BENCH_TMP (bench/scratch-fs.sh)
-# Results: BENCHMARKS.md (round three, sixth pass).
+# Results: BENCHMARKS.md ("The cold miss").
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"

@@ -142,7 +142,7 @@ spread() { # digits values...
 # clients, untimed: a daemon pays once for its worker threads, its
 # upstream connections and its database's page cache, and a 5 s round
 # should not measure that (mirrorcache made 6.9-7.0k misses/s in its first
-# 5 s and 8.7-8.8k after 2 s of warm-up: BENCHMARKS.md, sixth pass).
+# 5 s and 8.7-8.8k after 2 s of warm-up: BENCHMARKS.md, "Sustained distinct misses").
 if ((WARMUP > 0)); then
     for who in mc nginx; do
         url=$MC
