@@ -3,7 +3,7 @@
 //! GET of the young one gets 403, and npm, pip and cargo print the proxy's
 //! reason for a denied or too-young package. Publish times are fixture
 //! timestamps relative to now. The lines printed as `GUARD-OUTPUT` are what
-//! README quotes.
+//! docs/supply-chain.md quotes.
 
 use std::process::Command;
 use std::time::{Duration, SystemTime};

@@ -137,7 +137,7 @@ async fn images_pull_by_tag_and_digest_fail_over_and_are_served_with_every_regis
     let (_, through) = blocking(|| inspect_raw(w, &format!("{proxy}/team/img:small3")));
     assert_eq!(through, digest);
 
-    // As skopeo and podman are set up in README: a registries.conf mirror
+    // As skopeo and podman are set up in docs/clients/oci.md: a registries.conf mirror
     // of another registry name, with the remote's prefix as its namespace.
     let conf = w.join("registries.conf");
     crate::write(
