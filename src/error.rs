@@ -95,6 +95,10 @@ pub enum ProxyError {
     FillsBusy(usize),
     #[error("the fill ended without an answer")]
     FillAborted,
+    /// Documents being built fill `documents::BUILDING_BYTES` for longer
+    /// than `documents::BUILD_WAIT`.
+    #[error("too many documents being built; retry shortly")]
+    DocumentsBusy,
     /// The remote is not anonymous and the request has no valid
     /// credentials: 401 with a challenge. Says nothing of the path.
     #[error("authentication required")]
@@ -138,6 +142,7 @@ impl ProxyError {
             | ProxyError::Metadata(_)
             | ProxyError::FillsBusy(_)
             | ProxyError::FillAborted
+            | ProxyError::DocumentsBusy
             | ProxyError::AuthUnavailable => Side::Internal,
         }
     }
@@ -169,7 +174,9 @@ impl ProxyError {
             ProxyError::MirrorsFailed { last, .. } if last.is_timeout() => {
                 StatusCode::GATEWAY_TIMEOUT
             }
-            ProxyError::MirrorsBusy | ProxyError::FillsBusy(_) => StatusCode::SERVICE_UNAVAILABLE,
+            ProxyError::MirrorsBusy | ProxyError::FillsBusy(_) | ProxyError::DocumentsBusy => {
+                StatusCode::SERVICE_UNAVAILABLE
+            }
             ProxyError::MirrorsFailed { .. }
             | ProxyError::TooLarge { .. }
             | ProxyError::UpstreamBody(_)

@@ -19,7 +19,9 @@
 //!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use,
 //!   and [`history`] the dashboard's per-minute rings the proxy samples into;
 //!   [`logline`] is the text log format (with a fast request line), and
-//!   [`logbuf`] the buffer the server's log lines wait in.
+//!   [`logbuf`] the buffer the server's log lines wait in; [`documents`]
+//!   the tier of index documents built once (filtered and rewritten) that
+//!   the front end serves them from.
 //! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
 //!   the progress display of `verify`); only `main` imports it.
 
@@ -27,6 +29,7 @@ pub mod access;
 pub mod cache;
 pub mod clock;
 pub mod config;
+pub mod documents;
 pub mod error;
 pub mod fill;
 pub mod history;

@@ -11,6 +11,7 @@ use arc_swap::ArcSwap;
 use crate::access::Access;
 use crate::cache::Cache;
 use crate::config::{Config, ServerConfig};
+use crate::documents::Documents;
 use crate::fill::FillRegistry;
 use crate::history::{History, Totals};
 use crate::metrics::Metrics;
@@ -49,6 +50,9 @@ pub struct Proxy {
     /// the bytes served for the file and the function: a file is hashed
     /// once per process, not per request for its sidecar.
     pub checksums: moka::sync::Cache<(String, &'static str), String>,
+    /// Index documents as served (filtered, rewritten), built once per
+    /// what they are a function of.
+    pub documents: Documents,
     /// The dashboard's per-minute history, sampled from the counters once a
     /// minute by [`Proxy::sample_history`] (never by a request).
     pub history: Arc<History>,
@@ -85,6 +89,7 @@ impl Proxy {
                 .time_to_live(std::time::Duration::from_secs(600))
                 .build(),
             checksums: moka::sync::Cache::builder().max_capacity(100_000).build(),
+            documents: Documents::default(),
             history: Arc::new(History::default()),
         });
         proxy.start_probes();

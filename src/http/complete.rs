@@ -1,11 +1,13 @@
 //! The answer for a complete body (a blob, or a finished fill's file):
 //! served as it is, or read whole and filtered, restated by its MD5, or
-//! rewritten; with the mirror's headers the ecosystem keeps for it.
+//! rewritten — built once per what it is a function of, in
+//! `proxy.documents` — with the mirror's headers the ecosystem keeps for it.
 
 use axum::response::Response;
 
 use super::{access, guard, public_base, respond, ArtifactRequest};
 use crate::cache::{Blob, Entry};
+use crate::documents::{Built, DocumentKey, Refused};
 use crate::error::ProxyError;
 use crate::kind::rewrite::Rewrite;
 use crate::metrics::CacheStatus;
@@ -59,7 +61,58 @@ impl ArtifactRequest<'_> {
                 limit,
             });
         }
-        let mut base = public_base(&self.proxy.server(), self.headers);
+        let base = public_base(&self.proxy.server(), self.headers);
+        // What the filter leaves changes with the clock: a minute's build
+        // serves that minute.
+        let epoch = match self.filter {
+            Some(_) => u64::try_from(crate::clock::now_ms() / 60_000).unwrap_or(0),
+            None => 0,
+        };
+        let key = DocumentKey {
+            remote_generation: self.remote.generation,
+            key: self.path.key().to_string(),
+            digest: entry.digest.to_hex(),
+            base: base.clone(),
+            epoch,
+        };
+        let built = self
+            .proxy
+            .documents
+            .get_or_build(key, entry.size, || self.build(entry, blob, base))
+            .await
+            .map_err(|refused| match refused {
+                Refused::Busy => ProxyError::DocumentsBusy,
+                Refused::Failed(error) => error,
+            })?;
+        let body = built.body.clone();
+        if self.md5_etag && !self.document {
+            return Ok(respond::whole_md5(
+                entry,
+                body,
+                cache,
+                self.method,
+                self.headers,
+            ));
+        }
+        Ok(respond::document(
+            entry,
+            body,
+            &built.base,
+            cache,
+            self.method,
+            self.headers,
+        ))
+    }
+
+    /// The body served for this request's document, read whole from `blob`
+    /// and filtered, rewritten for `base`, marked for credentials, as
+    /// applies; with the base its validator is made from.
+    async fn build(
+        &self,
+        entry: &Entry,
+        blob: Blob,
+        mut base: String,
+    ) -> Result<Built, ProxyError> {
         let config = &self.remote.config;
         let rewrite = Rewrite::new(&config.name, &config.mirrors, &config.files, &base);
         let mut bytes = blob
@@ -70,13 +123,11 @@ impl ArtifactRequest<'_> {
             bytes = guard::filter_document(self.proxy, self.remote, filter, bytes).await?;
         }
         if self.md5_etag && !self.document {
-            return Ok(respond::whole_md5(
-                entry,
-                bytes,
-                cache,
-                self.method,
-                self.headers,
-            ));
+            return Ok(Built {
+                body: bytes.into(),
+                base,
+                keep: true,
+            });
         }
         let ecosystem = config.kind.ecosystem();
         let mut others = Vec::new();
@@ -93,9 +144,12 @@ impl ArtifactRequest<'_> {
                 }
             }
         }
+        // What it states follows other entries, which change on their own:
+        // built for the requests waiting now, not kept.
+        let stated = !others.is_empty();
         let body = if self.document {
             // Rewriting is a linear pass over up to max_document_size: off the async threads.
-            let (at, stated) = (self.path.path().to_string(), !others.is_empty());
+            let at = self.path.path().to_string();
             let body = tokio::task::spawn_blocking(move || {
                 ecosystem.rewrite_body(&at, bytes, &rewrite, &others)
             })
@@ -116,14 +170,11 @@ impl ArtifactRequest<'_> {
             // the validator follows the body served, not only the blob.
             base = guard::qualified_base(&base, &body);
         }
-        Ok(respond::document(
-            entry,
-            body,
-            &base,
-            cache,
-            self.method,
-            self.headers,
-        ))
+        Ok(Built {
+            body: body.into(),
+            base,
+            keep: !stated,
+        })
     }
 
     /// Whether the body is read whole before it is served (rewritten or filtered).

@@ -208,10 +208,10 @@ pub fn add_kept(response: &mut Response, kept: &str, rewrite: &crate::kind::rewr
 
 /// A rewritten index document. Its validator is the blob's digest qualified by
 /// the base it was rewritten for, so a client never gets a 304 for a copy
-/// rewritten for another base. No ranges: the body is built per request.
+/// rewritten for another base. No ranges.
 pub fn document(
     entry: &Entry,
-    body: Vec<u8>,
+    body: Bytes,
     base: &str,
     cache: CacheStatus,
     method: &Method,
@@ -249,7 +249,7 @@ pub fn document(
 /// ETag (so a client appending to its copy can check the whole result).
 pub fn whole_md5(
     entry: &Entry,
-    body: Vec<u8>,
+    body: Bytes,
     cache: CacheStatus,
     method: &Method,
     request: &HeaderMap,
@@ -280,7 +280,6 @@ pub fn whole_md5(
         .headers_mut()
         .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
     if method != Method::HEAD {
-        let body = Bytes::from(body);
         *response.body_mut() = Body::from(body.slice(start as usize..(start + len) as usize));
     }
     response

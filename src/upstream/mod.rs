@@ -75,9 +75,15 @@ impl MirrorSet {
     }
 }
 
+/// Numbers each `Remote` built, so that what is derived from one remote's
+/// config (a built document) is never taken for another's.
+static GENERATIONS: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(1);
+
 #[derive(Debug)]
 pub struct Remote {
     pub name: String,
+    /// Unique to this build of the remote: a reload makes a new one.
+    pub generation: u64,
     pub config: RemoteConfig,
     pub index: MirrorSet,
     /// The files host's mirrors, serving `/{name}/~files/…`.
@@ -102,6 +108,7 @@ impl Remote {
     ) -> Result<Remote, reqwest::Error> {
         Ok(Remote {
             name: config.name.clone(),
+            generation: GENERATIONS.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
             index: MirrorSet::new(config, &config.mirrors, gauges, health, metrics),
             files: (!config.files.is_empty())
                 .then(|| MirrorSet::new(config, &config.files, gauges, health, metrics)),

@@ -12,6 +12,7 @@ mod composer;
 mod config_check;
 mod credentials_scope;
 mod dashboard;
+mod documents;
 mod failover;
 mod fanout;
 mod guard;
