@@ -76,6 +76,9 @@ pub enum ProxyError {
     MirrorsFailed { attempts: usize, last: AttemptError },
     #[error("every mirror is at its in-flight limit or on probation")]
     MirrorsBusy,
+    /// Every mirror answered 429 (or is waiting out its `Retry-After`).
+    #[error("upstream rate limit (429): {message}; retry after {retry_after} s")]
+    RateLimited { retry_after: u64, message: String },
     #[error("upstream body of {size} bytes exceeds the limit of {limit}")]
     TooLarge { size: u64, limit: u64 },
     #[error("upstream body broke off: {0}")]
@@ -135,6 +138,7 @@ impl ProxyError {
             ProxyError::NotFound { .. }
             | ProxyError::MirrorsFailed { .. }
             | ProxyError::MirrorsBusy
+            | ProxyError::RateLimited { .. }
             | ProxyError::TooLarge { .. }
             | ProxyError::UpstreamBody(_)
             | ProxyError::IntegrityMismatch { .. } => Side::Upstream,
@@ -161,7 +165,9 @@ impl ProxyError {
         match self {
             ProxyError::BadPath(_) | ProxyError::BadCredentials(_) => StatusCode::BAD_REQUEST,
             ProxyError::Unauthenticated => StatusCode::UNAUTHORIZED,
-            ProxyError::TooManyFailures | ProxyError::LoginsBusy => StatusCode::TOO_MANY_REQUESTS,
+            ProxyError::TooManyFailures
+            | ProxyError::LoginsBusy
+            | ProxyError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
             ProxyError::AuthUnavailable => StatusCode::SERVICE_UNAVAILABLE,
             ProxyError::UnknownRemote(_) => StatusCode::NOT_FOUND,
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => StatusCode::METHOD_NOT_ALLOWED,
@@ -262,14 +268,12 @@ impl IntoResponse for ProxyError {
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         if status == StatusCode::TOO_MANY_REQUESTS {
-            let after = if matches!(self, ProxyError::LoginsBusy) {
-                "1"
-            } else {
-                "60"
+            let after = match &self {
+                ProxyError::LoginsBusy => HeaderValue::from_static("1"),
+                ProxyError::RateLimited { retry_after, .. } => HeaderValue::from(*retry_after),
+                _ => HeaderValue::from_static("60"),
             };
-            response
-                .headers_mut()
-                .insert(header::RETRY_AFTER, HeaderValue::from_static(after));
+            response.headers_mut().insert(header::RETRY_AFTER, after);
         }
         response
     }

@@ -72,6 +72,7 @@ pub struct Metrics {
     bytes_served_by_source: Family<SourceLabels, Counter>,
     upstream_first_byte: Family<MirrorLabels, Histogram, fn() -> Histogram>,
     upstream_failures: Family<MirrorLabels, Counter>,
+    upstream_ratelimit_remaining: Family<MirrorLabels, Gauge>,
     /// Not exported (the histogram above is): kept in families so a reload,
     /// which resolves a mirror's handles again, keeps their values.
     first_byte_us: Family<MirrorLabels, Counter>,
@@ -183,6 +184,9 @@ pub struct MirrorMetrics {
     pub first_byte_us: Counter,
     pub first_bytes: Counter,
     pub failures: Counter,
+    /// The mirror's `RateLimit-Remaining` as its last answer said (Docker
+    /// Hub's pulls left in its window); -1 until one says.
+    pub ratelimit_remaining: Gauge,
     /// The process's ring of recent errors, where failed attempts are noted.
     pub recent_errors: RecentErrors,
 }
@@ -276,6 +280,12 @@ impl Metrics {
             "upstream_first_byte_seconds",
             "Time from sending an upstream request to its response head",
             upstream_first_byte.clone(),
+        );
+        let upstream_ratelimit_remaining = Family::<MirrorLabels, Gauge>::default();
+        registry.register(
+            "upstream_ratelimit_remaining",
+            "Requests the mirror's RateLimit-Remaining header said were left (Docker Hub's pull limit); -1 before one said",
+            upstream_ratelimit_remaining.clone(),
         );
         let upstream_failures = Family::<MirrorLabels, Counter>::default();
         registry.register(
@@ -392,6 +402,7 @@ impl Metrics {
             bytes_served_by_source,
             upstream_first_byte,
             upstream_failures,
+            upstream_ratelimit_remaining,
             first_byte_us: Family::default(),
             first_bytes: Family::default(),
             integrity_failures,
@@ -452,6 +463,16 @@ impl Metrics {
             first_byte_us: self.first_byte_us.get_or_create(&labels).clone(),
             first_bytes: self.first_bytes.get_or_create(&labels).clone(),
             failures: self.upstream_failures.get_or_create(&labels).clone(),
+            ratelimit_remaining: {
+                let gauge = self
+                    .upstream_ratelimit_remaining
+                    .get_or_create(&labels)
+                    .clone();
+                if gauge.get() == 0 {
+                    gauge.set(-1);
+                }
+                gauge
+            },
             recent_errors: self.recent_errors.clone(),
         }
     }

@@ -99,7 +99,7 @@ fn page(s: &Snapshot, history: &History) -> Markup {
                 section #mirrors {
                     h2 { "Mirrors" }
                     table {
-                        thead { tr { th { "remote" } th { "mirror" } th { "health" } th { "first byte" } th { "in flight" } th { "failures (in a row / all)" } } }
+                        thead { tr { th { "remote" } th { "mirror" } th { "health" } th { "first byte" } th { "in flight" } th { "failures (in a row / all)" } th { "rate limit" } } }
                         tbody {
                             @for remote in &s.remotes {
                                 @for (idx, mirror) in remote.mirrors.iter().enumerate() {
@@ -155,7 +155,22 @@ fn mirror_row(remote: &str, idx: usize, m: &MirrorView, now_ms: i64) -> Markup {
             td.first-byte { (latency(m.first_byte_ms)) }
             td.in-flight { (m.in_flight) }
             td.failures { (m.consecutive_failures) " / " (m.failures) }
+            td.limit { (limit_text(m, now_ms)) }
         }
+    }
+}
+
+/// A mirror's rate limit: waiting out a 429, or the pulls its last
+/// `RateLimit-Remaining` said were left.
+fn limit_text(m: &MirrorView, now_ms: i64) -> String {
+    match (m.rate_limited_until_ms, m.ratelimit_remaining) {
+        (Some(until), _) => format!(
+            "429: not asked until {} (in {} s)",
+            http_time(until),
+            ((until - now_ms).max(0) + 999) / 1000
+        ),
+        (None, Some(left)) => format!("{left} left"),
+        (None, None) => "–".to_string(),
     }
 }
 
@@ -269,6 +284,8 @@ const SCRIPT: &str = r#"
             cell(row, 'first-byte', m.first_byte_ms == null ? '–' : m.first_byte_ms.toFixed(1) + ' ms');
             cell(row, 'in-flight', m.in_flight);
             cell(row, 'failures', m.consecutive_failures + ' / ' + m.failures);
+            cell(row, 'limit', m.rate_limited_until_ms ? '429: not asked until ' + new Date(m.rate_limited_until_ms).toUTCString() :
+              (m.ratelimit_remaining == null ? '–' : m.ratelimit_remaining + ' left'));
           });
         });
       });

@@ -463,6 +463,7 @@ impl ArtifactRequest<'_> {
             error,
             ProxyError::MirrorsFailed { .. }
                 | ProxyError::MirrorsBusy
+                | ProxyError::RateLimited { .. }
                 | ProxyError::IntegrityMismatch { .. }
         ) {
             return Err(error);

@@ -55,6 +55,10 @@ pub struct MirrorView {
     pub first_byte_ms: Option<f64>,
     /// Failed attempts since start.
     pub failures: u64,
+    /// Until when (unix ms) the mirror is not asked, after a 429.
+    pub rate_limited_until_ms: Option<i64>,
+    /// What the mirror's last `RateLimit-Remaining` said (Docker Hub).
+    pub ratelimit_remaining: Option<i64>,
 }
 
 impl MirrorView {
@@ -67,6 +71,7 @@ impl MirrorView {
         self.consecutive_failures = 0;
         self.ejected_until_ms = None;
         self.first_byte_ms = None;
+        self.rate_limited_until_ms = None;
     }
 }
 
@@ -104,6 +109,9 @@ impl Snapshot {
                             ejected_until_ms: health.ejected_until_ms(),
                             first_byte_ms: (first_byte > 0.0).then(|| first_byte / 1e6),
                             failures: metrics.failures.get(),
+                            rate_limited_until_ms: health.rate_limited_until_ms(now),
+                            ratelimit_remaining: Some(metrics.ratelimit_remaining.get())
+                                .filter(|&left| left >= 0),
                         }
                     })
                     .collect();

@@ -222,6 +222,22 @@ pub async fn fetch_avoiding<'r>(
     let order = set
         .selector
         .order_accepting(&set.mirrors, |i| set.health[i].selectable(now));
+    // A mirror that answered 429 is not asked before its `Retry-After`;
+    // with every one of them waiting, nothing is asked.
+    if let Some(until) = set
+        .health
+        .iter()
+        .map(|h| h.rate_limited_until_ms(now))
+        .collect::<Option<Vec<i64>>>()
+        .and_then(|untils| untils.into_iter().min())
+    {
+        return Err(ProxyError::RateLimited {
+            retry_after: u64::try_from((until - now + 999) / 1000)
+                .unwrap_or(1)
+                .max(1),
+            message: "every mirror asked not to be asked again yet (429)".to_string(),
+        });
+    }
     let mut candidates = order.cycle().take(remote.config.max_attempts);
     let mut running = FuturesUnordered::new();
     // (mirror index, start) of each attempt in `running`.
@@ -234,6 +250,7 @@ pub async fn fetch_avoiding<'r>(
                 let mirror: &Mirror = &set.mirrors[mirror_idx];
                 !started.iter().any(|&(i, _)| i == mirror_idx)
                     && !avoid.contains(&mirror_idx)
+                    && !set.health[mirror_idx].rate_limited(now)
                     && remote
                         .config
                         .mirror_max_in_flight
@@ -290,6 +307,10 @@ struct Tally {
     attempts: usize,
     not_found: Option<u16>,
     n_not_found: usize,
+    /// Attempts answered 429, the longest `Retry-After` and the message.
+    rate_limited: usize,
+    retry_after: Duration,
+    limit_message: Option<String>,
     last_error: Option<AttemptError>,
 }
 
@@ -298,6 +319,15 @@ impl Tally {
         let Some(last) = self.last_error else {
             return Err(ProxyError::MirrorsBusy);
         };
+        // Every mirror limits this proxy: the client is told so, and when.
+        if self.rate_limited == self.attempts {
+            return Err(ProxyError::RateLimited {
+                retry_after: self.retry_after.as_secs().max(1),
+                message: self
+                    .limit_message
+                    .unwrap_or_else(|| "Too Many Requests".to_string()),
+            });
+        }
         // Only when every attempt ended in "not found" is the answer a 404 (or
         // 410): a mirror that was down might have had the file.
         match self.not_found {
@@ -351,6 +381,8 @@ struct Attempt<'r> {
     guard: InflightGuard<'r>,
     started: Instant,
     outcome: Result<reqwest::Result<reqwest::Response>, tokio::time::error::Elapsed>,
+    /// A 429's message, read from the start of its body.
+    limit_message: Option<String>,
 }
 
 async fn attempt<'r>(
@@ -374,13 +406,85 @@ async fn attempt<'r>(
             }
         }
     };
-    let outcome = tokio::time::timeout(remote.config.first_byte_timeout, send).await;
+    let mut outcome = tokio::time::timeout(remote.config.first_byte_timeout, send).await;
+    let mut limit_message = None;
+    if let Ok(Ok(response)) = &mut outcome {
+        if response.status() == StatusCode::TOO_MANY_REQUESTS {
+            limit_message = Some(rate_limit_message(response).await);
+        }
+    }
     Attempt {
         mirror_idx,
         guard,
         started,
         outcome,
+        limit_message,
     }
+}
+
+/// What a 429 says, for the client the proxy cannot serve: the message of a
+/// registry's error JSON (`errors[0].message`, Docker Hub's "You have
+/// reached your pull rate limit…"), or the first line of a text body; at
+/// most 200 visible characters, read from the first 4 KiB within 2 s.
+async fn rate_limit_message(response: &mut reqwest::Response) -> String {
+    const MAX_READ: usize = 4096;
+    let mut body = Vec::new();
+    let _ = tokio::time::timeout(Duration::from_secs(2), async {
+        while body.len() < MAX_READ {
+            match response.chunk().await {
+                Ok(Some(chunk)) => body.extend_from_slice(&chunk),
+                _ => break,
+            }
+        }
+    })
+    .await;
+    body.truncate(MAX_READ);
+    let text = String::from_utf8_lossy(&body);
+    let from_json = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| {
+            v.pointer("/errors/0/message")
+                .or_else(|| v.get("message"))
+                .or_else(|| v.get("error"))
+                .and_then(|m| m.as_str().map(str::to_string))
+        });
+    let message = from_json.unwrap_or_else(|| {
+        text.lines()
+            .map(str::trim)
+            .find(|l| !l.is_empty())
+            .unwrap_or("Too Many Requests")
+            .to_string()
+    });
+    message
+        .chars()
+        .map(|c| {
+            if c.is_ascii_graphic() || c == ' ' {
+                c
+            } else {
+                '?'
+            }
+        })
+        .take(200)
+        .collect()
+}
+
+/// `Retry-After` as a delay: seconds, or an HTTP date from now.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers.get(header::RETRY_AFTER)?.to_str().ok()?.trim();
+    if let Ok(secs) = value.parse::<u64>() {
+        return Some(Duration::from_secs(secs));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or(Duration::ZERO),
+    )
+}
+
+/// The pulls left that a mirror's `RateLimit-Remaining` states (`"76;w=21600"`).
+fn ratelimit_remaining(headers: &reqwest::header::HeaderMap) -> Option<i64> {
+    let value = headers.get("ratelimit-remaining")?.to_str().ok()?;
+    value.split(';').next()?.trim().parse().ok()
 }
 
 /// Turns a finished attempt into the fetch's answer (a 200, or a 304 when
@@ -397,6 +501,7 @@ fn judge<'r>(
         guard,
         started,
         outcome,
+        limit_message,
     } = finished;
     let mirror: &Mirror = &set.mirrors[mirror_idx];
     let health = &set.health[mirror_idx];
@@ -421,6 +526,9 @@ fn judge<'r>(
                 // The mirror answered: it is up, whatever it said.
                 health.record_success();
             }
+            if let Some(left) = ratelimit_remaining(response.headers()) {
+                set.metrics[mirror_idx].ratelimit_remaining.set(left);
+            }
             match status {
                 StatusCode::OK => {
                     return Some(Fetched::Body(Body {
@@ -433,6 +541,17 @@ fn judge<'r>(
                 }
                 StatusCode::NOT_MODIFIED if validators.any() => {
                     return Some(Fetched::NotModified { mirror })
+                }
+                StatusCode::TOO_MANY_REQUESTS => {
+                    // Asked not to ask: the mirror is passed over until its
+                    // `Retry-After` (else the ejection cooldown) is over.
+                    let wait =
+                        retry_after(response.headers()).unwrap_or(remote.config.health.cooldown);
+                    health.rate_limit(now_ms() + wait.as_millis() as i64);
+                    tally.rate_limited += 1;
+                    tally.retry_after = tally.retry_after.max(wait);
+                    tally.limit_message = limit_message;
+                    AttemptError::Status(429)
                 }
                 StatusCode::NOT_FOUND | StatusCode::GONE => {
                     tally.not_found.get_or_insert(status.as_u16());

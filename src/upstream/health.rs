@@ -42,6 +42,10 @@ pub struct MirrorHealth {
     /// Ejections since the mirror was last healthy (drives the doubling).
     ejections: AtomicU32,
     probe_in_flight: AtomicBool,
+    /// Unix ms until which the mirror asked not to be asked (a 429 and its
+    /// `Retry-After`); 0 when it did not. Apart from ejection: a mirror
+    /// that limits this proxy is up, and failures are not counted.
+    rate_limited_until_ms: AtomicI64,
 }
 
 impl MirrorHealth {
@@ -95,6 +99,23 @@ impl MirrorHealth {
         };
         self.probe_in_flight.store(false, Ordering::Release);
         result
+    }
+
+    /// The mirror answered 429: it is not asked again before `until_ms`.
+    pub fn rate_limit(&self, until_ms: i64) {
+        self.rate_limited_until_ms
+            .fetch_max(until_ms, Ordering::AcqRel);
+        self.probe_in_flight.store(false, Ordering::Release);
+    }
+
+    /// Whether a 429's `Retry-After` is still in force.
+    pub fn rate_limited(&self, now_ms: i64) -> bool {
+        now_ms < self.rate_limited_until_ms.load(Ordering::Acquire)
+    }
+
+    /// When the last 429's `Retry-After` ends (unix ms), while in force.
+    pub fn rate_limited_until_ms(&self, now_ms: i64) -> Option<i64> {
+        Some(self.rate_limited_until_ms.load(Ordering::Acquire)).filter(|&until| until > now_ms)
     }
 
     pub fn consecutive_failures(&self) -> u32 {

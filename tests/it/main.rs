@@ -32,6 +32,7 @@ mod path_safety;
 mod pins;
 mod prune;
 mod purge;
+mod rate_limit;
 mod registries;
 mod reliability;
 mod rpm;

@@ -141,7 +141,7 @@ impl OciError {
             ProxyError::BadPath(_) => "NAME_INVALID",
             ProxyError::MethodNotAllowed | ProxyError::ReadOnly => "UNSUPPORTED",
             ProxyError::Unauthenticated | ProxyError::BadCredentials(_) => "UNAUTHORIZED",
-            ProxyError::TooManyFailures => "TOOMANYREQUESTS",
+            ProxyError::TooManyFailures | ProxyError::RateLimited { .. } => "TOOMANYREQUESTS",
             _ if status == StatusCode::SERVICE_UNAVAILABLE => "UNAVAILABLE",
             _ => "UNKNOWN",
         };

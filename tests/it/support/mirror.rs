@@ -25,6 +25,10 @@ pub enum Fault {
     None,
     /// Answer every request with this status.
     Status(u16),
+    /// Answer every request 429 as Docker Hub does past its pull limit:
+    /// `Retry-After` of this many seconds, `RateLimit-Remaining: 0;w=21600`
+    /// and the registry's error JSON.
+    RateLimited(u64),
     /// Wait this long before sending the response head.
     SlowFirstByte(Duration),
     /// Send the body in 64 KiB pieces with this pause between them.
@@ -299,6 +303,22 @@ async fn handle(
     let fault = *state.fault.lock().unwrap();
     if let Fault::Status(code) = fault {
         return StatusCode::from_u16(code).unwrap().into_response();
+    }
+    if let Fault::RateLimited(secs) = fault {
+        let body = r#"{"errors":[{"code":"TOOMANYREQUESTS","message":"You have reached your pull rate limit. You may increase the limit by authenticating and upgrading"}]}"#;
+        return (
+            StatusCode::TOO_MANY_REQUESTS,
+            [
+                (header::RETRY_AFTER, secs.to_string()),
+                (
+                    header::HeaderName::from_static("ratelimit-remaining"),
+                    "0;w=21600".to_string(),
+                ),
+                (header::CONTENT_TYPE, "application/json".to_string()),
+            ],
+            body,
+        )
+            .into_response();
     }
     if let Fault::SlowFirstByte(delay) = fault {
         tokio::time::sleep(delay).await;
