@@ -39,11 +39,12 @@ pub(super) struct DocumentFilter {
     index: bool,
 }
 
-/// The filter for `path` (the request's variant `variant`), if the remote
-/// has a guard and `path` is a document it filters.
+/// The filter for `path` (cached as `variants`, the request's variant
+/// `variant`), if the remote has a guard and `path` is a document it filters.
 pub(super) fn document_filter(
     remote: &Remote,
     path: &str,
+    variants: &'static [Variant],
     variant: Option<Variant>,
 ) -> Option<DocumentFilter> {
     let guard = &remote.config.guard;
@@ -67,7 +68,7 @@ pub(super) fn document_filter(
     let times_from = packages
         .times_variant(suffix)
         .filter(|_| cooldown.is_some())
-        .and_then(|times| kind.variants(path).iter().find(|v| v.suffix == times))
+        .and_then(|times| variants.iter().find(|v| v.suffix == times))
         .map(|v| (path.to_string(), Some(*v)))
         .or_else(|| {
             let other = packages
@@ -189,7 +190,8 @@ async fn restate_one(
     name: &str,
 ) -> Option<Option<Vec<u8>>> {
     let path = packages.document_of(name)?;
-    let filter = document_filter(remote, &path, None)?;
+    let variants = remote.config.kind.variants(&path);
+    let filter = document_filter(remote, &path, variants, None)?;
     let (_, stored) = sibling_body(proxy, remote, &path, None).await.ok()?;
     let served = match filter_document(proxy, remote, &filter, stored.clone()).await {
         Ok(served) if served == stored => None,

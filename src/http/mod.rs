@@ -40,7 +40,7 @@ use crate::clock::now_ms;
 use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
-use crate::kind::VersionPolicy;
+use crate::kind::{Etag, Plan};
 pub use crate::metrics::CacheStatus;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
@@ -147,25 +147,24 @@ async fn artifact(
     };
     let (remote, varies, takes_post, result) = match resolved {
         Ok((remote, path)) => {
-            let kind = remote.config.kind;
-            let varies = !kind.variants(path.path()).is_empty();
-            let api = kind.pass_through(path.path());
+            // What the path is, asked of its kind once for the request.
+            let plan = remote.config.kind.plan(path.path(), &headers);
+            let varies = !plan.variants.is_empty();
+            let api = plan.pass_through;
             let result = match api {
                 // The checksum database is served here (GOPROXY protocol).
-                None if kind.is_sumdb_supported(path.path()) && remote.sumdb.is_some() => {
-                    match method {
-                        Method::GET | Method::HEAD => Ok(Served::hit(
-                            respond::empty_ok(CacheStatus::Hit),
-                            CacheStatus::Hit,
-                        )),
-                        _ => Err(refusal(&method)),
-                    }
-                }
+                None if plan.is_sumdb_supported() && remote.sumdb.is_some() => match method {
+                    Method::GET | Method::HEAD => Ok(Served::hit(
+                        respond::empty_ok(CacheStatus::Hit),
+                        CacheStatus::Hit,
+                    )),
+                    _ => Err(refusal(&method)),
+                },
                 Some(api) => {
                     pass::forward(&remote, &path, api, &method, &uri, &headers, body).await
                 }
                 None if method == Method::GET || method == Method::HEAD => {
-                    serve(&proxy, &remote, &path, &method, &headers).await
+                    serve_planned(&proxy, &remote, &path, plan, &method, &headers).await
                 }
                 None => Err(refusal(&method)),
             };
@@ -197,10 +196,15 @@ struct ArtifactRequest<'a> {
     filter: Option<guard::DocumentFilter>,
     /// Validated by the MD5 of the whole body served (read whole too).
     md5_etag: bool,
+    /// Never changes once published, by its kind's rules: fresh at any age.
+    immutable: bool,
     method: &'a Method,
     headers: &'a HeaderMap,
 }
 
+/// A request for `path` (a GET or HEAD through the cache) made by another
+/// answer (a checksum's file, a registry's manifest): [`serve_planned`]
+/// with the path's plan.
 async fn serve(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
@@ -208,28 +212,39 @@ async fn serve(
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
-    let kind = remote.config.kind;
-    let ecosystem = kind.ecosystem();
-    let policy = remote.config.version_policy;
-    // `Both` serves every path: the path is not even looked at.
-    if policy != VersionPolicy::Both && !policy.allows(ecosystem.is_snapshot(path.path())) {
+    let plan = remote.config.kind.plan(path.path(), headers);
+    serve_planned(proxy, remote, path, plan, method, headers).await
+}
+
+/// A GET or HEAD of `path` through the cache, as its kind's `plan` says:
+/// the version policy, a checksum answered from its file, the guard, then
+/// the hit or the fill.
+async fn serve_planned(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    path: &ArtifactPath,
+    plan: Plan<'_>,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Served, ProxyError> {
+    if !remote.config.version_policy.allows(plan.snapshot) {
         // The other kind of version: this remote does not have it.
         return Err(ProxyError::NotFound { status: 404 });
     }
-    if let Some((of, algo)) = ecosystem.checksum_of(path.path()) {
+    if let Some((of, algo)) = plan.checksum_of {
         return checksum::serve(proxy, remote, of, algo).await;
     }
-    let variant = kind.variant(path.path(), headers);
+    let variant = plan.variant;
     guard::check_artifact(proxy, remote, path).await?;
     let request = ArtifactRequest {
         proxy,
         remote,
         path: variant.map_or_else(|| path.clone(), |v| path.with_variant(v.suffix)),
         accept: variant.map(|v| v.accept),
-        document: kind.is_document(path.path())
-            || (!remote.config.files.is_empty() && ecosystem.is_document_with_files(path.path())),
-        filter: guard::document_filter(remote, path.path(), variant),
-        md5_etag: ecosystem.md5_etag(path.path()),
+        document: plan.is_document(!remote.config.files.is_empty()),
+        filter: guard::document_filter(remote, path.path(), plan.variants, plan.variant),
+        md5_etag: plan.etag == Etag::WholeMd5,
+        immutable: plan.immutable,
         method,
         headers,
     };
@@ -254,7 +269,9 @@ impl ArtifactRequest<'_> {
         let mut stale = None;
         match found {
             Ok(Some(entry)) => {
-                let fresh = remote.policy.is_fresh(path.path(), entry.age(now));
+                let fresh = remote
+                    .policy
+                    .is_fresh_as(self.immutable, path.path(), entry.age(now));
                 match proxy.cache.open_blob(&entry.digest, entry.size).await {
                     Ok(file) if fresh => {
                         proxy.cache.meta.touch(path, &entry, now);

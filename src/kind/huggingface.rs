@@ -17,7 +17,7 @@
 use axum::http::HeaderMap;
 
 use super::declared::{Algo, Declared};
-use super::{standard_refusal, Digests, Ecosystem, Protocol};
+use super::{standard_refusal, Digests, Ecosystem, Plan, Protocol, Rewritten};
 
 pub struct Huggingface;
 
@@ -35,16 +35,17 @@ impl Ecosystem for Huggingface {
         "huggingface"
     }
 
-    /// A file by commit hash.
-    fn is_immutable(&self, path: &str) -> bool {
-        matches!(classify(path), Some(HubPath::File { revision, .. }) if is_commit(revision))
-    }
-
-    /// The API documents, revalidated (repository info changes with its
-    /// likes and downloads even at a fixed commit) and read whole: a tree
-    /// listing loses its files' `xetHash` on the way out.
-    fn is_document(&self, path: &str) -> bool {
-        matches!(classify(path), Some(HubPath::Api { .. }))
+    /// A file by commit hash immutable; the API documents revalidated
+    /// (repository info changes with its likes and downloads even at a
+    /// fixed commit) and read whole: a tree listing loses its files'
+    /// `xetHash` on the way out.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        let hub_path = classify(path);
+        Plan {
+            immutable: matches!(hub_path, Some(HubPath::File { revision, .. }) if is_commit(revision)),
+            document: Rewritten::when(matches!(hub_path, Some(HubPath::Api { .. }))),
+            ..Plan::default()
+        }
     }
 
     /// A tree listing without `xetHash`: with it (and `hf_xet` installed),

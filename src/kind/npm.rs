@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use axum::http::HeaderMap;
 use percent_encoding::percent_decode_str;
 use serde_json::Value;
 
@@ -14,7 +15,8 @@ use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
 use super::{
-    Digests, Ecosystem, Packages, PassThrough, TimeKey, TimeSource, Variant, FILES_PREFIX,
+    Digests, Ecosystem, Packages, PassThrough, Plan, Rewritten, TimeKey, TimeSource, Variant,
+    FILES_PREFIX,
 };
 
 pub struct Npm;
@@ -48,31 +50,16 @@ impl Ecosystem for Npm {
             .then(|| format!("@{scope}%2F{name}"))
     }
 
-    fn is_immutable(&self, path: &str) -> bool {
-        path.contains("/-/") && path.ends_with(".tgz")
-    }
-
-    /// Packuments: `/{name}`, `/@scope%2f{name}`, `/@scope/{name}`; not
-    /// tarballs (`/-/`) nor registry endpoints (`-/…`).
-    fn is_document(&self, path: &str) -> bool {
-        !path.starts_with("-/") && !path.contains("/-/") && !path.starts_with(FILES_PREFIX)
-    }
-
-    fn variants(&self, path: &str) -> &'static [Variant] {
-        if self.is_document(path) {
-            &[FULL, ABBREVIATED]
-        } else {
-            &[]
-        }
-    }
-
-    fn pass_through(&self, path: &str) -> Option<PassThrough> {
-        if AUDIT.contains(&path) {
-            Some(PassThrough { post: true })
-        } else if path == "-/v1/search" {
-            Some(PassThrough { post: false })
-        } else {
-            None
+    /// Tarballs immutable; packuments rewritten, full or abbreviated by
+    /// `Accept`; the audit and search endpoints passed through.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        let document = is_document(path);
+        Plan {
+            immutable: is_immutable(path),
+            document: Rewritten::when(document),
+            variants: if document { &[FULL, ABBREVIATED] } else { &[] },
+            pass_through: pass_through(path),
+            ..Plan::default()
         }
     }
 
@@ -90,14 +77,34 @@ impl Ecosystem for Npm {
     }
 }
 
+fn is_immutable(path: &str) -> bool {
+    path.contains("/-/") && path.ends_with(".tgz")
+}
+
+/// Packuments: `/{name}`, `/@scope%2f{name}`, `/@scope/{name}`; not
+/// tarballs (`/-/`) nor registry endpoints (`-/…`).
+fn is_document(path: &str) -> bool {
+    !path.starts_with("-/") && !path.contains("/-/") && !path.starts_with(FILES_PREFIX)
+}
+
+fn pass_through(path: &str) -> Option<PassThrough> {
+    if AUDIT.contains(&path) {
+        Some(PassThrough { post: true })
+    } else if path == "-/v1/search" {
+        Some(PassThrough { post: false })
+    } else {
+        None
+    }
+}
+
 impl Digests for Npm {
     fn artifact_key(&self, path: &str) -> Option<String> {
-        (path.starts_with(FILES_PREFIX) || self.is_immutable(path))
+        (path.starts_with(FILES_PREFIX) || is_immutable(path))
             .then(|| super::declared::canonical(path))
     }
 
     fn declares(&self, path: &str) -> bool {
-        self.is_document(path)
+        is_document(path)
     }
 
     fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {

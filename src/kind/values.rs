@@ -40,7 +40,7 @@ pub enum TimeKey {
 }
 
 /// Which versions a remote serves (`version_policy`), for ecosystems that
-/// tell snapshots from releases ([`Ecosystem::is_snapshot`](super::Ecosystem::is_snapshot)); the other
+/// tell snapshots from releases ([`Plan::snapshot`](super::Plan::snapshot)); the other
 /// kind is 404 without asking upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum VersionPolicy {
