@@ -40,6 +40,7 @@ use crate::clock::now_ms;
 use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
+use crate::kind::guard::DocumentFilter;
 use crate::kind::{Etag, Plan};
 pub use crate::metrics::CacheStatus;
 use crate::path::ArtifactPath;
@@ -193,7 +194,7 @@ struct ArtifactRequest<'a> {
     /// An index document: its URLs are rewritten on the way out.
     document: bool,
     /// A document the remote's guard filters (read whole, like a document).
-    filter: Option<guard::DocumentFilter>,
+    filter: Option<DocumentFilter>,
     /// Validated by the MD5 of the whole body served (read whole too).
     md5_etag: bool,
     /// Never changes once published, by its kind's rules: fresh at any age.
@@ -235,14 +236,23 @@ async fn serve_planned(
         return checksum::serve(proxy, remote, of, algo).await;
     }
     let variant = plan.variant;
-    guard::check_artifact(proxy, remote, path).await?;
+    // What the remote's guard checks for this path, asked of the kind once.
+    let mut filter = None;
+    let (kind, rules) = (remote.config.kind, &remote.config.guard);
+    if let Some(checks) = kind.guard_checks(rules, path.path(), &plan, now_ms()) {
+        if let Some(artifact) = &checks.artifact {
+            let in_status_line = checks.reason_in_status_line;
+            guard::check_artifact(proxy, remote, path, artifact, in_status_line).await?;
+        }
+        filter = checks.document;
+    }
     let request = ArtifactRequest {
         proxy,
         remote,
         path: variant.map_or_else(|| path.clone(), |v| path.with_variant(v.suffix)),
         accept: variant.map(|v| v.accept),
         document: plan.is_document(!remote.config.files.is_empty()),
-        filter: guard::document_filter(remote, path.path(), plan.variants, plan.variant),
+        filter,
         md5_etag: plan.etag == Etag::WholeMd5,
         immutable: plan.immutable,
         method,

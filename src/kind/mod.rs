@@ -341,6 +341,22 @@ impl Kind {
         self.0.digests()
     }
 
+    /// What the remote's `guard` must check for `path` (its `plan`), in one
+    /// answer: `None` when the guard refuses nothing or the ecosystem cannot
+    /// tell packages apart.
+    pub fn guard_checks(
+        self,
+        guard: &guard::GuardConfig,
+        path: &str,
+        plan: &Plan<'_>,
+        now_ms: i64,
+    ) -> Option<guard::Checks> {
+        if !guard.is_active() {
+            return None;
+        }
+        Some(guard::checks(guard, self.packages()?, path, plan, now_ms))
+    }
+
     /// Everything the ecosystem says about the digest of the body at `path`,
     /// in one answer: what the fill asks once.
     pub fn digest_role(self, path: &str) -> DigestRole {
