@@ -361,19 +361,17 @@ impl Kind {
     /// in one answer: what the fill asks once.
     pub fn digest_role(self, path: &str) -> DigestRole {
         match self.digests() {
-            None => DigestRole::default(),
+            None => DigestRole {
+                pins_on_first_use: true,
+                ..DigestRole::default()
+            },
             Some(digests) => DigestRole {
                 in_path: digests.in_path(path),
                 artifact_key: digests.artifact_key(path),
                 declares: digests.declares(path),
+                pins_on_first_use: digests.pins_on_first_use(path),
             },
         }
-    }
-
-    /// Whether an immutable artifact nothing declares is pinned on first
-    /// use (`Digests::pins_on_first_use`; yes without `Digests`).
-    pub fn pins_on_first_use(self, path: &str) -> bool {
-        self.digests().is_none_or(|d| d.pins_on_first_use(path))
     }
 
     /// The name an index declares `path`'s digest under, if any.

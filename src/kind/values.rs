@@ -81,6 +81,10 @@ pub struct DigestRole {
     pub artifact_key: Option<String>,
     /// Whether the body declares digests of other artifacts.
     pub declares: bool,
+    /// Whether the artifact, when immutable and nothing declares its
+    /// digest, is pinned on first use (`Digests::pins_on_first_use`; yes
+    /// without `Digests`).
+    pub pins_on_first_use: bool,
 }
 
 /// An API endpoint proxied to the remote's mirrors and never cached: each
