@@ -47,7 +47,7 @@ use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::Remote;
-use answer::{answered_root, finish, refusal, resolve, Answer};
+use answer::{answered_root, finish, keyed, refusal, resolve, Answer};
 
 /// The application router. Tests call it directly with `oneshot`.
 pub fn router(proxy: Arc<Proxy>) -> Router {
@@ -132,24 +132,31 @@ async fn artifact(
         };
         return finish(&proxy, how, result, &method, &uri, started);
     }
-    let mut refused_remote = None;
-    let resolved = match resolve(&proxy, &method, &uri) {
-        Ok((remote, path)) => match access::admit(&proxy, &remote, &headers, peer.as_ref()).await {
-            Ok(admitted) => {
-                caller = admitted;
-                Ok((remote, path))
-            }
-            Err(refusal) => {
-                refused_remote = Some(remote);
-                Err(refusal)
-            }
-        },
-        Err(error) => Err(error),
+    let unresolved = |error, caller: &crate::access::Caller| {
+        let how = Answer {
+            remote: None,
+            varies: false,
+            takes_post: false,
+            caller,
+            peer: peer.as_ref(),
+        };
+        finish(&proxy, how, Err(error), &method, &uri, started)
     };
-    let (remote, varies, takes_post, result) = match resolved {
-        Ok((remote, path)) => {
-            // What the path is, asked of its kind once for the request.
-            let plan = remote.config.kind.plan(path.path(), &headers);
+    let (remote, requested) = match resolve(&proxy, &method, &uri) {
+        Ok(resolved) => resolved,
+        Err(error) => return unresolved(error, &caller),
+    };
+    // What the path is, asked of its kind once for the request (the key it
+    // is cached under too), before the access check.
+    let plan = remote.config.kind.plan(requested.path(), &headers);
+    let path = match keyed(&requested, &plan, &uri) {
+        Ok(path) => path,
+        Err(error) => return unresolved(error, &caller),
+    };
+    let admitted = access::admit(&proxy, &remote, &headers, peer.as_ref()).await;
+    let (varies, takes_post, result) = match admitted {
+        Ok(admitted) => {
+            caller = admitted;
             let varies = !plan.variants.is_empty();
             let api = plan.pass_through;
             let result = match api {
@@ -169,12 +176,12 @@ async fn artifact(
                 }
                 None => Err(refusal(&method)),
             };
-            (Some(remote), varies, api.is_some_and(|a| a.post), result)
+            (varies, api.is_some_and(|a| a.post), result)
         }
-        Err(error) => (refused_remote, false, false, Err(error)),
+        Err(refused) => (false, false, Err(refused)),
     };
     let how = Answer {
-        remote,
+        remote: Some(remote),
         varies,
         takes_post,
         caller: &caller,

@@ -112,6 +112,21 @@ fn check(kind: Kind, rows: Rows) {
             !plan.variants.is_empty(),
             "{name} {path}: a variant is picked when there are variants"
         );
+        // The key's spelling changes nothing of what the path is.
+        if let Some(respelling) = plan.respelled {
+            let respelled = respelling.apply(path);
+            let again = kind.plan(&respelled, &HeaderMap::new());
+            let expected = Plan {
+                respelled: None,
+                ..plan
+            };
+            assert_eq!(again, expected, "{name} {path} as {respelled}");
+        }
+        if plan.query_in_key {
+            let with_query = format!("{path}?a=b");
+            let again = kind.plan(&with_query, &HeaderMap::new());
+            assert_eq!(again, plan, "{name} {with_query}");
+        }
     }
     for (path, accept, suffix) in rows.variants {
         let mut headers = HeaderMap::new();

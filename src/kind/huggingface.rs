@@ -41,9 +41,12 @@ impl Ecosystem for Huggingface {
     /// `xetHash` on the way out.
     fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
         let hub_path = classify(path);
+        let api = matches!(hub_path, Some(HubPath::Api { .. }));
         Plan {
             immutable: matches!(hub_path, Some(HubPath::File { revision, .. }) if is_commit(revision)),
-            document: Rewritten::when(matches!(hub_path, Some(HubPath::Api { .. }))),
+            document: Rewritten::when(api),
+            // What an API document lists is selected by its query.
+            query_in_key: api,
             ..Plan::default()
         }
     }
@@ -78,10 +81,6 @@ impl Ecosystem for Huggingface {
             Some(HubPath::Api { .. }) => API_HEADERS,
             None => &[],
         }
-    }
-
-    fn query_in_key(&self, path: &str) -> bool {
-        matches!(classify(path), Some(HubPath::Api { .. }))
     }
 
     /// The hub's CDN hosts for LFS files (and the Xet bridge, which serves
@@ -368,8 +367,9 @@ mod tests {
         assert!(kept.contains(&"x-repo-commit") && kept.contains(&"x-linked-etag"));
         assert!(kept.iter().all(|h| !h.starts_with("x-xet")));
         assert_eq!(hf.kept_headers("api/models/o/m/tree/main"), API_HEADERS);
-        assert!(hf.query_in_key("api/models/o/m/tree/main"));
-        assert!(!hf.query_in_key("o/m/resolve/main/w.bin"));
+        let query_in_key = |path| hf.plan(path, &HeaderMap::new()).query_in_key;
+        assert!(query_in_key("api/models/o/m/tree/main"));
+        assert!(!query_in_key("o/m/resolve/main/w.bin"));
     }
 
     #[test]

@@ -49,7 +49,7 @@ use std::fmt;
 use axum::http::HeaderMap;
 
 pub use facets::{Digests, Packages};
-pub use plan::{Etag, Plan, Rewritten};
+pub use plan::{Etag, Plan, Respelling, Rewritten};
 pub use values::{
     keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey,
     TimeSource, Variant, VersionPolicy,
@@ -71,7 +71,7 @@ pub trait Ecosystem: Send + Sync + 'static {
 
     /// What `path` is, in one answer: the front end asks once per request
     /// and reads everything it needs to serve the path from the [`Plan`]
-    /// (how long it stays, whether it is rewritten, its variants and the one
+    /// (the key it is cached under, how long it stays, whether it is rewritten, its variants and the one
     /// `request` asks for, its validator, an API route, a checksum of
     /// another path, its snapshot or release version, the checksum
     /// database). `request`: the request's headers, for the variant (empty
@@ -121,14 +121,6 @@ pub trait Ecosystem: Send + Sync + 'static {
         }
     }
 
-    /// The one spelling `path` is cached and fetched under, when the
-    /// ecosystem has two for the same thing that the path normalisation
-    /// keeps apart (npm: `@scope/name` is `@scope%2Fname`). Asked by
-    /// `http::resolve` before the access check. Default: none.
-    fn canonical_path(&self, _path: &str) -> Option<String> {
-        None
-    }
-
     /// Whether `GET`/`HEAD /{remote}/` (no path below the remote) answers an
     /// empty 200 from the proxy itself (gem 3.3 probes the source's root and
     /// uses the compact index only when it answers). Default: no (a 400).
@@ -153,13 +145,6 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// copy of it. A kept `etag` replaces the proxy's own. Default: none.
     fn kept_headers(&self, _path: &str) -> &'static [&'static str] {
         &[]
-    }
-
-    /// Whether the request's query string is forwarded to the mirror and is
-    /// part of the cache key (an API document whose query selects what it
-    /// lists). Default: no (the query is dropped).
-    fn query_in_key(&self, _path: &str) -> bool {
-        false
     }
 
     /// The public registry's separate download host(s), the default of `files`.

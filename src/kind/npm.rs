@@ -15,8 +15,8 @@ use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
 use super::{
-    Digests, Ecosystem, Packages, PassThrough, Plan, Rewritten, TimeKey, TimeSource, Variant,
-    FILES_PREFIX,
+    Digests, Ecosystem, Packages, PassThrough, Plan, Respelling, Rewritten, TimeKey, TimeSource,
+    Variant, FILES_PREFIX,
 };
 
 pub struct Npm;
@@ -42,14 +42,6 @@ impl Ecosystem for Npm {
         "npm"
     }
 
-    /// A scoped packument asked for as `@scope/name` is the `@scope%2Fname`
-    /// clients send (and registries answer for both).
-    fn canonical_path(&self, path: &str) -> Option<String> {
-        let (scope, name) = path.strip_prefix('@')?.split_once('/')?;
-        (!scope.is_empty() && !name.is_empty() && !name.contains('/'))
-            .then(|| format!("@{scope}%2F{name}"))
-    }
-
     /// Tarballs immutable; packuments rewritten, full or abbreviated by
     /// `Accept`; the audit and search endpoints passed through.
     fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
@@ -59,6 +51,7 @@ impl Ecosystem for Npm {
             document: Rewritten::when(document),
             variants: if document { &[FULL, ABBREVIATED] } else { &[] },
             pass_through: pass_through(path),
+            respelled: respelled(path),
             ..Plan::default()
         }
     }
@@ -75,6 +68,17 @@ impl Ecosystem for Npm {
     fn conformance(&self) -> super::conformance::Rows {
         tests::rows()
     }
+}
+
+/// A scoped packument asked for as `@scope/name` is the `@scope%2Fname`
+/// clients send (and registries answer for both).
+fn respelled(path: &str) -> Option<Respelling> {
+    let (scope, name) = path.strip_prefix('@')?.split_once('/')?;
+    (!scope.is_empty() && !name.is_empty() && !name.contains('/')).then_some(Respelling {
+        at: 1 + scope.len(),
+        len: 1,
+        with: "%2F",
+    })
 }
 
 fn is_immutable(path: &str) -> bool {
@@ -416,6 +420,18 @@ mod tests {
                 expected: Expect::Changed("0.9.0", "1.0.0"),
             }],
         }
+    }
+
+    #[test]
+    fn a_scoped_packument_is_keyed_as_clients_spell_it() {
+        let respelled = |path| {
+            let plan = Npm.plan(path, &HeaderMap::new());
+            plan.respelled.map(|r| r.apply(path))
+        };
+        assert_eq!(respelled("@scope/name").as_deref(), Some("@scope%2Fname"));
+        assert_eq!(respelled("@scope%2Fname"), None);
+        assert_eq!(respelled("@scope/name/-/name-1.0.0.tgz"), None);
+        assert_eq!(respelled("@/name"), None);
     }
 
     #[test]

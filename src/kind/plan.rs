@@ -6,7 +6,7 @@ use super::declared::Algo;
 use super::{PassThrough, Variant};
 
 /// Everything the front end needs to know about a path before it looks in
-/// the cache: how long it stays, whether it is rewritten, which variant the
+/// the cache: the key it is cached under, how long it stays, whether it is rewritten, which variant the
 /// request asks for, how its validator is made, and whether it is served
 /// through the cache at all (an API route, a checksum of another path, the
 /// checksum database's `supported`). Borrows the path; `Copy` and small, so
@@ -49,6 +49,34 @@ pub struct Plan<'p> {
     /// For paths served by the remote's `sumdb` mirrors: the database's name
     /// and the path within it.
     pub sumdb: Option<(&'p str, &'p str)>,
+    /// The one spelling the path is cached and fetched under, when the
+    /// ecosystem has two for the same thing that the path normalisation
+    /// keeps apart (npm: `@scope/name` is `@scope%2Fname`). The plan of the
+    /// respelled path is this plan, less the respelling.
+    pub respelled: Option<Respelling>,
+    /// Whether the request's query string is forwarded to the mirror and is
+    /// part of the cache key (an API document whose query selects what it
+    /// lists). The plan of the path with its query is this plan.
+    pub query_in_key: bool,
+}
+
+/// Another spelling of a path: its `len` bytes at `at` replaced by `with`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Respelling {
+    pub at: usize,
+    pub len: usize,
+    pub with: &'static str,
+}
+
+impl Respelling {
+    /// `path` as respelled.
+    pub fn apply(self, path: &str) -> String {
+        let mut respelled = String::with_capacity(path.len() - self.len + self.with.len());
+        respelled.push_str(&path[..self.at]);
+        respelled.push_str(self.with);
+        respelled.push_str(&path[self.at + self.len..]);
+        respelled
+    }
 }
 
 /// Whether a path's body is rewritten on the way out.
