@@ -17,7 +17,7 @@ use std::time::Duration;
 use globset::{Glob, GlobMatcher};
 
 use super::package::Artifact;
-use super::{Packages, Plan, Variant};
+use super::{Packages, Plan, TimesFrom, Variant};
 
 /// What a remote refuses to serve. The default refuses nothing.
 #[derive(Debug, Clone, Default)]
@@ -209,7 +209,7 @@ pub struct DocumentFilter {
     /// The variant asked for (`""` when the document has none).
     pub suffix: &'static str,
     /// Where publish times come from when the document has none: a variant
-    /// of it, or another document (`Packages::times_document`).
+    /// of it, or another document (`Packages::times_from`).
     pub times_from: Option<(String, Option<Variant>)>,
     /// The cooldown that applies to the package, if any.
     pub cooldown: Option<Duration>,
@@ -261,17 +261,14 @@ fn document_filter(
     };
     let suffix = plan.variant.map_or("", |v| v.suffix);
     let cooldown = guard.cooldown_for(&packages.normalise(&name));
-    let times_from = packages
-        .times_variant(suffix)
-        .filter(|_| cooldown.is_some())
-        .and_then(|times| plan.variants.iter().find(|v| v.suffix == times))
-        .map(|v| (path.to_string(), Some(*v)))
-        .or_else(|| {
-            let other = packages
-                .times_document(&name)
-                .filter(|_| cooldown.is_some())?;
-            Some((other, None))
-        });
+    let times_from = cooldown.and_then(|_| match packages.times_from(&name, suffix)? {
+        TimesFrom::Variant(times) => plan
+            .variants
+            .iter()
+            .find(|v| v.suffix == times)
+            .map(|v| (path.to_string(), Some(*v))),
+        TimesFrom::Document(other) => Some((other, None)),
+    });
     Some(DocumentFilter {
         name,
         suffix,

@@ -52,7 +52,7 @@ pub use facets::{Digests, Packages};
 pub use plan::{Etag, Plan, Respelling, Rewritten};
 pub use values::{
     keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey,
-    TimeSource, Variant, VersionPolicy,
+    TimeSource, TimesFrom, Variant, VersionPolicy,
 };
 
 /// Paths under this prefix are served by the remote's `files` mirrors

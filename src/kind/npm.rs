@@ -16,7 +16,7 @@ use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
 use super::{
     Digests, Ecosystem, Packages, PassThrough, Plan, Respelling, Rewritten, TimeKey, TimeSource,
-    Variant, FILES_PREFIX,
+    TimesFrom, Variant, FILES_PREFIX,
 };
 
 pub struct Npm;
@@ -162,8 +162,8 @@ impl Packages for Npm {
     }
 
     /// The abbreviated packument has no `time`: the full one's.
-    fn times_variant(&self, suffix: &str) -> Option<&'static str> {
-        (suffix == ABBREVIATED.suffix).then_some(FULL.suffix)
+    fn times_from(&self, _name: &str, suffix: &str) -> Option<TimesFrom> {
+        (suffix == ABBREVIATED.suffix).then_some(TimesFrom::Variant(FULL.suffix))
     }
 
     fn filter(

@@ -15,7 +15,8 @@ use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
 use super::{
-    Digests, Ecosystem, Packages, Plan, Rewritten, TimeKey, TimeSource, Variant, FILES_PREFIX,
+    Digests, Ecosystem, Packages, Plan, Rewritten, TimeKey, TimeSource, TimesFrom, Variant,
+    FILES_PREFIX,
 };
 
 pub struct Pypi;
@@ -172,8 +173,8 @@ impl Packages for Pypi {
     }
 
     /// An HTML page has no upload times: the JSON page's.
-    fn times_variant(&self, suffix: &str) -> Option<&'static str> {
-        (suffix == HTML.suffix).then_some(JSON.suffix)
+    fn times_from(&self, _name: &str, suffix: &str) -> Option<TimesFrom> {
+        (suffix == HTML.suffix).then_some(TimesFrom::Variant(JSON.suffix))
     }
 
     /// Refused files go (HTML: their anchors); when nothing would be left

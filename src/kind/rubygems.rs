@@ -28,7 +28,9 @@ use axum::http::HeaderMap;
 use super::declared::{canonical, Algo, Declared, Document, Hashers};
 use super::guard::{parse_time, Filtered, Judge, VersionSpec};
 use super::package::{self, Artifact};
-use super::{Digests, Ecosystem, Etag, Packages, PassThrough, Plan, TimeKey, TimeSource};
+use super::{
+    Digests, Ecosystem, Etag, Packages, PassThrough, Plan, TimeKey, TimeSource, TimesFrom,
+};
 
 pub struct Rubygems;
 
@@ -321,8 +323,8 @@ impl Packages for Rubygems {
     }
 
     /// An `info` whose lines lack `created_at:` is dated by the versions API.
-    fn times_document(&self, name: &str) -> Option<String> {
-        Some(versions_api(name))
+    fn times_from(&self, name: &str, _suffix: &str) -> Option<TimesFrom> {
+        Some(TimesFrom::Document(versions_api(name)))
     }
 
     /// The refused versions' lines go (dated by their `created_at:`, else
@@ -498,8 +500,8 @@ mod tests {
             format!("---\n1.0.0 |checksum:{}\n", "ab".repeat(32))
         );
         assert_eq!(
-            Rubygems.times_document("rack").as_deref(),
-            Some("api/v1/versions/rack.json")
+            Rubygems.times_from("rack", ""),
+            Some(TimesFrom::Document("api/v1/versions/rack.json".into()))
         );
         let config = guard("rubygems", None, &["mc-alpha"]);
         let judge = Judge::new(&config, &Rubygems, NOW);

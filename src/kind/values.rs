@@ -30,6 +30,16 @@ pub struct TimeSource {
     pub key: TimeKey,
 }
 
+/// Where a document that may lack publish times has them
+/// ([`Packages::times_from`](super::Packages::times_from)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimesFrom {
+    /// The variant of the same path with this suffix.
+    Variant(&'static str),
+    /// Another document of the remote, at this path.
+    Document(String),
+}
+
 /// Where a document gives an artifact's publish time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TimeKey {
