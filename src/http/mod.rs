@@ -40,7 +40,7 @@ use crate::clock::now_ms;
 use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
-use crate::kind::guard::DocumentFilter;
+use crate::kind::guard::{Checks, DocumentFilter};
 use crate::kind::{Etag, Plan};
 pub use crate::metrics::CacheStatus;
 use crate::path::ArtifactPath;
@@ -146,13 +146,15 @@ async fn artifact(
         Ok(resolved) => resolved,
         Err(error) => return unresolved(error, &caller),
     };
-    // What the path is, asked of its kind once for the request (the key it
-    // is cached under too), before the access check.
+    // What the path is and what the remote's guard checks for it, asked of
+    // its kind once for the request (the key it is cached under too),
+    // before the access check.
     let plan = remote.config.kind.plan(requested.path(), &headers);
     let path = match keyed(&requested, &plan, &uri) {
         Ok(path) => path,
         Err(error) => return unresolved(error, &caller),
     };
+    let checks = guard_checks(&remote, &path, &plan);
     let admitted = access::admit(&proxy, &remote, &headers, peer.as_ref()).await;
     let (varies, takes_post, result) = match admitted {
         Ok(admitted) => {
@@ -172,7 +174,7 @@ async fn artifact(
                     pass::forward(&remote, &path, api, &method, &uri, &headers, body).await
                 }
                 None if method == Method::GET || method == Method::HEAD => {
-                    serve_planned(&proxy, &remote, &path, plan, &method, &headers).await
+                    serve_planned(&proxy, &remote, &path, plan, checks, &method, &headers).await
                 }
                 None => Err(refusal(&method)),
             };
@@ -221,17 +223,28 @@ async fn serve(
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
     let plan = remote.config.kind.plan(path.path(), headers);
-    serve_planned(proxy, remote, path, plan, method, headers).await
+    let checks = guard_checks(remote, path, &plan);
+    serve_planned(proxy, remote, path, plan, checks, method, headers).await
 }
 
-/// A GET or HEAD of `path` through the cache, as its kind's `plan` says:
-/// the version policy, a checksum answered from its file, the guard, then
-/// the hit or the fill.
+/// What the remote's guard checks for `path` (its `plan`), if it has one.
+fn guard_checks(remote: &Remote, path: &ArtifactPath, plan: &Plan<'_>) -> Option<Checks> {
+    let rules = &remote.config.guard;
+    remote
+        .config
+        .kind
+        .guard_checks(rules, path.path(), plan, now_ms())
+}
+
+/// A GET or HEAD of `path` through the cache, as its kind's `plan` and the
+/// guard's `checks` say: the version policy, a checksum answered from its
+/// file, the guard's verdict, then the hit or the fill.
 async fn serve_planned(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
     path: &ArtifactPath,
     plan: Plan<'_>,
+    checks: Option<Checks>,
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
@@ -243,10 +256,8 @@ async fn serve_planned(
         return checksum::serve(proxy, remote, of, algo).await;
     }
     let variant = plan.variant;
-    // What the remote's guard checks for this path, asked of the kind once.
     let mut filter = None;
-    let (kind, rules) = (remote.config.kind, &remote.config.guard);
-    if let Some(checks) = kind.guard_checks(rules, path.path(), &plan, now_ms()) {
+    if let Some(checks) = checks {
         if let Some(artifact) = &checks.artifact {
             let in_status_line = checks.reason_in_status_line;
             guard::check_artifact(proxy, remote, path, artifact, in_status_line).await?;
