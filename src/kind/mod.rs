@@ -71,14 +71,14 @@ pub trait Ecosystem: Send + Sync + 'static {
 
     /// What `path` is, in one answer: the front end asks once per request
     /// and reads everything it needs to serve the path from the [`Plan`]
-    /// (the key it is cached under, how long it stays, whether it is rewritten, its variants and the one
-    /// `request` asks for, its validator, an API route, a checksum of
-    /// another path, its snapshot or release version, the checksum
-    /// database). `request`: the request's headers, for the variant (empty
-    /// when another step asks). Default: [`Plan::default`], nothing special.
-    /// Every ecosystem answers from its own rules; [`Kind::plan`] adds what
-    /// every ecosystem shares (`~files/` is immutable, the variant by
-    /// `Accept`).
+    /// (the key it is cached under, how long it stays, whether it is
+    /// rewritten, its variants and the one `request` asks for, its
+    /// validator, an API route, a checksum of another path, its snapshot or
+    /// release version, the checksum database). `request`: the request's
+    /// headers, for the variant (empty when another step asks). Default:
+    /// [`Plan::default`], nothing special. Every ecosystem answers from its
+    /// own rules; [`Kind::plan`] adds what every ecosystem shares (`~files/`
+    /// is immutable, the variant by `Accept`).
     fn plan<'p>(&self, _path: &'p str, _request: &HeaderMap) -> Plan<'p> {
         Plan::default()
     }
