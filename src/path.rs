@@ -103,7 +103,7 @@ impl ArtifactPath {
 
     /// The same path with the request's query string, which then is part of
     /// the key and of what the mirror is asked for (an API document whose
-    /// query selects what it lists: `Ecosystem::query_in_key`). An empty
+    /// query selects what it lists: `kind::Plan::query_in_key`). An empty
     /// query changes nothing. The query is taken as sent (hyper has checked
     /// its characters), within [`MAX_PATH_LEN`] with the path.
     pub fn with_query(&self, query: &str) -> Result<ArtifactPath, ProxyError> {

@@ -43,14 +43,28 @@ pub(super) struct FillDigests {
 /// (`Digests::pins_on_first_use`). The ecosystem's artifact key where it has
 /// one (an index may declare it later), else the path itself (generic, go).
 pub fn pin_key(remote: &Remote, path: &ArtifactPath) -> Option<String> {
-    let kind = remote.config.kind;
-    let role = kind.digest_role(path.path());
+    let role = remote.config.kind.digest_role(path.path());
+    pinned_under(remote, path, &role, remote.policy.is_immutable(path.path()))
+}
+
+/// [`pin_key`], given the path's digest `role` and whether the remote's
+/// policy holds it `immutable`.
+fn pinned_under(
+    remote: &Remote,
+    path: &ArtifactPath,
+    role: &DigestRole,
+    immutable: bool,
+) -> Option<String> {
     let pins = remote.config.pin_on_first_use
         && role.in_path.is_none()
         && !role.declares
-        && remote.policy.is_immutable(path.path())
-        && kind.pins_on_first_use(path.path());
-    pins.then(|| role.artifact_key.unwrap_or_else(|| canonical(path.path())))
+        && immutable
+        && role.pins_on_first_use;
+    pins.then(|| {
+        role.artifact_key
+            .clone()
+            .unwrap_or_else(|| canonical(path.path()))
+    })
 }
 
 impl FillDigests {
@@ -60,8 +74,11 @@ impl FillDigests {
         remote: &Arc<Remote>,
         path: &ArtifactPath,
     ) -> Result<FillDigests, ProxyError> {
+        // Asked once for the fill: the kind's digest role, the policy's
+        // immutability.
         let mut role = remote.config.kind.digest_role(path.path());
-        let pin = pin_key(remote, path);
+        let immutable = remote.policy.is_immutable(path.path());
+        let pin = pinned_under(remote, path, &role, immutable);
         let pins = pin.is_some();
         if role.artifact_key.is_none() {
             // Generic and go artifacts: nothing but a pin declares them.
@@ -70,16 +87,18 @@ impl FillDigests {
         let expected = match (role.in_path.take(), &role.artifact_key) {
             (Some(declared), _) => Some(declared),
             (None, None) => None,
-            (None, Some(artifact)) => match declared_for(fills, remote, path, artifact).await? {
-                Some(declared) => Some(declared),
-                None => match fetch_declaring(fills, remote, path, artifact).await {
+            (None, Some(artifact)) => {
+                match declared_for(fills, remote, path, artifact, immutable).await? {
                     Some(declared) => Some(declared),
-                    None if remote.config.require_declared_hash => {
-                        return Err(ProxyError::Undeclared)
-                    }
-                    None => None,
-                },
-            },
+                    None => match fetch_declaring(fills, remote, path, artifact).await {
+                        Some(declared) => Some(declared),
+                        None if remote.config.require_declared_hash => {
+                            return Err(ProxyError::Undeclared)
+                        }
+                        None => None,
+                    },
+                }
+            }
         };
         Ok(FillDigests {
             expected,
@@ -167,6 +186,7 @@ async fn declared_for(
     remote: &Remote,
     path: &ArtifactPath,
     artifact: &str,
+    immutable: bool,
 ) -> Result<Option<Declared>, ProxyError> {
     let meta = &fills.cache.meta;
     let deadline = tokio::time::Instant::now() + LEARNING_WAIT;
@@ -174,7 +194,7 @@ async fn declared_for(
     // A mutable file (apt's `Packages` under `dists/`) may be declared anew by
     // the `InRelease` being learned right now: its old digest is not the one
     // to check against, so wait for the remote's learning to end first.
-    if !remote.policy.is_immutable(path.path()) {
+    if !immutable {
         while learning() {
             tokio::time::sleep(LEARNING_POLL).await;
         }

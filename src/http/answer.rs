@@ -1,8 +1,10 @@
 //! What every answer of the artifact routes shares: resolving a request to
-//! its remote (or to a remote's root that its kind answers itself), the
-//! refusal of methods a path does not take, and the tail every answer goes
-//! through (`Allow`, `Vary: Accept`, then counted and logged).
+//! its remote (or to a remote's root that its kind answers itself) and its
+//! key (as the kind's plan spells it), the refusal of methods a path does
+//! not take, and the tail every answer goes through (`Allow`, `Vary:
+//! Accept`, then counted and logged).
 
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -12,6 +14,7 @@ use axum::response::{IntoResponse, Response};
 use super::record::Answered;
 use super::{access, respond, Served};
 use crate::error::ProxyError;
+use crate::kind::Plan;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::Remote;
@@ -111,20 +114,29 @@ pub(super) fn resolve(
     let remote = proxy
         .remote(path.remote())
         .ok_or_else(|| ProxyError::UnknownRemote(path.remote().to_string()))?;
-    // One key for the ecosystem's two spellings of one thing (npm's scoped
-    // packuments), before the access check sees the path.
-    let path = match remote.config.kind.ecosystem().canonical_path(path.path()) {
-        Some(canonical) => ArtifactPath::parse(&format!("/{}/{canonical}", path.remote()))?,
-        None => path,
-    };
-    // An API document whose query selects what it lists keeps it.
-    let path = match uri.query() {
-        Some(query) if remote.config.kind.ecosystem().query_in_key(path.path()) => {
-            path.with_query(query)?
-        }
-        _ => path,
-    };
     Ok((remote, path))
+}
+
+/// The key `path` (as the request spelt it) is cached and fetched under,
+/// as its kind's `plan` says: one key for the ecosystem's two spellings of
+/// one thing (npm's scoped packuments), and the query of an API document
+/// whose query selects what it lists. Borrowed when it is the path itself.
+pub(super) fn keyed<'a>(
+    path: &'a ArtifactPath,
+    plan: &Plan<'_>,
+    uri: &Uri,
+) -> Result<Cow<'a, ArtifactPath>, ProxyError> {
+    let path = match plan.respelled {
+        Some(respelling) => {
+            let respelled = format!("/{}/{}", path.remote(), respelling.apply(path.path()));
+            Cow::Owned(ArtifactPath::parse(&respelled)?)
+        }
+        None => Cow::Borrowed(path),
+    };
+    match uri.query() {
+        Some(query) if plan.query_in_key => Ok(Cow::Owned(path.with_query(query)?)),
+        _ => Ok(path),
+    }
 }
 
 /// The answer to a method a path does not take: writes (`npm publish` is a

@@ -11,78 +11,19 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
+use axum::http::HeaderMap;
+
 use crate::cache::Blob;
 use crate::cache::Entry;
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
-use crate::kind::guard::{Filtered, Judge, Standing};
+use crate::kind::guard::{ArtifactCheck, DocumentFilter, Filtered, Judge, Standing};
 use crate::kind::package::Artifact;
 use crate::kind::{Packages, TimeKey, Variant};
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::Remote;
-
-/// How one document is filtered.
-pub(super) struct DocumentFilter {
-    /// The package the document is about.
-    name: String,
-    /// The variant asked for (`""` when the document has none).
-    suffix: &'static str,
-    /// Where publish times come from when the document has none: a variant
-    /// of it, or another document (`Packages::times_document`).
-    times_from: Option<(String, Option<Variant>)>,
-    /// The cooldown that applies to the package, if any.
-    cooldown: Option<std::time::Duration>,
-    /// An index of many packages (`Packages::index_listing`), restated to
-    /// match their filtered documents; `name` is then the index's path.
-    index: bool,
-}
-
-/// The filter for `path` (the request's variant `variant`), if the remote
-/// has a guard and `path` is a document it filters.
-pub(super) fn document_filter(
-    remote: &Remote,
-    path: &str,
-    variant: Option<Variant>,
-) -> Option<DocumentFilter> {
-    let guard = &remote.config.guard;
-    if !guard.is_active() {
-        return None;
-    }
-    let kind = remote.config.kind;
-    let packages = kind.packages()?;
-    let Some(name) = packages.document(path) else {
-        // Asked with no body, an index answers that it is one.
-        return packages.index_listing(path, &[]).map(|_| DocumentFilter {
-            name: path.to_string(),
-            suffix: "",
-            times_from: None,
-            cooldown: None,
-            index: true,
-        });
-    };
-    let suffix = variant.map_or("", |v| v.suffix);
-    let cooldown = guard.cooldown_for(&packages.normalise(&name));
-    let times_from = packages
-        .times_variant(suffix)
-        .filter(|_| cooldown.is_some())
-        .and_then(|times| kind.variants(path).iter().find(|v| v.suffix == times))
-        .map(|v| (path.to_string(), Some(*v)))
-        .or_else(|| {
-            let other = packages
-                .times_document(&name)
-                .filter(|_| cooldown.is_some())?;
-            Some((other, None))
-        });
-    Some(DocumentFilter {
-        name,
-        suffix,
-        times_from,
-        cooldown,
-        index: false,
-    })
-}
 
 /// `body` with the refused versions taken out, or the refusal.
 pub(super) async fn filter_document(
@@ -117,7 +58,7 @@ pub(super) async fn filter_document(
         match packages.filter(&judge, &name, &body, &times, suffix) {
             Filtered::Unchanged => Ok(body),
             Filtered::Changed(filtered) => Ok(filtered),
-            Filtered::Refused(reason) => Err(refused(packages, reason)),
+            Filtered::Refused(reason) => Err(refused(packages.reason_in_status_line(), reason)),
         }
     })
     .await
@@ -189,7 +130,14 @@ async fn restate_one(
     name: &str,
 ) -> Option<Option<Vec<u8>>> {
     let path = packages.document_of(name)?;
-    let filter = document_filter(remote, &path, None)?;
+    // The document as the index lists it: no variant.
+    let mut plan = remote.config.kind.plan(&path, &HeaderMap::new());
+    plan.variant = None;
+    let checks = remote
+        .config
+        .kind
+        .guard_checks(&remote.config.guard, &path, &plan, now_ms())?;
+    let filter = checks.document?;
     let (_, stored) = sibling_body(proxy, remote, &path, None).await.ok()?;
     let served = match filter_document(proxy, remote, &filter, stored.clone()).await {
         Ok(served) if served == stored => None,
@@ -209,33 +157,28 @@ pub(super) fn qualified_base(base: &str, body: &[u8]) -> String {
 }
 
 /// Refuses a direct request for an artifact the guard refuses (403 with
-/// the reason). A cooldown needs the publish time, read from the package's
-/// document through the cache once, then from memory (`Proxy::publish_times`)
-/// — and not at all for an artifact cached at least `min_release_age` ago,
-/// which was published before that.
+/// the reason): `check`, as the rules judged it without a publish time. A
+/// cooldown needs the publish time, read from the package's document
+/// through the cache once, then from memory (`Proxy::publish_times`) — and
+/// not at all for an artifact cached at least `min_release_age` ago, which
+/// was published before that.
 pub(super) async fn check_artifact(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
     path: &ArtifactPath,
+    check: &ArtifactCheck,
+    in_status_line: bool,
 ) -> Result<(), ProxyError> {
-    let guard = &remote.config.guard;
-    if !guard.is_active() {
-        return Ok(());
+    if let Some(reason) = &check.refusal {
+        return Err(refused(in_status_line, reason.clone()));
     }
+    let Some(min_age) = check.cooldown else {
+        return Ok(());
+    };
     let Some(packages) = remote.config.kind.packages() else {
         return Ok(());
     };
-    let Some(artifact) = packages.artifact(path.path()) else {
-        return Ok(());
-    };
     let now = now_ms();
-    let judge = Judge::new(guard, packages, now);
-    if let Some(reason) = judge.refusal(&artifact.name, &artifact.version, None) {
-        return Err(refused(packages, reason));
-    }
-    let Some(min_age) = guard.cooldown_for(&packages.normalise(&artifact.name)) else {
-        return Ok(());
-    };
     let cached_long_ago = proxy
         .cache
         .meta
@@ -244,10 +187,11 @@ pub(super) async fn check_artifact(
     if cached_long_ago {
         return Ok(());
     }
+    let artifact = &check.artifact;
     let published = match proxy.publish_times.get(path.key()) {
         Some(published) => published,
         None => {
-            let published = match publish_time(proxy, remote, packages, &artifact).await {
+            let published = match publish_time(proxy, remote, packages, artifact).await {
                 // The upstream has no such document: no time, so it passes.
                 Err(ProxyError::NotFound { .. }) => None,
                 other => other?,
@@ -258,8 +202,9 @@ pub(super) async fn check_artifact(
             published
         }
     };
+    let judge = Judge::new(&remote.config.guard, packages, now);
     match judge.refusal(&artifact.name, &artifact.version, published) {
-        Some(reason) => Err(refused(packages, reason)),
+        Some(reason) => Err(refused(in_status_line, reason)),
         None => Ok(()),
     }
 }
@@ -344,11 +289,12 @@ async fn dated_times(
 }
 
 /// The refusal as the ecosystem's client shows it: pip prints only the
-/// status line of a failed download, npm and cargo the body.
-fn refused(packages: &dyn Packages, reason: String) -> ProxyError {
+/// status line of a failed download (`in_status_line`), npm and cargo the
+/// body.
+fn refused(in_status_line: bool, reason: String) -> ProxyError {
     ProxyError::Refused {
         reason,
-        in_reason_phrase: packages.reason_in_status_line(),
+        in_reason_phrase: in_status_line,
     }
 }
 

@@ -40,13 +40,14 @@ use crate::clock::now_ms;
 use crate::config::ServerConfig;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
-use crate::kind::VersionPolicy;
+use crate::kind::guard::{Checks, DocumentFilter};
+use crate::kind::{Etag, Plan};
 pub use crate::metrics::CacheStatus;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::Remote;
-use answer::{answered_root, finish, refusal, resolve, Answer};
+use answer::{answered_root, finish, keyed, refusal, resolve, Answer};
 
 /// The application router. Tests call it directly with `oneshot`.
 pub fn router(proxy: Arc<Proxy>) -> Router {
@@ -131,49 +132,59 @@ async fn artifact(
         };
         return finish(&proxy, how, result, &method, &uri, started);
     }
-    let mut refused_remote = None;
-    let resolved = match resolve(&proxy, &method, &uri) {
-        Ok((remote, path)) => match access::admit(&proxy, &remote, &headers, peer.as_ref()).await {
-            Ok(admitted) => {
-                caller = admitted;
-                Ok((remote, path))
-            }
-            Err(refusal) => {
-                refused_remote = Some(remote);
-                Err(refusal)
-            }
-        },
-        Err(ProxyError::UnknownRemote(name)) => {
-            match access::unknown_name(&proxy, &headers, peer.as_ref()).await {
-                Some(refusal) => Err(refusal),
-                None => Err(ProxyError::UnknownRemote(name)),
-            }
-        }
-        Err(error) => Err(error),
+    let unresolved = |error, caller: &crate::access::Caller| {
+        let how = Answer {
+            remote: None,
+            varies: false,
+            takes_post: false,
+            caller,
+            peer: peer.as_ref(),
+        };
+        finish(&proxy, how, Err(error), &method, &uri, started)
     };
-    let (remote, varies, takes_post, result) = match resolved {
-        Ok((remote, path)) => {
-            let kind = remote.config.kind;
-            let varies = !kind.variants(path.path()).is_empty();
-            let api = kind.pass_through(path.path());
+    let (remote, requested) = match resolve(&proxy, &method, &uri) {
+        Ok(resolved) => resolved,
+        // With `[auth]`, a name no remote has is answered as a private one.
+        Err(ProxyError::UnknownRemote(name)) => {
+            let error = access::unknown_name(&proxy, &headers, peer.as_ref())
+                .await
+                .unwrap_or(ProxyError::UnknownRemote(name));
+            return unresolved(error, &caller);
+        }
+        Err(error) => return unresolved(error, &caller),
+    };
+    // What the path is and what the remote's guard checks for it, asked of
+    // its kind once for the request (the key it is cached under too),
+    // before the access check.
+    let plan = remote.config.kind.plan(requested.path(), &headers);
+    let path = match keyed(&requested, &plan, &uri) {
+        Ok(path) => path,
+        Err(error) => return unresolved(error, &caller),
+    };
+    let checks = guard_checks(&remote, &path, &plan);
+    let admitted = access::admit(&proxy, &remote, &headers, peer.as_ref()).await;
+    let (varies, takes_post, result) = match admitted {
+        Ok(admitted) => {
+            caller = admitted;
+            let varies = !plan.variants.is_empty();
+            let api = plan.pass_through;
             let result = match api {
                 // A registry is asked for its pull endpoints only (after the
                 // access check: a refusal does not depend on the path).
-                _ if kind.ecosystem().protocol() == crate::kind::Protocol::Registry
+                _ if remote.config.kind.ecosystem().protocol()
+                    == crate::kind::Protocol::Registry
                     && !crate::kind::oci::is_pull_path(path.path()) =>
                 {
                     Err(ProxyError::NotFound { status: 404 })
                 }
                 // The checksum database is served here (GOPROXY protocol).
-                None if kind.is_sumdb_supported(path.path()) && remote.sumdb.is_some() => {
-                    match method {
-                        Method::GET | Method::HEAD => Ok(Served::hit(
-                            respond::empty_ok(CacheStatus::Hit),
-                            CacheStatus::Hit,
-                        )),
-                        _ => Err(refusal(&method)),
-                    }
-                }
+                None if plan.is_sumdb_supported() && remote.sumdb.is_some() => match method {
+                    Method::GET | Method::HEAD => Ok(Served::hit(
+                        respond::empty_ok(CacheStatus::Hit),
+                        CacheStatus::Hit,
+                    )),
+                    _ => Err(refusal(&method)),
+                },
                 Some(api) => {
                     let incoming = pass::Incoming {
                         method: &method,
@@ -185,16 +196,16 @@ async fn artifact(
                     pass::forward(&remote, &path, api, incoming).await
                 }
                 None if method == Method::GET || method == Method::HEAD => {
-                    serve(&proxy, &remote, &path, &method, &headers).await
+                    serve_planned(&proxy, &remote, &path, plan, checks, &method, &headers).await
                 }
                 None => Err(refusal(&method)),
             };
-            (Some(remote), varies, api.is_some_and(|a| a.post), result)
+            (varies, api.is_some_and(|a| a.post), result)
         }
-        Err(error) => (refused_remote, false, false, Err(error)),
+        Err(refused) => (false, false, Err(refused)),
     };
     let how = Answer {
-        remote,
+        remote: Some(remote),
         varies,
         takes_post,
         caller: &caller,
@@ -214,13 +225,18 @@ struct ArtifactRequest<'a> {
     /// An index document: its URLs are rewritten on the way out.
     document: bool,
     /// A document the remote's guard filters (read whole, like a document).
-    filter: Option<guard::DocumentFilter>,
+    filter: Option<DocumentFilter>,
     /// Validated by the MD5 of the whole body served (read whole too).
     md5_etag: bool,
+    /// Never changes once published, by its kind's rules: fresh at any age.
+    immutable: bool,
     method: &'a Method,
     headers: &'a HeaderMap,
 }
 
+/// A request for `path` (a GET or HEAD through the cache) made by another
+/// answer (a checksum's file, a registry's manifest): [`serve_planned`]
+/// with the path's plan.
 async fn serve(
     proxy: &Arc<Proxy>,
     remote: &Arc<Remote>,
@@ -228,28 +244,57 @@ async fn serve(
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
-    let kind = remote.config.kind;
-    let ecosystem = kind.ecosystem();
-    let policy = remote.config.version_policy;
-    // `Both` serves every path: the path is not even looked at.
-    if policy != VersionPolicy::Both && !policy.allows(ecosystem.is_snapshot(path.path())) {
+    let plan = remote.config.kind.plan(path.path(), headers);
+    let checks = guard_checks(remote, path, &plan);
+    serve_planned(proxy, remote, path, plan, checks, method, headers).await
+}
+
+/// What the remote's guard checks for `path` (its `plan`), if it has one.
+fn guard_checks(remote: &Remote, path: &ArtifactPath, plan: &Plan<'_>) -> Option<Checks> {
+    let rules = &remote.config.guard;
+    remote
+        .config
+        .kind
+        .guard_checks(rules, path.path(), plan, now_ms())
+}
+
+/// A GET or HEAD of `path` through the cache, as its kind's `plan` and the
+/// guard's `checks` say: the version policy, a checksum answered from its
+/// file, the guard's verdict, then the hit or the fill.
+async fn serve_planned(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    path: &ArtifactPath,
+    plan: Plan<'_>,
+    checks: Option<Checks>,
+    method: &Method,
+    headers: &HeaderMap,
+) -> Result<Served, ProxyError> {
+    if !remote.config.version_policy.allows(plan.snapshot) {
         // The other kind of version: this remote does not have it.
         return Err(ProxyError::NotFound { status: 404 });
     }
-    if let Some((of, algo)) = ecosystem.checksum_of(path.path()) {
+    if let Some((of, algo)) = plan.checksum_of {
         return checksum::serve(proxy, remote, of, algo).await;
     }
-    let variant = kind.variant(path.path(), headers);
-    guard::check_artifact(proxy, remote, path).await?;
+    let variant = plan.variant;
+    let mut filter = None;
+    if let Some(checks) = checks {
+        if let Some(artifact) = &checks.artifact {
+            let in_status_line = checks.reason_in_status_line;
+            guard::check_artifact(proxy, remote, path, artifact, in_status_line).await?;
+        }
+        filter = checks.document;
+    }
     let request = ArtifactRequest {
         proxy,
         remote,
         path: variant.map_or_else(|| path.clone(), |v| path.with_variant(v.suffix)),
         accept: variant.map(|v| v.accept),
-        document: kind.is_document(path.path())
-            || (!remote.config.files.is_empty() && ecosystem.is_document_with_files(path.path())),
-        filter: guard::document_filter(remote, path.path(), variant),
-        md5_etag: ecosystem.md5_etag(path.path()),
+        document: plan.is_document(!remote.config.files.is_empty()),
+        filter,
+        md5_etag: plan.etag == Etag::WholeMd5,
+        immutable: plan.immutable,
         method,
         headers,
     };
@@ -274,7 +319,9 @@ impl ArtifactRequest<'_> {
         let mut stale = None;
         match found {
             Ok(Some(entry)) => {
-                let fresh = remote.policy.is_fresh(path.path(), entry.age(now));
+                let fresh = remote
+                    .policy
+                    .is_fresh_as(self.immutable, path.path(), entry.age(now));
                 match proxy.cache.open_blob(&entry.digest, entry.size).await {
                     Ok(file) if fresh => {
                         proxy.cache.meta.touch(path, &entry, now);

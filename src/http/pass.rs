@@ -1,4 +1,4 @@
-//! The pass-through API routes of a kind (`Ecosystem::pass_through`): the
+//! The pass-through API routes of a kind (`kind::Plan::pass_through`): the
 //! request is checked (method, body size), forwarded with its query string by
 //! `upstream::pass::forward` (failover, the remote's credentials), and the
 //! answer streamed back as it comes, marked `X-Cache-Status: PASS`. Nothing is

@@ -243,7 +243,7 @@ pub fn document(
     response
 }
 
-/// A body read whole and validated by its MD5 (`Ecosystem::md5_etag`:
+/// A body read whole and validated by its MD5 (`kind::Etag::WholeMd5`:
 /// Bundler's compact index): ETag `"<md5>"` of the body served, 304 on a
 /// matching `If-None-Match`, one byte range cut from this body with the same
 /// ETag (so a client appending to its copy can check the whole result).

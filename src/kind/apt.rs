@@ -4,9 +4,11 @@
 //! `Packages` (plain, `.gz` or `.xz`) those of the pool files, and a
 //! `by-hash/SHA256/<hex>` path declares its own.
 
+use axum::http::HeaderMap;
+
 use super::declared::{Algo, Declared, Document};
 use super::unpack::{Stopped, Unpacked};
-use super::{Digests, Ecosystem};
+use super::{Digests, Ecosystem, Plan};
 
 pub struct Apt;
 
@@ -15,8 +17,13 @@ impl Ecosystem for Apt {
         "apt"
     }
 
-    fn is_immutable(&self, path: &str) -> bool {
-        path.starts_with("pool/") || (path.starts_with("dists/") && path.contains("/by-hash/"))
+    /// Packages, and index files by hash, immutable.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        Plan {
+            immutable: path.starts_with("pool/")
+                || (path.starts_with("dists/") && path.contains("/by-hash/")),
+            ..Plan::default()
+        }
     }
 
     fn digests(&self) -> Option<&dyn Digests> {

@@ -8,13 +8,15 @@
 
 use std::collections::HashMap;
 
+use axum::http::HeaderMap;
 use serde_json::Value;
 
 use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
 use super::{
-    CachedAt, Digests, Ecosystem, Packages, PassThrough, TimeKey, TimeSource, FILES_PREFIX,
+    CachedAt, Digests, Ecosystem, Packages, PassThrough, Plan, Rewritten, TimeKey, TimeSource,
+    FILES_PREFIX,
 };
 
 pub struct Cargo;
@@ -24,18 +26,15 @@ impl Ecosystem for Cargo {
         "cargo"
     }
 
-    fn is_immutable(&self, path: &str) -> bool {
-        path.ends_with(".crate") || path.ends_with("/download")
-    }
-
-    fn is_document(&self, path: &str) -> bool {
-        path == "config.json"
-    }
-
-    /// The web API (`cargo search`, `cargo info`), read-only, except crate
-    /// downloads, which are artifacts.
-    fn pass_through(&self, path: &str) -> Option<PassThrough> {
-        (is_api(path) && !path.ends_with("/download")).then_some(PassThrough { post: false })
+    /// Crates immutable, `config.json` rewritten, the web API passed
+    /// through.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        Plan {
+            immutable: is_immutable(path),
+            document: Rewritten::when(path == "config.json"),
+            pass_through: pass_through(path),
+            ..Plan::default()
+        }
     }
 
     fn default_files(&self) -> &'static [&'static str] {
@@ -71,6 +70,16 @@ impl Ecosystem for Cargo {
     }
 }
 
+fn is_immutable(path: &str) -> bool {
+    path.ends_with(".crate") || path.ends_with("/download")
+}
+
+/// The web API (`cargo search`, `cargo info`), read-only, except crate
+/// downloads, which are artifacts.
+fn pass_through(path: &str) -> Option<PassThrough> {
+    (is_api(path) && !path.ends_with("/download")).then_some(PassThrough { post: false })
+}
+
 impl Digests for Cargo {
     /// `crate/version`: the index declares by name and version, and the
     /// download URL is shaped by the registry's `dl` template.
@@ -80,9 +89,9 @@ impl Digests for Cargo {
 
     /// Index files: not crates, `config.json` or the web API.
     fn declares(&self, path: &str) -> bool {
-        !(path.starts_with(FILES_PREFIX) || self.is_immutable(path))
+        !(path.starts_with(FILES_PREFIX) || is_immutable(path))
             && path != "config.json"
-            && self.pass_through(path).is_none()
+            && pass_through(path).is_none()
     }
 
     fn learn(&self, _document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {

@@ -24,13 +24,14 @@ mod constraint;
 
 use std::collections::HashMap;
 
+use axum::http::HeaderMap;
 use serde_json::{Map, Value};
 
 use super::declared::{canonical, Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSpec};
 use super::package::Artifact;
 use super::rewrite::Rewrite;
-use super::{Digests, Ecosystem, Packages, PassThrough, FILES_PREFIX};
+use super::{Digests, Ecosystem, Packages, PassThrough, Plan, Rewritten, FILES_PREFIX};
 
 pub struct Composer;
 
@@ -123,8 +124,16 @@ impl Ecosystem for Composer {
         "composer"
     }
 
-    fn is_document(&self, path: &str) -> bool {
-        path == "packages.json" || is_p2(path)
+    /// `packages.json` and the `p2/` metadata rewritten; `composer
+    /// audit`'s advisories API passed through (computed per request).
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        Plan {
+            document: Rewritten::when(path == "packages.json" || is_p2(path)),
+            pass_through: path
+                .starts_with("api/")
+                .then_some(PassThrough { post: true }),
+            ..Plan::default()
+        }
     }
 
     fn rewrite(&self, path: &str, text: &str, rewrite: &Rewrite) -> String {
@@ -158,12 +167,6 @@ impl Ecosystem for Composer {
             }
         }
         serde_json::to_string(&doc).unwrap_or_else(|_| text.to_string())
-    }
-
-    /// `composer audit`'s advisories API: computed per request.
-    fn pass_through(&self, path: &str) -> Option<PassThrough> {
-        path.starts_with("api/")
-            .then_some(PassThrough { post: true })
     }
 
     fn default_files(&self) -> &'static [&'static str] {

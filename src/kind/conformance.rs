@@ -13,7 +13,7 @@ use url::Url;
 use super::declared::{Declared, Document};
 use super::guard::{package_rule, Filtered, GuardConfig, Judge};
 use super::rewrite::Rewrite;
-use super::{Ecosystem, Kind, PassThrough};
+use super::{Ecosystem, Kind, PassThrough, Plan, Rewritten as Rewrites};
 
 /// What a path is to its ecosystem.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -87,11 +87,12 @@ fn urls(list: &[&str]) -> Vec<Url> {
     list.iter().map(|u| Url::parse(u).unwrap()).collect()
 }
 
-fn class_of(kind: Kind, path: &str) -> Class {
-    match kind.pass_through(path) {
+/// The class of `path`, read from its plan.
+fn class_of(plan: &Plan<'_>) -> Class {
+    match plan.pass_through {
         Some(PassThrough { post }) => Class::Pass { post },
-        None if kind.is_immutable(path) => Class::Immutable,
-        None if kind.is_document(path) => Class::Document,
+        None if plan.immutable => Class::Immutable,
+        None if plan.document == Rewrites::Always => Class::Document,
         None => Class::Mutable,
     }
 }
@@ -100,24 +101,45 @@ fn check(kind: Kind, rows: Rows) {
     let name = kind.name();
     assert!(!rows.paths.is_empty(), "{name}: no path rows");
     for (path, class) in rows.paths {
-        assert_eq!(class_of(kind, path), class, "{name} {path}");
+        let plan = kind.plan(path, &HeaderMap::new());
+        assert_eq!(class_of(&plan), class, "{name} {path}");
         assert!(
-            !(kind.is_immutable(path) && kind.is_document(path)),
+            !(plan.immutable && plan.document == Rewrites::Always),
             "{name} {path}: immutable and a document"
         );
+        assert_eq!(
+            plan.variant.is_some(),
+            !plan.variants.is_empty(),
+            "{name} {path}: a variant is picked when there are variants"
+        );
+        // The key's spelling changes nothing of what the path is.
+        if let Some(respelling) = plan.respelled {
+            let respelled = respelling.apply(path);
+            let again = kind.plan(&respelled, &HeaderMap::new());
+            let expected = Plan {
+                respelled: None,
+                ..plan
+            };
+            assert_eq!(again, expected, "{name} {path} as {respelled}");
+        }
+        if plan.query_in_key {
+            let with_query = format!("{path}?a=b");
+            let again = kind.plan(&with_query, &HeaderMap::new());
+            assert_eq!(again, plan, "{name} {with_query}");
+        }
     }
     for (path, accept, suffix) in rows.variants {
         let mut headers = HeaderMap::new();
         if !accept.is_empty() {
             headers.insert(header::ACCEPT, accept.parse().unwrap());
         }
-        let variant = kind.variant(path, &headers).map(|v| v.suffix);
-        assert_eq!(variant, suffix, "{name} {path} {accept}");
+        let plan = kind.plan(path, &headers);
         assert_eq!(
-            kind.variants(path).is_empty(),
-            suffix.is_none(),
-            "{name} {path}"
+            plan.variant.map(|v| v.suffix),
+            suffix,
+            "{name} {path} {accept}"
         );
+        assert_eq!(plan.variants.is_empty(), suffix.is_none(), "{name} {path}");
     }
     let packages = kind.packages();
     for (path, expected) in rows.artifacts {
@@ -155,7 +177,7 @@ fn check(kind: Kind, rows: Rows) {
     }
     for row in rows.rewrites {
         assert!(
-            kind.is_document(row.path),
+            kind.plan(row.path, &HeaderMap::new()).document == Rewrites::Always,
             "{name} {}: a document",
             row.path
         );
@@ -204,6 +226,8 @@ fn every_registered_ecosystem_conforms() {
 fn files_paths_are_immutable_for_every_kind() {
     for kind in Kind::all() {
         assert!(kind.is_immutable("~files/any/file"), "{kind:?}");
+        let plan = kind.plan("~files/any/file", &HeaderMap::new());
+        assert!(plan.immutable, "{kind:?}");
     }
 }
 
@@ -221,8 +245,7 @@ fn a_bare_ecosystem_means_nothing_special() {
         }
     }
     let bare: &dyn Ecosystem = &Bare;
-    assert!(!bare.is_immutable("a") && !bare.is_document("a"));
-    assert!(bare.variants("a").is_empty() && bare.pass_through("a").is_none());
+    assert_eq!(bare.plan("a", &HeaderMap::new()), Plan::default());
     assert!(bare.digests().is_none() && bare.packages().is_none());
     assert_eq!(bare.refuses_key("mirrors"), None);
     assert!(bare.refuses_key("sumdb").is_some());

@@ -10,7 +10,7 @@ use axum::http::HeaderMap;
 use super::declared::{Declared, Document};
 use super::guard::{Filtered, Judge, VersionSpec};
 use super::package::Artifact;
-use super::{CachedAt, TimeSource};
+use super::{CachedAt, TimeSource, TimesFrom};
 
 /// Declared digests: which artifacts an index declares a digest for, and
 /// which documents declare them. All default to "none".
@@ -115,17 +115,13 @@ pub trait Packages: Send + Sync {
         None
     }
 
-    /// For a document in variant `suffix` that lacks publish times: the
-    /// variant of the same path that has them.
-    fn times_variant(&self, _suffix: &str) -> Option<&'static str> {
-        None
-    }
-
-    /// For a document of package `name` whose versions may lack publish
-    /// times: another document of the remote that has them, read through
-    /// the cache under a cooldown (rubygems: the versions API). Default:
-    /// none.
-    fn times_document(&self, _name: &str) -> Option<String> {
+    /// For a document of package `name`, in variant `suffix`, that may
+    /// lack publish times: where they are, read through the cache under a
+    /// cooldown. Another variant of the same path (npm's full packument for
+    /// the abbreviated one, pypi's JSON page for the HTML one), or another
+    /// document of the remote (rubygems: the versions API). Default:
+    /// nowhere.
+    fn times_from(&self, _name: &str, _suffix: &str) -> Option<TimesFrom> {
         None
     }
 
@@ -138,8 +134,8 @@ pub trait Packages: Send + Sync {
     }
 
     /// `body`, the document (variant `suffix`) of package `name`, with the
-    /// versions `judge` refuses taken out. `times`: publish times from the
-    /// [`times_variant`](Packages::times_variant) when it is used. Default:
+    /// versions `judge` refuses taken out. `times`: publish times from
+    /// where [`times_from`](Packages::times_from) says, when it is used. Default:
     /// unchanged.
     fn filter(
         &self,

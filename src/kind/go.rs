@@ -6,9 +6,11 @@
 
 use std::collections::HashMap;
 
+use axum::http::HeaderMap;
+
 use super::guard::{parse_time, Filtered, Judge};
 use super::package::Artifact;
-use super::{standard_refusal, Ecosystem, Packages, TimeKey, TimeSource};
+use super::{standard_refusal, Ecosystem, Packages, Plan, TimeKey, TimeSource};
 
 pub struct Go;
 
@@ -17,25 +19,32 @@ pub struct Go;
 /// protocol lets a proxy serve `GOSUMDB`.
 pub const SUMDB_PREFIX: &str = "sumdb/";
 
+/// `sumdb/{db}/{rest}`: the database's name and the path within it.
+fn sumdb_path(path: &str) -> Option<(&str, &str)> {
+    let (db, rest) = path.strip_prefix(SUMDB_PREFIX)?.split_once('/')?;
+    (!db.is_empty() && !rest.is_empty()).then_some((db, rest))
+}
+
 impl Ecosystem for Go {
     fn name(&self) -> &'static str {
         "go"
     }
 
-    /// Checksum database: lookups and tiles never change once published (the
-    /// tree only grows); `latest` does.
-    fn is_immutable(&self, path: &str) -> bool {
-        match self.sumdb_path(path) {
+    /// Modules' `.info`, `.mod` and `.zip` immutable; the checksum
+    /// database's lookups and tiles too (the tree only grows), not `latest`.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        let sumdb = sumdb_path(path);
+        let immutable = match sumdb {
             Some((_, rest)) => rest.starts_with("lookup/") || rest.starts_with("tile/"),
             None => [".info", ".mod", ".zip"]
                 .iter()
                 .any(|ext| path.ends_with(ext)),
+        };
+        Plan {
+            immutable,
+            sumdb,
+            ..Plan::default()
         }
-    }
-
-    fn sumdb_path<'p>(&self, path: &'p str) -> Option<(&'p str, &'p str)> {
-        let (db, rest) = path.strip_prefix(SUMDB_PREFIX)?.split_once('/')?;
-        (!db.is_empty() && !rest.is_empty()).then_some((db, rest))
     }
 
     /// The checksum database the go command checks modules against
@@ -103,7 +112,7 @@ impl Packages for Go {
 
     fn document(&self, path: &str) -> Option<String> {
         let module = path.strip_suffix("/@v/list")?;
-        (!module.is_empty() && self.sumdb_path(path).is_none()).then(|| module.to_string())
+        (!module.is_empty() && sumdb_path(path).is_none()).then(|| module.to_string())
     }
 
     /// An `.info` file: `{"Version": …, "Time": …}`.
@@ -202,15 +211,17 @@ mod tests {
     #[test]
     fn sumdb_paths_name_the_database() {
         assert_eq!(
-            Go.sumdb_path("sumdb/sum.golang.org/lookup/m@v1.0.0"),
+            sumdb_path("sumdb/sum.golang.org/lookup/m@v1.0.0"),
             Some(("sum.golang.org", "lookup/m@v1.0.0"))
         );
-        assert_eq!(Go.sumdb_path("sumdb/sum.golang.org/"), None);
-        assert_eq!(Go.sumdb_path("sumdb//latest"), None);
-        let go = Kind::named("go").unwrap();
-        assert!(go.is_sumdb_supported("sumdb/sum.golang.org/supported"));
-        assert!(!go.is_sumdb_supported("sumdb/sum.golang.org/supported/x"));
-        let npm = Kind::named("npm").unwrap();
-        assert!(!npm.is_sumdb_supported("sumdb/sum.golang.org/supported"));
+        assert_eq!(sumdb_path("sumdb/sum.golang.org/"), None);
+        assert_eq!(sumdb_path("sumdb//latest"), None);
+        let supported = |kind: &str, path: &str| {
+            let kind = Kind::named(kind).unwrap();
+            kind.plan(path, &HeaderMap::new()).is_sumdb_supported()
+        };
+        assert!(supported("go", "sumdb/sum.golang.org/supported"));
+        assert!(!supported("go", "sumdb/sum.golang.org/supported/x"));
+        assert!(!supported("npm", "sumdb/sum.golang.org/supported"));
     }
 }

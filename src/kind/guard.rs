@@ -7,7 +7,8 @@
 //! reason that reaches the user through the client's own error output.
 //! Publish times come from the documents (each ecosystem's
 //! `Packages::publish_times`); where a document gives none the cooldown lets
-//! the version through. Pure: `now_ms` is passed in.
+//! the version through. What the guard must check for one request comes in
+//! one answer, [`Checks`]. Pure: `now_ms` is passed in.
 
 use std::fmt;
 use std::sync::Arc;
@@ -15,7 +16,8 @@ use std::time::Duration;
 
 use globset::{Glob, GlobMatcher};
 
-use super::Packages;
+use super::package::Artifact;
+use super::{Packages, Plan, TimesFrom, Variant};
 
 /// What a remote refuses to serve. The default refuses nothing.
 #[derive(Debug, Clone, Default)]
@@ -170,6 +172,110 @@ pub enum Standing {
     Cooling,
     /// Nothing is refused.
     Served,
+}
+
+/// What the guard must check for one request, read from the remote's rules
+/// and its ecosystem's [`Packages`] in one answer
+/// ([`Kind::guard_checks`](super::Kind::guard_checks)): the front end asks
+/// once, then reads publish times and bodies through the cache as it says.
+#[derive(Debug)]
+pub struct Checks {
+    /// A download of one version of a package, judged before it is served.
+    pub artifact: Option<ArtifactCheck>,
+    /// A document the guard filters on every answer.
+    pub document: Option<DocumentFilter>,
+    /// Whether the client shows a refusal's reason only from the status
+    /// line (pip), not the body.
+    pub reason_in_status_line: bool,
+}
+
+/// The verdict on a download as far as the rules give it without its
+/// publish time.
+#[derive(Debug)]
+pub struct ArtifactCheck {
+    pub artifact: Artifact,
+    /// Why a rule refuses it whatever its publish time, if one does.
+    pub refusal: Option<String>,
+    /// The cooldown that applies to its package, if any: then its publish
+    /// time decides.
+    pub cooldown: Option<Duration>,
+}
+
+/// How one document is filtered.
+#[derive(Debug)]
+pub struct DocumentFilter {
+    /// The package the document is about (an index: the index's path).
+    pub name: String,
+    /// The variant asked for (`""` when the document has none).
+    pub suffix: &'static str,
+    /// Where publish times come from when the document has none: a variant
+    /// of it, or another document (`Packages::times_from`).
+    pub times_from: Option<(String, Option<Variant>)>,
+    /// The cooldown that applies to the package, if any.
+    pub cooldown: Option<Duration>,
+    /// An index of many packages (`Packages::index_listing`), restated to
+    /// match their filtered documents.
+    pub index: bool,
+}
+
+/// What `guard` must check for `path` (its plan `plan`) of an ecosystem
+/// with `packages`, at `now_ms`.
+pub fn checks(
+    guard: &GuardConfig,
+    packages: &dyn Packages,
+    path: &str,
+    plan: &Plan<'_>,
+    now_ms: i64,
+) -> Checks {
+    let artifact = packages.artifact(path).map(|artifact| {
+        let judge = Judge::new(guard, packages, now_ms);
+        ArtifactCheck {
+            refusal: judge.refusal(&artifact.name, &artifact.version, None),
+            cooldown: guard.cooldown_for(&packages.normalise(&artifact.name)),
+            artifact,
+        }
+    });
+    Checks {
+        artifact,
+        document: document_filter(guard, packages, path, plan),
+        reason_in_status_line: packages.reason_in_status_line(),
+    }
+}
+
+/// The filter for `path`, if it is a document the guard filters.
+fn document_filter(
+    guard: &GuardConfig,
+    packages: &dyn Packages,
+    path: &str,
+    plan: &Plan<'_>,
+) -> Option<DocumentFilter> {
+    let Some(name) = packages.document(path) else {
+        // Asked with no body, an index answers that it is one.
+        return packages.index_listing(path, &[]).map(|_| DocumentFilter {
+            name: path.to_string(),
+            suffix: "",
+            times_from: None,
+            cooldown: None,
+            index: true,
+        });
+    };
+    let suffix = plan.variant.map_or("", |v| v.suffix);
+    let cooldown = guard.cooldown_for(&packages.normalise(&name));
+    let times_from = cooldown.and_then(|_| match packages.times_from(&name, suffix)? {
+        TimesFrom::Variant(times) => plan
+            .variants
+            .iter()
+            .find(|v| v.suffix == times)
+            .map(|v| (path.to_string(), Some(*v))),
+        TimesFrom::Document(other) => Some((other, None)),
+    });
+    Some(DocumentFilter {
+        name,
+        suffix,
+        times_from,
+        cooldown,
+        index: false,
+    })
 }
 
 /// Judges versions of packages of one remote at one instant.

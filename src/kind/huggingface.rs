@@ -17,7 +17,7 @@
 use axum::http::HeaderMap;
 
 use super::declared::{Algo, Declared};
-use super::{standard_refusal, Digests, Ecosystem, Protocol};
+use super::{standard_refusal, Digests, Ecosystem, Plan, Protocol, Rewritten};
 
 pub struct Huggingface;
 
@@ -35,16 +35,20 @@ impl Ecosystem for Huggingface {
         "huggingface"
     }
 
-    /// A file by commit hash.
-    fn is_immutable(&self, path: &str) -> bool {
-        matches!(classify(path), Some(HubPath::File { revision, .. }) if is_commit(revision))
-    }
-
-    /// The API documents, revalidated (repository info changes with its
-    /// likes and downloads even at a fixed commit) and read whole: a tree
-    /// listing loses its files' `xetHash` on the way out.
-    fn is_document(&self, path: &str) -> bool {
-        matches!(classify(path), Some(HubPath::Api { .. }))
+    /// A file by commit hash immutable; the API documents revalidated
+    /// (repository info changes with its likes and downloads even at a
+    /// fixed commit) and read whole: a tree listing loses its files'
+    /// `xetHash` on the way out.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        let hub_path = classify(path);
+        let api = matches!(hub_path, Some(HubPath::Api { .. }));
+        Plan {
+            immutable: matches!(hub_path, Some(HubPath::File { revision, .. }) if is_commit(revision)),
+            document: Rewritten::when(api),
+            // What an API document lists is selected by its query.
+            query_in_key: api,
+            ..Plan::default()
+        }
     }
 
     /// A tree listing without `xetHash`: with it (and `hf_xet` installed),
@@ -77,10 +81,6 @@ impl Ecosystem for Huggingface {
             Some(HubPath::Api { .. }) => API_HEADERS,
             None => &[],
         }
-    }
-
-    fn query_in_key(&self, path: &str) -> bool {
-        matches!(classify(path), Some(HubPath::Api { .. }))
     }
 
     /// The hub's CDN hosts for LFS files (and the Xet bridge, which serves
@@ -367,8 +367,9 @@ mod tests {
         assert!(kept.contains(&"x-repo-commit") && kept.contains(&"x-linked-etag"));
         assert!(kept.iter().all(|h| !h.starts_with("x-xet")));
         assert_eq!(hf.kept_headers("api/models/o/m/tree/main"), API_HEADERS);
-        assert!(hf.query_in_key("api/models/o/m/tree/main"));
-        assert!(!hf.query_in_key("o/m/resolve/main/w.bin"));
+        let query_in_key = |path| hf.plan(path, &HeaderMap::new()).query_in_key;
+        assert!(query_in_key("api/models/o/m/tree/main"));
+        assert!(!query_in_key("o/m/resolve/main/w.bin"));
     }
 
     #[test]

@@ -17,13 +17,14 @@
 use std::collections::HashMap;
 use std::str::FromStr as _;
 
+use axum::http::HeaderMap;
 use mvn_version::ComparableVersion;
 use quick_xml::events::{BytesText, Event};
 
 use super::declared::{canonical, Algo, Declared, Document};
 use super::guard::{Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
-use super::{standard_refusal, Digests, Ecosystem, Packages, TimeKey, TimeSource};
+use super::{standard_refusal, Digests, Ecosystem, Packages, Plan, TimeKey, TimeSource};
 
 pub struct Maven;
 
@@ -130,24 +131,16 @@ impl Ecosystem for Maven {
         "maven"
     }
 
-    /// Release and timestamped snapshot files, and their sidecars.
-    fn is_immutable(&self, path: &str) -> bool {
-        let base = split_checksum(path).map_or(path, |(base, _)| base);
-        !is_index(base) && coordinates(base).is_some_and(|c| c.build != Build::LiteralSnapshot)
-    }
-
-    fn checksum_of<'p>(&self, path: &'p str) -> Option<(&'p str, Algo)> {
-        split_checksum(path).filter(|(base, _)| !base.is_empty())
-    }
-
-    fn is_snapshot(&self, path: &str) -> Option<bool> {
-        let base = split_checksum(path).map_or(path, |(base, _)| base);
-        if is_index(base) {
-            // Snapshot-level metadata sits in the version's directory.
-            let dir = base.rsplit('/').nth(1)?;
-            return dir.ends_with("-SNAPSHOT").then_some(true);
+    /// Release and timestamped snapshot files (and their sidecars)
+    /// immutable; a sidecar answered from its file; snapshot or release by
+    /// the version, for `version_policy`.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        Plan {
+            immutable: is_immutable(path),
+            checksum_of: checksum_of(path),
+            snapshot: is_snapshot(path),
+            ..Plan::default()
         }
-        coordinates(base).map(|c| c.version.ends_with("-SNAPSHOT"))
     }
 
     fn refuses_key(&self, key: &str) -> Option<String> {
@@ -171,10 +164,33 @@ impl Ecosystem for Maven {
     }
 }
 
+/// Release and timestamped snapshot files, and their sidecars.
+fn is_immutable(path: &str) -> bool {
+    let base = split_checksum(path).map_or(path, |(base, _)| base);
+    !is_index(base) && coordinates(base).is_some_and(|c| c.build != Build::LiteralSnapshot)
+}
+
+/// A sidecar (`x.jar.sha1`): the file it is the checksum of, and the function.
+fn checksum_of(path: &str) -> Option<(&str, Algo)> {
+    split_checksum(path).filter(|(base, _)| !base.is_empty())
+}
+
+/// Whether `path` is of a snapshot version, of a release, or of neither
+/// (the artifact's `maven-metadata.xml`, of all versions).
+fn is_snapshot(path: &str) -> Option<bool> {
+    let base = split_checksum(path).map_or(path, |(base, _)| base);
+    if is_index(base) {
+        // Snapshot-level metadata sits in the version's directory.
+        let dir = base.rsplit('/').nth(1)?;
+        return dir.ends_with("-SNAPSHOT").then_some(true);
+    }
+    coordinates(base).map(|c| c.version.ends_with("-SNAPSHOT"))
+}
+
 impl Digests for Maven {
     /// Immutable files other than checksums, under their own path.
     fn artifact_key(&self, path: &str) -> Option<String> {
-        (split_checksum(path).is_none() && self.is_immutable(path)).then(|| canonical(path))
+        (split_checksum(path).is_none() && is_immutable(path)).then(|| canonical(path))
     }
 
     /// `.sha512` (published beside `.sha256` where a repository has them)
@@ -192,7 +208,7 @@ impl Digests for Maven {
     /// Gradle module metadata (sidecars are read by the fill that needs
     /// them, through `declared_by`).
     fn declares(&self, path: &str) -> bool {
-        path.ends_with(".module") && self.is_immutable(path)
+        path.ends_with(".module") && is_immutable(path)
     }
 
     /// A sidecar: its first token, for the file beside it. A `.module`: the
@@ -696,10 +712,10 @@ mod tests {
     #[test]
     fn sidecars_name_their_file_and_declare_its_first_token() {
         assert_eq!(
-            Maven.checksum_of("a/b/1.0/b-1.0.jar.sha256"),
+            checksum_of("a/b/1.0/b-1.0.jar.sha256"),
             Some(("a/b/1.0/b-1.0.jar", Algo::Sha256))
         );
-        assert_eq!(Maven.checksum_of("a/b/1.0/b-1.0.jar"), None);
+        assert_eq!(checksum_of("a/b/1.0/b-1.0.jar"), None);
         let mirrors = [url::Url::parse("https://repo.example/maven2").unwrap()];
         let sidecar = "a/b/1.0/b-1.0.jar.sha1";
         let document = Document::new("r", &mirrors, &[], sidecar);
@@ -725,21 +741,21 @@ mod tests {
 
     #[test]
     fn snapshots_and_releases_are_told_apart() {
-        assert_eq!(Maven.is_snapshot("a/b/1.0/b-1.0.jar"), Some(false));
-        assert_eq!(Maven.is_snapshot("a/b/1.0/b-1.0.jar.sha1"), Some(false));
+        assert_eq!(is_snapshot("a/b/1.0/b-1.0.jar"), Some(false));
+        assert_eq!(is_snapshot("a/b/1.0/b-1.0.jar.sha1"), Some(false));
         assert_eq!(
-            Maven.is_snapshot("a/b/1.0-SNAPSHOT/b-1.0-SNAPSHOT.pom"),
+            is_snapshot("a/b/1.0-SNAPSHOT/b-1.0-SNAPSHOT.pom"),
             Some(true)
         );
         assert_eq!(
-            Maven.is_snapshot("a/b/1.0-SNAPSHOT/b-1.0-20240101.123456-1.jar"),
+            is_snapshot("a/b/1.0-SNAPSHOT/b-1.0-20240101.123456-1.jar"),
             Some(true)
         );
         assert_eq!(
-            Maven.is_snapshot("a/b/1.0-SNAPSHOT/maven-metadata.xml"),
+            is_snapshot("a/b/1.0-SNAPSHOT/maven-metadata.xml"),
             Some(true)
         );
-        assert_eq!(Maven.is_snapshot("a/b/maven-metadata.xml"), None);
+        assert_eq!(is_snapshot("a/b/maven-metadata.xml"), None);
         assert!(crate::kind::VersionPolicy::Releases.allows(None));
         assert!(!crate::kind::VersionPolicy::Releases.allows(Some(true)));
         assert!(!crate::kind::VersionPolicy::Snapshots.allows(Some(false)));

@@ -3,7 +3,10 @@
 //! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
-//! a remote's `Kind` and never matches on which one it is.
+//! a remote's `Kind` and never matches on which one it is. What a path is
+//! comes back as one value, the [`Plan`] (the front end asks once per
+//! request), as what a body's digest is does, the [`DigestRole`] (the fill
+//! asks once).
 //!
 //! Shared mechanisms the ecosystems call: [`rewrite`] (re-points a document's
 //! URLs at the proxy), [`declared`] (digest values, hashing, link location),
@@ -29,6 +32,7 @@ pub mod maven;
 pub mod npm;
 pub mod oci;
 pub mod package;
+mod plan;
 pub mod policy;
 pub mod pypi;
 pub mod rewrite;
@@ -45,12 +49,11 @@ use std::fmt;
 use axum::http::HeaderMap;
 
 pub use facets::{Digests, Packages};
+pub use plan::{Etag, Plan, Respelling, Rewritten};
 pub use values::{
     keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey,
-    TimeSource, Variant, VersionPolicy,
+    TimeSource, TimesFrom, Variant, VersionPolicy,
 };
-
-use declared::Algo;
 
 /// Paths under this prefix are served by the remote's `files` mirrors
 /// (`/{remote}/~files/{path}` → `{files_mirror}/{path}`).
@@ -66,17 +69,18 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// The `kind = "…"` name.
     fn name(&self) -> &'static str;
 
-    /// Whether `path` names an artifact that never changes once published:
-    /// cached forever, never revalidated. (`~files/` paths are immutable for
-    /// every kind; [`Kind::is_immutable`] says so before asking.)
-    fn is_immutable(&self, _path: &str) -> bool {
-        false
-    }
-
-    /// Whether `path` is an index document whose absolute URLs are rewritten
-    /// to point through the proxy.
-    fn is_document(&self, _path: &str) -> bool {
-        false
+    /// What `path` is, in one answer: the front end asks once per request
+    /// and reads everything it needs to serve the path from the [`Plan`]
+    /// (the key it is cached under, how long it stays, whether it is
+    /// rewritten, its variants and the one `request` asks for, its
+    /// validator, an API route, a checksum of another path, its snapshot or
+    /// release version, the checksum database). `request`: the request's
+    /// headers, for the variant (empty when another step asks). Default:
+    /// [`Plan::default`], nothing special. Every ecosystem answers from its
+    /// own rules; [`Kind::plan`] adds what every ecosystem shares (`~files/`
+    /// is immutable, the variant by `Accept`).
+    fn plan<'p>(&self, _path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        Plan::default()
     }
 
     /// The document `text` at `path` as clients get it: its URLs on the
@@ -87,15 +91,6 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// [`Rewrite::apply`]: rewrite::Rewrite::apply
     fn rewrite(&self, _path: &str, text: &str, rewrite: &rewrite::Rewrite) -> String {
         rewrite.apply(text)
-    }
-
-    /// Whether `path` is a document on a remote that has `files` mirrors
-    /// (and served as stored on one that has none): rpm's `primary.xml`,
-    /// whose `xml:base` locations on the remote's hosts are re-pointed at the
-    /// proxy, and `repomd.xml`, which then restates that file's checksum and
-    /// size. Default: no.
-    fn is_document_with_files(&self, _path: &str) -> bool {
-        false
     }
 
     /// Other paths of the remote whose stored bytes the rewrite of the
@@ -126,69 +121,11 @@ pub trait Ecosystem: Send + Sync + 'static {
         }
     }
 
-    /// Every variant `path` is cached as, the default first; empty when it is
-    /// not content-negotiated. Such responses carry `Vary: Accept`.
-    fn variants(&self, _path: &str) -> &'static [Variant] {
-        &[]
-    }
-
-    /// The variant a request asks for. Default: the variant whose media type
-    /// the `Accept` header names, else the first ([`variant_by_accept`]).
-    fn variant(&self, path: &str, request: &HeaderMap) -> Option<Variant> {
-        variant_by_accept(self.variants(path), request)
-    }
-
-    /// Whether the validator of `path` is the quoted MD5 of the whole body
-    /// served (after any filter) instead of the blob's sha256, with byte
-    /// ranges cut from that whole body and carrying the same ETag: Bundler
-    /// appends to its copy of the compact index with `Range: bytes=<size-1>-`
-    /// and keeps the result only when its MD5 is the ETag. Such a body is read
-    /// whole before it is served. Default: no.
-    fn md5_etag(&self, _path: &str) -> bool {
-        false
-    }
-
-    /// The one spelling `path` is cached and fetched under, when the
-    /// ecosystem has two for the same thing that the path normalisation
-    /// keeps apart (npm: `@scope/name` is `@scope%2Fname`). Asked by
-    /// `http::resolve` before the access check. Default: none.
-    fn canonical_path(&self, _path: &str) -> Option<String> {
-        None
-    }
-
     /// Whether `GET`/`HEAD /{remote}/` (no path below the remote) answers an
     /// empty 200 from the proxy itself (gem 3.3 probes the source's root and
     /// uses the compact index only when it answers). Default: no (a 400).
     fn answers_root(&self) -> bool {
         false
-    }
-
-    /// The API endpoint `path` is, if it is one: forwarded uncached with its
-    /// query string (searches, audits).
-    fn pass_through(&self, _path: &str) -> Option<PassThrough> {
-        None
-    }
-
-    /// For paths served by the remote's `sumdb` mirrors: the database's name
-    /// and the path within it.
-    fn sumdb_path<'p>(&self, _path: &'p str) -> Option<(&'p str, &'p str)> {
-        None
-    }
-
-    /// For a checksum file of another path (Maven's `x.jar.sha1`): that path
-    /// and the function. The proxy answers it from the other path's bytes as
-    /// it serves them (filtered, for a document), so a file and its checksum
-    /// never disagree, and a checksum the mirror lacks is still answered.
-    /// Default: none.
-    fn checksum_of<'p>(&self, _path: &'p str) -> Option<(&'p str, Algo)> {
-        None
-    }
-
-    /// Whether `path` belongs to a snapshot (`Some(true)`) or a release
-    /// (`Some(false)`) version, for the remote's `version_policy`; `None`
-    /// when it belongs to neither (an index of all versions). Default: none.
-    fn is_snapshot(&self, _path: &str) -> Option<bool> {
-        None
     }
 
     /// The document at `path`, of a remote that needs credentials, as the
@@ -208,13 +145,6 @@ pub trait Ecosystem: Send + Sync + 'static {
     /// copy of it. A kept `etag` replaces the proxy's own. Default: none.
     fn kept_headers(&self, _path: &str) -> &'static [&'static str] {
         &[]
-    }
-
-    /// Whether the request's query string is forwarded to the mirror and is
-    /// part of the cache key (an API document whose query selects what it
-    /// lists). Default: no (the query is dropped).
-    fn query_in_key(&self, _path: &str) -> bool {
-        false
     }
 
     /// The public registry's separate download host(s), the default of `files`.
@@ -356,37 +286,36 @@ impl Kind {
         self.0
     }
 
-    /// The ecosystem's immutable paths, and every `~files/` path (the files
-    /// hosts of pypi and crates.io serve content-addressed or versioned files only).
+    /// What `path` is, for a request with headers `request`: the
+    /// ecosystem's [`Ecosystem::plan`], with every `~files/` path immutable
+    /// (the files hosts of pypi and crates.io serve content-addressed or
+    /// versioned files only) and, when the ecosystem picks none, the variant
+    /// whose media type `Accept` names ([`variant_by_accept`]).
+    pub fn plan<'p>(self, path: &'p str, request: &HeaderMap) -> Plan<'p> {
+        let mut plan = self.0.plan(path, request);
+        plan.immutable |= path.starts_with(FILES_PREFIX);
+        if plan.variant.is_none() {
+            plan.variant = variant_by_accept(plan.variants, request);
+        }
+        plan
+    }
+
+    /// Whether `path` never changes once published ([`Plan::immutable`]),
+    /// for a step that has no request (the fill, the cache policy).
     pub fn is_immutable(self, path: &str) -> bool {
-        path.starts_with(FILES_PREFIX) || self.0.is_immutable(path)
+        path.starts_with(FILES_PREFIX) || self.0.plan(path, &HeaderMap::new()).immutable
     }
 
-    pub fn is_document(self, path: &str) -> bool {
-        self.0.is_document(path)
-    }
-
+    /// Every variant `path` is cached as ([`Plan::variants`]), for a step
+    /// that has no request (a purge, the guard's sibling documents).
     pub fn variants(self, path: &str) -> &'static [Variant] {
-        self.0.variants(path)
+        self.0.plan(path, &HeaderMap::new()).variants
     }
 
-    pub fn variant(self, path: &str, request: &HeaderMap) -> Option<Variant> {
-        self.0.variant(path, request)
-    }
-
-    pub fn pass_through(self, path: &str) -> Option<PassThrough> {
-        self.0.pass_through(path)
-    }
-
+    /// For paths served by the remote's `sumdb` mirrors: the database's
+    /// name and the path within it ([`Plan::sumdb`]), for the mirror choice.
     pub fn sumdb_path(self, path: &str) -> Option<(&str, &str)> {
-        self.0.sumdb_path(path)
-    }
-
-    /// Whether `path` is the GOPROXY protocol's `sumdb/{db}/supported`, which
-    /// a proxy that serves the checksum database answers 200 itself.
-    pub fn is_sumdb_supported(self, path: &str) -> bool {
-        self.sumdb_path(path)
-            .is_some_and(|(_, rest)| rest == "supported")
+        self.0.plan(path, &HeaderMap::new()).sumdb
     }
 
     pub fn packages(self) -> Option<&'static dyn Packages> {
@@ -397,23 +326,37 @@ impl Kind {
         self.0.digests()
     }
 
+    /// What the remote's `guard` must check for `path` (its `plan`), in one
+    /// answer: `None` when the guard refuses nothing or the ecosystem cannot
+    /// tell packages apart.
+    pub fn guard_checks(
+        self,
+        guard: &guard::GuardConfig,
+        path: &str,
+        plan: &Plan<'_>,
+        now_ms: i64,
+    ) -> Option<guard::Checks> {
+        if !guard.is_active() {
+            return None;
+        }
+        Some(guard::checks(guard, self.packages()?, path, plan, now_ms))
+    }
+
     /// Everything the ecosystem says about the digest of the body at `path`,
     /// in one answer: what the fill asks once.
     pub fn digest_role(self, path: &str) -> DigestRole {
         match self.digests() {
-            None => DigestRole::default(),
+            None => DigestRole {
+                pins_on_first_use: true,
+                ..DigestRole::default()
+            },
             Some(digests) => DigestRole {
                 in_path: digests.in_path(path),
                 artifact_key: digests.artifact_key(path),
                 declares: digests.declares(path),
+                pins_on_first_use: digests.pins_on_first_use(path),
             },
         }
-    }
-
-    /// Whether an immutable artifact nothing declares is pinned on first
-    /// use (`Digests::pins_on_first_use`; yes without `Digests`).
-    pub fn pins_on_first_use(self, path: &str) -> bool {
-        self.digests().is_none_or(|d| d.pins_on_first_use(path))
     }
 
     /// The name an index declares `path`'s digest under, if any.

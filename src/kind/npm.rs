@@ -7,6 +7,7 @@
 
 use std::collections::HashMap;
 
+use axum::http::HeaderMap;
 use percent_encoding::percent_decode_str;
 use serde_json::Value;
 
@@ -14,7 +15,8 @@ use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
 use super::{
-    Digests, Ecosystem, Packages, PassThrough, TimeKey, TimeSource, Variant, FILES_PREFIX,
+    Digests, Ecosystem, Packages, PassThrough, Plan, Respelling, Rewritten, TimeKey, TimeSource,
+    TimesFrom, Variant, FILES_PREFIX,
 };
 
 pub struct Npm;
@@ -40,39 +42,17 @@ impl Ecosystem for Npm {
         "npm"
     }
 
-    /// A scoped packument asked for as `@scope/name` is the `@scope%2Fname`
-    /// clients send (and registries answer for both).
-    fn canonical_path(&self, path: &str) -> Option<String> {
-        let (scope, name) = path.strip_prefix('@')?.split_once('/')?;
-        (!scope.is_empty() && !name.is_empty() && !name.contains('/'))
-            .then(|| format!("@{scope}%2F{name}"))
-    }
-
-    fn is_immutable(&self, path: &str) -> bool {
-        path.contains("/-/") && path.ends_with(".tgz")
-    }
-
-    /// Packuments: `/{name}`, `/@scope%2f{name}`, `/@scope/{name}`; not
-    /// tarballs (`/-/`) nor registry endpoints (`-/…`).
-    fn is_document(&self, path: &str) -> bool {
-        !path.starts_with("-/") && !path.contains("/-/") && !path.starts_with(FILES_PREFIX)
-    }
-
-    fn variants(&self, path: &str) -> &'static [Variant] {
-        if self.is_document(path) {
-            &[FULL, ABBREVIATED]
-        } else {
-            &[]
-        }
-    }
-
-    fn pass_through(&self, path: &str) -> Option<PassThrough> {
-        if AUDIT.contains(&path) {
-            Some(PassThrough { post: true })
-        } else if path == "-/v1/search" {
-            Some(PassThrough { post: false })
-        } else {
-            None
+    /// Tarballs immutable; packuments rewritten, full or abbreviated by
+    /// `Accept`; the audit and search endpoints passed through.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        let document = is_document(path);
+        Plan {
+            immutable: is_immutable(path),
+            document: Rewritten::when(document),
+            variants: if document { &[FULL, ABBREVIATED] } else { &[] },
+            pass_through: pass_through(path),
+            respelled: respelled(path),
+            ..Plan::default()
         }
     }
 
@@ -90,14 +70,45 @@ impl Ecosystem for Npm {
     }
 }
 
+/// A scoped packument asked for as `@scope/name` is the `@scope%2Fname`
+/// clients send (and registries answer for both).
+fn respelled(path: &str) -> Option<Respelling> {
+    let (scope, name) = path.strip_prefix('@')?.split_once('/')?;
+    (!scope.is_empty() && !name.is_empty() && !name.contains('/')).then_some(Respelling {
+        at: 1 + scope.len(),
+        len: 1,
+        with: "%2F",
+    })
+}
+
+fn is_immutable(path: &str) -> bool {
+    path.contains("/-/") && path.ends_with(".tgz")
+}
+
+/// Packuments: `/{name}`, `/@scope%2f{name}`, `/@scope/{name}`; not
+/// tarballs (`/-/`) nor registry endpoints (`-/…`).
+fn is_document(path: &str) -> bool {
+    !path.starts_with("-/") && !path.contains("/-/") && !path.starts_with(FILES_PREFIX)
+}
+
+fn pass_through(path: &str) -> Option<PassThrough> {
+    if AUDIT.contains(&path) {
+        Some(PassThrough { post: true })
+    } else if path == "-/v1/search" {
+        Some(PassThrough { post: false })
+    } else {
+        None
+    }
+}
+
 impl Digests for Npm {
     fn artifact_key(&self, path: &str) -> Option<String> {
-        (path.starts_with(FILES_PREFIX) || self.is_immutable(path))
+        (path.starts_with(FILES_PREFIX) || is_immutable(path))
             .then(|| super::declared::canonical(path))
     }
 
     fn declares(&self, path: &str) -> bool {
-        self.is_document(path)
+        is_document(path)
     }
 
     fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
@@ -151,8 +162,8 @@ impl Packages for Npm {
     }
 
     /// The abbreviated packument has no `time`: the full one's.
-    fn times_variant(&self, suffix: &str) -> Option<&'static str> {
-        (suffix == ABBREVIATED.suffix).then_some(FULL.suffix)
+    fn times_from(&self, _name: &str, suffix: &str) -> Option<TimesFrom> {
+        (suffix == ABBREVIATED.suffix).then_some(TimesFrom::Variant(FULL.suffix))
     }
 
     fn filter(
@@ -409,6 +420,18 @@ mod tests {
                 expected: Expect::Changed("0.9.0", "1.0.0"),
             }],
         }
+    }
+
+    #[test]
+    fn a_scoped_packument_is_keyed_as_clients_spell_it() {
+        let respelled = |path| {
+            let plan = Npm.plan(path, &HeaderMap::new());
+            plan.respelled.map(|r| r.apply(path))
+        };
+        assert_eq!(respelled("@scope/name").as_deref(), Some("@scope%2Fname"));
+        assert_eq!(respelled("@scope%2Fname"), None);
+        assert_eq!(respelled("@scope/name/-/name-1.0.0.tgz"), None);
+        assert_eq!(respelled("@/name"), None);
     }
 
     #[test]

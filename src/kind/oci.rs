@@ -13,7 +13,7 @@ use axum::http::{header, HeaderMap};
 use url::Url;
 
 use super::declared::Declared;
-use super::{standard_refusal, Digests, Ecosystem, Protocol, Variant};
+use super::{standard_refusal, Digests, Ecosystem, Plan, Protocol, Variant};
 
 /// An OCI / Docker registry remote, pulled through.
 pub struct Oci;
@@ -23,16 +23,15 @@ impl Ecosystem for Oci {
         "oci"
     }
 
-    fn is_immutable(&self, path: &str) -> bool {
-        is_immutable(path)
-    }
-
-    fn variants(&self, path: &str) -> &'static [Variant] {
-        variants(path)
-    }
-
-    fn variant(&self, path: &str, request: &HeaderMap) -> Option<Variant> {
-        variant(path, request)
+    /// Blobs and manifests by digest immutable; a manifest cached as one
+    /// variant per set of manifest types the request accepts.
+    fn plan<'p>(&self, path: &'p str, request: &HeaderMap) -> Plan<'p> {
+        Plan {
+            immutable: is_immutable(path),
+            variants: variants(path),
+            variant: variant(path, request),
+            ..Plan::default()
+        }
     }
 
     fn protocol(&self) -> Protocol {

@@ -43,4 +43,13 @@ impl CachePolicy {
     pub fn is_fresh(&self, path: &str, age: Duration) -> bool {
         age < self.revalidate_after || self.is_immutable(path)
     }
+
+    /// [`is_fresh`](CachePolicy::is_fresh) for a request whose plan is at
+    /// hand: `immutable` is the kind's answer ([`Plan::immutable`]), so
+    /// only the operator's patterns are left to match.
+    ///
+    /// [`Plan::immutable`]: super::Plan::immutable
+    pub fn is_fresh_as(&self, immutable: bool, path: &str, age: Duration) -> bool {
+        age < self.revalidate_after || immutable || self.immutable.is_match(path)
+    }
 }

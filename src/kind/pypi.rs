@@ -8,12 +8,16 @@
 
 use std::collections::HashMap;
 
+use axum::http::HeaderMap;
 use serde_json::Value;
 
 use super::declared::{Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSet, VersionSpec};
 use super::package::{self, Artifact};
-use super::{Digests, Ecosystem, Packages, TimeKey, TimeSource, Variant, FILES_PREFIX};
+use super::{
+    Digests, Ecosystem, Packages, Plan, Rewritten, TimeKey, TimeSource, TimesFrom, Variant,
+    FILES_PREFIX,
+};
 
 pub struct Pypi;
 
@@ -31,26 +35,18 @@ impl Ecosystem for Pypi {
         "pypi"
     }
 
-    fn is_immutable(&self, path: &str) -> bool {
-        path.starts_with("packages/")
-            || [".whl", ".tar.gz", ".zip", ".tar.bz2", ".egg", ".metadata"]
-                .iter()
-                .any(|ext| path.ends_with(ext))
-    }
-
-    /// The simple pages, and the JSON API (`pypi/{project}/json`,
-    /// `pypi/{project}/{version}/json`), whose `urls` name the files host.
-    fn is_document(&self, path: &str) -> bool {
-        path == "simple/"
-            || path.starts_with("simple/")
-            || (path.starts_with("pypi/") && path.ends_with("/json"))
-    }
-
-    fn variants(&self, path: &str) -> &'static [Variant] {
-        if path.starts_with("simple/") {
-            &[HTML, JSON]
-        } else {
-            &[]
+    /// Wheels, sdists and `.metadata` files immutable; the simple pages
+    /// (HTML or JSON by `Accept`) and the JSON API rewritten.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        Plan {
+            immutable: is_immutable(path),
+            document: Rewritten::when(is_document(path)),
+            variants: if path.starts_with("simple/") {
+                &[HTML, JSON]
+            } else {
+                &[]
+            },
+            ..Plan::default()
         }
     }
 
@@ -72,16 +68,31 @@ impl Ecosystem for Pypi {
     }
 }
 
+fn is_immutable(path: &str) -> bool {
+    path.starts_with("packages/")
+        || [".whl", ".tar.gz", ".zip", ".tar.bz2", ".egg", ".metadata"]
+            .iter()
+            .any(|ext| path.ends_with(ext))
+}
+
+/// The simple pages, and the JSON API (`pypi/{project}/json`,
+/// `pypi/{project}/{version}/json`), whose `urls` name the files host.
+fn is_document(path: &str) -> bool {
+    path == "simple/"
+        || path.starts_with("simple/")
+        || (path.starts_with("pypi/") && path.ends_with("/json"))
+}
+
 impl Digests for Pypi {
     /// Files, and their PEP 658 `.metadata` files (which a page declares
     /// with `data-core-metadata`, PEP 691 with `core-metadata`).
     fn artifact_key(&self, path: &str) -> Option<String> {
-        (path.starts_with(FILES_PREFIX) || self.is_immutable(path))
+        (path.starts_with(FILES_PREFIX) || is_immutable(path))
             .then(|| super::declared::canonical(path))
     }
 
     fn declares(&self, path: &str) -> bool {
-        self.is_document(path)
+        is_document(path)
     }
 
     fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
@@ -162,8 +173,8 @@ impl Packages for Pypi {
     }
 
     /// An HTML page has no upload times: the JSON page's.
-    fn times_variant(&self, suffix: &str) -> Option<&'static str> {
-        (suffix == HTML.suffix).then_some(JSON.suffix)
+    fn times_from(&self, _name: &str, suffix: &str) -> Option<TimesFrom> {
+        (suffix == HTML.suffix).then_some(TimesFrom::Variant(JSON.suffix))
     }
 
     /// Refused files go (HTML: their anchors); when nothing would be left

@@ -10,12 +10,13 @@
 
 use std::io::BufRead;
 
+use axum::http::HeaderMap;
 use quick_xml::events::{BytesStart, Event};
 
 use super::declared::{Algo, Declared, Document};
 use super::rewrite::Rewrite;
 use super::unpack::{stopped, Stopped, Unpacked};
-use super::{Digests, Ecosystem};
+use super::{Digests, Ecosystem, Plan, Rewritten};
 
 mod relocate;
 
@@ -26,17 +27,23 @@ impl Ecosystem for Rpm {
         "rpm"
     }
 
-    /// Packages (and delta packages), and data files named by their digest.
-    fn is_immutable(&self, path: &str) -> bool {
-        path.ends_with(".rpm")
+    /// Packages (and delta packages), and data files named by their
+    /// digest, immutable; `repomd.xml` and its `primary.xml` (not the
+    /// zchunk one) relocated when their packages sit on a `files` host.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        let immutable = path.ends_with(".rpm")
             || path.ends_with(".drpm")
-            || data_file(path).is_some_and(|(hex, _)| hex.is_some())
-    }
-
-    /// `repomd.xml` and its `primary.xml` (not the zchunk one), relocated
-    /// when their packages sit on a `files` host.
-    fn is_document_with_files(&self, path: &str) -> bool {
-        is_repomd(path) || is_primary(path)
+            || data_file(path).is_some_and(|(hex, _)| hex.is_some());
+        let relocated = is_repomd(path) || is_primary(path);
+        Plan {
+            immutable,
+            document: if relocated {
+                Rewritten::WithFiles
+            } else {
+                Rewritten::Never
+            },
+            ..Plan::default()
+        }
     }
 
     /// `repomd.xml` states its primaries' digests: it needs them.

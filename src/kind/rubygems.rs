@@ -5,7 +5,7 @@
 //! `latest_specs.4.8.gz`, `prerelease_specs.4.8.gz`) are mutable. Bundler
 //! appends to its copies of the compact index with `Range: bytes=<size-1>-`
 //! and keeps the result only when the ETag is the quoted MD5 of the whole
-//! file, so those answer with that ETag (`md5_etag`), on a 206 too. Each
+//! file, so those answer with that ETag (`Etag::WholeMd5`), on a 206 too. Each
 //! `info/<gem>` line's `checksum:` (sha256) is the declared digest of that
 //! version's `.gem`. `HEAD /{remote}/`, gem 3.3's probe for the compact
 //! index, answers 200 (`answers_root`). The dependency API
@@ -23,10 +23,14 @@ mod requirement;
 
 use std::collections::HashMap;
 
+use axum::http::HeaderMap;
+
 use super::declared::{canonical, Algo, Declared, Document, Hashers};
 use super::guard::{parse_time, Filtered, Judge, VersionSpec};
 use super::package::{self, Artifact};
-use super::{Digests, Ecosystem, Packages, PassThrough, TimeKey, TimeSource};
+use super::{
+    Digests, Ecosystem, Etag, Packages, PassThrough, Plan, TimeKey, TimeSource, TimesFrom,
+};
 
 pub struct Rubygems;
 
@@ -50,28 +54,24 @@ impl Ecosystem for Rubygems {
         "rubygems"
     }
 
-    fn is_immutable(&self, path: &str) -> bool {
-        is_gem(path)
-            || path
-                .strip_prefix("quick/Marshal.4.8/")
-                .is_some_and(|f| f.ends_with(".gemspec.rz") && !f.contains('/'))
-    }
-
-    fn md5_etag(&self, path: &str) -> bool {
-        is_compact_index(path)
+    /// Gems and their quick specs immutable; the compact index validated
+    /// by the MD5 of the body served; the dependency and metadata APIs
+    /// passed through.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        Plan {
+            immutable: is_immutable(path),
+            etag: if is_compact_index(path) {
+                Etag::WholeMd5
+            } else {
+                Etag::Sha256
+            },
+            pass_through: pass_through(path),
+            ..Plan::default()
+        }
     }
 
     fn answers_root(&self) -> bool {
         true
-    }
-
-    /// The dependency API, which Bundler asks when the compact index fails
-    /// (rubygems.org answers it 404 today), and the gem metadata API.
-    /// The versions API (`api/v1/versions/<gem>.json`), where publish times
-    /// are read, is a cached, revalidated document instead.
-    fn pass_through(&self, path: &str) -> Option<PassThrough> {
-        (path.starts_with("api/") && versions_api_gem(path).is_none())
-            .then_some(PassThrough { post: false })
     }
 
     fn digests(&self) -> Option<&dyn Digests> {
@@ -86,6 +86,22 @@ impl Ecosystem for Rubygems {
     fn conformance(&self) -> super::conformance::Rows {
         tests::rows()
     }
+}
+
+fn is_immutable(path: &str) -> bool {
+    is_gem(path)
+        || path
+            .strip_prefix("quick/Marshal.4.8/")
+            .is_some_and(|f| f.ends_with(".gemspec.rz") && !f.contains('/'))
+}
+
+/// The dependency API, which Bundler asks when the compact index fails
+/// (rubygems.org answers it 404 today), and the gem metadata API.
+/// The versions API (`api/v1/versions/<gem>.json`), where publish times
+/// are read, is a cached, revalidated document instead.
+fn pass_through(path: &str) -> Option<PassThrough> {
+    (path.starts_with("api/") && versions_api_gem(path).is_none())
+        .then_some(PassThrough { post: false })
 }
 
 impl Digests for Rubygems {
@@ -307,8 +323,8 @@ impl Packages for Rubygems {
     }
 
     /// An `info` whose lines lack `created_at:` is dated by the versions API.
-    fn times_document(&self, name: &str) -> Option<String> {
-        Some(versions_api(name))
+    fn times_from(&self, name: &str, _suffix: &str) -> Option<TimesFrom> {
+        Some(TimesFrom::Document(versions_api(name)))
     }
 
     /// The refused versions' lines go (dated by their `created_at:`, else
@@ -418,11 +434,12 @@ mod tests {
 
     #[test]
     fn the_compact_index_has_md5_etags_and_the_root_answers() {
+        let md5_etag = |path| Rubygems.plan(path, &HeaderMap::new()).etag == Etag::WholeMd5;
         for path in ["versions", "names", "info/rack"] {
-            assert!(Rubygems.md5_etag(path), "{path}");
+            assert!(md5_etag(path), "{path}");
         }
         for path in ["info/", "info/a/b", "gems/rack-3.0.0.gem", "specs.4.8.gz"] {
-            assert!(!Rubygems.md5_etag(path), "{path}");
+            assert!(!md5_etag(path), "{path}");
         }
         assert!(Rubygems.answers_root());
         assert!(!super::super::generic::Generic.answers_root());
@@ -483,8 +500,8 @@ mod tests {
             format!("---\n1.0.0 |checksum:{}\n", "ab".repeat(32))
         );
         assert_eq!(
-            Rubygems.times_document("rack").as_deref(),
-            Some("api/v1/versions/rack.json")
+            Rubygems.times_from("rack", ""),
+            Some(TimesFrom::Document("api/v1/versions/rack.json".into()))
         );
         let config = guard("rubygems", None, &["mc-alpha"]);
         let judge = Judge::new(&config, &Rubygems, NOW);

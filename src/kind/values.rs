@@ -30,6 +30,16 @@ pub struct TimeSource {
     pub key: TimeKey,
 }
 
+/// Where a document that may lack publish times has them
+/// ([`Packages::times_from`](super::Packages::times_from)).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TimesFrom {
+    /// The variant of the same path with this suffix.
+    Variant(&'static str),
+    /// Another document of the remote, at this path.
+    Document(String),
+}
+
 /// Where a document gives an artifact's publish time.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TimeKey {
@@ -40,7 +50,7 @@ pub enum TimeKey {
 }
 
 /// Which versions a remote serves (`version_policy`), for ecosystems that
-/// tell snapshots from releases ([`Ecosystem::is_snapshot`](super::Ecosystem::is_snapshot)); the other
+/// tell snapshots from releases ([`Plan::snapshot`](super::Plan::snapshot)); the other
 /// kind is 404 without asking upstream.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum VersionPolicy {
@@ -81,6 +91,10 @@ pub struct DigestRole {
     pub artifact_key: Option<String>,
     /// Whether the body declares digests of other artifacts.
     pub declares: bool,
+    /// Whether the artifact, when immutable and nothing declares its
+    /// digest, is pinned on first use (`Digests::pins_on_first_use`; yes
+    /// without `Digests`).
+    pub pins_on_first_use: bool,
 }
 
 /// An API endpoint proxied to the remote's mirrors and never cached: each

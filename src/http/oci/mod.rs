@@ -503,6 +503,8 @@ impl Pull<'_> {
             // The guard's rules name packages; an oci remote has none.
             filter: None,
             md5_etag: false,
+            // A manifest by tag changes.
+            immutable: false,
             method: &Method::GET,
             headers: accept,
         };

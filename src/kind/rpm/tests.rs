@@ -204,7 +204,7 @@ fn data_files_named_by_their_digest_declare_themselves() {
     assert_eq!(Rpm.artifact_key(sha1).as_deref(), Some(sha1));
     assert!(!Rpm.declares(&format!("repodata/{A}-primary.xml.zck")));
     assert!(!Rpm.declares(&format!("repodata/{A}-filelists.xml.gz")));
-    assert!(!Rpm.is_immutable("repodata/repomd.xml"));
+    assert!(!Rpm.plan("repodata/repomd.xml", &HeaderMap::new()).immutable);
 }
 
 #[test]
@@ -279,8 +279,9 @@ fn repomd_restates_a_relocated_primary_and_leaves_its_zchunk_out() {
         Rpm.rewritten_with(path, repomd.as_bytes()),
         std::slice::from_ref(&primary_path)
     );
-    assert!(Rpm.is_document_with_files(path) && Rpm.is_document_with_files(&primary_path));
-    assert!(!Rpm.is_document_with_files(&format!("f/repodata/{A}-primary.xml.zck")));
+    let relocated = |path: &str| Rpm.plan(path, &HeaderMap::new()).document == Rewritten::WithFiles;
+    assert!(relocated(path) && relocated(&primary_path));
+    assert!(!relocated(&format!("f/repodata/{A}-primary.xml.zck")));
     let rewrite = files_rewrite();
     let served_primary = Rpm.rewrite_body(&primary_path, primary_gz.clone(), &rewrite, &[]);
     assert!(gunzip(&served_primary).contains("http://proxy/r/~files/"));
