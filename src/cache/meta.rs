@@ -572,8 +572,9 @@ impl MetadataStore {
 }
 
 impl MetadataStore {
-    /// The pool, for the queries of [`super::listing`].
-    pub(super) fn pool(&self) -> &AnyPool {
+    /// The pool, for the queries of other rooms' tables (tokens, `ls`,
+    /// bundles).
+    pub(crate) fn pool(&self) -> &AnyPool {
         &self.pool
     }
 }
@@ -584,6 +585,6 @@ impl Drop for MetadataStore {
     }
 }
 
-pub(super) fn db_error(e: sqlx::Error) -> ProxyError {
+pub(crate) fn db_error(e: sqlx::Error) -> ProxyError {
     ProxyError::Metadata(e.to_string())
 }

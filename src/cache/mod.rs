@@ -21,7 +21,6 @@
 mod alias;
 pub mod blobs;
 pub mod budget;
-pub mod bundle;
 pub mod cluster;
 pub mod commit;
 mod commit_sql;
@@ -42,9 +41,8 @@ pub mod references;
 mod refs;
 mod spool;
 mod sql;
-mod sqlite;
+pub(crate) mod sqlite;
 pub mod store;
-pub mod tokens;
 pub mod verify;
 
 use std::sync::{Arc, OnceLock};

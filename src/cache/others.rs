@@ -63,7 +63,7 @@ impl Others {
 
     /// After a write by this process: tells a server beside it, unless this
     /// is the server.
-    pub(super) fn wrote(&self) {
+    pub(crate) fn wrote(&self) {
         let Some(marker) = self.marker.as_ref() else {
             return;
         };

@@ -86,7 +86,7 @@ where
 /// whose earlier read has not ended (a statement sqlx has not reset yet)
 /// keeps a snapshot older than the other process's commit, and every
 /// write on it fails at once, however long it waits.
-pub(super) async fn execute_retrying<'q>(
+pub(crate) async fn execute_retrying<'q>(
     pool: &AnyPool,
     make: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
 ) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::access::token;
-use crate::cache::tokens::TokenRow;
+use crate::access::token_table::{TokenRow, TokenTable};
 use crate::cache::MetadataStore;
 use crate::clock::now_ms;
 use crate::config::Config;
@@ -45,7 +45,7 @@ pub async fn add(
         expires_at_ms: expires.map(|d| now + d.as_millis() as i64),
     };
     let meta = open(config).await?;
-    let inserted = meta.token_insert(&row).await;
+    let inserted = TokenTable::of(&meta).insert(&row).await;
     meta.close().await;
     inserted?;
     Ok((row, made.text))
@@ -53,7 +53,7 @@ pub async fn add(
 
 pub async fn list(config: &Config, user: Option<&str>) -> anyhow::Result<Vec<TokenRow>> {
     let meta = open(config).await?;
-    let rows = meta.token_list(user).await;
+    let rows = TokenTable::of(&meta).list(user).await;
     meta.close().await;
     Ok(rows?)
 }
@@ -61,7 +61,7 @@ pub async fn list(config: &Config, user: Option<&str>) -> anyhow::Result<Vec<Tok
 /// Whether a token with this id was there to revoke.
 pub async fn revoke(config: &Config, id: &str) -> anyhow::Result<bool> {
     let meta = open(config).await?;
-    let revoked = meta.token_revoke(id).await;
+    let revoked = TokenTable::of(&meta).revoke(id).await;
     meta.close().await;
     Ok(revoked?)
 }

@@ -199,7 +199,8 @@ async fn declared_digests(meta: &MetadataStore) {
 /// Access tokens (migration 0005): kept by id, listed per user without
 /// their secret, revoked once.
 async fn tokens(meta: &MetadataStore) {
-    use mirrorcache::cache::tokens::TokenRow;
+    use mirrorcache::access::token_table::{TokenRow, TokenTable};
+    let table = TokenTable::of(meta);
     let row = |id: &str, user: &str, expires: Option<i64>| TokenRow {
         id: id.to_string(),
         user: user.to_string(),
@@ -207,29 +208,28 @@ async fn tokens(meta: &MetadataStore) {
         created_at_ms: 1,
         expires_at_ms: expires,
     };
-    meta.token_insert(&row("aaaaaaaaaaaa", "ci", None))
+    table
+        .insert(&row("aaaaaaaaaaaa", "ci", None))
         .await
         .unwrap();
-    meta.token_insert(&row("bbbbbbbbbbbb", "dev", Some(99)))
+    table
+        .insert(&row("bbbbbbbbbbbb", "dev", Some(99)))
         .await
         .unwrap();
-    assert!(meta
-        .token_insert(&row("aaaaaaaaaaaa", "ci", None))
+    assert!(table
+        .insert(&row("aaaaaaaaaaaa", "ci", None))
         .await
         .is_err());
     assert_eq!(
-        meta.token_find("bbbbbbbbbbbb").await.unwrap(),
+        table.find("bbbbbbbbbbbb").await.unwrap(),
         Some(row("bbbbbbbbbbbb", "dev", Some(99)))
     );
-    assert_eq!(meta.token_list(None).await.unwrap().len(), 2);
-    assert_eq!(
-        meta.token_list(Some("ci")).await.unwrap()[0].id,
-        "aaaaaaaaaaaa"
-    );
-    assert!(meta.token_revoke("aaaaaaaaaaaa").await.unwrap());
-    assert!(!meta.token_revoke("aaaaaaaaaaaa").await.unwrap());
-    assert_eq!(meta.token_find("aaaaaaaaaaaa").await.unwrap(), None);
-    meta.token_revoke("bbbbbbbbbbbb").await.unwrap();
+    assert_eq!(table.list(None).await.unwrap().len(), 2);
+    assert_eq!(table.list(Some("ci")).await.unwrap()[0].id, "aaaaaaaaaaaa");
+    assert!(table.revoke("aaaaaaaaaaaa").await.unwrap());
+    assert!(!table.revoke("aaaaaaaaaaaa").await.unwrap());
+    assert_eq!(table.find("aaaaaaaaaaaa").await.unwrap(), None);
+    table.revoke("bbbbbbbbbbbb").await.unwrap();
 }
 
 #[tokio::test]

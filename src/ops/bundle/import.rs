@@ -23,11 +23,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use sha2::{Digest as _, Sha256};
 
+use super::rows::{self, BundledEntry};
 use super::{
     check_signature, verifying_key, BundledBlob, Manifest, SignatureFile, BLOBS, FORMAT, MANIFEST,
     SIGNATURE,
 };
-use crate::cache::bundle::BundledEntry;
 use crate::cache::{Cache, ContentStore, Digest, Entry, TempBlob};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -214,7 +214,7 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
         .filter(|d| config.remotes.iter().any(|r| r.name == d.remote))
         .cloned()
         .collect();
-    imported.declared_added = cache.meta.add_declared_if_absent(&declared).await?;
+    imported.declared_added = rows::add_declared_if_absent(&cache.meta, &declared).await?;
     cache.meta.close().await;
     imported.seconds = started.elapsed().as_secs_f64();
     Ok(imported)
