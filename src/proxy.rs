@@ -61,7 +61,7 @@ impl Proxy {
         let metrics = Arc::new(Metrics::new());
         let cache = Cache::open(config, metrics.clone()).await?;
         // The one process that trusts its memory of the rows (and is told
-        // of other processes' writes: `cache::others`).
+        // of other processes' writes: `meta::other_writers`).
         cache.meta.others.serve();
         let gauges = GaugeRegistry::default();
         let health = HealthRegistry::default();

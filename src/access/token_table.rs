@@ -4,9 +4,10 @@
 
 use sqlx::AnyPool;
 
-use crate::cache::meta::{db_error, MetadataStore};
-use crate::cache::sqlite::execute_retrying;
 use crate::error::ProxyError;
+use crate::meta::sql::db_error;
+use crate::meta::sqlite::execute_retrying;
+use crate::meta::MetadataStore;
 
 /// One token as the database keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]

@@ -2,10 +2,11 @@
 //! by tag is also the entry of its digest, so a pull by digest (what
 //! Kubernetes pins) is a hit, also with every mirror down.
 
-use super::meta::Entry;
-use super::{Cache, Digest};
+use super::facade::Cache;
 use crate::error::ProxyError;
+use crate::meta::Entry;
 use crate::path::ArtifactPath;
+use crate::store::Digest;
 
 impl Cache {
     /// Records `entry` as the entry for `path` too, when its blob is the

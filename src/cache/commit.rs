@@ -51,114 +51,18 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::meta::Entry;
-use super::purge::Ticket;
-use super::spool::FillBody;
-use super::{Cache, Digest, TempBlob};
+use super::commit_queue::{Answer, CommitSlot, FillBody, Pending, Queued};
+use super::facade::Cache;
 use crate::error::ProxyError;
-use crate::kind::declared::Declared;
-use crate::kind::{CachedAt, Kind};
+use crate::meta::{Entry, Pin, Ticket};
 use crate::path::ArtifactPath;
+use crate::store::{Digest, TempBlob};
 
 /// How long the committer waits after a batch's first commit for others to
 /// join it.
 pub const COMMIT_DELAY: Duration = Duration::from_millis(2);
 /// The most commits in one batch.
 pub const MAX_BATCH: usize = 512;
-
-/// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
-/// with its entry's row in the batch's transaction: the pin is durable
-/// exactly when the entry is, at no statement of its own.
-pub struct Pin {
-    pub remote: String,
-    pub kind: Kind,
-    /// The key the digest is declared under.
-    pub artifact: String,
-    pub declared: Declared,
-}
-
-/// One commit waiting in the queue (its body a [`FillBody`]), or in a
-/// batch once its temp file is written (its body a [`TempBlob`]).
-pub(super) struct Pending<B = FillBody> {
-    pub(super) body: B,
-    pub(super) path: ArtifactPath,
-    pub(super) entry: Entry,
-    /// When the fill began: a purge of the key since then leaves no row.
-    pub(super) ticket: Ticket,
-    pub(super) pin: Option<Pin>,
-    pub(super) done: oneshot::Sender<Answer>,
-}
-
-/// The entry committed; `None` when a purge of its key came after the fill
-/// began (nothing is left of it).
-pub(super) type Answer = Result<Option<Arc<Entry>>, ProxyError>;
-
-/// A place in the commit queue, taken before the fill lets its readers see
-/// the end of the body.
-pub struct CommitSlot {
-    permit: mpsc::OwnedPermit<Pending>,
-    queued: Queued,
-}
-
-/// One in `commits_queued`, from a place taken until its commit is
-/// answered (or the place is dropped unused).
-struct Queued(prometheus_client::metrics::gauge::Gauge);
-
-impl Drop for Queued {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
-/// A commit handed to the committer; resolves when it is durable (or failed).
-pub struct Committing {
-    answer: oneshot::Receiver<Answer>,
-    _queued: Queued,
-}
-
-impl CommitSlot {
-    /// Hands the complete, hashed body over: it becomes the entry of
-    /// `path` with the next batch, unless a purge of `path` comes after
-    /// `ticket` (when the fill began); `pin` is written with its row.
-    pub fn send(
-        self,
-        body: FillBody,
-        path: &ArtifactPath,
-        (entry, pin): (Entry, Option<Pin>),
-        ticket: Ticket,
-    ) -> Committing {
-        let (done, answer) = oneshot::channel();
-        let CommitSlot { permit, queued } = self;
-        permit.send(Pending {
-            body,
-            path: path.clone(),
-            entry,
-            ticket,
-            pin,
-            done,
-        });
-        Committing {
-            answer,
-            _queued: queued,
-        }
-    }
-}
-
-impl Committing {
-    /// The committed entry once durable; `None` if purged.
-    pub async fn durable(self) -> Answer {
-        self.answer
-            .await
-            .unwrap_or_else(|_| Err(ProxyError::Store("the committer stopped".into())))
-    }
-}
-
-/// The queue's sending side, owned by the [`Cache`].
-pub(super) type Queue = mpsc::Sender<Pending>;
-
-pub(super) fn queue(capacity: usize) -> (Queue, mpsc::Receiver<Pending>) {
-    mpsc::channel(capacity.max(1))
-}
 
 impl Cache {
     /// A place in the commit queue: waits while the queue is full.
@@ -208,7 +112,7 @@ impl Cache {
     /// once however many rows of the batch have it; a row it replaces has
     /// its blob released. If the rows cannot be written, blobs nothing else
     /// references are deleted again.
-    pub(super) async fn commit_rows(&self, staged: Staged) {
+    pub(crate) async fn commit_rows(&self, staged: Staged) {
         let Staged {
             rows,
             new,
@@ -385,7 +289,7 @@ impl Cache {
 
     /// The size of `digest`'s blob if a commit of it is between its blob
     /// and its row (a release then keeps the blob).
-    pub(super) fn committing_size(&self, digest: &Digest) -> Option<u64> {
+    pub(crate) fn committing_size(&self, digest: &Digest) -> Option<u64> {
         let committing = self.committing.lock().expect("committing poisoned");
         committing.get(digest).map(|(_, size)| *size)
     }
@@ -393,21 +297,21 @@ impl Cache {
 
 /// A row of a batch whose blob is durable: its path, entry, and the fill's
 /// ticket, answer and pin.
-pub(super) type StagedRow = (
+pub(crate) type StagedRow = (
     ArtifactPath,
     Entry,
     (Ticket, oneshot::Sender<Answer>, Option<Pin>),
 );
 
 /// A batch between its two stages: blobs durable, rows to write.
-pub(super) struct Staged {
-    pub(super) rows: Vec<StagedRow>,
+pub(crate) struct Staged {
+    pub(crate) rows: Vec<StagedRow>,
     /// Its digests, each once, marked as being committed.
-    pub(super) new: Vec<Digest>,
+    pub(crate) new: Vec<Digest>,
     /// Those whose blob this batch put on disk (it was not there).
-    pub(super) placed: HashSet<Digest>,
+    pub(crate) placed: HashSet<Digest>,
     /// The digests whose blob could not be committed, and why.
-    pub(super) failed: HashMap<Digest, String>,
+    pub(crate) failed: HashMap<Digest, String>,
 }
 
 /// Takes a batch's digests out of [`Cache::committing`] when dropped (its
@@ -476,7 +380,7 @@ async fn collect(
 /// is dropped. Two batches overlap: the rows of one are written while the
 /// blobs of the next are made durable (different work, often on different
 /// devices' queues); the rows are written in batch order.
-pub(super) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) {
+pub(crate) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) {
     let mut later: Vec<Pending> = Vec::new();
     let mut staged: Option<Staged> = None;
     loop {
@@ -497,18 +401,5 @@ pub(super) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) 
             Some(next) => staged = Some(next),
             None => return,
         }
-    }
-}
-
-impl Pin {
-    /// Whether a cached row other than the one it is committed with may be
-    /// of its artifact (and then must match it): only where the ecosystem
-    /// finds an artifact's rows elsewhere than at its key, or the key is
-    /// not the row's own path. Otherwise the only row is the batch's.
-    fn may_contradict(&self, path: &ArtifactPath) -> bool {
-        self.kind.digests().is_some_and(|digests| {
-            !matches!(digests.cached_at(&self.artifact), CachedAt::Path)
-                || self.artifact != path.stored_path()
-        })
     }
 }

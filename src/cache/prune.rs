@@ -23,13 +23,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::meta::{db_error, now_ms};
-use super::sql::placeholders;
-use super::{Cache, Digest};
+use super::facade::Cache;
+use crate::clock::now_ms;
 use crate::config::RemoteConfig;
 use crate::error::ProxyError;
 use crate::kind::declared::{canonical, Declared, Document};
+use crate::meta::sql::{db_error, placeholders};
 use crate::path::ArtifactPath;
+use crate::store::Digest;
 
 /// How often the rows are pruned.
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(6 * 3600);

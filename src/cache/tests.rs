@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::evict::{self, low_water};
 use super::{Cache, Digest, Entry};
 use crate::config::Config;
+use crate::meta::index::Found;
 use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
 use crate::test_rng::XorShift;
@@ -58,7 +59,7 @@ async fn commit(cache: &Cache, path: u64, n: u64) {
 
 /// Hands `bytes`, kept in memory, to the commit queue as the entry of
 /// `key` (`/r/…`), as a small fill does; waits until it is durable.
-async fn commit_bytes(cache: &Cache, key: &str, bytes: Vec<u8>) -> super::commit::Answer {
+async fn commit_bytes(cache: &Cache, key: &str, bytes: Vec<u8>) -> super::commit_queue::Answer {
     let entry = Entry::new(
         Digest::of(&bytes),
         bytes.len() as u64,
@@ -162,7 +163,7 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
                 }
                 if serving {
                     let listed = match cache.meta.index.get(path.key()) {
-                        super::index::Found::Entry(e) => Some(e.digest),
+                        Found::Entry(e) => Some(e.digest),
                         _ => None,
                     };
                     assert_eq!(listed, row.map(|r| r.digest), "seed {seed}: index and row");
@@ -307,7 +308,7 @@ async fn a_row_read_before_its_deletion_is_not_remembered_after_it() {
     assert!(!cache.meta.remember_read(&path, &read, ticket));
     assert!(matches!(
         cache.meta.index.get(path.key()),
-        super::index::Found::Absent | super::index::Found::Unknown
+        Found::Absent | Found::Unknown
     ));
     assert!(!cache.meta.index.references(&read.digest));
     // A read begun after the deletion is remembered as before.

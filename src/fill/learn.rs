@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{FillRegistry, FillState};
-use crate::cache::commit::Pin;
 use crate::cache::{prune, Blob, Cache, Digest, Entry};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{canonical, Algo, Declared, Document};
 use crate::kind::DigestRole;
+use crate::meta::Pin;
 use crate::path::ArtifactPath;
 use crate::upstream::Remote;
 

@@ -7,10 +7,10 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::cache::MetadataStore;
 use crate::clock::now_ms;
 use crate::config::Config;
 use crate::error::ProxyError;
+use crate::meta::MetadataStore;
 
 /// One row as `mirrorcache ls` shows it.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -9,9 +9,9 @@ use anyhow::Context;
 
 use crate::access::token;
 use crate::access::token_table::{TokenRow, TokenTable};
-use crate::cache::MetadataStore;
 use crate::clock::now_ms;
 use crate::config::Config;
+use crate::meta::MetadataStore;
 
 async fn open(config: &Config) -> anyhow::Result<MetadataStore> {
     MetadataStore::connect(&config.metadata.url, 1)

@@ -408,7 +408,7 @@ async fn hits_read_no_row_whatever_the_entry_cache_holds() {
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     // A key the complete index does not list has no row, for the request
     // and for the fill's double check under its slot (no other process
-    // wrote: `cache::others`); nothing declares it (the declared keys).
+    // wrote: `meta::other_writers`); nothing declares it (the declared keys).
     assert_eq!(meta.row_reads(), reads, "a cold miss reads no row");
     assert_eq!(mirror.hits("/m/f0"), 1);
     running.shutdown().await;

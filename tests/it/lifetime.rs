@@ -498,7 +498,7 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
     )
     .await
     .unwrap();
-    let entry = mirrorcache::cache::meta::Entry::new(
+    let entry = mirrorcache::meta::Entry::new(
         Digest::from_hex(&sha256_hex(&own)).unwrap(),
         3000,
         None,

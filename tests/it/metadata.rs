@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use mirrorcache::cache::meta::{Entry, MetadataStore};
 use mirrorcache::cache::Digest;
+use mirrorcache::meta::{Entry, MetadataStore};
 use mirrorcache::path::ArtifactPath;
 use sqlx::Executor;
 use tokio::net::{TcpListener, TcpStream};

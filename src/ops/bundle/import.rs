@@ -516,8 +516,7 @@ fn copy_temp(store: &ContentStore, from: &File, size: u64) -> io::Result<TempBlo
     let temp = store.create_temp_for(size)?;
     let mut offset = 0;
     while offset < size {
-        let chunk =
-            crate::cache::store::read_at(from, offset, (size - offset).min(1 << 20) as usize)?;
+        let chunk = crate::store::read_at(from, offset, (size - offset).min(1 << 20) as usize)?;
         if chunk.is_empty() {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }

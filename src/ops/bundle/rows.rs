@@ -7,8 +7,9 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::cache::meta::{db_error, MetadataStore};
 use crate::error::ProxyError;
+use crate::meta::sql::db_error;
+use crate::meta::MetadataStore;
 
 /// One cached entry as a bundle's manifest lists it: the row without the
 /// access times and hit counts, which belong to the machine it came from.

@@ -21,7 +21,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::store::Digest;
+use super::digest::Digest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Layout {
@@ -163,8 +163,8 @@ mod tests {
 
     #[test]
     fn a_store_serves_the_blobs_of_its_own_layout_and_commits_flat() {
-        use crate::cache::budget::Budget;
-        use crate::cache::store::{BatchBody, ContentStore};
+        use crate::store::budget::Budget;
+        use crate::store::{BatchBody, ContentStore};
         use std::sync::Arc;
 
         let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,7 @@
-//! Metadata: which `remote/path` maps to which blob, with the headers and times
-//! needed to serve and revalidate it. SQLite or Postgres through sqlx, with a
-//! bounded in-memory cache (moka) in front so a hot hit costs no query.
+//! [`MetadataStore`]: which `remote/path` maps to which blob, with the headers
+//! and times needed to serve and revalidate it. SQLite or Postgres through
+//! sqlx, with a bounded in-memory cache (moka) in front so a hot hit costs no
+//! query; its connection, migrations and back-off from a failing database.
 //!
 //! Queries are plain `sqlx::query` on the `Any` driver rather than the
 //! compile-time-checked macros: the macros need a live database (or committed
@@ -18,112 +19,16 @@ use sqlx::migrate::{Migration, MigrationType, Migrator};
 use sqlx::AnyPool;
 
 use super::cluster::{self, Cluster};
+use super::declared_keys::DeclaredKeys;
+use super::entry::{entry_cache, Entry, EntryCache, NegativeCache};
 use super::index::Index;
-use super::prepared::Prepared;
+use super::other_writers::Others;
 use super::purge::{Purges, Ticket};
-use super::store::Digest;
-pub use crate::clock::now_ms;
+use super::sql::db_error;
+use super::touched::Touched;
+use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
-
-/// One cached artifact as the hit path needs it.
-#[derive(Debug)]
-pub struct Entry {
-    pub digest: Digest,
-    pub size: u64,
-    pub content_type: Option<String>,
-    /// The mirror's validators, sent back when revalidating.
-    pub upstream_etag: Option<String>,
-    pub upstream_last_modified: Option<String>,
-    /// The mirror's headers its ecosystem keeps (`Ecosystem::kept_headers`),
-    /// `name: value` lines, replayed with every answer; never read here.
-    pub kept_headers: Option<String>,
-    /// When the body was fetched or last revalidated (unix ms).
-    pub fetched_at_ms: i64,
-    /// What the front end derives from this entry once (its header values):
-    /// kept here so a hit does not build them again; never read by the cache.
-    pub prepared: Prepared,
-    /// Last hit (unix ms), kept in memory and written to the database in
-    /// batches by the evictor: a hit never writes to the database.
-    last_access_ms: AtomicI64,
-    /// The `last_access_ms` the database has.
-    flushed_access_ms: AtomicI64,
-    /// Hits not yet added to the row's `hits` (written with the access times).
-    pending_hits: AtomicU64,
-    /// Built from the entry index, which does not keep the mirror's `ETag`
-    /// (`upstream_etag` is `None` whatever the row says): a revalidation
-    /// reads the row first.
-    pub from_index: bool,
-}
-
-impl Clone for Entry {
-    fn clone(&self) -> Entry {
-        Entry {
-            digest: self.digest,
-            size: self.size,
-            content_type: self.content_type.clone(),
-            upstream_etag: self.upstream_etag.clone(),
-            upstream_last_modified: self.upstream_last_modified.clone(),
-            kept_headers: self.kept_headers.clone(),
-            fetched_at_ms: self.fetched_at_ms,
-            prepared: self.prepared.clone(),
-            last_access_ms: AtomicI64::new(self.last_access_ms.load(Ordering::Relaxed)),
-            flushed_access_ms: AtomicI64::new(self.flushed_access_ms.load(Ordering::Relaxed)),
-            pending_hits: AtomicU64::new(self.pending_hits.load(Ordering::Relaxed)),
-            from_index: self.from_index,
-        }
-    }
-}
-
-impl Entry {
-    pub fn new(
-        digest: Digest,
-        size: u64,
-        content_type: Option<String>,
-        upstream_etag: Option<String>,
-        upstream_last_modified: Option<String>,
-        fetched_at_ms: i64,
-    ) -> Entry {
-        Entry {
-            digest,
-            size,
-            content_type,
-            upstream_etag,
-            upstream_last_modified,
-            kept_headers: None,
-            fetched_at_ms,
-            prepared: Prepared::default(),
-            last_access_ms: AtomicI64::new(fetched_at_ms),
-            flushed_access_ms: AtomicI64::new(fetched_at_ms),
-            pending_hits: AtomicU64::new(0),
-            from_index: false,
-        }
-    }
-
-    /// Notes a hit: one relaxed add to the hit count (for `ls`; the remote's
-    /// request counter already costs the hit path the same), and the access
-    /// time stored at most once per second per entry.
-    pub fn touch(&self, now_ms: i64) {
-        self.pending_hits.fetch_add(1, Ordering::Relaxed);
-        if now_ms - self.last_access_ms.load(Ordering::Relaxed) >= 1000 {
-            self.last_access_ms.store(now_ms, Ordering::Relaxed);
-        }
-    }
-
-    /// What the database does not have yet: hits since the last flush and
-    /// the last access kept in memory (for the browse page, which adds them).
-    pub fn unflushed(&self) -> (u64, i64) {
-        (
-            self.pending_hits.load(Ordering::Relaxed),
-            self.last_access_ms.load(Ordering::Relaxed),
-        )
-    }
-
-    /// Age since the last fetch or revalidation.
-    pub fn age(&self, now_ms: i64) -> Duration {
-        Duration::from_millis((now_ms - self.fetched_at_ms).max(0) as u64)
-    }
-}
 
 fn migrator() -> Migrator {
     let migrations = vec![
@@ -176,55 +81,42 @@ fn migrator() -> Migrator {
     }
 }
 
-/// The in-memory cache of entries in front of the database, keyed by
-/// `remote/path`. Holds only positive entries: a miss goes to the fill, which
-/// costs far more than the query it would save.
-pub type EntryCache = moka::sync::Cache<String, Arc<Entry>>;
-
-/// The entry cache as the hit path builds it (also used by `benches/cache_ops.rs`).
-pub fn entry_cache(max_entries: u64) -> EntryCache {
-    moka::sync::Cache::new(max_entries)
-}
-
-/// What every mirror answered last time a path was not found: (status, unix ms).
-pub type NegativeCache = moka::sync::Cache<String, (u16, i64)>;
-
 pub struct MetadataStore {
-    pub(super) pool: AnyPool,
-    pub(super) cache: EntryCache,
-    pub(super) negative: NegativeCache,
+    pub(crate) pool: AnyPool,
+    pub(crate) cache: EntryCache,
+    pub(crate) negative: NegativeCache,
     /// While the database is failing, the request path skips it until this
     /// time (unix ms) instead of waiting out a connect timeout per request:
     /// hits in `cache` are served, misses are proxied uncached.
     unavailable_until_ms: AtomicI64,
     /// Redis, when instances share state: a second-level entry cache and the
     /// channel that keeps every instance's `cache` coherent.
-    pub(super) cluster: std::sync::OnceLock<Arc<Cluster>>,
+    pub(crate) cluster: std::sync::OnceLock<Arc<Cluster>>,
     /// The purge generations that keep what began before a purge from
-    /// showing after it (see `super::purge`).
+    /// showing after it (see [`super::purge`]).
     pub purges: Purges,
     /// Every row, compactly, once loaded (`load_index`; see `super::index`).
     pub index: Index,
     /// Rows read by lookups: an entry's (`read_row`: what the index saves)
     /// or a declared digest's (`declared`: what the declared keys save).
-    pub(super) row_reads: AtomicU64,
-    /// Digest questions the database answered (`refs`).
-    pub(super) digest_reads: AtomicU64,
+    pub(crate) row_reads: AtomicU64,
+    /// Digest questions the database answered (`super::lifetime`).
+    pub(crate) digest_reads: AtomicU64,
     /// The SQLite database's URL, for the index loader's own typed
     /// connections (`None` on Postgres and for an in-memory database).
-    pub(super) sqlite_url: Option<String>,
+    pub(crate) sqlite_url: Option<String>,
     /// Rows when it connected (what `Cache::open` defers work on).
-    pub(super) rows_at_start: usize,
-    /// Hits on entries served from the index (see `super::lookup`).
-    pub(super) touched: super::lookup::Touched,
+    pub(crate) rows_at_start: usize,
+    /// Hits on entries served from the index (see [`super::lookup`]).
+    pub(crate) touched: Touched,
     /// The keys of the `declared` table (see `super::declared_keys`).
-    pub declared_keys: super::declared_keys::DeclaredKeys,
-    /// Other processes' writes (see `super::others`).
-    pub others: Arc<super::others::Others>,
+    pub declared_keys: DeclaredKeys,
+    /// Other processes' writes (see `super::other_writers`).
+    pub others: Arc<Others>,
     /// On a SQLite file, one connection of its own with `synchronous =
     /// FULL` for the group commit's transactions (durable when they
     /// return), so a batch sets no pragma: two statements fewer a batch.
-    pub(super) durable: Option<AnyPool>,
+    pub(crate) durable: Option<AnyPool>,
 }
 
 /// How long the request path leaves a failing database alone.
@@ -239,7 +131,7 @@ pub struct Row {
     pub size: u64,
 }
 
-pub(super) type EntryRow = (
+pub(crate) type EntryRow = (
     String,
     i64,
     Option<String>,
@@ -318,57 +210,17 @@ impl MetadataStore {
             index: Index::with_room(rows),
             row_reads: AtomicU64::new(0),
             digest_reads: AtomicU64::new(0),
-            touched: super::lookup::Touched::new(cache_entries),
+            touched: Touched::new(cache_entries),
             rows_at_start: rows,
             declared_keys: Default::default(),
             durable,
-            others: Arc::new(super::others::Others::new(super::sqlite::sqlite_file(&url))),
+            others: Arc::new(Others::new(super::sqlite::sqlite_file(&url))),
             sqlite_url: (is_sqlite && !url.contains(":memory:")).then(|| url.clone()),
         })
     }
 
-    /// Shares entries and invalidations with other instances through Redis.
-    pub fn attach_cluster(&self, cluster: Arc<Cluster>) {
-        let _ = self.cluster.set(cluster);
-    }
-
-    /// Drops this instance's in-memory knowledge of `key` (or of everything,
-    /// for `cluster::ALL`): what another instance changed; or, for a purge
-    /// message, takes the purge's generation here too.
-    pub fn invalidate_local(&self, key: &str) {
-        if let Some((from, scope)) = cluster::purge_scope(key) {
-            // Our own purge took its generations already.
-            if self.cluster.get().is_none_or(|c| c.instance() != from) {
-                self.purge_memory(&scope);
-            }
-            return;
-        }
-        // A complete index is this process's own database's: what other
-        // instances change is not in it.
-        let index = !self.index.is_complete();
-        if key == cluster::ALL {
-            if index {
-                self.index.clear();
-            }
-            self.cache.invalidate_all();
-            self.negative.invalidate_all();
-        } else {
-            if index {
-                self.index.remove(key);
-            }
-            self.cache.invalidate(key);
-            self.negative.invalidate(key);
-        }
-    }
-
-    pub(super) async fn shared_changed(&self, key: &str, entry: Option<&Entry>) {
-        if let Some(cluster) = self.cluster.get() {
-            cluster.changed(key, entry).await;
-        }
-    }
-
     /// Records (or replaces) the entry for `path` (a batch of one; fills
-    /// go through the group commit, `super::commit`).
+    /// go through the group commit, `crate::cache::commit`).
     pub async fn record(
         &self,
         path: &ArtifactPath,
@@ -379,7 +231,7 @@ impl MetadataStore {
     }
 
     /// After its row is written: `entry` in memory, and shared.
-    pub(super) async fn recorded(&self, path: &ArtifactPath, entry: Entry) -> Arc<Entry> {
+    pub(crate) async fn recorded(&self, path: &ArtifactPath, entry: Entry) -> Arc<Entry> {
         let entry = Arc::new(entry);
         self.index.insert(path.key(), &entry);
         self.cache.insert(path.key().to_string(), entry.clone());
@@ -418,51 +270,6 @@ impl MetadataStore {
     /// Drops the entry for `path` (its blob is gone, or it was purged).
     pub async fn forget(&self, path: &ArtifactPath) -> Result<(), ProxyError> {
         self.forget_row(path.remote(), path.stored_path()).await
-    }
-
-    pub(super) fn check_available(&self) -> Result<(), ProxyError> {
-        if now_ms() < self.unavailable_until_ms.load(Ordering::Relaxed) {
-            return Err(ProxyError::Metadata(
-                "database unavailable; retrying shortly".into(),
-            ));
-        }
-        Ok(())
-    }
-
-    /// Maps a database error on the request path and backs off from the
-    /// database. Not for a pool that is merely busy (every connection taken
-    /// by a herd of lookups): that is load, not an outage, and backing off
-    /// would drop the fills' entries for the whole back-off.
-    pub(super) fn failed(&self, e: sqlx::Error) -> ProxyError {
-        if matches!(e, sqlx::Error::PoolTimedOut) {
-            return db_error(e);
-        }
-        if self
-            .unavailable_until_ms
-            .swap(now_ms() + BACKOFF_MS, Ordering::Relaxed)
-            == 0
-        {
-            tracing::warn!(error = %e, "metadata database failing; serving from memory and proxying misses uncached");
-        }
-        db_error(e)
-    }
-
-    /// Remembers that every mirror answered `status` (404/410) for `path`
-    /// now, unless a purge of it came after `ticket`.
-    pub fn remember_absent(&self, path: &ArtifactPath, status: u16, now_ms: i64, ticket: Ticket) {
-        self.purges.if_current(path.key(), ticket, || {
-            self.negative
-                .insert(path.key().to_string(), (status, now_ms));
-        });
-    }
-
-    /// The last "not found" answer for `path`, if one is remembered: (status, unix ms).
-    pub fn absent(&self, path: &ArtifactPath) -> Option<(u16, i64)> {
-        self.negative.get(path.key())
-    }
-
-    pub fn forget_absent(&self, path: &ArtifactPath) {
-        self.negative.invalidate(path.key());
     }
 
     /// Writes the access times and hit counts of hot entries touched since
@@ -514,6 +321,70 @@ impl MetadataStore {
         }
         Ok(touched.len() + from_index.len())
     }
+}
+
+impl Drop for MetadataStore {
+    fn drop(&mut self) {
+        self.others.close();
+    }
+}
+
+impl MetadataStore {
+    pub(crate) fn check_available(&self) -> Result<(), ProxyError> {
+        if now_ms() < self.unavailable_until_ms.load(Ordering::Relaxed) {
+            return Err(ProxyError::Metadata(
+                "database unavailable; retrying shortly".into(),
+            ));
+        }
+        Ok(())
+    }
+
+    /// Maps a database error on the request path and backs off from the
+    /// database. Not for a pool that is merely busy (every connection taken
+    /// by a herd of lookups): that is load, not an outage, and backing off
+    /// would drop the fills' entries for the whole back-off.
+    pub(crate) fn failed(&self, e: sqlx::Error) -> ProxyError {
+        if matches!(e, sqlx::Error::PoolTimedOut) {
+            return db_error(e);
+        }
+        if self
+            .unavailable_until_ms
+            .swap(now_ms() + BACKOFF_MS, Ordering::Relaxed)
+            == 0
+        {
+            tracing::warn!(error = %e, "metadata database failing; serving from memory and proxying misses uncached");
+        }
+        db_error(e)
+    }
+
+    pub(crate) fn recovered(&self) {
+        if self.unavailable_until_ms.swap(0, Ordering::Relaxed) != 0 {
+            tracing::info!("metadata database answers again");
+        }
+    }
+
+    /// Whether the database answers (for readiness).
+    /// Whether the database answers; an answer also ends the back-off.
+    pub async fn ping(&self) -> bool {
+        let ok = sqlx::query("SELECT 1").execute(&self.pool).await.is_ok();
+        if ok {
+            self.recovered();
+        }
+        ok
+    }
+
+    pub async fn close(&self) {
+        if let Some(durable) = &self.durable {
+            durable.close().await;
+        }
+        self.pool.close().await;
+    }
+
+    /// The pool, for the queries of other rooms' tables (tokens, `ls`,
+    /// bundles).
+    pub(crate) fn pool(&self) -> &AnyPool {
+        &self.pool
+    }
 
     /// The least recently used rows, oldest first.
     pub async fn least_recently_used(&self, limit: i64) -> Result<Vec<Row>, ProxyError> {
@@ -530,7 +401,7 @@ impl MetadataStore {
             .await
     }
 
-    async fn rows(&self, sql: &str, limit: Option<i64>) -> Result<Vec<Row>, ProxyError> {
+    pub(crate) async fn rows(&self, sql: &str, limit: Option<i64>) -> Result<Vec<Row>, ProxyError> {
         let mut query = sqlx::query_as::<_, (String, String, String, i64)>(sql);
         if let Some(limit) = limit {
             query = query.bind(limit);
@@ -547,44 +418,61 @@ impl MetadataStore {
             .collect())
     }
 
-    /// Whether the database answers (for readiness).
-    /// Whether the database answers; an answer also ends the back-off.
-    pub async fn ping(&self) -> bool {
-        let ok = sqlx::query("SELECT 1").execute(&self.pool).await.is_ok();
-        if ok {
-            self.recovered();
+    /// Shares entries and invalidations with other instances through Redis.
+    pub fn attach_cluster(&self, cluster: Arc<Cluster>) {
+        let _ = self.cluster.set(cluster);
+    }
+
+    /// Drops this instance's in-memory knowledge of `key` (or of everything,
+    /// for `cluster::ALL`): what another instance changed; or, for a purge
+    /// message, takes the purge's generation here too.
+    pub fn invalidate_local(&self, key: &str) {
+        if let Some((from, scope)) = cluster::purge_scope(key) {
+            // Our own purge took its generations already.
+            if self.cluster.get().is_none_or(|c| c.instance() != from) {
+                self.purge_memory(&scope);
+            }
+            return;
         }
-        ok
-    }
-
-    pub(super) fn recovered(&self) {
-        if self.unavailable_until_ms.swap(0, Ordering::Relaxed) != 0 {
-            tracing::info!("metadata database answers again");
+        // A complete index is this process's own database's: what other
+        // instances change is not in it.
+        let index = !self.index.is_complete();
+        if key == cluster::ALL {
+            if index {
+                self.index.clear();
+            }
+            self.cache.invalidate_all();
+            self.negative.invalidate_all();
+        } else {
+            if index {
+                self.index.remove(key);
+            }
+            self.cache.invalidate(key);
+            self.negative.invalidate(key);
         }
     }
 
-    pub async fn close(&self) {
-        if let Some(durable) = &self.durable {
-            durable.close().await;
+    pub(crate) async fn shared_changed(&self, key: &str, entry: Option<&Entry>) {
+        if let Some(cluster) = self.cluster.get() {
+            cluster.changed(key, entry).await;
         }
-        self.pool.close().await;
     }
-}
 
-impl MetadataStore {
-    /// The pool, for the queries of other rooms' tables (tokens, `ls`,
-    /// bundles).
-    pub(crate) fn pool(&self) -> &AnyPool {
-        &self.pool
+    /// Remembers that every mirror answered `status` (404/410) for `path`
+    /// now, unless a purge of it came after `ticket`.
+    pub fn remember_absent(&self, path: &ArtifactPath, status: u16, now_ms: i64, ticket: Ticket) {
+        self.purges.if_current(path.key(), ticket, || {
+            self.negative
+                .insert(path.key().to_string(), (status, now_ms));
+        });
     }
-}
 
-impl Drop for MetadataStore {
-    fn drop(&mut self) {
-        self.others.close();
+    /// The last "not found" answer for `path`, if one is remembered: (status, unix ms).
+    pub fn absent(&self, path: &ArtifactPath) -> Option<(u16, i64)> {
+        self.negative.get(path.key())
     }
-}
 
-pub(crate) fn db_error(e: sqlx::Error) -> ProxyError {
-    ProxyError::Metadata(e.to_string())
+    pub fn forget_absent(&self, path: &ArtifactPath) {
+        self.negative.invalidate(path.key());
+    }
 }

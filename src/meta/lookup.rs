@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use futures_util::TryStreamExt as _;
 
+use super::entry::Entry;
 use super::index::{Fields, Found, Key, Record};
-use super::meta::{db_error, Entry, EntryRow, MetadataStore};
-use super::store::Digest;
+use super::metadata::{EntryRow, MetadataStore};
+use super::sql::db_error;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
+use crate::store::Digest;
 
 /// The columns the index loads, in the order [`MetadataStore::add_row`]
 /// reads them.
@@ -27,11 +29,6 @@ const BATCH: usize = 4096;
 const SQLITE_PARTS: i64 = 2;
 
 impl MetadataStore {
-    /// The entry for `path` if it is in memory: no Redis, no query.
-    pub fn lookup_in_memory(&self, path: &ArtifactPath) -> Option<Arc<Entry>> {
-        self.cache.get(path.key())
-    }
-
     /// The entry for `path`, for a request: a key a complete index does not
     /// list has no row (no query).
     pub async fn lookup(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
@@ -44,16 +41,6 @@ impl MetadataStore {
     /// finds a row `mirrorcache import` added from another process.
     pub async fn lookup_row(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
         self.find(path, self.memory_trusted()).await
-    }
-
-    /// Whether memory (the entry index, the declared keys) may say a row is
-    /// absent as far as other processes go (see `super::others`): when one
-    /// wrote, both are marked incomplete until loaded anew.
-    pub(super) fn memory_trusted(&self) -> bool {
-        self.others.none_wrote(|| {
-            self.index.set_complete(false);
-            self.declared_keys.set_complete(false);
-        })
     }
 
     async fn find(
@@ -131,17 +118,6 @@ impl MetadataStore {
         Ok(Some(entry))
     }
 
-    /// Notes a hit on `entry` (of `path`) now, for the evictor's flush of
-    /// access times and hit counts: in the entry itself when the entry
-    /// cache holds it, else in `touched`.
-    pub fn touch(&self, path: &ArtifactPath, entry: &Entry, now_ms: i64) {
-        if entry.from_index {
-            self.touched.note(path.key(), now_ms);
-        } else {
-            entry.touch(now_ms);
-        }
-    }
-
     /// Rows lookups (of entries and of declared digests) have read from the
     /// database so far.
     pub fn row_reads(&self) -> u64 {
@@ -197,56 +173,6 @@ impl MetadataStore {
         });
         let loaded = futures_util::future::try_join_all(parts).await?;
         Ok(loaded.into_iter().sum())
-    }
-}
-
-/// Hits on entries served from the index, which the entry cache does not
-/// hold: `remote/path` → (last access, hits), taken by the evictor's flush.
-/// Bounded like the entry cache: a key past the bound is not counted until
-/// the next flush, as an entry evicted from the entry cache before its
-/// flush is not.
-pub struct Touched {
-    shards: Box<[std::sync::Mutex<TouchedShard>]>,
-    room: usize,
-}
-
-/// `remote/path` → (last access, hits).
-type TouchedShard = std::collections::HashMap<String, (i64, u64)>;
-
-/// Shards of [`Touched`]: hits of two threads rarely take one lock.
-const TOUCHED_SHARDS: usize = 64;
-
-impl Touched {
-    pub fn new(capacity: u64) -> Touched {
-        Touched {
-            shards: (0..TOUCHED_SHARDS).map(|_| Default::default()).collect(),
-            room: (capacity as usize).div_ceil(TOUCHED_SHARDS),
-        }
-    }
-
-    fn note(&self, key: &str, now_ms: i64) {
-        // FNV-1a: any spread will do.
-        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
-        let shard = &self.shards[hash as usize % TOUCHED_SHARDS];
-        let mut touched = shard.lock().expect("touched poisoned");
-        if let Some((last, hits)) = touched.get_mut(key) {
-            *hits += 1;
-            *last = (*last).max(now_ms);
-        } else if touched.len() < self.room {
-            touched.insert(key.to_string(), (now_ms, 1));
-        }
-    }
-
-    /// Everything noted since the last call: (key, last access, hits).
-    pub fn take(&self) -> Vec<(String, i64, u64)> {
-        let mut taken = Vec::new();
-        for shard in self.shards.iter() {
-            let drained = std::mem::take(&mut *shard.lock().expect("touched poisoned"));
-            taken.extend(drained.into_iter().map(|(k, (last, hits))| (k, last, hits)));
-        }
-        taken
     }
 }
 
@@ -307,5 +233,33 @@ impl<'m> Loader<'m> {
     fn finish(mut self) -> usize {
         self.meta.index.load(&mut self.batch);
         self.loaded
+    }
+}
+
+impl MetadataStore {
+    /// The entry for `path` if it is in memory: no Redis, no query.
+    pub fn lookup_in_memory(&self, path: &ArtifactPath) -> Option<Arc<Entry>> {
+        self.cache.get(path.key())
+    }
+
+    /// Whether memory (the entry index, the declared keys) may say a row is
+    /// absent as far as other processes go (see `super::other_writers`): when one
+    /// wrote, both are marked incomplete until loaded anew.
+    pub(crate) fn memory_trusted(&self) -> bool {
+        self.others.none_wrote(|| {
+            self.index.set_complete(false);
+            self.declared_keys.set_complete(false);
+        })
+    }
+
+    /// Notes a hit on `entry` (of `path`) now, for the evictor's flush of
+    /// access times and hit counts: in the entry itself when the entry
+    /// cache holds it, else in `touched`.
+    pub fn touch(&self, path: &ArtifactPath, entry: &Entry, now_ms: i64) {
+        if entry.from_index {
+            self.touched.note(path.key(), now_ms);
+        } else {
+            entry.touch(now_ms);
+        }
     }
 }

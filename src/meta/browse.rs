@@ -3,7 +3,7 @@
 //! the hit path keeps in memory added to the flushed ones; see
 //! `MetadataStore::flush_access_times`).
 
-use super::meta::MetadataStore;
+use super::metadata::MetadataStore;
 use crate::error::ProxyError;
 
 /// One row as the browse page (`/-/browse/{remote}/{prefix}`) shows it.

@@ -1,16 +1,18 @@
-//! The group commit's statements (see `super::commit`): the batch's two
-//! reads, one `IN (…)` list each, and its rows and pins written in one
-//! transaction.
+//! The group commit's statements (see `crate::cache::commit`): the batch's
+//! two reads, one `IN (…)` list each, and its rows and [`Pin`]s written in
+//! one transaction.
 
 use std::collections::{HashMap, HashSet};
 
-use super::commit::Pin;
+use super::entry::Entry;
 use super::index::Found;
-use super::meta::{db_error, Entry, MetadataStore};
-use super::sql::{placeholders, value_rows};
-use super::Digest;
+use super::metadata::MetadataStore;
+use super::sql::{db_error, placeholders, value_rows};
 use crate::error::ProxyError;
+use crate::kind::declared::Declared;
+use crate::kind::{CachedAt, Kind};
 use crate::path::ArtifactPath;
+use crate::store::Digest;
 
 /// Keys per `IN (…)` list of the batch's reads: far below either backend's
 /// parameter limit.
@@ -21,11 +23,22 @@ const ROWS_PER_STATEMENT: usize = 100;
 /// 5.7 % of a sustained miss's CPU: BENCHMARKS.md, round three).
 const ROWS_PER_INSERT: usize = 16;
 
+/// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
+/// with its entry's row in the batch's transaction: the pin is durable
+/// exactly when the entry is, at no statement of its own.
+pub struct Pin {
+    pub remote: String,
+    pub kind: Kind,
+    /// The key the digest is declared under.
+    pub artifact: String,
+    pub declared: Declared,
+}
+
 impl MetadataStore {
     /// The digests the rows of `paths` reference now, by key: from the
     /// entry index while it is complete and no other process wrote (no
     /// query), else read.
-    pub(super) async fn stored_digests(
+    pub(crate) async fn stored_digests(
         &self,
         paths: &[&ArtifactPath],
     ) -> Result<HashMap<String, Digest>, ProxyError> {
@@ -69,7 +82,7 @@ impl MetadataStore {
     }
 
     /// Which of `digests` some row references now.
-    pub(super) async fn referenced_digests(
+    pub(crate) async fn referenced_digests(
         &self,
         digests: &[Digest],
     ) -> Result<HashSet<Digest>, ProxyError> {
@@ -99,7 +112,7 @@ impl MetadataStore {
     /// Writes (or replaces) the rows of a batch in one transaction, durable
     /// when it returns. Always tried, even while lookups back off: the rows
     /// are what make the fills worth it.
-    pub(super) async fn record_batch(
+    pub(crate) async fn record_batch(
         &self,
         rows: &[(&ArtifactPath, &Entry)],
     ) -> Result<(), ProxyError> {
@@ -108,7 +121,7 @@ impl MetadataStore {
 
     /// [`MetadataStore::record_batch`], with the batch's pins in the same
     /// transaction.
-    pub(super) async fn write_batch(
+    pub(crate) async fn write_batch(
         &self,
         rows: &[(&ArtifactPath, &Entry)],
         pins: &[&Pin],
@@ -177,7 +190,7 @@ async fn insert_rows(
     }
     let now = crate::clock::now_ms();
     for chunk in pins.chunks(ROWS_PER_INSERT) {
-        let sql = super::declared::upsert_sql(chunk.len());
+        let sql = super::declared_rows::upsert_sql(chunk.len());
         let mut insert = sqlx::query(&sql);
         for pin in chunk {
             insert = insert
@@ -189,4 +202,17 @@ async fn insert_rows(
         insert.execute(&mut *tx).await?;
     }
     tx.commit().await
+}
+
+impl Pin {
+    /// Whether a cached row other than the one it is committed with may be
+    /// of its artifact (and then must match it): only where the ecosystem
+    /// finds an artifact's rows elsewhere than at its key, or the key is
+    /// not the row's own path. Otherwise the only row is the batch's.
+    pub(crate) fn may_contradict(&self, path: &ArtifactPath) -> bool {
+        self.kind.digests().is_some_and(|digests| {
+            !matches!(digests.cached_at(&self.artifact), CachedAt::Path)
+                || self.artifact != path.stored_path()
+        })
+    }
 }
