@@ -62,7 +62,7 @@ impl Proxy {
         let cache = Cache::open(config, metrics.clone()).await?;
         // The one process that trusts its memory of the rows (and is told
         // of other processes' writes: `meta::other_writers`).
-        cache.meta.others.serve();
+        cache.meta.memory.others.serve();
         let gauges = GaugeRegistry::default();
         let health = HealthRegistry::default();
         let remotes = build_remotes(config, &gauges, &health, &metrics)?;

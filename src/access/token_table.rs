@@ -42,7 +42,9 @@ pub struct TokenTable<'m> {
 impl<'m> TokenTable<'m> {
     /// The table in `meta`'s database.
     pub fn of(meta: &'m MetadataStore) -> TokenTable<'m> {
-        TokenTable { pool: meta.pool() }
+        TokenTable {
+            pool: meta.db.pool(),
+        }
     }
 
     pub async fn insert(&self, token: &TokenRow) -> Result<(), ProxyError> {

@@ -95,7 +95,7 @@ impl Cache {
     /// Makes a fully written, hashed temp file the entry for `path`, through
     /// the commit queue, and waits until it is durable.
     pub async fn commit_entry(&self, temp: TempBlob, path: &ArtifactPath, entry: Entry) -> Answer {
-        let ticket = self.meta.purges.ticket();
+        let ticket = self.meta.memory.purges.ticket();
         self.commit_slot()
             .await?
             .send(FillBody::Temp(temp), path, (entry, None), ticket)
@@ -137,9 +137,12 @@ impl Cache {
         if rows.is_empty() {
             return;
         }
-        let _counting = self.accounting.read().await;
-        let stripes = rows.iter().map(|(p, _, _)| self.path_stripe(p)).collect();
-        let path_guards = self.lock_path_stripes(stripes).await;
+        let _counting = self.locks.accounting.read().await;
+        let stripes = rows
+            .iter()
+            .map(|(p, _, _)| self.locks.path_stripe(p))
+            .collect();
+        let path_guards = self.locks.lock_paths(stripes).await;
         let paths: Vec<&ArtifactPath> = rows.iter().map(|(p, _, _)| p).collect();
         let replaced = match self.meta.stored_digests(&paths).await {
             Ok(replaced) => replaced,
@@ -153,7 +156,7 @@ impl Cache {
                 .copied()
                 .collect()
         };
-        let digest_guards = self.lock_digests(new.iter().chain(&released)).await;
+        let digest_guards = self.locks.lock_digests(new.iter().chain(&released)).await;
         // A blob this batch put on disk has no row yet: only the others are
         // asked about (where memory cannot answer, the database reads every
         // row for it).
@@ -200,8 +203,11 @@ impl Cache {
         for (path, entry, (ticket, done, pin)) in rows {
             pinned.extend(pin.filter(|pin| pin.may_contradict(&path)));
             let entry = Arc::new(entry);
-            self.meta.shared_changed(path.key(), Some(&entry)).await;
-            if self.meta.remember(&path, &entry, ticket) {
+            self.meta
+                .memory
+                .shared_changed(path.key(), Some(&entry))
+                .await;
+            if self.meta.memory.remember(&path, &entry, ticket) {
                 tracing::debug!(key = path.key(), digest = ?entry.digest, bytes = entry.size, "filled");
                 answers.push((done, Some(entry)));
                 continue;
@@ -249,9 +255,8 @@ impl Cache {
         for pin in pinned {
             let learned = [(pin.artifact, pin.declared)];
             let changed: Vec<_> = learned.iter().collect();
-            if let Err(error) = self
-                .evict_contradicting(&pin.remote, pin.kind, changed)
-                .await
+            if let Err(error) =
+                super::learn::evict_contradicting(self, &pin.remote, pin.kind, changed).await
             {
                 tracing::warn!(artifact = %learned[0].0, %error, "could not check the rows a pin contradicts");
             }
@@ -267,7 +272,7 @@ impl Cache {
         if digests.is_empty() {
             return;
         }
-        let _locks = self.lock_digests(digests.iter()).await;
+        let _locks = self.locks.lock_digests(digests.iter()).await;
         drop(Committed(self, digests));
         for digest in digests {
             if self.committing_size(digest).is_some() {

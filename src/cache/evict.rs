@@ -56,7 +56,7 @@ pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     // index answers once loaded, where the database would read every row
     // (waited for a minute at most: loads follow each other while another
     // process writes).
-    let _ = tokio::time::timeout(Duration::from_secs(60), cache.meta.index.loaded()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(60), cache.meta.memory.index.loaded()).await;
     cache.meta.flush_access_times().await?;
     cache.rederive_size().await?;
     let budget = &cache.evictor.budget;
@@ -67,7 +67,7 @@ pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     let target = low_water(max);
     let (mut entries, mut bytes) = (0u64, 0u64);
     'rounds: while budget.total() > target {
-        let rows = cache.meta.least_recently_used(BATCH).await?;
+        let rows = cache.meta.db.least_recently_used(BATCH).await?;
         if rows.is_empty() {
             break;
         }

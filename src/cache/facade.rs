@@ -1,18 +1,18 @@
 //! [`Cache`]: what the façade holds (the store's bytes, the rows, the
-//! commit queue) and the striped locks the invariant "never a row without
-//! its blob" rests on.
+//! commit queue, the [`Locks`] the invariant "never a row without its blob"
+//! rests on), and its size.
 
 use std::sync::{Arc, OnceLock};
 
-use tokio::sync::{Mutex, MutexGuard, RwLock};
+use tokio::sync::Mutex;
 
 use super::commit_queue::Queue;
 use super::evictor::Evictor;
+use super::locks::Locks;
 use crate::error::ProxyError;
 use crate::meta::cluster::Cluster;
 use crate::meta::MetadataStore;
 use crate::metrics::Metrics;
-use crate::path::ArtifactPath;
 use crate::store::{BlobStore, Budget, ContentStore, Digest, HotBlobs};
 
 pub struct Cache {
@@ -26,19 +26,8 @@ pub struct Cache {
     pub evictor: Evictor,
     /// Committed and in-progress bytes against `storage.max_size`.
     pub(crate) budget: Arc<Budget>,
-    /// One lock per stripe of digests, held across a commit and its row, and
-    /// across a reference check and the deletion. Tokio mutexes: they are
-    /// held across awaits (the upload, the queries).
-    pub(crate) digest_locks: Box<[Mutex<()>]>,
-    /// One lock per stripe of paths, held by a commit from reading the row
-    /// it replaces to writing its own, so two commits of one path cannot
-    /// both miss the other's digest (and leave it unreleased). Taken before
-    /// the digest's lock.
-    pub(crate) path_locks: Box<[Mutex<()>]>,
-    /// Held shared by every change of the committed count, exclusively while
-    /// it is re-derived from the database, so no change is lost or counted
-    /// twice by a re-derivation.
-    pub(crate) accounting: RwLock<()>,
+    /// The striped locks the invariant rests on, and the size accounting's.
+    pub(crate) locks: Locks,
     /// Redis coordination, when `[redis]` is configured.
     pub(crate) cluster: OnceLock<Arc<Cluster>>,
     /// The group commit's queue (see [`super::commit`]).
@@ -51,16 +40,6 @@ pub struct Cache {
     pub(crate) committing: std::sync::Mutex<std::collections::HashMap<Digest, (usize, u64)>>,
     pub metrics: Arc<Metrics>,
 }
-
-/// Stripes of the path lock: enough that unrelated commits rarely wait on
-/// each other, few enough to cost nothing.
-pub(super) const PATH_STRIPES: usize = 64;
-/// Stripes of the digest lock, one per value of a digest's first two
-/// bytes: the blobs of one batch are committed while the previous batch
-/// holds the locks of its digests (`commit`), and two batches of 128
-/// digests share a stripe one time in five (with 64 stripes, always).
-/// About 3 MiB.
-pub(super) const DIGEST_STRIPES: usize = 1 << 16;
 
 impl Cache {
     /// Whether a body of `size` bytes is small enough for the in-memory tier
@@ -99,45 +78,10 @@ impl Cache {
     /// start-up, and by every eviction round (which also picks up what other
     /// instances sharing the database committed and deleted).
     pub async fn rederive_size(&self) -> Result<u64, ProxyError> {
-        let _exclusive = self.accounting.write().await;
-        let bytes = self.meta.stored_bytes().await?;
+        let _exclusive = self.locks.accounting.write().await;
+        let bytes = self.meta.db.stored_bytes().await?;
         self.budget.set_committed(bytes);
         Ok(bytes)
-    }
-
-    pub(crate) fn path_stripe(&self, path: &ArtifactPath) -> usize {
-        self.key_stripe(path.key())
-    }
-
-    pub(crate) fn key_stripe(&self, key: &str) -> usize {
-        // FNV-1a: any spread will do.
-        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
-        hash as usize % self.path_locks.len()
-    }
-
-    pub(crate) fn digest_stripe(&self, digest: &Digest) -> usize {
-        u16::from_le_bytes([digest.0[0], digest.0[1]]) as usize % self.digest_locks.len()
-    }
-
-    pub(crate) fn digest_lock(&self, digest: &Digest) -> &Mutex<()> {
-        &self.digest_locks[self.digest_stripe(digest)]
-    }
-
-    /// The paths' locks of `stripes` ([`Cache::path_stripe`]), in the one
-    /// order every holder of several takes them (see [`lock_stripes`]).
-    pub(crate) async fn lock_path_stripes(&self, stripes: Vec<usize>) -> Vec<MutexGuard<'_, ()>> {
-        lock_stripes(&self.path_locks, stripes).await
-    }
-
-    /// The digests' locks of `digests`, in the one order (see [`lock_stripes`]).
-    pub(crate) async fn lock_digests<'d>(
-        &self,
-        digests: impl IntoIterator<Item = &'d Digest>,
-    ) -> Vec<MutexGuard<'_, ()>> {
-        let stripes = digests.into_iter().map(|d| self.digest_stripe(d)).collect();
-        lock_stripes(&self.digest_locks, stripes).await
     }
 
     /// Runs `work` on the local store on this thread: for a file operation
@@ -163,16 +107,4 @@ impl Cache {
             .map_err(|e| ProxyError::Store(e.to_string()))?
             .map_err(|e| ProxyError::Store(e.to_string()))
     }
-}
-
-/// The locks of `stripes` in `locks`, each once, in ascending order: the one
-/// order every holder of several takes them in, so no two deadlock.
-async fn lock_stripes(locks: &[Mutex<()>], mut stripes: Vec<usize>) -> Vec<MutexGuard<'_, ()>> {
-    stripes.sort_unstable();
-    stripes.dedup();
-    let mut guards = Vec::with_capacity(stripes.len());
-    for stripe in stripes {
-        guards.push(locks[stripe].lock().await);
-    }
-    guards
 }

@@ -2,17 +2,19 @@
 //! rows ([`crate::meta`]), for the one invariant that spans them.
 //!
 //! [`Cache`] ([`facade`]) holds the content store, the blob backend, the
-//! in-memory tier, the metadata store and the striped locks; [`open`] opens
-//! them and starts the background tasks. A fill's commit goes through the
-//! group commit ([`commit_queue`], [`spool`], [`commit`]); a row is forgotten
-//! and its blob released by [`release`]; a purge's rows and blobs are
-//! [`purge`]'s; eviction's policy loop (least recently used rows, then their
-//! blobs) is [`evict`]'s, its shared state [`evictor`]'s. What documents
-//! declare is checked against cached bytes by [`learn`] and pruned by
-//! [`prune`] (which re-parses cached documents with `kind`, from above the
-//! rows); [`alias`] adds a second row for a stored blob; [`verify`] re-hashes
-//! the store offline. The rest of the proxy asks the `Cache` to open,
-//! commit and release blobs and never sees a file path.
+//! in-memory tier, the metadata store and the striped [`locks`]; [`open`]
+//! opens them and starts the background tasks. Its methods are the
+//! invariant's primitives: a fill's commit through the group commit
+//! ([`commit_queue`], [`spool`], [`commit`]), a row forgotten and its blob
+//! released ([`release`]). What only composes those primitives is a
+//! function of its own module taking the `Cache`: a purge's rows and blobs
+//! ([`purge`]), eviction's policy loop (least recently used rows, then
+//! their blobs: [`evict`], its shared state [`evictor`]), declared digests
+//! checked against cached bytes ([`learn`]) and pruned ([`prune`], which
+//! re-parses cached documents with `kind`, from above the rows), a second
+//! row for a stored blob ([`alias`]). [`verify`] re-hashes the store
+//! offline. The rest of the proxy asks the `Cache` to open, commit and
+//! release blobs and never sees a file path.
 //!
 //! **Invariant:** this room knows nothing of HTTP requests, remotes' mirrors
 //! or the fill; it imports `store`, `meta`, `kind` (declared digests and
@@ -26,13 +28,14 @@
 //! rename and its row. The same lock makes the size accounting exact
 //! ([`crate::store::budget`]).
 
-mod alias;
+pub mod alias;
 pub mod commit;
 mod commit_queue;
 pub mod evict;
 mod evictor;
 mod facade;
 pub mod learn;
+mod locks;
 mod open;
 pub mod prune;
 pub mod purge;

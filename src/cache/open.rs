@@ -5,10 +5,11 @@
 use std::sync::{Arc, OnceLock};
 
 use anyhow::Context;
-use tokio::sync::{Mutex, RwLock};
+use tokio::sync::Mutex;
 
 use super::evictor::Evictor;
-use super::facade::{Cache, DIGEST_STRIPES, PATH_STRIPES};
+use super::facade::Cache;
+use super::locks::Locks;
 use super::{commit, commit_queue, evict, prune};
 use crate::config::Config;
 use crate::meta::cluster::Cluster;
@@ -38,7 +39,7 @@ async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
     if !complete {
         return;
     }
-    let (others, cache) = (cache.meta.others.clone(), Arc::downgrade(&cache));
+    let (others, cache) = (cache.meta.memory.others.clone(), Arc::downgrade(&cache));
     loop {
         others.reloads().await;
         let Some(cache) = cache.upgrade() else {
@@ -46,7 +47,7 @@ async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
         };
         // Begun before the rows are read: what the server writes meanwhile
         // is noted (see `crate::meta::index`).
-        cache.meta.index.begin_load();
+        cache.meta.memory.index.begin_load();
         load_memory(&cache, true, std::time::Instant::now()).await;
     }
 }
@@ -56,23 +57,24 @@ async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
 /// range already read.
 async fn load_memory(cache: &Cache, complete: bool, started: std::time::Instant) {
     let meta = &cache.meta;
-    let generation = meta.others.generation();
-    let (entries, keys) = futures_util::join!(meta.load_index(), meta.load_declared_keys());
-    let complete = complete && generation == meta.others.generation();
+    let generation = meta.memory.others.generation();
+    let declarations = meta.declarations();
+    let (entries, keys) = futures_util::join!(meta.load_index(), declarations.load_declared_keys());
+    let complete = complete && generation == meta.memory.others.generation();
     match entries {
         Ok(entries) => {
-            meta.index.end_load(complete);
+            meta.memory.index.end_load(complete);
             tracing::info!(entries, took = ?started.elapsed(), complete, "entry index loaded");
         }
         Err(error) => {
             // Unlisted keys keep being read from the database.
-            meta.index.end_load(false);
+            meta.memory.index.end_load(false);
             tracing::warn!(%error, "could not load the entry index; looking rows up instead");
         }
     }
     match keys {
         Ok(keys) => {
-            meta.declared_keys.set_complete(complete);
+            meta.memory.declared_keys.set_complete(complete);
             tracing::info!(keys, complete, "declared keys loaded");
         }
         Err(error) => {
@@ -112,13 +114,14 @@ impl Cache {
         let sqlite = config.metadata.url.starts_with("sqlite:");
         let complete = sqlite && config.redis.is_none();
         if sqlite {
-            meta.index_digests(!complete)
+            meta.db
+                .index_digests(!complete)
                 .await
                 .context("indexing the metadata database's digests")?;
         }
         // Before the cache is shared: no writer can change a row unnoticed
         // by the load (see `crate::meta::index`).
-        meta.index.begin_load();
+        meta.memory.index.begin_load();
         let store = Arc::new(store);
         let blobs: Arc<dyn BlobStore> = match &config.storage.s3 {
             None => Arc::new(LocalBlobs(store.clone())),
@@ -141,9 +144,7 @@ impl Cache {
             meta,
             evictor: Evictor::new(budget.clone()),
             budget,
-            digest_locks: (0..DIGEST_STRIPES).map(|_| Mutex::new(())).collect(),
-            path_locks: (0..PATH_STRIPES).map(|_| Mutex::new(())).collect(),
-            accounting: RwLock::new(()),
+            locks: Locks::default(),
             cluster: OnceLock::new(),
             commits,
             commit_hold: Mutex::new(()),
@@ -156,7 +157,7 @@ impl Cache {
         // and until then the store counts only what commits add (fills are
         // not held back by the limit meanwhile; commits wait while the sum
         // runs, which holds the count's lock, then it is exact).
-        let deferred = cache.meta.rows_at_start > DEFER_ABOVE_ROWS;
+        let deferred = cache.meta.db.rows_at_start > DEFER_ABOVE_ROWS;
         if !deferred {
             cache
                 .rederive_size()
@@ -167,11 +168,11 @@ impl Cache {
             let weak = Arc::downgrade(&cache);
             let cluster = Cluster::start(redis, cache.metrics.redis_errors.clone(), move |key| {
                 if let Some(cache) = weak.upgrade() {
-                    cache.meta.invalidate_local(key);
+                    cache.meta.memory.invalidate_local(key);
                 }
             })
             .context("configuring redis")?;
-            cache.meta.attach_cluster(cluster.clone());
+            cache.meta.memory.attach_cluster(cluster.clone());
             let _ = cache.cluster.set(cluster);
         }
         tokio::spawn(load_index(cache.clone(), complete, deferred));

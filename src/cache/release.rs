@@ -31,8 +31,8 @@ impl Cache {
         if Digest::of(&bytes) != *digest {
             tracing::error!(?digest, "corrupt blob on disk; dropping it and its rows");
             self.hot.remove(digest);
-            let _counting = self.accounting.read().await;
-            let _digest = self.digest_lock(digest).lock().await;
+            let _counting = self.locks.accounting.read().await;
+            let _digest = self.locks.digest(digest).lock().await;
             if self.meta.forget_digest(&digest.to_hex()).await.is_ok() {
                 self.delete_blob(digest).await;
             }
@@ -47,8 +47,8 @@ impl Cache {
     /// so a commit of the same digest happens wholly before (and the blob
     /// stays) or wholly after (and puts it back).
     pub async fn release_blob(&self, digest: &Digest) -> u64 {
-        let _counting = self.accounting.read().await;
-        let _digest = self.digest_lock(digest).lock().await;
+        let _counting = self.locks.accounting.read().await;
+        let _digest = self.locks.digest(digest).lock().await;
         self.release_held(digest).await
     }
 
@@ -95,7 +95,7 @@ impl Cache {
         remote: &str,
         path: &str,
     ) -> Result<Option<u64>, ProxyError> {
-        let _counting = self.accounting.read().await;
+        let _counting = self.locks.accounting.read().await;
         self.forget_row_held(remote, path).await
     }
 
@@ -107,14 +107,14 @@ impl Cache {
         path: &str,
     ) -> Result<Option<u64>, ProxyError> {
         loop {
-            let Some(hex) = self.meta.stored_digest(remote, path).await? else {
+            let Some(hex) = self.meta.db.stored_digest(remote, path).await? else {
                 return Ok(None);
             };
             let Some(digest) = Digest::from_hex(&hex) else {
                 self.meta.forget_row(remote, path).await?;
                 return Ok(Some(0));
             };
-            let _digest = self.digest_lock(&digest).lock().await;
+            let _digest = self.locks.digest(&digest).lock().await;
             if self.meta.forget_row_of(remote, path, Some(&hex)).await? {
                 return Ok(Some(self.release_held(&digest).await));
             }
@@ -128,7 +128,7 @@ impl Cache {
     /// how many digests they referenced and the bytes freed. Memory and
     /// other instances are the purge's business.
     pub async fn forget_remote(&self, remote: &str) -> Result<(u64, usize, u64), ProxyError> {
-        let _counting = self.accounting.read().await;
+        let _counting = self.locks.accounting.read().await;
         self.forget_remote_held(remote).await
     }
 
@@ -139,12 +139,12 @@ impl Cache {
     ) -> Result<(u64, usize, u64), ProxyError> {
         // By their keys, a digest's rows at a time: the embedded database
         // has no index on `entries.digest` to find them by.
-        let by_digest = self.meta.remote_rows(remote).await?;
+        let by_digest = self.meta.db.remote_rows(remote).await?;
         let (mut rows, mut freed) = (0, 0);
         for (hex, paths) in &by_digest {
             let digest = Digest::from_hex(hex);
             let _digest = match &digest {
-                Some(digest) => Some(self.digest_lock(digest).lock().await),
+                Some(digest) => Some(self.locks.digest(digest).lock().await),
                 None => None,
             };
             rows += self.meta.delete_remote_paths(remote, hex, paths).await?;

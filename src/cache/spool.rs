@@ -27,7 +27,7 @@ impl Cache {
         // Purged since their fills began: nothing to write.
         let (batch, purged): (Vec<_>, Vec<_>) = batch
             .into_iter()
-            .partition(|p| self.meta.purges.current(p.path.key(), p.ticket));
+            .partition(|p| self.meta.memory.purges.current(p.path.key(), p.ticket));
         for pending in purged {
             tracing::debug!(
                 key = pending.path.key(),
@@ -52,15 +52,15 @@ impl Cache {
         // (`BatchBody::Fresh`). Whatever the index cannot vouch for goes
         // through a temp file, and a blob found in place is not written
         // again.
-        let memory = self.meta.digests_in_memory();
+        let memory = self.meta.memory.digests_in_memory();
         let (mut fresh, mut referenced) = (HashSet::new(), Vec::new());
         let known: HashSet<Digest> = {
-            let _locks = self.lock_digests(new.iter().map(|(d, _)| d)).await;
+            let _locks = self.locks.lock_digests(new.iter().map(|(d, _)| d)).await;
             {
                 let mut committing = self.committing.lock().expect("committing poisoned");
                 for (digest, size) in &new {
                     if memory && !committing.contains_key(digest) {
-                        match self.meta.index.references(digest) {
+                        match self.meta.memory.index.references(digest) {
                             true => referenced.push(*digest),
                             false => {
                                 fresh.insert(*digest);

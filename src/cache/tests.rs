@@ -69,7 +69,7 @@ async fn commit_bytes(cache: &Cache, key: &str, bytes: Vec<u8>) -> super::commit
         crate::clock::now_ms(),
     );
     let path = ArtifactPath::parse(&format!("/r/{key}")).unwrap();
-    let ticket = cache.meta.purges.ticket();
+    let ticket = cache.meta.memory.purges.ticket();
     let slot = cache.commit_slot().await?;
     let body = super::FillBody::Memory(bytes.into());
     slot.send(body, &path, (entry, None), ticket)
@@ -95,9 +95,13 @@ async fn release(cache: &Cache, path: u64) {
 /// Every change holds `accounting` shared (the background evictor's too), so
 /// holding it exclusively makes the moment quiet.
 async fn views(cache: &Cache) -> (u64, u64, u64) {
-    let _quiet = cache.accounting.write().await;
+    let _quiet = cache.locks.accounting.write().await;
     let disk = cache.local_size().unwrap();
-    (cache.size(), cache.meta.stored_bytes().await.unwrap(), disk)
+    (
+        cache.size(),
+        cache.meta.db.stored_bytes().await.unwrap(),
+        disk,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -112,9 +116,9 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
         // trusted, so its digest counts answer the reference checks.
         let serving = seed % 2 == 0;
         if serving {
-            cache.meta.others.serve();
-            cache.meta.index.loaded().await;
-            assert!(cache.meta.digests_in_memory());
+            cache.meta.memory.others.serve();
+            cache.meta.memory.index.loaded().await;
+            assert!(cache.meta.memory.digests_in_memory());
         }
         let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         for _ in 0..BATCHES {
@@ -162,7 +166,7 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
                     );
                 }
                 if serving {
-                    let listed = match cache.meta.index.get(path.key()) {
+                    let listed = match cache.meta.memory.index.get(path.key()) {
                         Found::Entry(e) => Some(e.digest),
                         _ => None,
                     };
@@ -222,13 +226,13 @@ async fn first_hits_arriving_together_read_a_small_blob_once() {
 async fn only_bytes_already_on_disk_are_asked_about() {
     let dir = tempfile::tempdir().unwrap();
     let cache = open(dir.path()).await;
-    assert!(!cache.meta.digests_in_memory(), "not the server");
+    assert!(!cache.meta.memory.digests_in_memory(), "not the server");
     commit(&cache, 1, 1).await;
     commit(&cache, 2, 2).await;
-    assert_eq!(cache.meta.digest_reads(), 0);
+    assert_eq!(cache.meta.db.digest_reads(), 0);
     // The same bytes under another name: asked (and counted once).
     commit(&cache, 3, 1).await;
-    assert_eq!(cache.meta.digest_reads(), 1);
+    assert_eq!(cache.meta.db.digest_reads(), 1);
     let (count, truth, disk) = views(&cache).await;
     assert_eq!((count, count), (truth, disk));
 }
@@ -261,8 +265,8 @@ async fn commit_in_one_batch(cache: &Arc<Cache>, names: &[String], bodies: &[Vec
 async fn small_bodies_in_a_batch_make_no_temp_file() {
     let dir = tempfile::tempdir().unwrap();
     let cache = open(dir.path()).await;
-    cache.meta.others.serve();
-    cache.meta.index.loaded().await;
+    cache.meta.memory.others.serve();
+    cache.meta.memory.index.loaded().await;
     let bodies: Vec<Vec<u8>> = (0..20)
         .map(|n| format!("small body {n} ").repeat(40).into_bytes())
         .collect();
@@ -302,20 +306,20 @@ async fn a_row_read_before_its_deletion_is_not_remembered_after_it() {
     let cache = open(dir.path()).await;
     commit(&cache, 1, 1).await;
     let path = ArtifactPath::parse("/r/p1").unwrap();
-    let ticket = cache.meta.purges.ticket();
+    let ticket = cache.meta.memory.purges.ticket();
     let read = Arc::new(cache.meta.read_row(&path).await.unwrap().unwrap());
     cache.forget_entry(&path).await.unwrap();
-    assert!(!cache.meta.remember_read(&path, &read, ticket));
+    assert!(!cache.meta.memory.remember_read(&path, &read, ticket));
     assert!(matches!(
-        cache.meta.index.get(path.key()),
+        cache.meta.memory.index.get(path.key()),
         Found::Absent | Found::Unknown
     ));
-    assert!(!cache.meta.index.references(&read.digest));
+    assert!(!cache.meta.memory.index.references(&read.digest));
     // A read begun after the deletion is remembered as before.
     commit(&cache, 1, 1).await;
-    let ticket = cache.meta.purges.ticket();
+    let ticket = cache.meta.memory.purges.ticket();
     let read = Arc::new(cache.meta.read_row(&path).await.unwrap().unwrap());
-    assert!(cache.meta.remember_read(&path, &read, ticket));
+    assert!(cache.meta.memory.remember_read(&path, &read, ticket));
     let (count, truth, disk) = views(&cache).await;
     assert_eq!((count, count), (truth, disk));
 }

@@ -118,7 +118,7 @@ pub async fn run_observed(
             .map(|()| all)
     })
     .await??;
-    let rows = meta.all_rows().await?;
+    let rows = meta.db.all_rows().await?;
     let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
     for row in &rows {
         sizes.insert(row.digest.clone(), row.size);
@@ -203,7 +203,7 @@ pub async fn run_observed(
             announce_purges(&redis.url, &purged_keys).await;
         }
     }
-    meta.close().await;
+    meta.db.close().await;
     Ok(report)
 }
 

@@ -88,6 +88,7 @@ pub(super) async fn run(
         if let ProxyError::NotFound { status } = error {
             cache
                 .meta
+                .memory
                 .remember_absent(&path, status, now_ms(), me.ticket);
         }
         tx.send_replace(FillState::Failed(error));
@@ -169,7 +170,7 @@ async fn fill(
             }
             Fetched::Body(body) => body,
         };
-        cache.meta.forget_absent(path);
+        cache.meta.memory.forget_absent(path);
         match receive(
             fills,
             remote,

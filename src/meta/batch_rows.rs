@@ -20,7 +20,7 @@ const ROWS_PER_STATEMENT: usize = 100;
 /// Rows per `INSERT` of the batch's writes (10 parameters a row, 4 a pin):
 /// sqlx binds a parameter after asking SQLite its name, found by a scan of
 /// the statement's parameters, so binding costs their square (at 100 rows,
-/// 5.7 % of a sustained miss's CPU: BENCHMARKS.md, round three).
+/// 5.7 % of a sustained miss's CPU: BENCHMARKS.md).
 const ROWS_PER_INSERT: usize = 16;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
@@ -42,16 +42,18 @@ impl MetadataStore {
         &self,
         paths: &[&ArtifactPath],
     ) -> Result<HashMap<String, Digest>, ProxyError> {
-        if self.index.is_complete() && self.memory_trusted() {
+        if self.memory.index.is_complete() && self.memory.memory_trusted() {
             let mut found = HashMap::new();
-            let whole = paths.iter().all(|path| match self.index.get(path.key()) {
-                Found::Entry(entry) => {
-                    found.insert(path.key().to_string(), entry.digest);
-                    true
-                }
-                Found::Absent => true,
-                Found::Unknown => false,
-            });
+            let whole = paths
+                .iter()
+                .all(|path| match self.memory.index.get(path.key()) {
+                    Found::Entry(entry) => {
+                        found.insert(path.key().to_string(), entry.digest);
+                        true
+                    }
+                    Found::Absent => true,
+                    Found::Unknown => false,
+                });
             if whole {
                 return Ok(found);
             }
@@ -71,7 +73,7 @@ impl MetadataStore {
                 for path in chunk {
                     query = query.bind(path.stored_path());
                 }
-                for (path, digest) in query.fetch_all(&self.pool).await.map_err(db_error)? {
+                for (path, digest) in query.fetch_all(&self.db.pool).await.map_err(db_error)? {
                     if let Some(digest) = Digest::from_hex(&digest) {
                         found.insert(format!("{remote}/{path}"), digest);
                     }
@@ -87,12 +89,13 @@ impl MetadataStore {
         digests: &[Digest],
     ) -> Result<HashSet<Digest>, ProxyError> {
         let mut found = HashSet::new();
-        if self.digests_in_memory() {
-            found.extend(digests.iter().filter(|d| self.index.references(d)));
+        if self.memory.digests_in_memory() {
+            found.extend(digests.iter().filter(|d| self.memory.index.references(d)));
             return Ok(found);
         }
         for chunk in digests.chunks(ROWS_PER_STATEMENT) {
-            self.digest_reads
+            self.db
+                .digest_reads
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let sql = format!(
                 "SELECT DISTINCT digest FROM entries WHERE digest IN ({})",
@@ -102,7 +105,7 @@ impl MetadataStore {
             for digest in chunk {
                 query = query.bind(digest.to_hex());
             }
-            for (hex,) in query.fetch_all(&self.pool).await.map_err(db_error)? {
+            for (hex,) in query.fetch_all(&self.db.pool).await.map_err(db_error)? {
                 found.extend(Digest::from_hex(&hex));
             }
         }
@@ -127,31 +130,32 @@ impl MetadataStore {
         pins: &[&Pin],
     ) -> Result<(), ProxyError> {
         for pin in pins {
-            self.declared_keys.add(&pin.remote, &pin.artifact);
+            self.memory.declared_keys.add(&pin.remote, &pin.artifact);
         }
         // SQLite's own durable connection, or a pool connection set to
         // `synchronous = FULL` for this transaction (an in-memory SQLite).
-        let pool = self.durable.as_ref().unwrap_or(&self.pool);
-        let mut conn = pool.acquire().await.map_err(|e| self.failed(e))?;
-        let toggle = self.durable.is_none() && conn.backend_name().eq_ignore_ascii_case("sqlite");
+        let pool = self.db.durable.as_ref().unwrap_or(&self.db.pool);
+        let mut conn = pool.acquire().await.map_err(|e| self.db.failed(e))?;
+        let toggle =
+            self.db.durable.is_none() && conn.backend_name().eq_ignore_ascii_case("sqlite");
         if toggle {
             // The WAL synced at this commit (and with it every earlier
             // commit): the batch is on disk when its fills are answered.
             sqlx::query("PRAGMA synchronous = FULL")
                 .execute(&mut *conn)
                 .await
-                .map_err(|e| self.failed(e))?;
+                .map_err(|e| self.db.failed(e))?;
         }
         let written = insert_rows(&mut conn, rows, pins).await;
         if written.is_ok() {
-            self.others.wrote();
+            self.memory.others.wrote();
         }
         if toggle {
             let _ = sqlx::query("PRAGMA synchronous = NORMAL")
                 .execute(&mut *conn)
                 .await;
         }
-        written.map_err(|e| self.failed(e))
+        written.map_err(|e| self.db.failed(e))
     }
 }
 

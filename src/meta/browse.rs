@@ -50,7 +50,7 @@ impl MetadataStore {
         .bind(prefix)
         .bind(after)
         .bind(limit as i64 + 1)
-        .fetch_all(self.pool())
+        .fetch_all(self.db.pool())
         .await
         .map_err(|e| ProxyError::Metadata(e.to_string()))?;
         let (total_entries, total_bytes): (i64, i64) = sqlx::query_as(
@@ -60,7 +60,7 @@ impl MetadataStore {
         .bind(remote)
         .bind(prefix.chars().count() as i64)
         .bind(prefix)
-        .fetch_one(self.pool())
+        .fetch_one(self.db.pool())
         .await
         .map_err(|e| ProxyError::Metadata(e.to_string()))?;
         let more = rows.len() > limit;
@@ -73,6 +73,7 @@ impl MetadataStore {
                         // Hits and the access time the hit path kept in memory
                         // and has not flushed yet.
                         let (pending, in_memory) = self
+                            .memory
                             .cache
                             .get(&format!("{remote}/{path}"))
                             .map_or((0, 0), |entry| entry.unflushed());

@@ -7,7 +7,8 @@
 
 use futures_util::TryStreamExt as _;
 
-use super::metadata::MetadataStore;
+use super::database::Database;
+use super::memory::Memory;
 use super::sql::{db_error, placeholders, value_rows};
 use crate::error::ProxyError;
 use crate::kind::declared::Declared;
@@ -16,16 +17,24 @@ use crate::kind::CachedAt;
 /// Rows per statement: 4 parameters each stays far below SQLite's limit.
 const CHUNK: usize = 200;
 
-impl MetadataStore {
+/// The `declared` table as the database has it, and the keys of it memory
+/// keeps ([`super::declared_keys`]), kept in step: a key is added before its
+/// row is written.
+pub struct Declarations<'m> {
+    pub(crate) db: &'m Database,
+    pub(crate) memory: &'m Memory,
+}
+
+impl Declarations<'_> {
     /// Adds the key of every row of `declared` to the declared keys (the
     /// caller marks them complete). Returns how many rows it read.
     pub(crate) async fn load_declared_keys(&self) -> Result<usize, ProxyError> {
         let mut rows =
             sqlx::query_as::<_, (String, String)>("SELECT remote, artifact FROM declared")
-                .fetch(&self.pool);
+                .fetch(&self.db.pool);
         let mut loaded = 0;
         while let Some((remote, artifact)) = rows.try_next().await.map_err(db_error)? {
-            self.declared_keys.add(&remote, &artifact);
+            self.memory.declared_keys.add(&remote, &artifact);
             loaded += 1;
         }
         Ok(loaded)
@@ -37,16 +46,18 @@ impl MetadataStore {
         remote: &str,
         artifact: &str,
     ) -> Result<Option<Declared>, ProxyError> {
-        if self.declared_keys.surely_absent(remote, artifact) && self.memory_trusted() {
+        if self.memory.declared_keys.surely_absent(remote, artifact) && self.memory.memory_trusted()
+        {
             return Ok(None);
         }
-        self.row_reads
+        self.db
+            .row_reads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let row: Option<(String,)> =
             sqlx::query_as("SELECT digest FROM declared WHERE remote = $1 AND artifact = $2")
                 .bind(remote)
                 .bind(artifact)
-                .fetch_optional(&self.pool)
+                .fetch_optional(&self.db.pool)
                 .await
                 .map_err(db_error)?;
         Ok(row.and_then(|(text,)| Declared::parse(&text)))
@@ -58,7 +69,7 @@ impl MetadataStore {
         let done = sqlx::query("DELETE FROM declared WHERE remote = $1 AND artifact = $2")
             .bind(remote)
             .bind(artifact)
-            .execute(&self.pool)
+            .execute(&self.db.pool)
             .await
             .map_err(db_error)?;
         Ok(done.rows_affected() > 0)
@@ -82,7 +93,7 @@ impl MetadataStore {
                 query = query.bind(artifact.as_str());
             }
             let known: std::collections::HashMap<String, String> = query
-                .fetch_all(&self.pool)
+                .fetch_all(&self.db.pool)
                 .await
                 .map_err(db_error)?
                 .into_iter()
@@ -99,15 +110,15 @@ impl MetadataStore {
             let sql = upsert_sql(fresh.len());
             let mut insert = sqlx::query(&sql);
             for (artifact, declared) in &fresh {
-                self.declared_keys.add(remote, artifact);
+                self.memory.declared_keys.add(remote, artifact);
                 insert = insert
                     .bind(remote)
                     .bind(artifact.as_str())
                     .bind(declared.to_string())
                     .bind(now_ms);
             }
-            insert.execute(&self.pool).await.map_err(db_error)?;
-            self.others.wrote();
+            insert.execute(&self.db.pool).await.map_err(db_error)?;
+            self.memory.others.wrote();
             changed.extend(fresh);
         }
         Ok(changed)
@@ -135,14 +146,14 @@ impl MetadataStore {
                 for pattern in patterns {
                     query = query.bind(pattern);
                 }
-                query.fetch_all(&self.pool).await.map_err(db_error)?
+                query.fetch_all(&self.db.pool).await.map_err(db_error)?
             }
             CachedAt::Path => sqlx::query_as(
                 "SELECT path, digest, size FROM entries WHERE remote = $1 AND path = $2",
             )
             .bind(remote)
             .bind(artifact)
-            .fetch_all(&self.pool)
+            .fetch_all(&self.db.pool)
             .await
             .map_err(db_error)?,
         };

@@ -3,7 +3,7 @@
 //! by every batch of commits) is answered from memory where the index is
 //! complete (`MetadataStore::digest_referenced`), and the embedded
 //! database keeps no index on `entries.digest`: its random inserts dirtied
-//! a page of the write-ahead log a row (BENCHMARKS.md, seventh pass).
+//! a page of the write-ahead log a row (BENCHMARKS.md).
 //!
 //! A count is kept under the digest's first 48 bits, in 8 bytes (the
 //! prefix and a 16-bit count; counts past that in a side table). Two

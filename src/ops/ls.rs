@@ -42,7 +42,7 @@ pub async fn entries(
     .bind(remote.unwrap_or(""))
     .bind(prefix.chars().count() as i64)
     .bind(prefix)
-    .fetch_all(meta.pool())
+    .fetch_all(meta.db.pool())
     .await
     .map_err(|e| ProxyError::Metadata(e.to_string()))?;
     Ok(rows
@@ -78,7 +78,7 @@ pub async fn list(config: &Config, filter: Option<&str>) -> anyhow::Result<Vec<L
         .context("opening the metadata database")?;
     let (remote, prefix) = parse_filter(filter);
     let rows = entries(&meta, remote, prefix).await;
-    meta.close().await;
+    meta.db.close().await;
     Ok(rows?)
 }
 

@@ -46,7 +46,7 @@ pub async fn add(
     };
     let meta = open(config).await?;
     let inserted = TokenTable::of(&meta).insert(&row).await;
-    meta.close().await;
+    meta.db.close().await;
     inserted?;
     Ok((row, made.text))
 }
@@ -54,7 +54,7 @@ pub async fn add(
 pub async fn list(config: &Config, user: Option<&str>) -> anyhow::Result<Vec<TokenRow>> {
     let meta = open(config).await?;
     let rows = TokenTable::of(&meta).list(user).await;
-    meta.close().await;
+    meta.db.close().await;
     Ok(rows?)
 }
 
@@ -62,7 +62,7 @@ pub async fn list(config: &Config, user: Option<&str>) -> anyhow::Result<Vec<Tok
 pub async fn revoke(config: &Config, id: &str) -> anyhow::Result<bool> {
     let meta = open(config).await?;
     let revoked = TokenTable::of(&meta).revoke(id).await;
-    meta.close().await;
+    meta.db.close().await;
     Ok(revoked?)
 }
 

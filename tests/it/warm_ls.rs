@@ -446,7 +446,7 @@ async fn listing(url: &str) {
     assert_eq!(entries(&meta, None, "a_b/").await.unwrap().len(), 3);
     assert_eq!(entries(&meta, Some("r"), "").await.unwrap().len(), 3);
     assert!(entries(&meta, Some("r"), "a%").await.unwrap().is_empty());
-    meta.close().await;
+    meta.db.close().await;
 }
 
 #[tokio::test]

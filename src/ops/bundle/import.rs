@@ -133,6 +133,7 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
             imported.skipped += 1;
         } else if cache
             .meta
+            .db
             .stored_digest(&entry.remote, &entry.path)
             .await?
             .is_some()
@@ -174,6 +175,7 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
         // A row that appeared since (a live fill, another import) is kept.
         if cache
             .meta
+            .db
             .stored_digest(&entry.remote, &entry.path)
             .await?
             .is_some()
@@ -215,7 +217,7 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
         .cloned()
         .collect();
     imported.declared_added = rows::add_declared_if_absent(&cache.meta, &declared).await?;
-    cache.meta.close().await;
+    cache.meta.db.close().await;
     imported.seconds = started.elapsed().as_secs_f64();
     Ok(imported)
 }

@@ -66,7 +66,7 @@ pub async fn entries(
     .bind(prefix.chars().count() as i64)
     .bind(prefix)
     .bind(since_ms)
-    .fetch_all(meta.pool())
+    .fetch_all(meta.db.pool())
     .await
     .map_err(db_error)?;
     Ok(rows
@@ -98,7 +98,7 @@ pub async fn declared(
     )
     .bind(remote)
     .bind(since_ms)
-    .fetch_all(meta.pool())
+    .fetch_all(meta.db.pool())
     .await
     .map_err(db_error)?;
     Ok(rows
@@ -120,10 +120,10 @@ pub async fn add_declared_if_absent(
     meta: &MetadataStore,
     items: &[BundledDeclared],
 ) -> Result<usize, ProxyError> {
-    let mut tx = meta.pool().begin().await.map_err(db_error)?;
+    let mut tx = meta.db.pool().begin().await.map_err(db_error)?;
     let mut added = 0;
     for item in items {
-        meta.declared_keys.add(&item.remote, &item.artifact);
+        meta.memory.declared_keys.add(&item.remote, &item.artifact);
         let done = sqlx::query(
             "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES ($1, $2, $3, $4) \
              ON CONFLICT (remote, artifact) DO NOTHING",
@@ -138,6 +138,6 @@ pub async fn add_declared_if_absent(
         added += done.rows_affected() as usize;
     }
     tx.commit().await.map_err(db_error)?;
-    meta.others.wrote();
+    meta.memory.others.wrote();
     Ok(added)
 }
