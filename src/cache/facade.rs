@@ -2,7 +2,7 @@
 //! commit queue, the [`Locks`] the invariant "never a row without its blob"
 //! rests on), and its size.
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use tokio::sync::Mutex;
 
@@ -10,7 +10,6 @@ use super::commit_queue::Queue;
 use super::evictor::Evictor;
 use super::locks::Locks;
 use crate::error::ProxyError;
-use crate::meta::cluster::Cluster;
 use crate::meta::MetadataStore;
 use crate::metrics::Metrics;
 use crate::store::{BlobStore, Budget, ContentStore, Digest, HotBlobs};
@@ -28,8 +27,6 @@ pub struct Cache {
     pub(crate) budget: Arc<Budget>,
     /// The striped locks the invariant rests on, and the size accounting's.
     pub(crate) locks: Locks,
-    /// Redis coordination, when `[redis]` is configured.
-    pub(crate) cluster: OnceLock<Arc<Cluster>>,
     /// The group commit's queue (see [`super::commit`]).
     pub(crate) commits: Queue,
     /// Taken by the committer for each batch (and by a test to hold it).
@@ -46,11 +43,6 @@ impl Cache {
     /// (a fill holds such a body back until it is verified).
     pub fn is_small(&self, size: u64) -> bool {
         self.hot.admits(size)
-    }
-
-    /// Redis coordination, when configured.
-    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
-        self.cluster.get()
     }
 
     /// Bytes of committed blobs: each digest the metadata references, once.

@@ -2,7 +2,7 @@
 //! Redis, and the background tasks (the committer, the index's load, the
 //! pruner, the evictor).
 
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use anyhow::Context;
 use tokio::sync::Mutex;
@@ -145,7 +145,6 @@ impl Cache {
             evictor: Evictor::new(budget.clone()),
             budget,
             locks: Locks::default(),
-            cluster: OnceLock::new(),
             commits,
             commit_hold: Mutex::new(()),
             committing: Default::default(),
@@ -172,8 +171,7 @@ impl Cache {
                 }
             })
             .context("configuring redis")?;
-            cache.meta.memory.attach_cluster(cluster.clone());
-            let _ = cache.cluster.set(cluster);
+            cache.meta.memory.attach_cluster(cluster);
         }
         tokio::spawn(load_index(cache.clone(), complete, deferred));
         let declaring: Arc<[_]> = (config.remotes.iter())

@@ -22,7 +22,7 @@ pub struct Purged {
 /// forgotten, and every other instance told.
 pub async fn purge_begin(cache: &Cache, scope: &Scope) {
     cache.meta.memory.purge_memory(scope);
-    if let Some(cluster) = cache.cluster() {
+    if let Some(cluster) = cache.meta.memory.cluster() {
         cluster.purge(scope).await;
     }
 }

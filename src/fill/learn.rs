@@ -397,7 +397,7 @@ async fn learn(
         return Ok(());
     }
     let learned = crate::cache::learn::learn_declared(
-        &cache,
+        cache,
         &remote.name,
         remote.config.kind,
         &items,

@@ -52,7 +52,7 @@ pub(super) async fn run(
     }
     // Across instances: one fill per cold artifact, through a Redis lock.
     let mut held = None;
-    if let (Some(cluster), None) = (cache.cluster(), &stale) {
+    if let (Some(cluster), None) = (cache.meta.memory.cluster(), &stale) {
         match cluster.try_lock(path.key()).await {
             LockOutcome::Acquired(lock) => {
                 let renewal = AbortOnDrop(cluster.hold(&lock));

@@ -59,6 +59,11 @@ impl Memory {
         }
     }
 
+    /// Redis coordination, when configured.
+    pub fn cluster(&self) -> Option<&Arc<Cluster>> {
+        self.cluster.get()
+    }
+
     /// Shares entries and invalidations with other instances through Redis.
     pub fn attach_cluster(&self, cluster: Arc<Cluster>) {
         let _ = self.cluster.set(cluster);

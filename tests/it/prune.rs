@@ -84,7 +84,7 @@ async fn digests_no_cached_document_lists_are_pruned_and_listed_ones_and_pins_ke
         wait_until(artifact, async || declared(artifact).await.is_some()).await;
     }
     // Everything is listed or a pin: nothing goes; three rows are marked.
-    let first = mirrorcache::cache::prune::prune_declared(&cache, &remote)
+    let first = mirrorcache::cache::prune::prune_declared(cache, &remote)
         .await
         .unwrap();
     assert_eq!((first.documents, first.marked, first.deleted), (2, 3, 0));
@@ -98,7 +98,7 @@ async fn digests_no_cached_document_lists_are_pruned_and_listed_ones_and_pins_ke
     running.proxy.fills.wait_idle().await;
     // (A fetch in the same millisecond as the round would hold it back.)
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    let second = mirrorcache::cache::prune::prune_declared(&cache, &remote)
+    let second = mirrorcache::cache::prune::prune_declared(cache, &remote)
         .await
         .unwrap();
     assert_eq!((second.documents, second.deleted), (1, 2));
