@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::commit_queue::{Answer, CommitSlot, FillBody, Pending, Queued};
+use super::commit_queue::{Answer, FillBody, Pending};
 use super::facade::Cache;
 use crate::error::ProxyError;
 use crate::meta::{Entry, Pin, Ticket};
@@ -65,38 +65,12 @@ pub const COMMIT_DELAY: Duration = Duration::from_millis(2);
 pub const MAX_BATCH: usize = 512;
 
 impl Cache {
-    /// A place in the commit queue: waits while the queue is full.
-    pub async fn commit_slot(&self) -> Result<CommitSlot, ProxyError> {
-        let queue = self.commits.clone();
-        let slot = match queue.clone().try_reserve_owned() {
-            Ok(permit) => Ok(permit),
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.metrics.commits_waiting.inc();
-                let permit = queue.reserve_owned().await;
-                self.metrics.commits_waiting.dec();
-                permit.map_err(|_| ())
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
-        };
-        let slot = slot.map_err(|()| ProxyError::Store("the committer stopped".into()))?;
-        self.metrics.commits_queued.inc();
-        Ok(CommitSlot {
-            permit: slot,
-            queued: Queued(self.metrics.commits_queued.clone()),
-        })
-    }
-
-    /// Holds the committer before its next batch until the guard is
-    /// dropped: lets a test see commits wait (and the queue fill up).
-    pub async fn hold_commits(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.commit_hold.lock().await
-    }
-
     /// Makes a fully written, hashed temp file the entry for `path`, through
     /// the commit queue, and waits until it is durable.
     pub async fn commit_entry(&self, temp: TempBlob, path: &ArtifactPath, entry: Entry) -> Answer {
         let ticket = self.meta.memory.purges.ticket();
-        self.commit_slot()
+        self.commits
+            .slot()
             .await?
             .send(FillBody::Temp(temp), path, (entry, None), ticket)
             .durable()
@@ -275,7 +249,7 @@ impl Cache {
         let _locks = self.locks.lock_digests(digests.iter()).await;
         drop(Committed(self, digests));
         for digest in digests {
-            if self.committing_size(digest).is_some() {
+            if self.commits.in_flight_size(digest).is_some() {
                 continue;
             }
             if let Ok(false) = self.meta.digest_referenced(&digest.to_hex()).await {
@@ -290,13 +264,6 @@ impl Cache {
             tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
             let _ = done.send(Err(error.clone()));
         }
-    }
-
-    /// The size of `digest`'s blob if a commit of it is between its blob
-    /// and its row (a release then keeps the blob).
-    pub(crate) fn committing_size(&self, digest: &Digest) -> Option<u64> {
-        let committing = self.committing.lock().expect("committing poisoned");
-        committing.get(digest).map(|(_, size)| *size)
     }
 }
 
@@ -325,7 +292,12 @@ struct Committed<'a>(&'a Cache, &'a [Digest]);
 
 impl Drop for Committed<'_> {
     fn drop(&mut self) {
-        let mut committing = self.0.committing.lock().expect("committing poisoned");
+        let mut committing = self
+            .0
+            .commits
+            .in_flight
+            .lock()
+            .expect("committing poisoned");
         for digest in self.1 {
             if let Some((n, _)) = committing.get_mut(digest) {
                 *n -= 1;
@@ -392,7 +364,7 @@ pub(crate) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) 
         let next = async {
             let batch = collect(&mut queue, &mut later).await?;
             let cache = cache.upgrade()?;
-            let _held = cache.commit_hold.lock().await;
+            let _held = cache.commits.hold.lock().await;
             cache.metrics.commit_batches.inc();
             cache.metrics.commits.inc_by(batch.len() as u64);
             Some(cache.commit_blobs(batch).await)

@@ -4,15 +4,13 @@
 
 use std::sync::Arc;
 
-use tokio::sync::Mutex;
-
-use super::commit_queue::Queue;
+use super::commit_queue::Commits;
 use super::evictor::Evictor;
 use super::locks::Locks;
 use crate::error::ProxyError;
 use crate::meta::MetadataStore;
 use crate::metrics::Metrics;
-use crate::store::{BlobStore, Budget, ContentStore, Digest, HotBlobs};
+use crate::store::{BlobStore, Budget, ContentStore, HotBlobs};
 
 pub struct Cache {
     /// The local store: fills in progress (and blobs, by default).
@@ -27,14 +25,9 @@ pub struct Cache {
     pub(crate) budget: Arc<Budget>,
     /// The striped locks the invariant rests on, and the size accounting's.
     pub(crate) locks: Locks,
-    /// The group commit's queue (see [`super::commit`]).
-    pub(crate) commits: Queue,
-    /// Taken by the committer for each batch (and by a test to hold it).
-    pub(crate) commit_hold: Mutex<()>,
-    /// Digests whose blobs are durable and whose rows are not written yet
-    /// (see `super::commit`), with how many batches have each and the blob's size:
-    /// changed under the digest's lock; a release keeps such a blob.
-    pub(crate) committing: std::sync::Mutex<std::collections::HashMap<Digest, (usize, u64)>>,
+    /// The group commit's queue and what it has in flight (see
+    /// [`super::commit`]).
+    pub commits: Commits,
     pub metrics: Arc<Metrics>,
 }
 

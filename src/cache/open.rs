@@ -5,12 +5,12 @@
 use std::sync::Arc;
 
 use anyhow::Context;
-use tokio::sync::Mutex;
 
+use super::commit_queue::Commits;
 use super::evictor::Evictor;
 use super::facade::Cache;
 use super::locks::Locks;
-use super::{commit, commit_queue, evict, prune};
+use super::{commit, evict, prune};
 use crate::config::Config;
 use crate::meta::cluster::Cluster;
 use crate::meta::MetadataStore;
@@ -133,7 +133,7 @@ impl Cache {
         };
         metrics.store_max_bytes.set(config.storage.max_size as i64);
         // As many commits may wait as fills may run.
-        let (commits, queued) = commit_queue::queue(config.server.max_fills);
+        let (commits, queued) = Commits::new(config.server.max_fills, &metrics);
         let cache = Arc::new(Cache {
             store,
             blobs,
@@ -146,8 +146,6 @@ impl Cache {
             budget,
             locks: Locks::default(),
             commits,
-            commit_hold: Mutex::new(()),
-            committing: Default::default(),
             metrics,
         });
         tokio::spawn(commit::run(Arc::downgrade(&cache), queued));

@@ -58,7 +58,7 @@ impl Cache {
     /// gone and the blob still counted).
     pub(crate) async fn release_held(&self, digest: &Digest) -> u64 {
         match self.meta.digest_referenced(&digest.to_hex()).await {
-            Ok(false) => match self.committing_size(digest) {
+            Ok(false) => match self.commits.in_flight_size(digest) {
                 // Its row is about to be written (see `commit`): the blob
                 // stays, uncounted until that row counts it again.
                 Some(size) => {

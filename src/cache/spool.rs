@@ -57,7 +57,7 @@ impl Cache {
         let known: HashSet<Digest> = {
             let _locks = self.locks.lock_digests(new.iter().map(|(d, _)| d)).await;
             {
-                let mut committing = self.committing.lock().expect("committing poisoned");
+                let mut committing = self.commits.in_flight.lock().expect("committing poisoned");
                 for (digest, size) in &new {
                     if memory && !committing.contains_key(digest) {
                         match self.meta.memory.index.references(digest) {

@@ -70,7 +70,7 @@ async fn commit_bytes(cache: &Cache, key: &str, bytes: Vec<u8>) -> super::commit
     );
     let path = ArtifactPath::parse(&format!("/r/{key}")).unwrap();
     let ticket = cache.meta.memory.purges.ticket();
-    let slot = cache.commit_slot().await?;
+    let slot = cache.commits.slot().await?;
     let body = super::FillBody::Memory(bytes.into());
     slot.send(body, &path, (entry, None), ticket)
         .durable()
@@ -240,7 +240,7 @@ async fn only_bytes_already_on_disk_are_asked_about() {
 /// Commits small bodies kept in memory, `names[i]` with `bodies[i]`, all in
 /// one batch (the committer held until every one is queued).
 async fn commit_in_one_batch(cache: &Arc<Cache>, names: &[String], bodies: &[Vec<u8>]) {
-    let held = cache.hold_commits().await;
+    let held = cache.commits.hold().await;
     let mut tasks = Vec::new();
     for (name, bytes) in names.iter().zip(bodies) {
         let (cache, bytes) = (cache.clone(), bytes.clone());

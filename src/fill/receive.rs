@@ -391,7 +391,7 @@ async fn settle(
     // than new misses being refused for want of a `max_fills` slot.
     let queued = match queued {
         Some(queued) => queued,
-        None => cache.commit_slot().await,
+        None => cache.commits.slot().await,
     };
     tx.send_replace(FillState::Complete {
         head: head.clone(),
