@@ -33,8 +33,8 @@ use std::time::Duration;
 
 use criterion::measurement::WallTime;
 use criterion::{criterion_group, criterion_main, Criterion};
-use mirrorcache::cache::meta::{entry_cache, Entry, EntryCache};
 use mirrorcache::cache::Digest;
+use mirrorcache::meta::{entry_cache, Entry, EntryCache};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
 // Counts every allocation in the process; safe to install (the crate forbids

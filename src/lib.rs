@@ -8,8 +8,15 @@
 //!   waiting client while writing it to the cache.
 //! - [`upstream`] is the remotes' runtime: mirror selection, health, the
 //!   fetch with failover, probes.
-//! - [`cache`] owns the bytes and what they are: content store, blob
-//!   backends, in-memory tier, metadata, Redis coordination, eviction, verify.
+//! - [`cache`] is the thin façade over the bytes and the rows, for the
+//!   invariant that spans them (never a row without its blob): commit,
+//!   release, purge, eviction's loop, verify.
+//! - [`store`] holds the bytes: the content store on disk, blob backends
+//!   (local, S3), the in-memory tier, the size budget; it imports neither
+//!   `meta` nor `cache`.
+//! - [`meta`] holds the rows: the metadata database (SQLite, Postgres), the
+//!   entry index and its digest counts, purge generations, declared digests
+//!   and pins, Redis coordination; it takes only `Digest` from `store`.
 //! - [`kind`] holds the package managers' rules: immutable paths, documents,
 //!   variants, URL rewriting, the cache policy.
 //! - [`access`] says who is asking: credentials checked against the
@@ -23,7 +30,8 @@
 //!   the tier of index documents built once (filtered and rewritten) that
 //!   the front end serves them from.
 //! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
-//!   the progress display of `verify`); only `main` imports it.
+//!   `token`, bundles and their rows, the progress display of `verify`);
+//!   only `main` imports it.
 
 pub mod access;
 pub mod cache;
@@ -37,10 +45,12 @@ pub mod http;
 pub mod kind;
 pub mod logbuf;
 pub mod logline;
+pub mod meta;
 pub mod metrics;
 pub mod ops;
 pub mod path;
 pub mod proxy;
+pub mod store;
 pub mod upstream;
 
 /// The unit tests' repeatable random numbers.

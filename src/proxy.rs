@@ -65,8 +65,8 @@ impl Proxy {
         let metrics = Arc::new(Metrics::new());
         let cache = Cache::open(config, metrics.clone()).await?;
         // The one process that trusts its memory of the rows (and is told
-        // of other processes' writes: `cache::others`).
-        cache.meta.others.serve();
+        // of other processes' writes: `meta::other_writers`).
+        cache.meta.memory.others.serve();
         let gauges = GaugeRegistry::default();
         let health = HealthRegistry::default();
         let remotes = build_remotes(config, &gauges, &health, &metrics)?;

@@ -13,6 +13,7 @@ mod bcrypt_pool;
 pub mod credentials;
 pub mod limit;
 pub mod token;
+pub mod token_table;
 mod verified;
 
 use std::collections::HashMap;
@@ -30,6 +31,7 @@ use crate::clock::now_ms;
 use crate::config::AuthConfig;
 use credentials::Offered;
 use limit::FailureLimiter;
+use token_table::TokenTable;
 use verified::{Verified, VerifiedCache};
 
 /// How long a verified credential is taken on trust. A reload of the
@@ -221,10 +223,8 @@ impl Access {
             return Ok(None);
         };
         let offered = token::hash_secret(secret);
-        let row = self
-            .cache
-            .meta
-            .token_find(id)
+        let row = TokenTable::of(&self.cache.meta)
+            .find(id)
             .await
             .map_err(|_| Refusal::Unavailable)?;
         let stored = row.as_ref().map_or(&offered, |r| &r.secret_hash);

@@ -51,14 +51,12 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::meta::Entry;
-use super::purge::Ticket;
-use super::spool::FillBody;
-use super::{Cache, Digest, TempBlob};
+use super::commit_queue::{Answer, FillBody, Pending};
+use super::facade::Cache;
 use crate::error::ProxyError;
-use crate::kind::declared::Declared;
-use crate::kind::{CachedAt, Kind};
+use crate::meta::{Entry, Pin, Ticket};
 use crate::path::ArtifactPath;
+use crate::store::{Digest, TempBlob};
 
 /// How long the committer waits after a batch's first commit for others to
 /// join it.
@@ -66,133 +64,13 @@ pub const COMMIT_DELAY: Duration = Duration::from_millis(2);
 /// The most commits in one batch.
 pub const MAX_BATCH: usize = 512;
 
-/// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
-/// with its entry's row in the batch's transaction: the pin is durable
-/// exactly when the entry is, at no statement of its own.
-pub struct Pin {
-    pub remote: String,
-    pub kind: Kind,
-    /// The key the digest is declared under.
-    pub artifact: String,
-    pub declared: Declared,
-}
-
-/// One commit waiting in the queue (its body a [`FillBody`]), or in a
-/// batch once its temp file is written (its body a [`TempBlob`]).
-pub(super) struct Pending<B = FillBody> {
-    pub(super) body: B,
-    pub(super) path: ArtifactPath,
-    pub(super) entry: Entry,
-    /// When the fill began: a purge of the key since then leaves no row.
-    pub(super) ticket: Ticket,
-    pub(super) pin: Option<Pin>,
-    pub(super) done: oneshot::Sender<Answer>,
-}
-
-/// The entry committed; `None` when a purge of its key came after the fill
-/// began (nothing is left of it).
-pub(super) type Answer = Result<Option<Arc<Entry>>, ProxyError>;
-
-/// A place in the commit queue, taken before the fill lets its readers see
-/// the end of the body.
-pub struct CommitSlot {
-    permit: mpsc::OwnedPermit<Pending>,
-    queued: Queued,
-}
-
-/// One in `commits_queued`, from a place taken until its commit is
-/// answered (or the place is dropped unused).
-struct Queued(prometheus_client::metrics::gauge::Gauge);
-
-impl Drop for Queued {
-    fn drop(&mut self) {
-        self.0.dec();
-    }
-}
-
-/// A commit handed to the committer; resolves when it is durable (or failed).
-pub struct Committing {
-    answer: oneshot::Receiver<Answer>,
-    _queued: Queued,
-}
-
-impl CommitSlot {
-    /// Hands the complete, hashed body over: it becomes the entry of
-    /// `path` with the next batch, unless a purge of `path` comes after
-    /// `ticket` (when the fill began); `pin` is written with its row.
-    pub fn send(
-        self,
-        body: FillBody,
-        path: &ArtifactPath,
-        (entry, pin): (Entry, Option<Pin>),
-        ticket: Ticket,
-    ) -> Committing {
-        let (done, answer) = oneshot::channel();
-        let CommitSlot { permit, queued } = self;
-        permit.send(Pending {
-            body,
-            path: path.clone(),
-            entry,
-            ticket,
-            pin,
-            done,
-        });
-        Committing {
-            answer,
-            _queued: queued,
-        }
-    }
-}
-
-impl Committing {
-    /// The committed entry once durable; `None` if purged.
-    pub async fn durable(self) -> Answer {
-        self.answer
-            .await
-            .unwrap_or_else(|_| Err(ProxyError::Store("the committer stopped".into())))
-    }
-}
-
-/// The queue's sending side, owned by the [`Cache`].
-pub(super) type Queue = mpsc::Sender<Pending>;
-
-pub(super) fn queue(capacity: usize) -> (Queue, mpsc::Receiver<Pending>) {
-    mpsc::channel(capacity.max(1))
-}
-
 impl Cache {
-    /// A place in the commit queue: waits while the queue is full.
-    pub async fn commit_slot(&self) -> Result<CommitSlot, ProxyError> {
-        let queue = self.commits.clone();
-        let slot = match queue.clone().try_reserve_owned() {
-            Ok(permit) => Ok(permit),
-            Err(mpsc::error::TrySendError::Full(_)) => {
-                self.metrics.commits_waiting.inc();
-                let permit = queue.reserve_owned().await;
-                self.metrics.commits_waiting.dec();
-                permit.map_err(|_| ())
-            }
-            Err(mpsc::error::TrySendError::Closed(_)) => Err(()),
-        };
-        let slot = slot.map_err(|()| ProxyError::Store("the committer stopped".into()))?;
-        self.metrics.commits_queued.inc();
-        Ok(CommitSlot {
-            permit: slot,
-            queued: Queued(self.metrics.commits_queued.clone()),
-        })
-    }
-
-    /// Holds the committer before its next batch until the guard is
-    /// dropped: lets a test see commits wait (and the queue fill up).
-    pub async fn hold_commits(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.commit_hold.lock().await
-    }
-
     /// Makes a fully written, hashed temp file the entry for `path`, through
     /// the commit queue, and waits until it is durable.
     pub async fn commit_entry(&self, temp: TempBlob, path: &ArtifactPath, entry: Entry) -> Answer {
-        let ticket = self.meta.purges.ticket();
-        self.commit_slot()
+        let ticket = self.meta.memory.purges.ticket();
+        self.commits
+            .slot()
             .await?
             .send(FillBody::Temp(temp), path, (entry, None), ticket)
             .durable()
@@ -208,7 +86,7 @@ impl Cache {
     /// once however many rows of the batch have it; a row it replaces has
     /// its blob released. If the rows cannot be written, blobs nothing else
     /// references are deleted again.
-    pub(super) async fn commit_rows(&self, staged: Staged) {
+    pub(crate) async fn commit_rows(&self, staged: Staged) {
         let Staged {
             rows,
             new,
@@ -233,9 +111,12 @@ impl Cache {
         if rows.is_empty() {
             return;
         }
-        let _counting = self.accounting.read().await;
-        let stripes = rows.iter().map(|(p, _, _)| self.path_stripe(p)).collect();
-        let path_guards = self.lock_path_stripes(stripes).await;
+        let _counting = self.locks.accounting.read().await;
+        let stripes = rows
+            .iter()
+            .map(|(p, _, _)| self.locks.path_stripe(p))
+            .collect();
+        let path_guards = self.locks.lock_paths(stripes).await;
         let paths: Vec<&ArtifactPath> = rows.iter().map(|(p, _, _)| p).collect();
         let replaced = match self.meta.stored_digests(&paths).await {
             Ok(replaced) => replaced,
@@ -249,7 +130,7 @@ impl Cache {
                 .copied()
                 .collect()
         };
-        let digest_guards = self.lock_digests(new.iter().chain(&released)).await;
+        let digest_guards = self.locks.lock_digests(new.iter().chain(&released)).await;
         // A blob this batch put on disk has no row yet: only the others are
         // asked about (where memory cannot answer, the database reads every
         // row for it).
@@ -296,8 +177,11 @@ impl Cache {
         for (path, entry, (ticket, done, pin)) in rows {
             pinned.extend(pin.filter(|pin| pin.may_contradict(&path)));
             let entry = Arc::new(entry);
-            self.meta.shared_changed(path.key(), Some(&entry)).await;
-            if self.meta.remember(&path, &entry, ticket) {
+            self.meta
+                .memory
+                .shared_changed(path.key(), Some(&entry))
+                .await;
+            if self.meta.memory.remember(&path, &entry, ticket) {
                 tracing::debug!(key = path.key(), digest = ?entry.digest, bytes = entry.size, "filled");
                 answers.push((done, Some(entry)));
                 continue;
@@ -345,9 +229,8 @@ impl Cache {
         for pin in pinned {
             let learned = [(pin.artifact, pin.declared)];
             let changed: Vec<_> = learned.iter().collect();
-            if let Err(error) = self
-                .evict_contradicting(&pin.remote, pin.kind, changed)
-                .await
+            if let Err(error) =
+                super::learn::evict_contradicting(self, &pin.remote, pin.kind, changed).await
             {
                 tracing::warn!(artifact = %learned[0].0, %error, "could not check the rows a pin contradicts");
             }
@@ -363,10 +246,10 @@ impl Cache {
         if digests.is_empty() {
             return;
         }
-        let _locks = self.lock_digests(digests.iter()).await;
+        let _locks = self.locks.lock_digests(digests.iter()).await;
         drop(Committed(self, digests));
         for digest in digests {
-            if self.committing_size(digest).is_some() {
+            if self.commits.in_flight_size(digest).is_some() {
                 continue;
             }
             if let Ok(false) = self.meta.digest_referenced(&digest.to_hex()).await {
@@ -382,32 +265,25 @@ impl Cache {
             let _ = done.send(Err(error.clone()));
         }
     }
-
-    /// The size of `digest`'s blob if a commit of it is between its blob
-    /// and its row (a release then keeps the blob).
-    pub(super) fn committing_size(&self, digest: &Digest) -> Option<u64> {
-        let committing = self.committing.lock().expect("committing poisoned");
-        committing.get(digest).map(|(_, size)| *size)
-    }
 }
 
 /// A row of a batch whose blob is durable: its path, entry, and the fill's
 /// ticket, answer and pin.
-pub(super) type StagedRow = (
+pub(crate) type StagedRow = (
     ArtifactPath,
     Entry,
     (Ticket, oneshot::Sender<Answer>, Option<Pin>),
 );
 
 /// A batch between its two stages: blobs durable, rows to write.
-pub(super) struct Staged {
-    pub(super) rows: Vec<StagedRow>,
+pub(crate) struct Staged {
+    pub(crate) rows: Vec<StagedRow>,
     /// Its digests, each once, marked as being committed.
-    pub(super) new: Vec<Digest>,
+    pub(crate) new: Vec<Digest>,
     /// Those whose blob this batch put on disk (it was not there).
-    pub(super) placed: HashSet<Digest>,
+    pub(crate) placed: HashSet<Digest>,
     /// The digests whose blob could not be committed, and why.
-    pub(super) failed: HashMap<Digest, String>,
+    pub(crate) failed: HashMap<Digest, String>,
 }
 
 /// Takes a batch's digests out of [`Cache::committing`] when dropped (its
@@ -416,7 +292,12 @@ struct Committed<'a>(&'a Cache, &'a [Digest]);
 
 impl Drop for Committed<'_> {
     fn drop(&mut self) {
-        let mut committing = self.0.committing.lock().expect("committing poisoned");
+        let mut committing = self
+            .0
+            .commits
+            .in_flight
+            .lock()
+            .expect("committing poisoned");
         for digest in self.1 {
             if let Some((n, _)) = committing.get_mut(digest) {
                 *n -= 1;
@@ -476,14 +357,14 @@ async fn collect(
 /// is dropped. Two batches overlap: the rows of one are written while the
 /// blobs of the next are made durable (different work, often on different
 /// devices' queues); the rows are written in batch order.
-pub(super) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) {
+pub(crate) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) {
     let mut later: Vec<Pending> = Vec::new();
     let mut staged: Option<Staged> = None;
     loop {
         let next = async {
             let batch = collect(&mut queue, &mut later).await?;
             let cache = cache.upgrade()?;
-            let _held = cache.commit_hold.lock().await;
+            let _held = cache.commits.hold.lock().await;
             cache.metrics.commit_batches.inc();
             cache.metrics.commits.inc_by(batch.len() as u64);
             Some(cache.commit_blobs(batch).await)
@@ -497,18 +378,5 @@ pub(super) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) 
             Some(next) => staged = Some(next),
             None => return,
         }
-    }
-}
-
-impl Pin {
-    /// Whether a cached row other than the one it is committed with may be
-    /// of its artifact (and then must match it): only where the ecosystem
-    /// finds an artifact's rows elsewhere than at its key, or the key is
-    /// not the row's own path. Otherwise the only row is the batch's.
-    fn may_contradict(&self, path: &ArtifactPath) -> bool {
-        self.kind.digests().is_some_and(|digests| {
-            !matches!(digests.cached_at(&self.artifact), CachedAt::Path)
-                || self.artifact != path.stored_path()
-        })
     }
 }

@@ -4,21 +4,19 @@
 //! Hits only touch an atomic in their in-memory entry; every `FLUSH_INTERVAL`
 //! (and before each eviction round) the touched times go to the database in
 //! one transaction. Each round re-derives the committed size from the
-//! database (see [`super::budget`]). Eviction counts committed bytes plus the
+//! database (see [`crate::store::budget`]). Eviction counts committed bytes plus the
 //! bytes of fills in progress: when they exceed the limit it deletes rows
 //! oldest-access first, then each blob no row references any more, and stops
 //! as soon as they are back under 90% of the limit (the low-water mark), so
 //! a round never frees more than the last blob below it. A blob being read is
 //! never cut short: on local disk readers hold an open file, and Unix frees a
 //! deleted file's data only on its last close; on S3 the object is deleted
-//! `delete_delay` later ([`super::blobs`]).
+//! `delete_delay` later ([`crate::store::blobs`]).
 
-use std::sync::{Arc, Weak};
+use std::sync::Weak;
 use std::time::Duration;
 
-use tokio::sync::Mutex;
-
-use super::{Budget, Cache};
+use super::facade::Cache;
 use crate::error::ProxyError;
 
 /// How often access times are written and the size is checked.
@@ -26,54 +24,20 @@ const FLUSH_INTERVAL: Duration = Duration::from_secs(30);
 /// Rows fetched per eviction query.
 const BATCH: i64 = 256;
 
-pub struct Evictor {
-    budget: Arc<Budget>,
-    /// One round at a time (the background task's and any caller's): two
-    /// rounds side by side would each free down to the low-water mark.
-    round: Mutex<()>,
-}
-
-impl Evictor {
-    pub fn new(budget: Arc<Budget>) -> Evictor {
-        Evictor {
-            budget,
-            round: Mutex::new(()),
+/// Runs until the cache is dropped.
+pub async fn run(cache: Weak<Cache>) {
+    loop {
+        let Some(c) = cache.upgrade() else { return };
+        let wake = c.evictor.budget.wake();
+        drop(c);
+        tokio::select! {
+            () = wake.notified() => {}
+            () = tokio::time::sleep(FLUSH_INTERVAL) => {}
         }
-    }
-
-    /// `storage.max_size`.
-    pub fn max_size(&self) -> u64 {
-        self.budget.max()
-    }
-
-    /// Holds off eviction rounds, and with them the background flush of
-    /// access times, until the guard is dropped (a round waits for it): lets
-    /// a test count the database writes of a stretch of requests.
-    pub async fn hold_rounds(&self) -> tokio::sync::MutexGuard<'_, ()> {
-        self.round.lock().await
-    }
-
-    /// Wakes the evictor if committed plus in-progress bytes are over the
-    /// limit. (Commits and reservations already do this.)
-    pub fn wake_if_over(&self) {
-        self.budget.wake_if_over();
-    }
-
-    /// Runs until the cache is dropped.
-    pub async fn run(cache: Weak<Cache>) {
-        loop {
-            let Some(c) = cache.upgrade() else { return };
-            let wake = c.evictor.budget.wake();
-            drop(c);
-            tokio::select! {
-                () = wake.notified() => {}
-                () = tokio::time::sleep(FLUSH_INTERVAL) => {}
-            }
-            let Some(cache) = cache.upgrade() else { return };
-            if let Err(error) = evict(&cache).await {
-                cache.metrics.metadata_errors.inc();
-                tracing::warn!(%error, "eviction round failed");
-            }
+        let Some(cache) = cache.upgrade() else { return };
+        if let Err(error) = evict(&cache).await {
+            cache.metrics.metadata_errors.inc();
+            tracing::warn!(%error, "eviction round failed");
         }
     }
 }
@@ -92,7 +56,7 @@ pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     // index answers once loaded, where the database would read every row
     // (waited for a minute at most: loads follow each other while another
     // process writes).
-    let _ = tokio::time::timeout(Duration::from_secs(60), cache.meta.index.loaded()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(60), cache.meta.memory.index.loaded()).await;
     cache.meta.flush_access_times().await?;
     cache.rederive_size().await?;
     let budget = &cache.evictor.budget;
@@ -103,7 +67,7 @@ pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     let target = low_water(max);
     let (mut entries, mut bytes) = (0u64, 0u64);
     'rounds: while budget.total() > target {
-        let rows = cache.meta.least_recently_used(BATCH).await?;
+        let rows = cache.meta.db.least_recently_used(BATCH).await?;
         if rows.is_empty() {
             break;
         }

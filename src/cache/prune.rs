@@ -23,13 +23,14 @@ use std::collections::{BTreeMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use super::meta::{db_error, now_ms};
-use super::sql::placeholders;
-use super::{Cache, Digest};
+use super::facade::Cache;
+use crate::clock::now_ms;
 use crate::config::RemoteConfig;
 use crate::error::ProxyError;
 use crate::kind::declared::{canonical, Declared, Document};
+use crate::meta::sql::{db_error, placeholders};
 use crate::path::ArtifactPath;
+use crate::store::Digest;
 
 /// How often the rows are pruned.
 pub const PRUNE_INTERVAL: Duration = Duration::from_secs(6 * 3600);
@@ -76,7 +77,7 @@ pub async fn run(cache: Weak<Cache>, remotes: Arc<[RemoteConfig]>) {
         tokio::time::sleep(PRUNE_INTERVAL).await;
         let Some(cache) = cache.upgrade() else { return };
         for remote in remotes.iter() {
-            match cache.prune_declared(remote).await {
+            match prune_declared(&cache, remote).await {
                 Ok(pruned) if pruned.deleted > 0 => {
                     tracing::info!(remote = remote.name, ?pruned, "pruned declared digests")
                 }
@@ -89,102 +90,100 @@ pub async fn run(cache: Weak<Cache>, remotes: Arc<[RemoteConfig]>) {
     }
 }
 
-impl Cache {
-    /// One prune round over the `declared` rows of `remote` (see the module).
-    pub async fn prune_declared(&self, remote: &RemoteConfig) -> Result<Pruned, ProxyError> {
-        let mut pruned = Pruned::default();
-        let Some(digests) = remote.kind.digests() else {
+/// One prune round over the `declared` rows of `remote` (see the module).
+pub async fn prune_declared(cache: &Cache, remote: &RemoteConfig) -> Result<Pruned, ProxyError> {
+    let mut pruned = Pruned::default();
+    let Some(digests) = remote.kind.digests() else {
+        return Ok(pruned);
+    };
+    let started = now_ms();
+    let pool = cache.meta.db.pool();
+    let rows: Vec<(String, String, i64)> =
+        sqlx::query_as("SELECT path, digest, size FROM entries WHERE remote = $1")
+            .bind(&remote.name)
+            .fetch_all(pool)
+            .await
+            .map_err(db_error)?;
+    let mut listed_now: HashSet<String> = HashSet::new();
+    for (stored, digest, size) in rows {
+        let path = stored.split_once('?').map_or(stored.as_str(), |(p, _)| p);
+        if !digests.declares(path) {
+            continue;
+        }
+        let size = size.max(0) as u64;
+        let read = match Digest::from_hex(&digest) {
+            Some(digest) if size <= remote.max_document_size => {
+                match cache.open_blob(&digest, size).await {
+                    Ok(blob) => blob.read_all(size).await.ok(),
+                    Err(_) => None,
+                }
+            }
+            _ => None,
+        };
+        // What this document lists is unknown: delete nothing this round.
+        let Some(body) = read else {
             return Ok(pruned);
         };
-        let started = now_ms();
-        let pool = self.meta.pool();
-        let rows: Vec<(String, String, i64)> =
-            sqlx::query_as("SELECT path, digest, size FROM entries WHERE remote = $1")
-                .bind(&remote.name)
-                .fetch_all(pool)
-                .await
-                .map_err(db_error)?;
-        let mut listed_now: HashSet<String> = HashSet::new();
-        for (stored, digest, size) in rows {
-            let path = stored.split_once('?').map_or(stored.as_str(), |(p, _)| p);
-            if !digests.declares(path) {
-                continue;
-            }
-            let size = size.max(0) as u64;
-            let read = match Digest::from_hex(&digest) {
-                Some(digest) if size <= remote.max_document_size => {
-                    match self.open_blob(&digest, size).await {
-                        Ok(blob) => blob.read_all(size).await.ok(),
-                        Err(_) => None,
-                    }
-                }
-                _ => None,
-            };
-            // What this document lists is unknown: delete nothing this round.
-            let Some(body) = read else {
-                return Ok(pruned);
-            };
-            let (config, path) = (remote.clone(), path.to_string());
-            let items = tokio::task::spawn_blocking(move || listed(&config, &path, &body))
-                .await
-                .map_err(|e| ProxyError::Store(e.to_string()))?;
-            listed_now.extend(items.into_iter().map(|(artifact, _)| artifact));
-            pruned.documents += 1;
-        }
-        let listed_now: Vec<String> = listed_now.into_iter().collect();
-        for chunk in listed_now.chunks(CHUNK) {
-            let sql = format!(
-                "UPDATE declared SET listed_at = $2 WHERE remote = $1 AND listed_at IS NULL \
-                 AND artifact IN ({})",
-                placeholders(3, chunk.len())
-            );
-            let mut query = sqlx::query(&sql).bind(&remote.name).bind(started);
-            for artifact in chunk {
-                query = query.bind(artifact.as_str());
-            }
-            pruned.marked += query.execute(pool).await.map_err(db_error)?.rows_affected();
-        }
-        // A document fetched or revalidated meanwhile may list what this
-        // round missed.
-        let since: Vec<(String,)> =
-            sqlx::query_as("SELECT path FROM entries WHERE remote = $1 AND fetched_at >= $2")
-                .bind(&remote.name)
-                .bind(started)
-                .fetch_all(pool)
-                .await
-                .map_err(db_error)?;
-        if since.iter().any(|(stored,)| {
-            digests.declares(stored.split_once('?').map_or(stored.as_str(), |(p, _)| p))
-        }) {
-            return Ok(pruned);
-        }
-        let listed_now: HashSet<&str> = listed_now.iter().map(String::as_str).collect();
-        let known: Vec<(String,)> = sqlx::query_as(
-            "SELECT artifact FROM declared WHERE remote = $1 AND listed_at IS NOT NULL \
-             AND learned_at < $2",
-        )
-        .bind(&remote.name)
-        .bind(started)
-        .fetch_all(pool)
-        .await
-        .map_err(db_error)?;
-        let gone: Vec<String> = known
-            .into_iter()
-            .map(|(artifact,)| artifact)
-            .filter(|artifact| !listed_now.contains(artifact.as_str()))
-            .collect();
-        for chunk in gone.chunks(CHUNK) {
-            let sql = format!(
-                "DELETE FROM declared WHERE remote = $1 AND learned_at < $2 \
-                 AND listed_at IS NOT NULL AND artifact IN ({})",
-                placeholders(3, chunk.len())
-            );
-            let mut query = sqlx::query(&sql).bind(&remote.name).bind(started);
-            for artifact in chunk {
-                query = query.bind(artifact.as_str());
-            }
-            pruned.deleted += query.execute(pool).await.map_err(db_error)?.rows_affected();
-        }
-        Ok(pruned)
+        let (config, path) = (remote.clone(), path.to_string());
+        let items = tokio::task::spawn_blocking(move || listed(&config, &path, &body))
+            .await
+            .map_err(|e| ProxyError::Store(e.to_string()))?;
+        listed_now.extend(items.into_iter().map(|(artifact, _)| artifact));
+        pruned.documents += 1;
     }
+    let listed_now: Vec<String> = listed_now.into_iter().collect();
+    for chunk in listed_now.chunks(CHUNK) {
+        let sql = format!(
+            "UPDATE declared SET listed_at = $2 WHERE remote = $1 AND listed_at IS NULL \
+             AND artifact IN ({})",
+            placeholders(3, chunk.len())
+        );
+        let mut query = sqlx::query(&sql).bind(&remote.name).bind(started);
+        for artifact in chunk {
+            query = query.bind(artifact.as_str());
+        }
+        pruned.marked += query.execute(pool).await.map_err(db_error)?.rows_affected();
+    }
+    // A document fetched or revalidated meanwhile may list what this
+    // round missed.
+    let since: Vec<(String,)> =
+        sqlx::query_as("SELECT path FROM entries WHERE remote = $1 AND fetched_at >= $2")
+            .bind(&remote.name)
+            .bind(started)
+            .fetch_all(pool)
+            .await
+            .map_err(db_error)?;
+    if since.iter().any(|(stored,)| {
+        digests.declares(stored.split_once('?').map_or(stored.as_str(), |(p, _)| p))
+    }) {
+        return Ok(pruned);
+    }
+    let listed_now: HashSet<&str> = listed_now.iter().map(String::as_str).collect();
+    let known: Vec<(String,)> = sqlx::query_as(
+        "SELECT artifact FROM declared WHERE remote = $1 AND listed_at IS NOT NULL \
+         AND learned_at < $2",
+    )
+    .bind(&remote.name)
+    .bind(started)
+    .fetch_all(pool)
+    .await
+    .map_err(db_error)?;
+    let gone: Vec<String> = known
+        .into_iter()
+        .map(|(artifact,)| artifact)
+        .filter(|artifact| !listed_now.contains(artifact.as_str()))
+        .collect();
+    for chunk in gone.chunks(CHUNK) {
+        let sql = format!(
+            "DELETE FROM declared WHERE remote = $1 AND learned_at < $2 \
+             AND listed_at IS NOT NULL AND artifact IN ({})",
+            placeholders(3, chunk.len())
+        );
+        let mut query = sqlx::query(&sql).bind(&remote.name).bind(started);
+        for artifact in chunk {
+            query = query.bind(artifact.as_str());
+        }
+        pruned.deleted += query.execute(pool).await.map_err(db_error)?.rows_affected();
+    }
+    Ok(pruned)
 }

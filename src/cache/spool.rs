@@ -10,19 +10,10 @@
 use std::collections::{HashMap, HashSet};
 use std::io;
 
-use super::commit::{Pending, Staged};
-use super::store::BatchBody;
-use super::{Cache, ContentStore, Digest, TempBlob};
-
-/// A fill's complete, hashed body as handed to the committer.
-pub enum FillBody {
-    /// Written into its temp file.
-    Temp(TempBlob),
-    /// A small body that came whole (64 KiB or less), kept in memory during
-    /// the fill (no file was made for it on the request's path): the
-    /// committer writes its temp file ([`Cache::spool`]).
-    Memory(bytes::Bytes),
-}
+use super::commit::Staged;
+use super::commit_queue::{FillBody, Pending};
+use super::facade::Cache;
+use crate::store::{BatchBody, ContentStore, Digest};
 
 impl Cache {
     /// The first stage of a batch (at most one commit per key): its blobs
@@ -32,11 +23,11 @@ impl Cache {
     /// digest is committed, the others of the same digest dropped, and none
     /// of a digest the entry index knows is referenced.
     /// Takes no path lock: it runs beside the previous batch's rows.
-    pub(super) async fn commit_blobs(&self, batch: Vec<Pending>) -> Staged {
+    pub(crate) async fn commit_blobs(&self, batch: Vec<Pending>) -> Staged {
         // Purged since their fills began: nothing to write.
         let (batch, purged): (Vec<_>, Vec<_>) = batch
             .into_iter()
-            .partition(|p| self.meta.purges.current(p.path.key(), p.ticket));
+            .partition(|p| self.meta.memory.purges.current(p.path.key(), p.ticket));
         for pending in purged {
             tracing::debug!(
                 key = pending.path.key(),
@@ -61,15 +52,15 @@ impl Cache {
         // (`BatchBody::Fresh`). Whatever the index cannot vouch for goes
         // through a temp file, and a blob found in place is not written
         // again.
-        let memory = self.meta.digests_in_memory();
+        let memory = self.meta.memory.digests_in_memory();
         let (mut fresh, mut referenced) = (HashSet::new(), Vec::new());
         let known: HashSet<Digest> = {
-            let _locks = self.lock_digests(new.iter().map(|(d, _)| d)).await;
+            let _locks = self.locks.lock_digests(new.iter().map(|(d, _)| d)).await;
             {
-                let mut committing = self.committing.lock().expect("committing poisoned");
+                let mut committing = self.commits.in_flight.lock().expect("committing poisoned");
                 for (digest, size) in &new {
                     if memory && !committing.contains_key(digest) {
-                        match self.meta.index.references(digest) {
+                        match self.meta.memory.index.references(digest) {
                             true => referenced.push(*digest),
                             false => {
                                 fresh.insert(*digest);
@@ -151,7 +142,7 @@ impl Cache {
     /// `storage.max_size` as a fill's temp file is). A body that cannot be
     /// written leaves the batch, its digest with the error (its clients
     /// had their bytes: they are served uncached).
-    pub(super) async fn spool(
+    pub(crate) async fn spool(
         &self,
         jobs: Vec<(FillBody, Digest)>,
         fresh: &HashSet<Digest>,

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use super::evict::{self, low_water};
 use super::{Cache, Digest, Entry};
 use crate::config::Config;
+use crate::meta::index::Found;
 use crate::metrics::Metrics;
 use crate::path::ArtifactPath;
 use crate::test_rng::XorShift;
@@ -58,7 +59,7 @@ async fn commit(cache: &Cache, path: u64, n: u64) {
 
 /// Hands `bytes`, kept in memory, to the commit queue as the entry of
 /// `key` (`/r/…`), as a small fill does; waits until it is durable.
-async fn commit_bytes(cache: &Cache, key: &str, bytes: Vec<u8>) -> super::commit::Answer {
+async fn commit_bytes(cache: &Cache, key: &str, bytes: Vec<u8>) -> super::commit_queue::Answer {
     let entry = Entry::new(
         Digest::of(&bytes),
         bytes.len() as u64,
@@ -68,8 +69,8 @@ async fn commit_bytes(cache: &Cache, key: &str, bytes: Vec<u8>) -> super::commit
         crate::clock::now_ms(),
     );
     let path = ArtifactPath::parse(&format!("/r/{key}")).unwrap();
-    let ticket = cache.meta.purges.ticket();
-    let slot = cache.commit_slot().await?;
+    let ticket = cache.meta.memory.purges.ticket();
+    let slot = cache.commits.slot().await?;
     let body = super::FillBody::Memory(bytes.into());
     slot.send(body, &path, (entry, None), ticket)
         .durable()
@@ -94,9 +95,13 @@ async fn release(cache: &Cache, path: u64) {
 /// Every change holds `accounting` shared (the background evictor's too), so
 /// holding it exclusively makes the moment quiet.
 async fn views(cache: &Cache) -> (u64, u64, u64) {
-    let _quiet = cache.accounting.write().await;
+    let _quiet = cache.locks.accounting.write().await;
     let disk = cache.local_size().unwrap();
-    (cache.size(), cache.meta.stored_bytes().await.unwrap(), disk)
+    (
+        cache.size(),
+        cache.meta.db.stored_bytes().await.unwrap(),
+        disk,
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -111,9 +116,9 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
         // trusted, so its digest counts answer the reference checks.
         let serving = seed % 2 == 0;
         if serving {
-            cache.meta.others.serve();
-            cache.meta.index.loaded().await;
-            assert!(cache.meta.digests_in_memory());
+            cache.meta.memory.others.serve();
+            cache.meta.memory.index.loaded().await;
+            assert!(cache.meta.memory.digests_in_memory());
         }
         let mut rng = XorShift(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         for _ in 0..BATCHES {
@@ -161,8 +166,8 @@ async fn size_never_drifts_and_eviction_stops_at_the_low_water_mark() {
                     );
                 }
                 if serving {
-                    let listed = match cache.meta.index.get(path.key()) {
-                        super::index::Found::Entry(e) => Some(e.digest),
+                    let listed = match cache.meta.memory.index.get(path.key()) {
+                        Found::Entry(e) => Some(e.digest),
                         _ => None,
                     };
                     assert_eq!(listed, row.map(|r| r.digest), "seed {seed}: index and row");
@@ -221,13 +226,13 @@ async fn first_hits_arriving_together_read_a_small_blob_once() {
 async fn only_bytes_already_on_disk_are_asked_about() {
     let dir = tempfile::tempdir().unwrap();
     let cache = open(dir.path()).await;
-    assert!(!cache.meta.digests_in_memory(), "not the server");
+    assert!(!cache.meta.memory.digests_in_memory(), "not the server");
     commit(&cache, 1, 1).await;
     commit(&cache, 2, 2).await;
-    assert_eq!(cache.meta.digest_reads(), 0);
+    assert_eq!(cache.meta.db.digest_reads(), 0);
     // The same bytes under another name: asked (and counted once).
     commit(&cache, 3, 1).await;
-    assert_eq!(cache.meta.digest_reads(), 1);
+    assert_eq!(cache.meta.db.digest_reads(), 1);
     let (count, truth, disk) = views(&cache).await;
     assert_eq!((count, count), (truth, disk));
 }
@@ -235,7 +240,7 @@ async fn only_bytes_already_on_disk_are_asked_about() {
 /// Commits small bodies kept in memory, `names[i]` with `bodies[i]`, all in
 /// one batch (the committer held until every one is queued).
 async fn commit_in_one_batch(cache: &Arc<Cache>, names: &[String], bodies: &[Vec<u8>]) {
-    let held = cache.hold_commits().await;
+    let held = cache.commits.hold().await;
     let mut tasks = Vec::new();
     for (name, bytes) in names.iter().zip(bodies) {
         let (cache, bytes) = (cache.clone(), bytes.clone());
@@ -260,8 +265,8 @@ async fn commit_in_one_batch(cache: &Arc<Cache>, names: &[String], bodies: &[Vec
 async fn small_bodies_in_a_batch_make_no_temp_file() {
     let dir = tempfile::tempdir().unwrap();
     let cache = open(dir.path()).await;
-    cache.meta.others.serve();
-    cache.meta.index.loaded().await;
+    cache.meta.memory.others.serve();
+    cache.meta.memory.index.loaded().await;
     let bodies: Vec<Vec<u8>> = (0..20)
         .map(|n| format!("small body {n} ").repeat(40).into_bytes())
         .collect();
@@ -301,20 +306,20 @@ async fn a_row_read_before_its_deletion_is_not_remembered_after_it() {
     let cache = open(dir.path()).await;
     commit(&cache, 1, 1).await;
     let path = ArtifactPath::parse("/r/p1").unwrap();
-    let ticket = cache.meta.purges.ticket();
+    let ticket = cache.meta.memory.purges.ticket();
     let read = Arc::new(cache.meta.read_row(&path).await.unwrap().unwrap());
     cache.forget_entry(&path).await.unwrap();
-    assert!(!cache.meta.remember_read(&path, &read, ticket));
+    assert!(!cache.meta.memory.remember_read(&path, &read, ticket));
     assert!(matches!(
-        cache.meta.index.get(path.key()),
-        super::index::Found::Absent | super::index::Found::Unknown
+        cache.meta.memory.index.get(path.key()),
+        Found::Absent | Found::Unknown
     ));
-    assert!(!cache.meta.index.references(&read.digest));
+    assert!(!cache.meta.memory.index.references(&read.digest));
     // A read begun after the deletion is remembered as before.
     commit(&cache, 1, 1).await;
-    let ticket = cache.meta.purges.ticket();
+    let ticket = cache.meta.memory.purges.ticket();
     let read = Arc::new(cache.meta.read_row(&path).await.unwrap().unwrap());
-    assert!(cache.meta.remember_read(&path, &read, ticket));
+    assert!(cache.meta.memory.remember_read(&path, &read, ticket));
     let (count, truth, disk) = views(&cache).await;
     assert_eq!((count, count), (truth, disk));
 }

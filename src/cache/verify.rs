@@ -16,9 +16,9 @@ use std::time::{Duration, SystemTime};
 
 use anyhow::Context;
 
-use super::meta::MetadataStore;
-use super::store::{ContentStore, Digest};
 use crate::config::Config;
+use crate::meta::{cluster, MetadataStore, Scope};
+use crate::store::{ContentStore, Digest};
 
 #[derive(Debug, Default)]
 pub struct Report {
@@ -118,7 +118,7 @@ pub async fn run_observed(
             .map(|()| all)
     })
     .await??;
-    let rows = meta.all_rows().await?;
+    let rows = meta.db.all_rows().await?;
     let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
     for row in &rows {
         sizes.insert(row.digest.clone(), row.size);
@@ -203,7 +203,7 @@ pub async fn run_observed(
             announce_purges(&redis.url, &purged_keys).await;
         }
     }
-    meta.close().await;
+    meta.db.close().await;
     Ok(report)
 }
 
@@ -224,9 +224,8 @@ async fn announce_purges(url: &str, keys: &[String]) {
         for key in keys {
             conn.del::<_, ()>(format!("mirrorcache:entry:{key}"))
                 .await?;
-            let message = super::cluster::purge_message("verify", &super::Scope::Key(key.clone()));
-            conn.publish::<_, _, ()>(super::cluster::CHANNEL, message)
-                .await?;
+            let message = cluster::purge_message("verify", &Scope::Key(key.clone()));
+            conn.publish::<_, _, ()>(cluster::CHANNEL, message).await?;
         }
         Ok::<_, redis::RedisError>(())
     };

@@ -33,7 +33,7 @@ impl Early<'_> {
     /// Before the last batch is published: a place in the commit queue
     /// (waited for while it is full), then the `max_fills` slot given back.
     pub(super) async fn last_batch(&mut self) {
-        self.queued = Some(self.cache.commit_slot().await);
+        self.queued = Some(self.cache.commits.slot().await);
         self.slot.release();
     }
 }

@@ -6,12 +6,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::{FillRegistry, FillState};
-use crate::cache::commit::Pin;
 use crate::cache::{prune, Blob, Cache, Digest, Entry};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{canonical, Algo, Declared, Document};
 use crate::kind::DigestRole;
+use crate::meta::Pin;
 use crate::path::ArtifactPath;
 use crate::upstream::Remote;
 
@@ -150,13 +150,16 @@ impl FillDigests {
         let late = fills
             .cache
             .meta
+            .declarations()
             .declared(&remote.name, artifact)
             .await
             .ok()??;
         let received = if late.algo() == Algo::Sha256 {
             Declared::new(Algo::Sha256, digest.0.to_vec())?
         } else {
-            fills.cache.hash_blob(body, size, &late).await.ok()?
+            crate::cache::learn::hash_blob(body, size, &late)
+                .await
+                .ok()?
         };
         (received != late).then_some((late, received))
     }
@@ -199,10 +202,10 @@ async fn declared_for(
             tokio::time::sleep(LEARNING_POLL).await;
         }
     }
-    let mut found = meta.declared(&remote.name, artifact).await;
+    let mut found = meta.declarations().declared(&remote.name, artifact).await;
     while matches!(found, Ok(None)) && learning() {
         tokio::time::sleep(LEARNING_POLL).await;
-        found = meta.declared(&remote.name, artifact).await;
+        found = meta.declarations().declared(&remote.name, artifact).await;
     }
     match found {
         Ok(found) => Ok(found),
@@ -263,10 +266,14 @@ async fn fetch_declaring(
     }
     let strongest = strongest?;
     let items = [(artifact.to_string(), strongest.clone())];
-    if let Err(error) = fills
-        .cache
-        .learn_declared(&remote.name, config.kind, &items, now_ms())
-        .await
+    if let Err(error) = crate::cache::learn::learn_declared(
+        &fills.cache,
+        &remote.name,
+        config.kind,
+        &items,
+        now_ms(),
+    )
+    .await
     {
         tracing::warn!(key = path.key(), %error, "could not keep a declared digest");
     }
@@ -293,7 +300,7 @@ async fn fetch_whole(
     if let Ok(Some(entry)) = cache.meta.lookup(&key).await {
         return read(entry).await;
     }
-    if let Some((_, at)) = cache.meta.absent(&key) {
+    if let Some((_, at)) = cache.meta.memory.absent(&key) {
         if now_ms() - at < remote.config.negative_ttl.as_millis() as i64 {
             return None;
         }
@@ -409,9 +416,14 @@ async fn learn(
     if items.is_empty() {
         return Ok(());
     }
-    let learned = cache
-        .learn_declared(&remote.name, remote.config.kind, &items, now_ms())
-        .await?;
+    let learned = crate::cache::learn::learn_declared(
+        cache,
+        &remote.name,
+        remote.config.kind,
+        &items,
+        now_ms(),
+    )
+    .await?;
     tracing::debug!(key = path.key(), ?learned, "learned declared digests");
     Ok(())
 }

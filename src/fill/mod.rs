@@ -231,7 +231,7 @@ impl FillRegistry {
     pub fn join(&self, key: &str) -> Option<watch::Receiver<FillState>> {
         let fills = self.fills.lock().expect("fill registry poisoned");
         let running = fills.get(key)?;
-        if !self.cache.meta.purges.current(key, running.ticket) {
+        if !self.cache.meta.memory.purges.current(key, running.ticket) {
             return None;
         }
         self.metrics.coalesced_waiters.inc();
@@ -250,7 +250,7 @@ impl FillRegistry {
         stale: Option<Arc<Entry>>,
     ) -> Result<(watch::Receiver<FillState>, bool), ProxyError> {
         let mut fills = self.fills.lock().expect("fill registry poisoned");
-        let purges = &self.cache.meta.purges;
+        let purges = &self.cache.meta.memory.purges;
         if let Some(running) = fills.get(path.key()) {
             // A fill begun before a purge of the key is not joined: a new
             // one takes its place (its readers keep reading it).
@@ -336,17 +336,17 @@ impl FillRegistry {
     /// their bytes), memory forgotten and other instances told; then the
     /// rows and blobs deleted (`Cache::purge_begin`, `Cache::purge_rows`).
     pub async fn purge(&self, scope: &Scope) -> Result<PurgeReport, ProxyError> {
-        self.cache.purge_begin(scope).await;
+        crate::cache::purge::purge_begin(&self.cache, scope).await;
         let fills_cancelled = {
             let mut fills = self.fills.lock().expect("fill registry poisoned");
-            let purges = &self.cache.meta.purges;
+            let purges = &self.cache.meta.memory.purges;
             let before = fills.len();
             fills.retain(|key, running| !scope.covers(key) || purges.current(key, running.ticket));
             let cancelled = before - fills.len();
             self.metrics.fills_in_progress.set(fills.len() as i64);
             cancelled
         };
-        let purged = self.cache.purge_rows(scope).await?;
+        let purged = crate::cache::purge::purge_rows(&self.cache, scope).await?;
         Ok(PurgeReport {
             purged,
             fills_cancelled,

@@ -273,10 +273,10 @@ const INLINE_LAG: u64 = 8 * 1024 * 1024;
 /// fan-out more than the hop it saved).
 async fn read_at(file: &Arc<File>, pos: u64, n: usize, written: u64) -> io::Result<Bytes> {
     if written - pos <= INLINE_LAG {
-        return crate::cache::store::read_at(file, pos, n);
+        return crate::store::read_at(file, pos, n);
     }
     let file = file.clone();
-    tokio::task::spawn_blocking(move || crate::cache::store::read_at(&file, pos, n))
+    tokio::task::spawn_blocking(move || crate::store::read_at(&file, pos, n))
         .await
         .unwrap_or_else(|e| Err(io::Error::other(e)))
 }

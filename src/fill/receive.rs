@@ -14,11 +14,11 @@ use super::download::{broken_body, download, next_batch, Early};
 use super::hashing;
 use super::learn::{self, FillDigests};
 use super::{FillRegistry, FillState, Head, Me, Passthrough, Recent, Slot};
-use crate::cache::commit::Pin;
 use crate::cache::{Blob, Cache, CommitSlot, Digest, Entry, FillBody, TempBlob};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{Declared, Hashers};
+use crate::meta::Pin;
 use crate::path::ArtifactPath;
 use crate::upstream::fetch;
 use crate::upstream::Remote;
@@ -391,7 +391,7 @@ async fn settle(
     // than new misses being refused for want of a `max_fills` slot.
     let queued = match queued {
         Some(queued) => queued,
-        None => cache.commit_slot().await,
+        None => cache.commits.slot().await,
     };
     tx.send_replace(FillState::Complete {
         head: head.clone(),

@@ -9,10 +9,10 @@ use tokio::sync::watch;
 use super::learn::{self, FillDigests};
 use super::receive::{receive, Outcome};
 use super::{FillRegistry, FillState, Me, Slot};
-use crate::cache::cluster::{Cluster, LockOutcome};
 use crate::cache::{Cache, Entry};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
+use crate::meta::cluster::{Cluster, LockOutcome};
 use crate::path::ArtifactPath;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::Remote;
@@ -52,7 +52,7 @@ pub(super) async fn run(
     }
     // Across instances: one fill per cold artifact, through a Redis lock.
     let mut held = None;
-    if let (Some(cluster), None) = (cache.cluster(), &stale) {
+    if let (Some(cluster), None) = (cache.meta.memory.cluster(), &stale) {
         match cluster.try_lock(path.key()).await {
             LockOutcome::Acquired(lock) => {
                 let renewal = AbortOnDrop(cluster.hold(&lock));
@@ -88,6 +88,7 @@ pub(super) async fn run(
         if let ProxyError::NotFound { status } = error {
             cache
                 .meta
+                .memory
                 .remember_absent(&path, status, now_ms(), me.ticket);
         }
         tx.send_replace(FillState::Failed(error));
@@ -169,7 +170,7 @@ async fn fill(
             }
             Fetched::Body(body) => body,
         };
-        cache.meta.forget_absent(path);
+        cache.meta.memory.forget_absent(path);
         match receive(
             fills,
             remote,

@@ -21,9 +21,9 @@ use axum::Extension;
 use maud::{html, Markup, PreEscaped, DOCTYPE};
 
 use super::access::{self, Peer};
-use crate::cache::listing::{BrowsePage, Browsed};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
+use crate::meta::browse::{BrowsePage, Browsed};
 use crate::proxy::Proxy;
 
 /// Entries per page.

@@ -182,6 +182,7 @@ pub(super) async fn check_artifact(
     let cached_long_ago = proxy
         .cache
         .meta
+        .memory
         .lookup_in_memory(path)
         .is_some_and(|entry| entry.age(now) >= min_age);
     if cached_long_ago {
@@ -320,7 +321,7 @@ pub(super) async fn sibling_body(
             let fresh = remote.policy.is_fresh(key.path(), entry.age(now));
             match proxy.cache.open_blob(&entry.digest, entry.size).await {
                 Ok(blob) if fresh => {
-                    proxy.cache.meta.touch(&key, &entry, now);
+                    proxy.cache.meta.memory.touch(&key, &entry, now);
                     let body = read(blob, entry.size).await?;
                     return Ok((entry, body));
                 }

@@ -309,7 +309,7 @@ impl ArtifactRequest<'_> {
         // Hit path: the metadata cache, the policy, the store. No selection, no upstream.
         // A key not in memory may be filling now: join that fill before asking
         // the database, so a herd of cold requests costs O(1) queries.
-        let found = match proxy.cache.meta.lookup_in_memory(path) {
+        let found = match proxy.cache.meta.memory.lookup_in_memory(path) {
             Some(entry) => Ok(Some(entry)),
             None => match proxy.fills.join(path.key()) {
                 Some(rx) => return self.follow(rx, false, None).await,
@@ -324,7 +324,7 @@ impl ArtifactRequest<'_> {
                     .is_fresh_as(self.immutable, path.path(), entry.age(now));
                 match proxy.cache.open_blob(&entry.digest, entry.size).await {
                     Ok(file) if fresh => {
-                        proxy.cache.meta.touch(path, &entry, now);
+                        proxy.cache.meta.memory.touch(path, &entry, now);
                         let response = self.complete(&entry, file, CacheStatus::Hit).await?;
                         return Ok(Served::hit(response, CacheStatus::Hit));
                     }
@@ -337,7 +337,7 @@ impl ArtifactRequest<'_> {
                 }
             }
             Ok(None) => {
-                if let Some((status, at)) = proxy.cache.meta.absent(path) {
+                if let Some((status, at)) = proxy.cache.meta.memory.absent(path) {
                     if now - at < remote.config.negative_ttl.as_millis() as i64 {
                         let response = respond::absent(status, CacheStatus::Hit);
                         return Ok(Served::hit(response, CacheStatus::Hit));
@@ -537,7 +537,7 @@ impl ArtifactRequest<'_> {
                 return Ok(Served::hit(response, CacheStatus::Stale));
             }
         }
-        if let Some((status, at)) = self.proxy.cache.meta.absent(&self.path) {
+        if let Some((status, at)) = self.proxy.cache.meta.memory.absent(&self.path) {
             if now - at <= max_stale.as_millis() as i64 {
                 return Ok(Served::hit(
                     respond::absent(status, CacheStatus::Stale),

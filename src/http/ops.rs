@@ -20,7 +20,7 @@ pub async fn health() -> &'static str {
 
 /// 200 when the metadata database answers, 503 otherwise.
 pub async fn ready(State(proxy): State<Arc<Proxy>>) -> Response {
-    if proxy.cache.meta.ping().await {
+    if proxy.cache.meta.db.ping().await {
         (StatusCode::OK, "ready\n").into_response()
     } else {
         (

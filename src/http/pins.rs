@@ -38,7 +38,13 @@ pub async fn clear(State(proxy): State<Arc<Proxy>>, uri: Uri, headers: HeaderMap
         )
             .into_response();
     };
-    match proxy.cache.meta.forget_declared(&remote.name, &key).await {
+    match proxy
+        .cache
+        .meta
+        .declarations()
+        .forget_declared(&remote.name, &key)
+        .await
+    {
         Ok(cleared) => {
             tracing::info!(key = path.key(), cleared, "admin: pin cleared");
             Json(json!({ "cleared": cleared })).into_response()

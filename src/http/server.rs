@@ -134,7 +134,7 @@ impl Running {
         if let Err(error) = self.proxy.cache.meta.flush_access_times().await {
             tracing::warn!(%error, "could not write access times at shutdown");
         }
-        self.proxy.cache.meta.close().await;
+        self.proxy.cache.meta.db.close().await;
     }
 }
 

@@ -7,10 +7,58 @@ use std::time::Duration;
 
 use anyhow::Context;
 
-use crate::cache::listing::Listed;
-use crate::cache::MetadataStore;
 use crate::clock::now_ms;
 use crate::config::Config;
+use crate::error::ProxyError;
+use crate::meta::MetadataStore;
+
+/// One row as `mirrorcache ls` shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Listed {
+    pub remote: String,
+    pub path: String,
+    pub size: u64,
+    /// When the body was fetched or last revalidated (unix ms).
+    pub fetched_at_ms: i64,
+    /// Last hit (unix ms), as last flushed.
+    pub last_access_ms: i64,
+    /// Hits, as last flushed (every 30 s, and at shutdown).
+    pub hits: u64,
+}
+
+/// The rows of `remote` (every remote when `None`) whose path starts with
+/// `prefix`, sorted by remote and path. Prefix matching with `substr`
+/// rather than `LIKE`: no wildcard to escape, and both backends have it.
+pub async fn entries(
+    meta: &MetadataStore,
+    remote: Option<&str>,
+    prefix: &str,
+) -> Result<Vec<Listed>, ProxyError> {
+    let rows: Vec<(String, String, i64, i64, i64, i64)> = sqlx::query_as(
+        "SELECT remote, path, size, fetched_at, last_access, hits FROM entries \
+             WHERE ($1 = '' OR remote = $1) AND substr(path, 1, CAST($2 AS INTEGER)) = $3 \
+             ORDER BY remote, path",
+    )
+    .bind(remote.unwrap_or(""))
+    .bind(prefix.chars().count() as i64)
+    .bind(prefix)
+    .fetch_all(meta.db.pool())
+    .await
+    .map_err(|e| ProxyError::Metadata(e.to_string()))?;
+    Ok(rows
+        .into_iter()
+        .map(
+            |(remote, path, size, fetched_at_ms, last_access_ms, hits)| Listed {
+                remote,
+                path,
+                size: size as u64,
+                fetched_at_ms,
+                last_access_ms,
+                hits: hits as u64,
+            },
+        )
+        .collect())
+}
 
 /// `REMOTE[/PREFIX]` split in two; an empty filter lists everything.
 pub fn parse_filter(filter: Option<&str>) -> (Option<&str>, &str) {
@@ -29,8 +77,8 @@ pub async fn list(config: &Config, filter: Option<&str>) -> anyhow::Result<Vec<L
         .await
         .context("opening the metadata database")?;
     let (remote, prefix) = parse_filter(filter);
-    let rows = meta.list(remote, prefix).await;
-    meta.close().await;
+    let rows = entries(&meta, remote, prefix).await;
+    meta.db.close().await;
     Ok(rows?)
 }
 

@@ -8,10 +8,10 @@ use std::time::Duration;
 use anyhow::Context;
 
 use crate::access::token;
-use crate::cache::tokens::TokenRow;
-use crate::cache::MetadataStore;
+use crate::access::token_table::{TokenRow, TokenTable};
 use crate::clock::now_ms;
 use crate::config::Config;
+use crate::meta::MetadataStore;
 
 async fn open(config: &Config) -> anyhow::Result<MetadataStore> {
     MetadataStore::connect(&config.metadata.url, 1)
@@ -45,24 +45,24 @@ pub async fn add(
         expires_at_ms: expires.map(|d| now + d.as_millis() as i64),
     };
     let meta = open(config).await?;
-    let inserted = meta.token_insert(&row).await;
-    meta.close().await;
+    let inserted = TokenTable::of(&meta).insert(&row).await;
+    meta.db.close().await;
     inserted?;
     Ok((row, made.text))
 }
 
 pub async fn list(config: &Config, user: Option<&str>) -> anyhow::Result<Vec<TokenRow>> {
     let meta = open(config).await?;
-    let rows = meta.token_list(user).await;
-    meta.close().await;
+    let rows = TokenTable::of(&meta).list(user).await;
+    meta.db.close().await;
     Ok(rows?)
 }
 
 /// Whether a token with this id was there to revoke.
 pub async fn revoke(config: &Config, id: &str) -> anyhow::Result<bool> {
     let meta = open(config).await?;
-    let revoked = meta.token_revoke(id).await;
-    meta.close().await;
+    let revoked = TokenTable::of(&meta).revoke(id).await;
+    meta.db.close().await;
     Ok(revoked?)
 }
 

@@ -31,11 +31,8 @@ pub async fn private_proxy(w: &Path, remotes: &str, server_keys: &str) -> (Runni
         + &format!("\n[auth]\nhtpasswd = \"{}\"\n", users.display());
     let running = start_text(&text).await;
     let made = mirrorcache::access::token::generate().unwrap();
-    running
-        .proxy
-        .cache
-        .meta
-        .token_insert(&mirrorcache::cache::tokens::TokenRow {
+    mirrorcache::access::token_table::TokenTable::of(&running.proxy.cache.meta)
+        .insert(&mirrorcache::access::token_table::TokenRow {
             id: made.id,
             user: "ci".into(),
             secret_hash: made.secret_hash,

@@ -386,8 +386,8 @@ async fn hits_read_no_row_whatever_the_entry_cache_holds() {
     let meta = &running.proxy.cache.meta;
     // The index loads in the background (a key it does not list yet is read
     // from its row meanwhile): counted once it is loaded.
-    meta.index.loaded().await;
-    let reads = meta.row_reads();
+    meta.memory.index.loaded().await;
+    let reads = meta.db.row_reads();
     for round in 0..2 {
         for i in 0..30 {
             let (status, cache, bytes) = get(&client, &url(&running, &format!("/r/f{i}"))).await;
@@ -403,13 +403,13 @@ async fn hits_read_no_row_whatever_the_entry_cache_holds() {
     assert_eq!(hit.headers()["x-cache-status"], "HIT");
     assert_eq!(hit.headers()["last-modified"], modified);
     assert_eq!(hit.headers()["content-type"], "application/x-test");
-    assert_eq!(meta.row_reads(), reads, "a hit read a row");
+    assert_eq!(meta.db.row_reads(), reads, "a hit read a row");
     let (status, cache, _) = get(&client, &url(&running, "/r/f30")).await;
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     // A key the complete index does not list has no row, for the request
     // and for the fill's double check under its slot (no other process
-    // wrote: `cache::others`); nothing declares it (the declared keys).
-    assert_eq!(meta.row_reads(), reads, "a cold miss reads no row");
+    // wrote: `meta::other_writers`); nothing declares it (the declared keys).
+    assert_eq!(meta.db.row_reads(), reads, "a cold miss reads no row");
     assert_eq!(mirror.hits("/m/f0"), 1);
     running.shutdown().await;
 }
@@ -433,13 +433,13 @@ async fn a_cold_miss_reads_no_row_and_its_hits_none() {
     let text = immutable_remote(dir.path(), &mirror);
     let running = crate::support::proxy::start_text(&text).await;
     let meta = &running.proxy.cache.meta;
-    meta.index.loaded().await;
+    meta.memory.index.loaded().await;
     assert!(
-        meta.index.is_complete(),
+        meta.memory.index.is_complete(),
         "SQLite without Redis: complete once loaded"
     );
     let client = reqwest::Client::new();
-    let reads = meta.row_reads();
+    let reads = meta.db.row_reads();
     for i in 0..8 {
         let url = format!("http://{}/r/c{i}", running.local_addr);
         let (status, cache, bytes) = get(&client, &url).await;
@@ -449,14 +449,14 @@ async fn a_cold_miss_reads_no_row_and_its_hits_none() {
             sha256_hex(&test_bytes(2000, 90 + i))
         );
         running.proxy.fills.wait_idle().await;
-        assert_eq!(meta.row_reads(), reads, "c{i}: no row read");
+        assert_eq!(meta.db.row_reads(), reads, "c{i}: no row read");
     }
     for i in 0..8 {
         let url = format!("http://{}/r/c{i}", running.local_addr);
         let (status, cache, _) = get(&client, &url).await;
         assert_eq!((status, cache.as_str()), (200, "HIT"), "c{i}");
     }
-    assert_eq!(meta.row_reads(), reads, "a hit read a row");
+    assert_eq!(meta.db.row_reads(), reads, "a hit read a row");
     assert_eq!(mirror.hits("/m/c0"), 1);
     running.shutdown().await;
 }
@@ -475,8 +475,8 @@ async fn a_row_another_process_writes_is_found_and_memory_is_whole_again_after()
     let text = immutable_remote(dir.path(), &mirror);
     let running = crate::support::proxy::start_text(&text).await;
     let meta = &running.proxy.cache.meta;
-    meta.index.loaded().await;
-    assert!(meta.index.is_complete());
+    meta.memory.index.loaded().await;
+    assert!(meta.memory.index.is_complete());
 
     // The other process: a cache of its own on the same database and store.
     let config = mirrorcache::config::Config::parse(&text, "test.toml").unwrap();
@@ -488,7 +488,7 @@ async fn a_row_another_process_writes_is_found_and_memory_is_whole_again_after()
     .unwrap();
     let theirs = test_bytes(3000, 9);
     crate::support::proxy::commit_bytes(&tool, "/r/mirror.bin", &theirs).await;
-    tool.meta.close().await;
+    tool.meta.db.close().await;
 
     let client = reqwest::Client::new();
     let url = |p: &str| format!("http://{}/r/{p}", running.local_addr);
@@ -507,14 +507,14 @@ async fn a_row_another_process_writes_is_found_and_memory_is_whole_again_after()
 
     // Memory is loaded anew: a cold miss is again answered without a row read.
     let loaded = async {
-        while !meta.index.is_complete() || !meta.declared_keys.is_complete() {
+        while !meta.memory.index.is_complete() || !meta.memory.declared_keys.is_complete() {
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
     };
     tokio::time::timeout(Duration::from_secs(10), loaded)
         .await
         .expect("memory loaded anew");
-    let reads = meta.row_reads();
+    let reads = meta.db.row_reads();
     let (status, cache, bytes) = get(&client, &url("after.bin")).await;
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert_eq!(
@@ -522,6 +522,10 @@ async fn a_row_another_process_writes_is_found_and_memory_is_whole_again_after()
         sha256_hex(&test_bytes(2000, 8))
     );
     running.proxy.fills.wait_idle().await;
-    assert_eq!(meta.row_reads(), reads, "no row read once memory is whole");
+    assert_eq!(
+        meta.db.row_reads(),
+        reads,
+        "no row read once memory is whole"
+    );
     running.shutdown().await;
 }

@@ -44,7 +44,7 @@ async fn slots_free_when_bytes_are_written_and_a_full_commit_queue_holds_back_no
     let base = format!("http://{}", running.local_addr);
     let client = reqwest::Client::new();
 
-    let hold = running.proxy.cache.hold_commits().await;
+    let hold = running.proxy.cache.commits.hold().await;
     let mut answered = 0u64;
     let waiting = loop {
         assert!(answered < 40, "the commit queue never filled up");
@@ -169,7 +169,7 @@ async fn a_large_batch_of_distinct_blobs_commits_whole_and_survives_a_restart() 
     let running = start_text(&text).await;
     let base = format!("http://{}", running.local_addr);
     let client = reqwest::Client::new();
-    let hold = running.proxy.cache.hold_commits().await;
+    let hold = running.proxy.cache.commits.hold().await;
     for i in 0..40 {
         let (status, cache, bytes) = get(&client, &format!("{base}/r/d{i}")).await;
         assert_eq!((status, cache.as_str()), (200, "MISS"), "d{i}");
@@ -229,7 +229,7 @@ async fn a_small_body_stays_in_memory_until_its_commit_writes_it() {
     let base = format!("http://{}", running.local_addr);
     let client = reqwest::Client::new();
 
-    let hold = running.proxy.cache.hold_commits().await;
+    let hold = running.proxy.cache.commits.hold().await;
     for (path, bytes) in [("/r/small", &small), ("/c/short", &short)] {
         let (status, cache, body) = get(&client, &format!("{base}{path}")).await;
         assert_eq!((status, cache.as_str()), (200, "MISS"), "{path}");

@@ -451,8 +451,8 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
     let dir = tempfile::tempdir().unwrap();
     let running = start_text(&config_text(dir.path(), &remote(&mirror))).await;
     let cache = &running.proxy.cache;
-    cache.meta.index.loaded().await;
-    assert!(cache.meta.index.is_complete());
+    cache.meta.memory.index.loaded().await;
+    assert!(cache.meta.memory.index.is_complete());
     let client = reqwest::Client::new();
     for name in ["a", "b", "own"] {
         let url = format!("http://{}/r/{name}", running.local_addr);
@@ -486,7 +486,11 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
     assert_eq!(cache.forget_row("r", "b").await.unwrap(), 3000);
     assert!(!blob(&shared).exists());
     assert!(!cache.meta.digest_referenced(&hex).await.unwrap());
-    assert_eq!(cache.meta.digest_reads(), 0, "memory answered every check");
+    assert_eq!(
+        cache.meta.db.digest_reads(),
+        0,
+        "memory answered every check"
+    );
     // A row another process adds (marker written, as `mirrorcache import`
     // does) keeps the blob it references when the server's own row of it
     // goes: the database answers until memory is loaded again, and memory
@@ -498,7 +502,7 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
     )
     .await
     .unwrap();
-    let entry = mirrorcache::cache::meta::Entry::new(
+    let entry = mirrorcache::meta::Entry::new(
         Digest::from_hex(&sha256_hex(&own)).unwrap(),
         3000,
         None,
@@ -510,23 +514,23 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
         .record(&ArtifactPath::parse("/r/copy").unwrap(), entry)
         .await
         .unwrap();
-    other.close().await;
+    other.db.close().await;
     assert_eq!(
         cache.forget_row("r", "own").await.unwrap(),
         0,
         "copy has it"
     );
-    assert_eq!(cache.meta.digest_reads(), 1, "the database answered");
+    assert_eq!(cache.meta.db.digest_reads(), 1, "the database answered");
     assert!(blob(&own).exists());
     // The reload begins once the server saw the marker change.
     for _ in 0..500 {
-        cache.meta.index.loaded().await;
-        if cache.meta.index.is_complete() {
+        cache.meta.memory.index.loaded().await;
+        if cache.meta.memory.index.is_complete() {
             break;
         }
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
-    assert!(cache.meta.index.is_complete());
+    assert!(cache.meta.memory.index.is_complete());
     assert_eq!(cache.forget_row("r", "copy").await.unwrap(), 3000);
     assert!(!blob(&own).exists());
     running.shutdown().await;

@@ -6,8 +6,8 @@ use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use mirrorcache::cache::meta::{Entry, MetadataStore};
 use mirrorcache::cache::Digest;
+use mirrorcache::meta::{Entry, MetadataStore};
 use mirrorcache::path::ArtifactPath;
 use sqlx::Executor;
 use tokio::net::{TcpListener, TcpStream};
@@ -110,13 +110,14 @@ async fn exercise(url: &str) {
             &a,
             &meta.lookup(&a).await.unwrap().unwrap(),
             5_000,
-            meta.purges.ticket(),
+            meta.memory.purges.ticket(),
         )
         .await
         .unwrap();
     assert_eq!(fresh.fetched_at_ms, 5_000);
     // LRU order by last access, and blob references.
     let lru: Vec<String> = meta
+        .db
         .least_recently_used(10)
         .await
         .unwrap()
@@ -133,24 +134,29 @@ async fn exercise(url: &str) {
         .digest_referenced(&Digest([1; 32]).to_hex())
         .await
         .unwrap());
-    assert_eq!(meta.all_rows().await.unwrap().len(), 2);
+    assert_eq!(meta.db.all_rows().await.unwrap().len(), 2);
     assert_eq!(
         meta.forget_digest(&Digest([2; 32]).to_hex()).await.unwrap(),
         1
     );
-    let purged = meta.remote_rows("r").await.unwrap();
+    let purged = meta.db.remote_rows("r").await.unwrap();
     let purged: Vec<&String> = purged.keys().collect();
     assert_eq!(purged, [&Digest([3; 32]).to_hex()]);
     meta.forget_remote_digest(Some("r"), purged[0])
         .await
         .unwrap();
-    assert!(meta.all_rows().await.unwrap().is_empty());
+    assert!(meta.db.all_rows().await.unwrap().is_empty());
     declared_digests(&meta).await;
     tokens(&meta).await;
-    assert!(meta.ping().await);
-    meta.close().await;
+    assert!(meta.db.ping().await);
+    meta.db.close().await;
     // Migrations are idempotent: a second start on the same database is fine.
-    MetadataStore::connect(url, 10).await.unwrap().close().await;
+    MetadataStore::connect(url, 10)
+        .await
+        .unwrap()
+        .db
+        .close()
+        .await;
 }
 
 /// Declared digests: stored in chunks, a duplicate-free upsert that reports
@@ -164,31 +170,51 @@ async fn declared_digests(meta: &MetadataStore) {
         .map(|i| (format!("p/-/p-{i}.tgz"), digest(1)))
         .collect();
     assert_eq!(
-        meta.record_declared("r", &items, 1).await.unwrap().len(),
+        meta.declarations()
+            .record_declared("r", &items, 1)
+            .await
+            .unwrap()
+            .len(),
         450
     );
     assert!(meta
+        .declarations()
         .record_declared("r", &items, 2)
         .await
         .unwrap()
         .is_empty());
     let mut changed = items.clone();
     changed[7].1 = digest(2);
-    let got = meta.record_declared("r", &changed, 3).await.unwrap();
+    let got = meta
+        .declarations()
+        .record_declared("r", &changed, 3)
+        .await
+        .unwrap();
     assert_eq!(got, [&changed[7]]);
     assert_eq!(
-        meta.declared("r", "p/-/p-7.tgz").await.unwrap(),
+        meta.declarations()
+            .declared("r", "p/-/p-7.tgz")
+            .await
+            .unwrap(),
         Some(digest(2))
     );
-    assert_eq!(meta.declared("other", "p/-/p-7.tgz").await.unwrap(), None);
+    assert_eq!(
+        meta.declarations()
+            .declared("other", "p/-/p-7.tgz")
+            .await
+            .unwrap(),
+        None
+    );
     let download = ArtifactPath::parse("/c/api/v1/crates/Leaf_X/1.0.0/download").unwrap();
     meta.record(&download, entry(4, 40, 6_000)).await.unwrap();
     let rows = meta
+        .declarations()
         .rows_for_artifact("c", "leaf_x/1.0.0", &cargo.cached_at("leaf_x/1.0.0"))
         .await
         .unwrap();
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert!(meta
+        .declarations()
         .rows_for_artifact("c", "other/1.0.0", &cargo.cached_at("other/1.0.0"))
         .await
         .unwrap()
@@ -199,7 +225,8 @@ async fn declared_digests(meta: &MetadataStore) {
 /// Access tokens (migration 0005): kept by id, listed per user without
 /// their secret, revoked once.
 async fn tokens(meta: &MetadataStore) {
-    use mirrorcache::cache::tokens::TokenRow;
+    use mirrorcache::access::token_table::{TokenRow, TokenTable};
+    let table = TokenTable::of(meta);
     let row = |id: &str, user: &str, expires: Option<i64>| TokenRow {
         id: id.to_string(),
         user: user.to_string(),
@@ -207,29 +234,28 @@ async fn tokens(meta: &MetadataStore) {
         created_at_ms: 1,
         expires_at_ms: expires,
     };
-    meta.token_insert(&row("aaaaaaaaaaaa", "ci", None))
+    table
+        .insert(&row("aaaaaaaaaaaa", "ci", None))
         .await
         .unwrap();
-    meta.token_insert(&row("bbbbbbbbbbbb", "dev", Some(99)))
+    table
+        .insert(&row("bbbbbbbbbbbb", "dev", Some(99)))
         .await
         .unwrap();
-    assert!(meta
-        .token_insert(&row("aaaaaaaaaaaa", "ci", None))
+    assert!(table
+        .insert(&row("aaaaaaaaaaaa", "ci", None))
         .await
         .is_err());
     assert_eq!(
-        meta.token_find("bbbbbbbbbbbb").await.unwrap(),
+        table.find("bbbbbbbbbbbb").await.unwrap(),
         Some(row("bbbbbbbbbbbb", "dev", Some(99)))
     );
-    assert_eq!(meta.token_list(None).await.unwrap().len(), 2);
-    assert_eq!(
-        meta.token_list(Some("ci")).await.unwrap()[0].id,
-        "aaaaaaaaaaaa"
-    );
-    assert!(meta.token_revoke("aaaaaaaaaaaa").await.unwrap());
-    assert!(!meta.token_revoke("aaaaaaaaaaaa").await.unwrap());
-    assert_eq!(meta.token_find("aaaaaaaaaaaa").await.unwrap(), None);
-    meta.token_revoke("bbbbbbbbbbbb").await.unwrap();
+    assert_eq!(table.list(None).await.unwrap().len(), 2);
+    assert_eq!(table.list(Some("ci")).await.unwrap()[0].id, "aaaaaaaaaaaa");
+    assert!(table.revoke("aaaaaaaaaaaa").await.unwrap());
+    assert!(!table.revoke("aaaaaaaaaaaa").await.unwrap());
+    assert_eq!(table.find("aaaaaaaaaaaa").await.unwrap(), None);
+    table.revoke("bbbbbbbbbbbb").await.unwrap();
 }
 
 #[tokio::test]

@@ -67,7 +67,14 @@ async fn digests_no_cached_document_lists_are_pruned_and_listed_ones_and_pins_ke
     }
     running.proxy.fills.wait_idle().await;
     let cache = &running.proxy.cache;
-    let declared = async |artifact: &str| cache.meta.declared("r", artifact).await.unwrap();
+    let declared = async |artifact: &str| {
+        cache
+            .meta
+            .declarations()
+            .declared("r", artifact)
+            .await
+            .unwrap()
+    };
     for artifact in [
         "p/-/p-1.0.0.tgz",
         "p/-/p-2.0.0.tgz",
@@ -77,7 +84,9 @@ async fn digests_no_cached_document_lists_are_pruned_and_listed_ones_and_pins_ke
         wait_until(artifact, async || declared(artifact).await.is_some()).await;
     }
     // Everything is listed or a pin: nothing goes; three rows are marked.
-    let first = cache.prune_declared(&remote).await.unwrap();
+    let first = mirrorcache::cache::prune::prune_declared(cache, &remote)
+        .await
+        .unwrap();
     assert_eq!((first.documents, first.marked, first.deleted), (2, 3, 0));
 
     // q's packument leaves the cache; p's is replaced by one without 1.0.0.
@@ -89,7 +98,9 @@ async fn digests_no_cached_document_lists_are_pruned_and_listed_ones_and_pins_ke
     running.proxy.fills.wait_idle().await;
     // (A fetch in the same millisecond as the round would hold it back.)
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
-    let second = cache.prune_declared(&remote).await.unwrap();
+    let second = mirrorcache::cache::prune::prune_declared(cache, &remote)
+        .await
+        .unwrap();
     assert_eq!((second.documents, second.deleted), (1, 2));
     assert_eq!(declared("p/-/p-1.0.0.tgz").await, None);
     assert_eq!(declared("q/-/q-1.0.0.tgz").await, None);

@@ -83,7 +83,7 @@ async fn a_purge_before_the_commit_lands_leaves_no_row() {
     let running = start_text(&config(dir.path(), &mirror)).await;
     let base = format!("http://{}", running.local_addr);
     let client = reqwest::Client::new();
-    let hold = running.proxy.cache.hold_commits().await;
+    let hold = running.proxy.cache.commits.hold().await;
     assert_eq!(get(&client, &format!("{base}/r/a")).await.1, "MISS");
     // Before the purge the finished fill is joined (served from its file).
     assert_eq!(get(&client, &format!("{base}/r/a")).await.1, "HIT");

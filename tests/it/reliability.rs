@@ -511,8 +511,8 @@ fn a_write_back_error_reported_elsewhere_still_fails_its_blobs_batch() {
     use std::io::Write;
     use std::process::Command;
 
-    use mirrorcache::cache::store::BatchBody;
-    use mirrorcache::cache::{Budget, ContentStore, Digest};
+    use mirrorcache::store::BatchBody;
+    use mirrorcache::store::{Budget, ContentStore, Digest};
 
     let dir = tempfile::tempdir().unwrap();
     let (backing, mnt) = (dir.path().join("backing"), dir.path().join("mnt"));

@@ -401,6 +401,7 @@ async fn warm_resolves_requirements_through_the_simple_page_and_reads_go_sum() {
 /// `%`, wildcards to LIKE, taken literally) and hits added in batches.
 async fn listing(url: &str) {
     use mirrorcache::cache::{Digest, Entry, MetadataStore};
+    use mirrorcache::ops::ls::entries;
     use mirrorcache::path::ArtifactPath;
     let meta = MetadataStore::connect(url, 100).await.unwrap();
     for (n, path) in [
@@ -436,16 +437,16 @@ async fn listing(url: &str) {
     hot.touch(9_500);
     assert_eq!(meta.flush_access_times().await.unwrap(), 1);
     assert_eq!(meta.flush_access_times().await.unwrap(), 0);
-    let rows = meta.list(Some("r"), "a_b/").await.unwrap();
+    let rows = entries(&meta, Some("r"), "a_b/").await.unwrap();
     let got: Vec<(&str, u64, i64)> = rows
         .iter()
         .map(|r| (r.path.as_str(), r.hits, r.last_access_ms))
         .collect();
     assert_eq!(got, [("a_b/1.tgz", 0, 1_000), ("a_b/2.tgz", 4, 9_000)]);
-    assert_eq!(meta.list(None, "a_b/").await.unwrap().len(), 3);
-    assert_eq!(meta.list(Some("r"), "").await.unwrap().len(), 3);
-    assert!(meta.list(Some("r"), "a%").await.unwrap().is_empty());
-    meta.close().await;
+    assert_eq!(entries(&meta, None, "a_b/").await.unwrap().len(), 3);
+    assert_eq!(entries(&meta, Some("r"), "").await.unwrap().len(), 3);
+    assert!(entries(&meta, Some("r"), "a%").await.unwrap().is_empty());
+    meta.db.close().await;
 }
 
 #[tokio::test]

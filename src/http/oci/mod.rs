@@ -327,7 +327,7 @@ impl Pull<'_> {
         if unknown {
             // Unknown under this name says nothing of the same digest under
             // another: not remembered.
-            self.proxy.cache.meta.forget_absent(&key);
+            self.proxy.cache.meta.memory.forget_absent(&key);
         }
         let mut served = served.map_err(|e| OciError::from_proxy(&e, "BLOB_UNKNOWN"))?;
         known(&served, "BLOB_UNKNOWN", "blob unknown to every mirror")?;
@@ -462,7 +462,7 @@ impl Pull<'_> {
             None,
             now_ms(),
         );
-        match cache.link_entry(&by_digest, entry).await {
+        match crate::cache::alias::link_entry(cache, &by_digest, entry).await {
             Ok(true) => tracing::debug!(key = by_digest.key(), "manifest kept under its digest"),
             Ok(false) => tracing::debug!(
                 key = by_digest.key(),
@@ -488,7 +488,7 @@ impl Pull<'_> {
         let (proxy, remote) = (self.proxy, self.remote);
         let keyed = path.with_variant(variant.suffix);
         // A purge of the tag while it is revalidated is not undone.
-        let ticket = proxy.cache.meta.purges.ticket();
+        let ticket = proxy.cache.meta.memory.purges.ticket();
         let entry = proxy.cache.meta.lookup(&keyed).await.ok().flatten()?;
         let now = now_ms();
         if remote.policy.is_fresh(keyed.path(), entry.age(now)) {

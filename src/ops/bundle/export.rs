@@ -182,10 +182,9 @@ async fn manifest(
     let mut seen_rows = HashSet::new();
     let mut remotes = Vec::new();
     for selection in selections {
-        let rows = cache
-            .meta
-            .bundle_entries(&selection.remote, &selection.prefix, since_ms)
-            .await?;
+        let rows =
+            super::rows::entries(&cache.meta, &selection.remote, &selection.prefix, since_ms)
+                .await?;
         for row in rows {
             if seen_rows.insert((row.remote.clone(), row.path.clone())) {
                 entries.push(row);
@@ -197,7 +196,7 @@ async fn manifest(
     }
     let mut declared = Vec::new();
     for remote in &remotes {
-        declared.extend(cache.meta.bundle_declared(remote, since_ms).await?);
+        declared.extend(super::rows::declared(&cache.meta, remote, since_ms).await?);
     }
     let mut seen_digests = HashSet::new();
     let blobs = entries

@@ -23,11 +23,11 @@ use std::sync::Arc;
 use anyhow::{bail, Context};
 use sha2::{Digest as _, Sha256};
 
+use super::rows::{self, BundledEntry};
 use super::{
     check_signature, verifying_key, BundledBlob, Manifest, SignatureFile, BLOBS, FORMAT, MANIFEST,
     SIGNATURE,
 };
-use crate::cache::bundle::BundledEntry;
 use crate::cache::{Cache, ContentStore, Digest, Entry, TempBlob};
 use crate::config::Config;
 use crate::metrics::Metrics;
@@ -133,6 +133,7 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
             imported.skipped += 1;
         } else if cache
             .meta
+            .db
             .stored_digest(&entry.remote, &entry.path)
             .await?
             .is_some()
@@ -174,6 +175,7 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
         // A row that appeared since (a live fill, another import) is kept.
         if cache
             .meta
+            .db
             .stored_digest(&entry.remote, &entry.path)
             .await?
             .is_some()
@@ -214,8 +216,8 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
         .filter(|d| config.remotes.iter().any(|r| r.name == d.remote))
         .cloned()
         .collect();
-    imported.declared_added = cache.meta.add_declared_if_absent(&declared).await?;
-    cache.meta.close().await;
+    imported.declared_added = rows::add_declared_if_absent(&cache.meta, &declared).await?;
+    cache.meta.db.close().await;
     imported.seconds = started.elapsed().as_secs_f64();
     Ok(imported)
 }
@@ -516,8 +518,7 @@ fn copy_temp(store: &ContentStore, from: &File, size: u64) -> io::Result<TempBlo
     let temp = store.create_temp_for(size)?;
     let mut offset = 0;
     while offset < size {
-        let chunk =
-            crate::cache::store::read_at(from, offset, (size - offset).min(1 << 20) as usize)?;
+        let chunk = crate::store::read_at(from, offset, (size - offset).min(1 << 20) as usize)?;
         if chunk.is_empty() {
             return Err(io::ErrorKind::UnexpectedEof.into());
         }

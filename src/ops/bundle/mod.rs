@@ -20,6 +20,7 @@
 
 pub mod export;
 pub mod import;
+pub mod rows;
 
 use std::path::Path;
 
@@ -28,7 +29,7 @@ use ed25519_dalek::pkcs8::{DecodePrivateKey, DecodePublicKey};
 use ed25519_dalek::{Signer, SigningKey, Verifier, VerifyingKey};
 use serde::{Deserialize, Serialize};
 
-use crate::cache::bundle::{BundledDeclared, BundledEntry};
+use rows::{BundledDeclared, BundledEntry};
 
 /// The manifest's name in the archive.
 pub const MANIFEST: &str = "mirrorcache-bundle.json";

@@ -95,15 +95,16 @@ async fn an_expired_token_is_refused() {
     let proxy = AuthProxy::start().await;
     let made = mirrorcache::access::token::generate().unwrap();
     let meta = &proxy.running.proxy.cache.meta;
-    meta.token_insert(&mirrorcache::cache::tokens::TokenRow {
-        id: made.id.clone(),
-        user: "ci".into(),
-        secret_hash: made.secret_hash.clone(),
-        created_at_ms: 0,
-        expires_at_ms: Some(1),
-    })
-    .await
-    .unwrap();
+    mirrorcache::access::token_table::TokenTable::of(meta)
+        .insert(&mirrorcache::access::token_table::TokenRow {
+            id: made.id.clone(),
+            user: "ci".into(),
+            secret_hash: made.secret_hash.clone(),
+            created_at_ms: 0,
+            expires_at_ms: Some(1),
+        })
+        .await
+        .unwrap();
     let (status, _, _) = proxy
         .get(
             "/secret/hidden-package/x",

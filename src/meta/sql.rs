@@ -1,8 +1,11 @@
 //! The parameter lists of statements built for a batch of rows: `IN (…)`
-//! lists and multi-row `VALUES`, numbered `$n` as both backends take them.
+//! lists and multi-row `VALUES`, numbered `$n` as both backends take them;
+//! and a database error as the proxy's.
+
+use crate::error::ProxyError;
 
 /// `$first, $first+1, …`: `n` placeholders, for an `IN (…)` list.
-pub(super) fn placeholders(first: usize, n: usize) -> String {
+pub(crate) fn placeholders(first: usize, n: usize) -> String {
     (first..first + n)
         .map(|i| format!("${i}"))
         .collect::<Vec<_>>()
@@ -10,11 +13,16 @@ pub(super) fn placeholders(first: usize, n: usize) -> String {
 }
 
 /// `($1, …, $columns), ($columns+1, …), …`: the `VALUES` of `rows` rows.
-pub(super) fn value_rows(rows: usize, columns: usize) -> String {
+pub(crate) fn value_rows(rows: usize, columns: usize) -> String {
     (0..rows)
         .map(|row| format!("({})", placeholders(row * columns + 1, columns)))
         .collect::<Vec<_>>()
         .join(", ")
+}
+
+/// A database error as the proxy's.
+pub(crate) fn db_error(e: sqlx::Error) -> ProxyError {
+    ProxyError::Metadata(e.to_string())
 }
 
 #[cfg(test)]

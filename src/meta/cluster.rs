@@ -19,10 +19,10 @@ use prometheus_client::metrics::counter::Counter;
 use redis::aio::ConnectionManager;
 use redis::AsyncCommands;
 
-use super::meta::Entry;
+use super::entry::Entry;
 use super::purge::Scope;
-use super::store::Digest;
 use crate::config::RedisConfig;
+use crate::store::Digest;
 
 pub const CHANNEL: &str = "mirrorcache:invalidate";
 /// Invalidation message meaning "drop every cached entry".

@@ -3,7 +3,7 @@
 //! by every batch of commits) is answered from memory where the index is
 //! complete (`MetadataStore::digest_referenced`), and the embedded
 //! database keeps no index on `entries.digest`: its random inserts dirtied
-//! a page of the write-ahead log a row (BENCHMARKS.md, seventh pass).
+//! a page of the write-ahead log a row (BENCHMARKS.md).
 //!
 //! A count is kept under the digest's first 48 bits, in 8 bytes (the
 //! prefix and a 16-bit count; counts past that in a side table). Two
@@ -72,7 +72,7 @@ impl BuildHasher for BuildSpread {
 /// spare capacity).
 pub const COUNT_BYTES: usize = std::mem::size_of::<(Prefix, u16)>();
 
-pub(super) struct References {
+pub(crate) struct References {
     shards: Box<[Mutex<HashMap<Prefix, u16, BuildSpread>>]>,
     /// What a count holds past `u16::MAX` (one digest under that many
     /// names).
@@ -81,9 +81,9 @@ pub(super) struct References {
 
 impl References {
     /// Room for about `expected` digests, in as many shards as keep each
-    /// table nearly full (the entry index's [`super::index::layout`]).
-    pub(super) fn with_room(expected: usize) -> References {
-        let (shards, room) = super::index::layout(expected);
+    /// table nearly full (the entry index's [`super::hashing::layout`]).
+    pub(crate) fn with_room(expected: usize) -> References {
+        let (shards, room) = super::hashing::layout(expected);
         References {
             shards: (0..shards)
                 .map(|_| {
@@ -102,7 +102,7 @@ impl References {
     }
 
     /// One more record names `digest`.
-    pub(super) fn add(&self, digest: &[u8; 32]) {
+    pub(crate) fn add(&self, digest: &[u8; 32]) {
         let prefix = Prefix::of(digest);
         let mut shard = self.shard(digest).lock().expect("references poisoned");
         let count = shard.entry(prefix).or_insert(0);
@@ -119,7 +119,7 @@ impl References {
     }
 
     /// One record fewer names `digest`.
-    pub(super) fn sub(&self, digest: &[u8; 32]) {
+    pub(crate) fn sub(&self, digest: &[u8; 32]) {
         let prefix = Prefix::of(digest);
         let mut shard = self.shard(digest).lock().expect("references poisoned");
         let Some(count) = shard.get_mut(&prefix) else {
@@ -143,7 +143,7 @@ impl References {
     }
 
     /// `old` no longer named by a record, `new` named instead.
-    pub(super) fn replace(&self, old: Option<&[u8; 32]>, new: &[u8; 32]) {
+    pub(crate) fn replace(&self, old: Option<&[u8; 32]>, new: &[u8; 32]) {
         if old == Some(new) {
             return;
         }
@@ -154,7 +154,7 @@ impl References {
     }
 
     /// Whether some record names `digest` (or a digest with its prefix).
-    pub(super) fn any(&self, digest: &[u8; 32]) -> bool {
+    pub(crate) fn any(&self, digest: &[u8; 32]) -> bool {
         self.shard(digest)
             .lock()
             .expect("references poisoned")
@@ -162,7 +162,7 @@ impl References {
     }
 
     /// No record names anything (the caller holds every record's shard).
-    pub(super) fn clear(&self) {
+    pub(crate) fn clear(&self) {
         for shard in self.shards.iter() {
             shard.lock().expect("references poisoned").clear();
         }
@@ -170,7 +170,7 @@ impl References {
     }
 
     /// How many prefixes are counted.
-    pub(super) fn len(&self) -> usize {
+    pub(crate) fn len(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().expect("references poisoned").len())

@@ -8,18 +8,14 @@
 //! database, which says there is none; a collision costs the same). So the
 //! set holds every key the database has, and once loaded a key it lacks
 //! has no row — where the index may be complete (SQLite without Redis) and
-//! while no other process wrote (see `others`).
+//! while no other process wrote (see `super::other_writers`).
 
 use std::collections::HashSet;
 use std::hash::BuildHasher as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 
-use futures_util::TryStreamExt as _;
-
-use super::index::BuildIdentity;
-use super::meta::{db_error, MetadataStore};
-use crate::error::ProxyError;
+use super::hashing::BuildIdentity;
 
 /// Shards of the set: two threads adding rarely take one lock.
 const SHARDS: usize = 16;
@@ -99,22 +95,6 @@ impl DeclaredKeys {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
-    }
-}
-
-impl MetadataStore {
-    /// Adds the key of every row of `declared` to the declared keys (the
-    /// caller marks them complete). Returns how many rows it read.
-    pub(super) async fn load_declared_keys(&self) -> Result<usize, ProxyError> {
-        let mut rows =
-            sqlx::query_as::<_, (String, String)>("SELECT remote, artifact FROM declared")
-                .fetch(&self.pool);
-        let mut loaded = 0;
-        while let Some((remote, artifact)) = rows.try_next().await.map_err(db_error)? {
-            self.declared_keys.add(&remote, &artifact);
-            loaded += 1;
-        }
-        Ok(loaded)
     }
 }
 

@@ -1,15 +1,13 @@
 //! The content store: blobs on local disk, addressed by their sha256.
 //!
-//! Layout under the root: `blobs/ab/<sha256 hex>` for committed blobs (a
-//! store made before round three's sixth pass keeps `blobs/ab/cd/`: see
-//! [`super::layout`]) and `tmp/` for fills in progress (same filesystem,
-//! so the commit is one atomic rename). **Invariant:** nothing outside
+//! Layout under the root: `blobs/ab/<sha256 hex>` for committed blobs (an
+//! older store keeps `blobs/ab/cd/`: see [`super::layout`]) and `tmp/` for
+//! fills in progress (same filesystem, so the commit is one atomic rename). **Invariant:** nothing outside
 //! this module (and the layout it reads) knows a blob's path;
 //! everyone else holds a [`Digest`] or an open handle.
 //!
 //! Temp files have an owner that dies with its process ([`super::owner`]).
 
-use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
@@ -20,37 +18,13 @@ use std::sync::Arc;
 use sha2::{Digest as _, Sha256};
 
 use super::budget::Budget;
+use super::digest::Digest;
 use super::layout::Layout;
 use super::owner::{remove_dead_temp_files, Owner};
 
-mod group;
-pub use group::{BatchBody, InPlace, IN_PLACE_MAX};
-
-/// A blob's identity: the sha256 of its bytes.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-pub struct Digest(pub [u8; 32]);
-
-impl Digest {
-    pub fn of(bytes: &[u8]) -> Digest {
-        Digest(Sha256::digest(bytes).into())
-    }
-
-    pub fn to_hex(&self) -> String {
-        hex::encode(self.0)
-    }
-
-    pub fn from_hex(text: &str) -> Option<Digest> {
-        let mut out = [0u8; 32];
-        hex::decode_to_slice(text, &mut out).ok()?;
-        Some(Digest(out))
-    }
-}
-
-impl fmt::Debug for Digest {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "sha256:{}", self.to_hex())
-    }
-}
+/// The group commit's side of the store: a child, for the one module that
+/// knows a blob's path.
+pub(super) mod batch;
 
 /// A directory of the blob tree that a group commit renamed blobs into and
 /// must sync; opaque outside this module, which alone knows blob paths.
@@ -93,7 +67,7 @@ impl ContentStore {
             next_temp: AtomicU64::new(0),
             owner: Some(owner),
             budget,
-            quiet: AtomicU64::new(group::QUIET_BYTES),
+            quiet: AtomicU64::new(QUIET_BYTES),
         })
     }
 
@@ -108,7 +82,7 @@ impl ContentStore {
             next_temp: AtomicU64::new(0),
             owner: None,
             budget: Arc::new(Budget::new(u64::MAX)),
-            quiet: AtomicU64::new(group::QUIET_BYTES),
+            quiet: AtomicU64::new(QUIET_BYTES),
         })
     }
 
@@ -231,6 +205,14 @@ impl ContentStore {
         }
     }
 }
+
+/// Bytes waiting to be written, machine-wide, below which a batch of a
+/// few blobs is synced with one `syncfs` rather than file by file
+/// ([`ContentStore::commit_synced_if_quiet`]): a `syncfs` then has little
+/// else to write. (64 KiB misses one after another: 484–503 µs of CPU and
+/// 8.6–9.1 context switches a miss against 629–643 and 16.4–16.6 file by
+/// file; BENCHMARKS.md.)
+pub const QUIET_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Takes `len` bytes of `storage.max_size` for a fill (nothing for 0), or
 /// says that fills in progress already hold it.

@@ -2,8 +2,12 @@
 //! public id, its user, a SHA-256 of its secret, and its lifetime. The secret
 //! itself is never stored; `access` compares hashes in constant time.
 
-use super::meta::{db_error, MetadataStore};
+use sqlx::AnyPool;
+
 use crate::error::ProxyError;
+use crate::meta::sql::db_error;
+use crate::meta::sqlite::execute_retrying;
+use crate::meta::MetadataStore;
 
 /// One token as the database keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -30,9 +34,21 @@ fn row((id, user, secret_hash, created_at_ms, expires_at_ms): Tuple) -> TokenRow
     }
 }
 
-impl MetadataStore {
-    pub async fn token_insert(&self, token: &TokenRow) -> Result<(), ProxyError> {
-        super::sqlite::execute_retrying(self.pool(), || {
+/// The `tokens` table of a metadata database.
+pub struct TokenTable<'m> {
+    pool: &'m AnyPool,
+}
+
+impl<'m> TokenTable<'m> {
+    /// The table in `meta`'s database.
+    pub fn of(meta: &'m MetadataStore) -> TokenTable<'m> {
+        TokenTable {
+            pool: meta.db.pool(),
+        }
+    }
+
+    pub async fn insert(&self, token: &TokenRow) -> Result<(), ProxyError> {
+        execute_retrying(self.pool, || {
             sqlx::query(
                 "INSERT INTO tokens (id, username, secret_hash, created_at, expires_at) \
                  VALUES ($1, $2, $3, $4, $5)",
@@ -49,33 +65,33 @@ impl MetadataStore {
     }
 
     /// The token with this public id, if there is one.
-    pub async fn token_find(&self, id: &str) -> Result<Option<TokenRow>, ProxyError> {
+    pub async fn find(&self, id: &str) -> Result<Option<TokenRow>, ProxyError> {
         let found: Option<Tuple> = sqlx::query_as(
             "SELECT id, username, secret_hash, created_at, expires_at FROM tokens WHERE id = $1",
         )
         .bind(id)
-        .fetch_optional(self.pool())
+        .fetch_optional(self.pool)
         .await
         .map_err(db_error)?;
         Ok(found.map(row))
     }
 
     /// Every token (of `user`, when given), oldest first.
-    pub async fn token_list(&self, user: Option<&str>) -> Result<Vec<TokenRow>, ProxyError> {
+    pub async fn list(&self, user: Option<&str>) -> Result<Vec<TokenRow>, ProxyError> {
         let rows: Vec<Tuple> = sqlx::query_as(
             "SELECT id, username, secret_hash, created_at, expires_at FROM tokens \
              WHERE ($1 = '' OR username = $1) ORDER BY created_at, id",
         )
         .bind(user.unwrap_or(""))
-        .fetch_all(self.pool())
+        .fetch_all(self.pool)
         .await
         .map_err(db_error)?;
         Ok(rows.into_iter().map(row).collect())
     }
 
     /// Deletes the token with this id; whether there was one.
-    pub async fn token_revoke(&self, id: &str) -> Result<bool, ProxyError> {
-        let done = super::sqlite::execute_retrying(self.pool(), || {
+    pub async fn revoke(&self, id: &str) -> Result<bool, ProxyError> {
+        let done = execute_retrying(self.pool, || {
             sqlx::query("DELETE FROM tokens WHERE id = $1").bind(id)
         })
         .await

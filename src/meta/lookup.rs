@@ -7,11 +7,13 @@ use std::sync::Arc;
 
 use futures_util::TryStreamExt as _;
 
+use super::entry::Entry;
 use super::index::{Fields, Found, Key, Record};
-use super::meta::{db_error, Entry, EntryRow, MetadataStore};
-use super::store::Digest;
+use super::metadata::{EntryRow, MetadataStore};
+use super::sql::db_error;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
+use crate::store::Digest;
 
 /// The columns the index loads, in the order [`MetadataStore::add_row`]
 /// reads them.
@@ -27,11 +29,6 @@ const BATCH: usize = 4096;
 const SQLITE_PARTS: i64 = 2;
 
 impl MetadataStore {
-    /// The entry for `path` if it is in memory: no Redis, no query.
-    pub fn lookup_in_memory(&self, path: &ArtifactPath) -> Option<Arc<Entry>> {
-        self.cache.get(path.key())
-    }
-
     /// The entry for `path`, for a request: a key a complete index does not
     /// list has no row (no query).
     pub async fn lookup(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
@@ -43,17 +40,7 @@ impl MetadataStore {
     /// database since memory was loaded; else read from the database, which
     /// finds a row `mirrorcache import` added from another process.
     pub async fn lookup_row(&self, path: &ArtifactPath) -> Result<Option<Arc<Entry>>, ProxyError> {
-        self.find(path, self.memory_trusted()).await
-    }
-
-    /// Whether memory (the entry index, the declared keys) may say a row is
-    /// absent as far as other processes go (see `super::others`): when one
-    /// wrote, both are marked incomplete until loaded anew.
-    pub(super) fn memory_trusted(&self) -> bool {
-        self.others.none_wrote(|| {
-            self.index.set_complete(false);
-            self.declared_keys.set_complete(false);
-        })
+        self.find(path, self.memory.memory_trusted()).await
     }
 
     async fn find(
@@ -61,13 +48,13 @@ impl MetadataStore {
         path: &ArtifactPath,
         trust_index: bool,
     ) -> Result<Option<Arc<Entry>>, ProxyError> {
-        if let Some(entry) = self.cache.get(path.key()) {
+        if let Some(entry) = self.memory.cache.get(path.key()) {
             return Ok(Some(entry));
         }
         // What this lookup reads is remembered only if no purge of the key
         // comes before it is.
-        let ticket = self.purges.ticket();
-        match self.index.get(path.key()) {
+        let ticket = self.memory.purges.ticket();
+        match self.memory.index.get(path.key()) {
             // Not put in the entry cache: an insertion (and the eviction it
             // causes) costs a random hit more than building the entry again;
             // its hits are counted in `touched` ([`MetadataStore::touch`]).
@@ -75,10 +62,10 @@ impl MetadataStore {
             Found::Absent if trust_index => return Ok(None),
             Found::Absent | Found::Unknown => {}
         }
-        if let Some(cluster) = self.cluster.get() {
+        if let Some(cluster) = self.memory.cluster.get() {
             if let Some(entry) = cluster.get_entry(path.key()).await {
                 let entry = Arc::new(entry);
-                self.remember_read(path, &entry, ticket);
+                self.memory.remember_read(path, &entry, ticket);
                 return Ok(Some(entry));
             }
         }
@@ -86,8 +73,8 @@ impl MetadataStore {
             return Ok(None);
         };
         let entry = Arc::new(entry);
-        if self.remember_read(path, &entry, ticket) {
-            if let Some(cluster) = self.cluster.get() {
+        if self.memory.remember_read(path, &entry, ticket) {
+            if let Some(cluster) = self.memory.cluster.get() {
                 cluster.put_entry(path.key(), &entry).await;
             }
         }
@@ -97,18 +84,18 @@ impl MetadataStore {
     /// The row of `path` as the database has it (the mirror's `ETag`
     /// included, which the index does not keep), not remembered.
     pub async fn read_row(&self, path: &ArtifactPath) -> Result<Option<Entry>, ProxyError> {
-        self.check_available()?;
-        self.row_reads.fetch_add(1, Ordering::Relaxed);
+        self.db.check_available()?;
+        self.db.row_reads.fetch_add(1, Ordering::Relaxed);
         let row: Option<EntryRow> = sqlx::query_as(
             "SELECT digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, \
              kept_headers FROM entries WHERE remote = $1 AND path = $2",
         )
         .bind(path.remote())
         .bind(path.stored_path())
-        .fetch_optional(&self.pool)
+        .fetch_optional(&self.db.pool)
         .await
-        .map_err(|e| self.failed(e))?;
-        self.recovered();
+        .map_err(|e| self.db.failed(e))?;
+        self.db.recovered();
         let Some((digest, size, content_type, etag, last_modified, fetched_at, kept)) = row else {
             return Ok(None);
         };
@@ -131,31 +118,14 @@ impl MetadataStore {
         Ok(Some(entry))
     }
 
-    /// Notes a hit on `entry` (of `path`) now, for the evictor's flush of
-    /// access times and hit counts: in the entry itself when the entry
-    /// cache holds it, else in `touched`.
-    pub fn touch(&self, path: &ArtifactPath, entry: &Entry, now_ms: i64) {
-        if entry.from_index {
-            self.touched.note(path.key(), now_ms);
-        } else {
-            entry.touch(now_ms);
-        }
-    }
-
-    /// Rows lookups (of entries and of declared digests) have read from the
-    /// database so far.
-    pub fn row_reads(&self) -> u64 {
-        self.row_reads.load(Ordering::Relaxed)
-    }
-
     /// Loads every row into the entry index (the caller began the load,
     /// [`super::index::Index::begin_load`], and ends it). On SQLite through
     /// the typed driver, `rowid` ranges side by side: the `Any` driver
     /// copies each value into an owned one (about 5 µs a row). Returns how
     /// many rows it loaded.
     pub async fn load_index(&self) -> Result<usize, ProxyError> {
-        let Some(url) = &self.sqlite_url else {
-            let mut rows = sqlx::query(INDEX_COLUMNS).fetch(&self.pool);
+        let Some(url) = &self.db.sqlite_url else {
+            let mut rows = sqlx::query(INDEX_COLUMNS).fetch(&self.db.pool);
             let mut loader = Loader::new(self);
             while let Some(row) = rows.try_next().await.map_err(db_error)? {
                 loader.add(&row).map_err(db_error)?;
@@ -197,56 +167,6 @@ impl MetadataStore {
         });
         let loaded = futures_util::future::try_join_all(parts).await?;
         Ok(loaded.into_iter().sum())
-    }
-}
-
-/// Hits on entries served from the index, which the entry cache does not
-/// hold: `remote/path` → (last access, hits), taken by the evictor's flush.
-/// Bounded like the entry cache: a key past the bound is not counted until
-/// the next flush, as an entry evicted from the entry cache before its
-/// flush is not.
-pub struct Touched {
-    shards: Box<[std::sync::Mutex<TouchedShard>]>,
-    room: usize,
-}
-
-/// `remote/path` → (last access, hits).
-type TouchedShard = std::collections::HashMap<String, (i64, u64)>;
-
-/// Shards of [`Touched`]: hits of two threads rarely take one lock.
-const TOUCHED_SHARDS: usize = 64;
-
-impl Touched {
-    pub fn new(capacity: u64) -> Touched {
-        Touched {
-            shards: (0..TOUCHED_SHARDS).map(|_| Default::default()).collect(),
-            room: (capacity as usize).div_ceil(TOUCHED_SHARDS),
-        }
-    }
-
-    fn note(&self, key: &str, now_ms: i64) {
-        // FNV-1a: any spread will do.
-        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
-            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
-        });
-        let shard = &self.shards[hash as usize % TOUCHED_SHARDS];
-        let mut touched = shard.lock().expect("touched poisoned");
-        if let Some((last, hits)) = touched.get_mut(key) {
-            *hits += 1;
-            *last = (*last).max(now_ms);
-        } else if touched.len() < self.room {
-            touched.insert(key.to_string(), (now_ms, 1));
-        }
-    }
-
-    /// Everything noted since the last call: (key, last access, hits).
-    pub fn take(&self) -> Vec<(String, i64, u64)> {
-        let mut taken = Vec::new();
-        for shard in self.shards.iter() {
-            let drained = std::mem::take(&mut *shard.lock().expect("touched poisoned"));
-            taken.extend(drained.into_iter().map(|(k, (last, hits))| (k, last, hits)));
-        }
-        taken
     }
 }
 
@@ -294,7 +214,7 @@ impl<'m> Loader<'m> {
         self.key.push_str(remote);
         self.key.push('/');
         self.key.push_str(path);
-        let index = &self.meta.index;
+        let index = &self.meta.memory.index;
         self.batch
             .push((index.key(&self.key), index.record(remote, &fields)));
         self.loaded += 1;
@@ -305,7 +225,7 @@ impl<'m> Loader<'m> {
     }
 
     fn finish(mut self) -> usize {
-        self.meta.index.load(&mut self.batch);
+        self.meta.memory.index.load(&mut self.batch);
         self.loaded
     }
 }

@@ -1,9 +1,9 @@
 //! Where a committed blob's file is under `blobs/`: the store's layout,
 //! read off the tree when the store is opened.
 //!
-//! - **Flat**, `blobs/ab/<sha256 hex>`: every store made since round three's
-//!   sixth pass. Its 256 directories are made (and synced) when the store
-//!   is opened, so committing a blob never makes a directory. On a fresh
+//! - **Flat**, `blobs/ab/<sha256 hex>`: every store made now. Its 256
+//!   directories are made (and synced) when the store is opened, so
+//!   committing a blob never makes a directory. On a fresh
 //!   ext4 a directory made per blob cost as much as the blob itself:
 //!   batches of 512 one-KiB blobs renamed into new `ab/cd/` directories
 //!   wrote 19.4 KiB a blob and ran at 8.4–8.9k blobs/s, into the 256
@@ -21,7 +21,7 @@ use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
 
-use super::store::Digest;
+use super::digest::Digest;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum Layout {
@@ -163,8 +163,8 @@ mod tests {
 
     #[test]
     fn a_store_serves_the_blobs_of_its_own_layout_and_commits_flat() {
-        use crate::cache::budget::Budget;
-        use crate::cache::store::{BatchBody, ContentStore};
+        use crate::store::budget::Budget;
+        use crate::store::{BatchBody, ContentStore};
         use std::sync::Arc;
 
         let dir = tempfile::tempdir().unwrap();

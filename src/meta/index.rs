@@ -15,7 +15,7 @@
 //! request path takes a key it does not list to have no row (a cold miss
 //! reads no row). `mirrorcache import` may still add rows from another
 //! process while the server runs: it tells the server through a marker
-//! file (`super::others`), which the fill's double check under its registry
+//! file (`super::other_writers`), which the fill's double check under its registry
 //! slot looks at (`MetadataStore::lookup_row`); once it changed, the fill
 //! reads the row, and the index is loaded anew. On Postgres (or with Redis) other instances
 //! write rows too: the index lists what this instance loaded, wrote or
@@ -31,16 +31,19 @@
 //! read earlier, skips every row a change covers: a row deleted or replaced
 //! during the load is not brought back.
 //!
-//! Every change goes through the writers in `meta` and `refs` (records
+//! Every change goes through the writers in `metadata`, `memory` and
+//! `lifetime` (records
 //! added under the purge lock, like the entry cache: see `super::purge`).
 
 use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasher, Hasher};
+use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, RwLock};
 
-use super::meta::Entry;
-use super::store::Digest;
+use super::digest_counts::References;
+use super::entry::Entry;
+use super::hashing::{layout, BuildIdentity};
+use crate::store::Digest;
 
 /// A key: two 64-bit keyed hashes of `remote/path`.
 pub type Key = (u64, u64);
@@ -112,37 +115,6 @@ fn number(table: &RwLock<Names>, name: &str) -> Option<u16> {
     }
 }
 
-/// Hashes a `u128` key by its low half (it is a hash already).
-#[derive(Default, Clone, Copy)]
-pub(super) struct Identity(u64);
-
-impl Hasher for Identity {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes.iter().take(8) {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, n: u64) {
-        self.0 = self.0.rotate_left(17) ^ n;
-    }
-}
-
-#[derive(Default, Clone, Copy)]
-pub(super) struct BuildIdentity;
-
-impl BuildHasher for BuildIdentity {
-    type Hasher = Identity;
-    fn build_hasher(&self) -> Identity {
-        Identity(0)
-    }
-}
-
-/// The fewest shards.
-const SHARDS: usize = 64;
-
 pub struct Index {
     /// Whether a key the index does not list has no row: set once every row
     /// is loaded, on a database no one else writes.
@@ -163,7 +135,7 @@ pub struct Index {
     content_types: RwLock<Names>,
     remotes: RwLock<Names>,
     /// How many records name each digest, changed with them.
-    references: super::references::References,
+    references: References,
 }
 
 /// What the writers changed while the index loads (see [`Index::load`]).
@@ -199,23 +171,6 @@ impl Default for Index {
     fn default() -> Index {
         Index::new()
     }
-}
-
-/// Shards and room per shard for `expected` records, with a tenth to
-/// spare. A shard's table has a power of two of buckets, filled to 7/8 at
-/// most: with a fixed number of shards, a count just past a power of two
-/// would leave half of every table empty; the number of shards is chosen
-/// instead, so each table is nearly full at start-up.
-pub(super) fn layout(expected: usize) -> (usize, usize) {
-    let wanted = expected + expected / 10;
-    for k in (4..40u32).rev() {
-        let room = (1usize << k) / 8 * 7;
-        let shards = wanted.div_ceil(room);
-        if shards >= SHARDS {
-            return (shards, room);
-        }
-    }
-    (SHARDS, 0)
 }
 
 /// A row's fields as the index reads them (borrowed: a load allocates
@@ -255,7 +210,7 @@ impl Index {
                 .collect(),
             content_types: RwLock::default(),
             remotes: RwLock::default(),
-            references: super::references::References::with_room(expected),
+            references: References::with_room(expected),
         }
     }
 
@@ -559,5 +514,130 @@ impl Index {
 }
 
 #[cfg(test)]
-#[path = "index_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+    use crate::meta::hashing::SHARDS;
+
+    fn entry(n: u8, last_modified: Option<&str>) -> Entry {
+        Entry::new(
+            Digest([n; 32]),
+            u64::from(n) * 1000,
+            Some("application/x-test".into()),
+            Some("\"etag\"".into()),
+            last_modified.map(str::to_string),
+            1_700_000_000_123,
+        )
+    }
+
+    #[test]
+    fn records_give_back_their_entries_and_go_with_their_scope() {
+        let index = Index::new();
+        index.set_complete(true);
+        assert!(matches!(index.get("r/a"), Found::Absent));
+        index.insert("r/a", &entry(1, Some("Sun, 06 Nov 1994 08:49:37 GMT")));
+        index.insert("r/b", &entry(2, None));
+        index.insert("s/a", &entry(1, None));
+        let Found::Entry(a) = index.get("r/a") else {
+            panic!("r/a is listed")
+        };
+        assert_eq!(
+            (a.digest, a.size, a.fetched_at_ms),
+            (Digest([1; 32]), 1000, 1_700_000_000_123)
+        );
+        assert_eq!(a.content_type.as_deref(), Some("application/x-test"));
+        assert_eq!(
+            a.upstream_last_modified.as_deref(),
+            Some("Sun, 06 Nov 1994 08:49:37 GMT")
+        );
+        assert!(a.upstream_etag.is_none() && a.from_index);
+        // Not a date: listed, and asked of the database.
+        index.insert("r/c", &entry(3, Some("yesterday")));
+        assert!(matches!(index.get("r/c"), Found::Unknown));
+        index.remove_digest(Some("r"), &Digest([1; 32]));
+        assert!(matches!(index.get("r/a"), Found::Absent));
+        assert!(matches!(index.get("s/a"), Found::Entry(_)));
+        index.remove_remote("r");
+        assert!(matches!(index.get("r/b"), Found::Absent));
+        assert_eq!(index.len(), 1);
+        assert_eq!(RECORD_BYTES, 72);
+        // Tables nearly full at start-up, whatever the count.
+        for expected in [10_000, 1_000_000, 1 << 20, 5_000_000] {
+            let (shards, room) = layout(expected);
+            assert!(shards >= SHARDS && shards * room >= expected + expected / 10);
+            assert!(
+                shards * room < (expected + expected / 10) * 8 / 7 + room,
+                "{expected}"
+            );
+        }
+        let partial = Index::new();
+        assert!(matches!(partial.get("r/a"), Found::Unknown));
+    }
+
+    #[test]
+    fn the_loader_brings_back_nothing_a_writer_changed_during_the_load() {
+        let index = Index::new();
+        index.begin_load();
+        // Rows the loader read before the writers ran.
+        let keys = ["r/gone", "r/replaced", "r/kept", "s/purged", "r/evicted"];
+        let mut rows: Vec<(Key, Record)> = keys
+            .iter()
+            .zip(1u8..)
+            .map(|(key, n)| {
+                let fields = Fields {
+                    digest: Digest([n; 32]),
+                    size: u64::from(n),
+                    content_type: Some("text/plain"),
+                    last_modified: None,
+                    fetched_at_ms: 1,
+                    kept: false,
+                };
+                (index.key(key), index.record(&key[..1], &fields))
+            })
+            .collect();
+        index.remove("r/gone");
+        index.insert("r/replaced", &entry(9, None));
+        index.remove_remote("s");
+        index.remove_digest(None, &Digest([5; 32]));
+        assert!(matches!(index.get("r/kept"), Found::Unknown));
+        index.load(&mut rows);
+        index.end_load(true);
+        let digest = |key| match index.get(key) {
+            Found::Entry(e) => Some(e.digest.0[0]),
+            Found::Absent => None,
+            Found::Unknown => panic!("{key}: complete after the load"),
+        };
+        assert_eq!(digest("r/gone"), None);
+        assert_eq!(digest("r/replaced"), Some(9));
+        assert_eq!(digest("r/kept"), Some(3));
+        assert_eq!(digest("s/purged"), None);
+        assert_eq!(digest("r/evicted"), None);
+        // The counts are the records': none for a row the loader skipped.
+        let named: Vec<u8> = (1..=9)
+            .filter(|&n| index.references(&Digest([n; 32])))
+            .collect();
+        assert_eq!(named, [3, 9]);
+        // After the load nothing is noted: a later load (none) or insert is plain.
+        index.insert("s/purged", &entry(4, None));
+        assert_eq!(digest("s/purged"), Some(4));
+    }
+
+    #[test]
+    fn a_row_read_before_a_commit_replaced_it_is_not_put_back() {
+        let index = Index::new();
+        index.insert("r/tag", &entry(5, None));
+        // Read as 4 a while ago; the commit of 5 came between: not put back,
+        // so 5 stays counted and 4 is not.
+        assert!(!index.insert_unless_other("r/tag", &entry(4, None)));
+        assert!(index.references(&Digest([5; 32])) && !index.references(&Digest([4; 32])));
+        assert!(index.insert_unless_other("r/tag", &entry(5, None)));
+        assert!(index.insert_unless_other("r/new", &entry(6, None)));
+        // A deletion takes only the record of the bytes its row named.
+        index.remove_named("r/tag", Some(&Digest([4; 32])));
+        assert!(index.references(&Digest([5; 32])));
+        index.remove_named("r/tag", None);
+        assert!(index.references(&Digest([5; 32])));
+        index.remove_named("r/tag", Some(&Digest([5; 32])));
+        assert!(!index.references(&Digest([5; 32])) && index.references(&Digest([6; 32])));
+        assert_eq!((index.len(), index.digests()), (1, 1));
+    }
+}

@@ -3,12 +3,13 @@
 //!
 //! The committed count is a copy of one source of truth, the metadata
 //! database (the sum of the sizes of the distinct digests its rows
-//! reference, [`super::MetadataStore::stored_bytes`]): it is re-derived at
-//! start-up and by every eviction round, and in between moved by exactly the
+//! reference, `MetadataStore::stored_bytes` in `crate::meta`): it is
+//! re-derived at start-up and by every eviction round, and in between moved by exactly the
 //! changes this instance makes while it holds the digest's lock (a digest's
 //! first row adds its size, the deletion of its blob subtracts it), so two
 //! commits of one digest count it once and nothing can wrap below zero.
-//! In-progress bytes are the temp files' reservations ([`super::TempBlob`]).
+//! In-progress bytes are the temp files' reservations
+//! ([`super::content::TempBlob`]).
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
@@ -82,16 +83,16 @@ impl Budget {
         sub(&self.in_progress, len);
     }
 
-    pub(super) fn add_committed(&self, len: u64) {
+    pub(crate) fn add_committed(&self, len: u64) {
         self.committed.fetch_add(len, Ordering::Relaxed);
         self.wake_if_over();
     }
 
-    pub(super) fn sub_committed(&self, len: u64) {
+    pub(crate) fn sub_committed(&self, len: u64) {
         sub(&self.committed, len);
     }
 
-    pub(super) fn set_committed(&self, len: u64) {
+    pub(crate) fn set_committed(&self, len: u64) {
         self.committed.store(len, Ordering::Relaxed);
     }
 
@@ -102,7 +103,7 @@ impl Budget {
         }
     }
 
-    pub(super) fn wake(&self) -> Arc<Notify> {
+    pub(crate) fn wake(&self) -> Arc<Notify> {
         self.wake.clone()
     }
 }

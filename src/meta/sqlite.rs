@@ -9,7 +9,7 @@ use sqlx::AnyPool;
 /// One connection with `synchronous = FULL`, for the group commit's
 /// transactions: durable when they return, with no pragma set per batch
 /// (the pool's connections keep `NORMAL`, durable across a process crash).
-pub(super) async fn durable_pool(url: &str) -> Result<AnyPool, sqlx::Error> {
+pub(crate) async fn durable_pool(url: &str) -> Result<AnyPool, sqlx::Error> {
     AnyPoolOptions::new()
         .max_connections(1)
         .acquire_timeout(Duration::from_secs(5))
@@ -34,7 +34,7 @@ pub(super) async fn durable_pool(url: &str) -> Result<AnyPool, sqlx::Error> {
 /// extended codes, such as `SQLITE_BUSY_SNAPSHOT`, which a connection gets
 /// at once, without its busy timeout, when another process's commit came
 /// between its read and its write), also where a migration met it.
-pub(super) fn is_busy(error: &sqlx::Error) -> bool {
+pub(crate) fn is_busy(error: &sqlx::Error) -> bool {
     use sqlx::migrate::MigrateError;
     match error {
         sqlx::Error::Database(db) => {
@@ -59,7 +59,7 @@ pub(super) fn is_busy(error: &sqlx::Error) -> bool {
 /// of a command beside a running server (`token add`, `token revoke`,
 /// opening the database: its migrations, its pragmas), which SQLite may
 /// refuse at once rather than wait, whatever its busy timeout.
-pub(super) async fn retrying_busy<T, F, Fut>(mut attempt: F) -> Result<T, sqlx::Error>
+pub(crate) async fn retrying_busy<T, F, Fut>(mut attempt: F) -> Result<T, sqlx::Error>
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Result<T, sqlx::Error>>,
@@ -86,7 +86,7 @@ where
 /// whose earlier read has not ended (a statement sqlx has not reset yet)
 /// keeps a snapshot older than the other process's commit, and every
 /// write on it fails at once, however long it waits.
-pub(super) async fn execute_retrying<'q>(
+pub(crate) async fn execute_retrying<'q>(
     pool: &AnyPool,
     make: impl Fn() -> sqlx::query::Query<'q, sqlx::Any, sqlx::any::AnyArguments<'q>>,
 ) -> Result<sqlx::any::AnyQueryResult, sqlx::Error> {
@@ -103,7 +103,7 @@ pub(super) async fn execute_retrying<'q>(
 
 /// `sqlite://data/meta.db?mode=rwc` → `data/meta.db` (`None`: not a SQLite
 /// file).
-pub(super) fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
+pub(crate) fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
     let rest = url.strip_prefix("sqlite:")?;
     let rest = rest.strip_prefix("//").unwrap_or(rest);
     let file = rest.split_once('?').map_or(rest, |(file, _)| file);
@@ -111,7 +111,7 @@ pub(super) fn sqlite_file(url: &str) -> Option<std::path::PathBuf> {
 }
 
 /// `sqlite://data/meta.db` → the same URL with `mode=rwc`, and its directory created.
-pub(super) fn sqlite_url(url: &str) -> Result<String, sqlx::Error> {
+pub(crate) fn sqlite_url(url: &str) -> Result<String, sqlx::Error> {
     let rest = url
         .trim_start_matches("sqlite://")
         .trim_start_matches("sqlite:");

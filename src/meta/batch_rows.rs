@@ -1,16 +1,18 @@
-//! The group commit's statements (see `super::commit`): the batch's two
-//! reads, one `IN (…)` list each, and its rows and pins written in one
-//! transaction.
+//! The group commit's statements (see `crate::cache::commit`): the batch's
+//! two reads, one `IN (…)` list each, and its rows and [`Pin`]s written in
+//! one transaction.
 
 use std::collections::{HashMap, HashSet};
 
-use super::commit::Pin;
+use super::entry::Entry;
 use super::index::Found;
-use super::meta::{db_error, Entry, MetadataStore};
-use super::sql::{placeholders, value_rows};
-use super::Digest;
+use super::metadata::MetadataStore;
+use super::sql::{db_error, placeholders, value_rows};
 use crate::error::ProxyError;
+use crate::kind::declared::Declared;
+use crate::kind::{CachedAt, Kind};
 use crate::path::ArtifactPath;
+use crate::store::Digest;
 
 /// Keys per `IN (…)` list of the batch's reads: far below either backend's
 /// parameter limit.
@@ -18,27 +20,40 @@ const ROWS_PER_STATEMENT: usize = 100;
 /// Rows per `INSERT` of the batch's writes (10 parameters a row, 4 a pin):
 /// sqlx binds a parameter after asking SQLite its name, found by a scan of
 /// the statement's parameters, so binding costs their square (at 100 rows,
-/// 5.7 % of a sustained miss's CPU: BENCHMARKS.md, round three).
+/// 5.7 % of a sustained miss's CPU: BENCHMARKS.md).
 const ROWS_PER_INSERT: usize = 16;
+
+/// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
+/// with its entry's row in the batch's transaction: the pin is durable
+/// exactly when the entry is, at no statement of its own.
+pub struct Pin {
+    pub remote: String,
+    pub kind: Kind,
+    /// The key the digest is declared under.
+    pub artifact: String,
+    pub declared: Declared,
+}
 
 impl MetadataStore {
     /// The digests the rows of `paths` reference now, by key: from the
     /// entry index while it is complete and no other process wrote (no
     /// query), else read.
-    pub(super) async fn stored_digests(
+    pub(crate) async fn stored_digests(
         &self,
         paths: &[&ArtifactPath],
     ) -> Result<HashMap<String, Digest>, ProxyError> {
-        if self.index.is_complete() && self.memory_trusted() {
+        if self.memory.index.is_complete() && self.memory.memory_trusted() {
             let mut found = HashMap::new();
-            let whole = paths.iter().all(|path| match self.index.get(path.key()) {
-                Found::Entry(entry) => {
-                    found.insert(path.key().to_string(), entry.digest);
-                    true
-                }
-                Found::Absent => true,
-                Found::Unknown => false,
-            });
+            let whole = paths
+                .iter()
+                .all(|path| match self.memory.index.get(path.key()) {
+                    Found::Entry(entry) => {
+                        found.insert(path.key().to_string(), entry.digest);
+                        true
+                    }
+                    Found::Absent => true,
+                    Found::Unknown => false,
+                });
             if whole {
                 return Ok(found);
             }
@@ -58,7 +73,7 @@ impl MetadataStore {
                 for path in chunk {
                     query = query.bind(path.stored_path());
                 }
-                for (path, digest) in query.fetch_all(&self.pool).await.map_err(db_error)? {
+                for (path, digest) in query.fetch_all(&self.db.pool).await.map_err(db_error)? {
                     if let Some(digest) = Digest::from_hex(&digest) {
                         found.insert(format!("{remote}/{path}"), digest);
                     }
@@ -69,17 +84,18 @@ impl MetadataStore {
     }
 
     /// Which of `digests` some row references now.
-    pub(super) async fn referenced_digests(
+    pub(crate) async fn referenced_digests(
         &self,
         digests: &[Digest],
     ) -> Result<HashSet<Digest>, ProxyError> {
         let mut found = HashSet::new();
-        if self.digests_in_memory() {
-            found.extend(digests.iter().filter(|d| self.index.references(d)));
+        if self.memory.digests_in_memory() {
+            found.extend(digests.iter().filter(|d| self.memory.index.references(d)));
             return Ok(found);
         }
         for chunk in digests.chunks(ROWS_PER_STATEMENT) {
-            self.digest_reads
+            self.db
+                .digest_reads
                 .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
             let sql = format!(
                 "SELECT DISTINCT digest FROM entries WHERE digest IN ({})",
@@ -89,7 +105,7 @@ impl MetadataStore {
             for digest in chunk {
                 query = query.bind(digest.to_hex());
             }
-            for (hex,) in query.fetch_all(&self.pool).await.map_err(db_error)? {
+            for (hex,) in query.fetch_all(&self.db.pool).await.map_err(db_error)? {
                 found.extend(Digest::from_hex(&hex));
             }
         }
@@ -99,7 +115,7 @@ impl MetadataStore {
     /// Writes (or replaces) the rows of a batch in one transaction, durable
     /// when it returns. Always tried, even while lookups back off: the rows
     /// are what make the fills worth it.
-    pub(super) async fn record_batch(
+    pub(crate) async fn record_batch(
         &self,
         rows: &[(&ArtifactPath, &Entry)],
     ) -> Result<(), ProxyError> {
@@ -108,37 +124,38 @@ impl MetadataStore {
 
     /// [`MetadataStore::record_batch`], with the batch's pins in the same
     /// transaction.
-    pub(super) async fn write_batch(
+    pub(crate) async fn write_batch(
         &self,
         rows: &[(&ArtifactPath, &Entry)],
         pins: &[&Pin],
     ) -> Result<(), ProxyError> {
         for pin in pins {
-            self.declared_keys.add(&pin.remote, &pin.artifact);
+            self.memory.declared_keys.add(&pin.remote, &pin.artifact);
         }
         // SQLite's own durable connection, or a pool connection set to
         // `synchronous = FULL` for this transaction (an in-memory SQLite).
-        let pool = self.durable.as_ref().unwrap_or(&self.pool);
-        let mut conn = pool.acquire().await.map_err(|e| self.failed(e))?;
-        let toggle = self.durable.is_none() && conn.backend_name().eq_ignore_ascii_case("sqlite");
+        let pool = self.db.durable.as_ref().unwrap_or(&self.db.pool);
+        let mut conn = pool.acquire().await.map_err(|e| self.db.failed(e))?;
+        let toggle =
+            self.db.durable.is_none() && conn.backend_name().eq_ignore_ascii_case("sqlite");
         if toggle {
             // The WAL synced at this commit (and with it every earlier
             // commit): the batch is on disk when its fills are answered.
             sqlx::query("PRAGMA synchronous = FULL")
                 .execute(&mut *conn)
                 .await
-                .map_err(|e| self.failed(e))?;
+                .map_err(|e| self.db.failed(e))?;
         }
         let written = insert_rows(&mut conn, rows, pins).await;
         if written.is_ok() {
-            self.others.wrote();
+            self.memory.others.wrote();
         }
         if toggle {
             let _ = sqlx::query("PRAGMA synchronous = NORMAL")
                 .execute(&mut *conn)
                 .await;
         }
-        written.map_err(|e| self.failed(e))
+        written.map_err(|e| self.db.failed(e))
     }
 }
 
@@ -177,7 +194,7 @@ async fn insert_rows(
     }
     let now = crate::clock::now_ms();
     for chunk in pins.chunks(ROWS_PER_INSERT) {
-        let sql = super::declared::upsert_sql(chunk.len());
+        let sql = super::declared_rows::upsert_sql(chunk.len());
         let mut insert = sqlx::query(&sql);
         for pin in chunk {
             insert = insert
@@ -189,4 +206,17 @@ async fn insert_rows(
         insert.execute(&mut *tx).await?;
     }
     tx.commit().await
+}
+
+impl Pin {
+    /// Whether a cached row other than the one it is committed with may be
+    /// of its artifact (and then must match it): only where the ecosystem
+    /// finds an artifact's rows elsewhere than at its key, or the key is
+    /// not the row's own path. Otherwise the only row is the batch's.
+    pub(crate) fn may_contradict(&self, path: &ArtifactPath) -> bool {
+        self.kind.digests().is_some_and(|digests| {
+            !matches!(digests.cached_at(&self.artifact), CachedAt::Path)
+                || self.artifact != path.stored_path()
+        })
+    }
 }

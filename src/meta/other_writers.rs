@@ -39,7 +39,7 @@ pub struct Others {
 impl Others {
     /// The marker of the SQLite database at `database` (its file), as it
     /// is now.
-    pub(super) fn new(database: Option<PathBuf>) -> Others {
+    pub(crate) fn new(database: Option<PathBuf>) -> Others {
         let marker = database.map(|file| {
             let mut name = file.into_os_string();
             name.push("-writes");
@@ -63,7 +63,7 @@ impl Others {
 
     /// After a write by this process: tells a server beside it, unless this
     /// is the server.
-    pub(super) fn wrote(&self) {
+    pub(crate) fn wrote(&self) {
         let Some(marker) = self.marker.as_ref() else {
             return;
         };
@@ -84,7 +84,7 @@ impl Others {
     /// other processes go: this is the server, and no other process wrote
     /// since it last looked. When one did, `distrust` marks memory
     /// incomplete, the reload task is woken, and this says `false`.
-    pub(super) fn none_wrote(&self, distrust: impl FnOnce()) -> bool {
+    pub(crate) fn none_wrote(&self, distrust: impl FnOnce()) -> bool {
         if !self.serving.load(Ordering::Acquire) || self.marker.is_none() {
             return false;
         }
@@ -101,18 +101,18 @@ impl Others {
     }
 
     /// The count of changes seen so far (see [`Others::generation`]).
-    pub(super) fn generation(&self) -> u64 {
+    pub(crate) fn generation(&self) -> u64 {
         self.generation.load(Ordering::Acquire)
     }
 
     /// Resolves when memory is to be loaded anew, or its cache is dropped
     /// ([`Others::close`]).
-    pub(super) async fn reloads(&self) {
+    pub(crate) async fn reloads(&self) {
         self.reload.notified().await;
     }
 
     /// The cache is dropped: ends the wait of its reload task.
-    pub(super) fn close(&self) {
+    pub(crate) fn close(&self) {
         self.reload.notify_one();
     }
 }

@@ -1,0 +1,169 @@
+//! [`MetadataStore`]: which `remote/path` maps to which blob, with the headers
+//! and times needed to serve and revalidate it: the database
+//! ([`super::database`]) with memory in front ([`super::memory`]), kept in
+//! step by the writers here (a row recorded, revalidated, its access times
+//! flushed) and in [`super::lifetime`], read by [`super::lookup`].
+
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+
+use super::database::Database;
+use super::declared_rows::Declarations;
+use super::entry::Entry;
+use super::memory::Memory;
+use super::purge::Ticket;
+use super::sql::db_error;
+use crate::error::ProxyError;
+use crate::path::ArtifactPath;
+
+pub(crate) type EntryRow = (
+    String,
+    i64,
+    Option<String>,
+    Option<String>,
+    Option<String>,
+    i64,
+    Option<String>,
+);
+
+pub struct MetadataStore {
+    /// The database: its pool, migrations and back-off, and the queries of
+    /// the `entries` table that touch no memory.
+    pub db: Database,
+    /// What memory holds of the rows (entry cache, index, purge
+    /// generations, Redis), kept in step by the writers here.
+    pub memory: Memory,
+}
+
+impl MetadataStore {
+    /// The `declared` table, with the keys memory keeps of it.
+    pub fn declarations(&self) -> Declarations<'_> {
+        Declarations {
+            db: &self.db,
+            memory: &self.memory,
+        }
+    }
+
+    /// Connects (creating a SQLite file and its directory if needed) and applies
+    /// the embedded migrations, again while SQLite says the database is
+    /// locked (a server or a command beside this process writes it).
+    pub async fn connect(url: &str, cache_entries: u64) -> Result<MetadataStore, sqlx::Error> {
+        super::sqlite::retrying_busy(|| async {
+            let db = Database::connect(url).await?;
+            let memory = Memory::new(cache_entries, db.rows_at_start, db.file.clone());
+            Ok(MetadataStore { db, memory })
+        })
+        .await
+    }
+
+    /// Records (or replaces) the entry for `path` (a batch of one; fills
+    /// go through the group commit, `crate::cache::commit`).
+    pub async fn record(
+        &self,
+        path: &ArtifactPath,
+        entry: Entry,
+    ) -> Result<Arc<Entry>, ProxyError> {
+        self.record_batch(&[(path, &entry)]).await?;
+        Ok(self.recorded(path, entry).await)
+    }
+
+    /// After its row is written: `entry` in memory, and shared.
+    pub(crate) async fn recorded(&self, path: &ArtifactPath, entry: Entry) -> Arc<Entry> {
+        let entry = Arc::new(entry);
+        self.memory.index.insert(path.key(), &entry);
+        self.memory
+            .cache
+            .insert(path.key().to_string(), entry.clone());
+        self.memory.shared_changed(path.key(), Some(&entry)).await;
+        entry
+    }
+
+    /// Marks the entry for `path` as revalidated now; returns the refreshed entry.
+    /// Not remembered (in memory or Redis) if a purge of `path` came after
+    /// `ticket` (taken when the revalidation began).
+    pub async fn mark_revalidated(
+        &self,
+        path: &ArtifactPath,
+        entry: &Entry,
+        now_ms: i64,
+        ticket: Ticket,
+    ) -> Result<Arc<Entry>, ProxyError> {
+        let updated =
+            sqlx::query("UPDATE entries SET fetched_at = $1 WHERE remote = $2 AND path = $3")
+                .bind(now_ms)
+                .bind(path.remote())
+                .bind(path.stored_path())
+                .execute(&self.db.pool)
+                .await
+                .map_err(db_error)?;
+        let mut fresh = entry.clone();
+        fresh.fetched_at_ms = now_ms;
+        let fresh = Arc::new(fresh);
+        // No row updated: it was deleted meanwhile, and is not put back.
+        if updated.rows_affected() == 1 && self.memory.remember_read(path, &fresh, ticket) {
+            self.memory.shared_changed(path.key(), Some(&fresh)).await;
+        }
+        Ok(fresh)
+    }
+
+    /// Drops the entry for `path` (its blob is gone, or it was purged).
+    pub async fn forget(&self, path: &ArtifactPath) -> Result<(), ProxyError> {
+        self.forget_row(path.remote(), path.stored_path()).await
+    }
+
+    /// Writes the access times and hit counts of hot entries touched since
+    /// the last flush, in one transaction. Returns how many rows it updated.
+    pub async fn flush_access_times(&self) -> Result<usize, ProxyError> {
+        let mut touched = Vec::new();
+        for (key, entry) in self.memory.cache.iter() {
+            let last = entry.last_access_ms.load(Ordering::Relaxed);
+            let hits = entry.pending_hits.load(Ordering::Relaxed);
+            if last > entry.flushed_access_ms.load(Ordering::Relaxed) || hits > 0 {
+                touched.push((key, entry, last, hits));
+            }
+        }
+        // Taken now: a failed flush loses them (as it would lose nothing of
+        // the entry cache's, which keeps its counts pending).
+        let from_index = self.memory.touched.take();
+        if touched.is_empty() && from_index.is_empty() {
+            return Ok(0);
+        }
+        let rows = touched
+            .iter()
+            .map(|(key, _, last, hits)| (key.as_str(), *last, *hits))
+            .chain(
+                from_index
+                    .iter()
+                    .map(|(key, last, hits)| (key.as_str(), *last, *hits)),
+            );
+        let mut tx = self.db.pool.begin().await.map_err(db_error)?;
+        for (key, last, hits) in rows {
+            let (remote, path) = key.split_once('/').unwrap_or((key, ""));
+            sqlx::query(
+                "UPDATE entries SET hits = hits + $2, \
+                 last_access = CASE WHEN last_access > $1 THEN last_access ELSE $1 END \
+                 WHERE remote = $3 AND path = $4",
+            )
+            .bind(last)
+            .bind(hits as i64)
+            .bind(remote)
+            .bind(path)
+            .execute(&mut *tx)
+            .await
+            .map_err(db_error)?;
+        }
+        tx.commit().await.map_err(db_error)?;
+        for (_, entry, last, hits) in &touched {
+            entry.flushed_access_ms.store(*last, Ordering::Relaxed);
+            // Hits counted while the transaction ran stay pending.
+            entry.pending_hits.fetch_sub(*hits, Ordering::Relaxed);
+        }
+        Ok(touched.len() + from_index.len())
+    }
+}
+
+impl Drop for MetadataStore {
+    fn drop(&mut self) {
+        self.memory.others.close();
+    }
+}

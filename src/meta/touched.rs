@@ -1,0 +1,52 @@
+//! [`Touched`]: hits on entries the index served, counted in memory until
+//! the evictor's flush writes them with the access times.
+
+/// Hits on entries served from the index, which the entry cache does not
+/// hold: `remote/path` → (last access, hits), taken by the evictor's flush.
+/// Bounded like the entry cache: a key past the bound is not counted until
+/// the next flush, as an entry evicted from the entry cache before its
+/// flush is not.
+pub struct Touched {
+    shards: Box<[std::sync::Mutex<TouchedShard>]>,
+    room: usize,
+}
+
+/// `remote/path` → (last access, hits).
+type TouchedShard = std::collections::HashMap<String, (i64, u64)>;
+
+/// Shards of [`Touched`]: hits of two threads rarely take one lock.
+const TOUCHED_SHARDS: usize = 64;
+
+impl Touched {
+    pub fn new(capacity: u64) -> Touched {
+        Touched {
+            shards: (0..TOUCHED_SHARDS).map(|_| Default::default()).collect(),
+            room: (capacity as usize).div_ceil(TOUCHED_SHARDS),
+        }
+    }
+
+    pub(crate) fn note(&self, key: &str, now_ms: i64) {
+        // FNV-1a: any spread will do.
+        let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
+            (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
+        });
+        let shard = &self.shards[hash as usize % TOUCHED_SHARDS];
+        let mut touched = shard.lock().expect("touched poisoned");
+        if let Some((last, hits)) = touched.get_mut(key) {
+            *hits += 1;
+            *last = (*last).max(now_ms);
+        } else if touched.len() < self.room {
+            touched.insert(key.to_string(), (now_ms, 1));
+        }
+    }
+
+    /// Everything noted since the last call: (key, last access, hits).
+    pub fn take(&self) -> Vec<(String, i64, u64)> {
+        let mut taken = Vec::new();
+        for shard in self.shards.iter() {
+            let drained = std::mem::take(&mut *shard.lock().expect("touched poisoned"));
+            taken.extend(drained.into_iter().map(|(k, (last, hits))| (k, last, hits)));
+        }
+        taken
+    }
+}

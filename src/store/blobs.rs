@@ -1,0 +1,238 @@
+//! Where committed blobs live, behind one small trait: the local content store
+//! (default) or S3-compatible object storage through the `object_store` crate
+//! (`[storage] url = "s3://bucket/prefix"`), which several instances can share.
+//!
+//! Either way a fill is staged in the local store's `tmp/` (readers stream
+//! from it while it grows); [`BlobStore::commit`] runs only after the length
+//! is checked and the hash computed, and makes the bytes visible under their
+//! digest: a rename locally, an upload to S3. Hits stream from wherever the
+//! blob lives; a byte range is passed through to S3 as a ranged GET.
+//!
+//! Deleting is immediate on local disk (a reader holds an open file, which
+//! outlives the unlink) and deferred on S3, which has no unlink-while-open:
+//! [`S3Blobs::remove`] leaves a tombstone, and the object is deleted
+//! `storage.delete_delay` later unless it was uploaded again meanwhile, so a
+//! read that another instance (or this one) started before the removal has
+//! that long to finish.
+
+use std::io;
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures_util::future::BoxFuture;
+
+use super::blob::Blob;
+use super::content::batch::BatchBody;
+use super::content::{ContentStore, TempBlob};
+use super::digest::Digest;
+
+/// The smallest batch whose blobs are made durable by syncing the whole
+/// file system (`syncfs`, twice) however much else waits to be written (a
+/// smaller one too while little does): for 128 files of 1 KiB in new
+/// directories, 12–32 ms against 35–71 ms file by file (BENCHMARKS.md).
+const SYNCFS_FROM: usize = 16;
+
+/// Where committed blobs live.
+///
+/// Contract: `open` of a digest that was never committed, or was removed,
+/// fails with `NotFound` (the caller treats it as a miss); `remove` of an
+/// absent blob is not an error and frees 0 bytes; a blob being read when it
+/// is removed can still be read to its end (for at least `delete_delay` on
+/// S3). Counting bytes is not the store's business but the
+/// [`crate::cache::Cache`]'s, under the digest's lock.
+pub trait BlobStore: Send + Sync {
+    /// Makes the blob durable under its digest; `Ok(true)` when it was not
+    /// there before (no row can reference it yet: the commit asks nothing
+    /// about it), `Ok(false)` when it was, or the store cannot tell.
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>>;
+    /// Makes `bytes` durable as the blob `digest`, which no row references
+    /// and no other commit has in flight ([`BatchBody::Fresh`]); what
+    /// [`BlobStore::commit`] returns.
+    fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>>;
+    /// Commits a batch (distinct digests), one result per item in order:
+    /// each blob durable under its digest when its result is `Ok`, which
+    /// says what [`BlobStore::commit`]'s does. By default the commits run
+    /// side by side.
+    fn commit_batch(
+        &self,
+        items: Vec<(BatchBody, Digest)>,
+    ) -> BoxFuture<'_, Vec<io::Result<bool>>> {
+        Box::pin(futures_util::future::join_all(items.into_iter().map(
+            |(body, digest)| match body {
+                BatchBody::Temp(temp) => self.commit(temp, digest),
+                BatchBody::Fresh(bytes) => self.commit_fresh(bytes, digest),
+            },
+        )))
+    }
+    fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>>;
+    /// Whether a blob a row references is in place, if the store can tell
+    /// at once (a local `stat` of a page-cached name); `None` when asking
+    /// takes a round trip. No hash: such a blob was synced before its row.
+    fn holds_now(&self, _digest: &Digest) -> Option<bool> {
+        None
+    }
+    fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>>;
+}
+
+/// Blobs on local disk, in the content store itself.
+pub struct LocalBlobs(pub Arc<ContentStore>);
+
+impl BlobStore for LocalBlobs {
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.commit_one(temp, &digest))
+                .await
+                .map_err(io::Error::other)?
+        })
+    }
+
+    fn holds_now(&self, digest: &Digest) -> Option<bool> {
+        Some(self.0.holds(digest))
+    }
+
+    fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let temp = store.create_temp_holding(&bytes)?;
+                store.commit_one(temp, &digest)
+            })
+            .await
+            .map_err(io::Error::other)?
+        })
+    }
+
+    /// One blob: its data synced, renamed, its directory synced, in one hop
+    /// ([`ContentStore::commit_one`]). A batch of [`SYNCFS_FROM`] or more:
+    /// in one hop, the small fresh bodies written under their own names,
+    /// the file system synced whole, the temp files renamed and synced
+    /// again ([`ContentStore::commit_synced`]). One in between: the same
+    /// while the machine holds little waiting to be written
+    /// ([`ContentStore::commit_synced_if_quiet`]); else
+    /// every temp file's data synced side by side, the renames in one hop,
+    /// then each directory they went into synced once, side by side too
+    /// (a few small syncs cost less than writing out whatever else is dirty,
+    /// a large fill in progress included). A blob already in place costs
+    /// only a `stat`.
+    fn commit_batch(
+        &self,
+        items: Vec<(BatchBody, Digest)>,
+    ) -> BoxFuture<'_, Vec<io::Result<bool>>> {
+        let store = self.0.clone();
+        let count = items.len();
+        Box::pin(async move {
+            if count == 1 {
+                // One blob: its three steps in one hop.
+                return match items.into_iter().next().expect("one item") {
+                    (BatchBody::Temp(temp), digest) => vec![self.commit(temp, digest).await],
+                    (BatchBody::Fresh(bytes), digest) => {
+                        vec![self.commit_fresh(bytes, digest).await]
+                    }
+                };
+            }
+            // The file system synced whole, in one hop: always for a large
+            // batch, for a few blobs while little else waits to be written;
+            // file by file otherwise.
+            let tried = tokio::task::spawn_blocking(move || {
+                let tried = if count >= SYNCFS_FROM {
+                    Ok(store.commit_synced(items))
+                } else {
+                    store.commit_synced_if_quiet(items)
+                };
+                (store, tried)
+            })
+            .await;
+            let (store, items) = match tried {
+                Ok((_, Ok(results))) => return results,
+                Ok((store, Err(items))) => (store, items),
+                Err(e) => {
+                    return (0..count)
+                        .map(|_| Err(io::Error::other(e.to_string())))
+                        .collect()
+                }
+            };
+            let synced = futures_util::future::join_all(items.into_iter().map(|(body, digest)| {
+                let store = store.clone();
+                async move {
+                    let result = tokio::task::spawn_blocking(move || {
+                        let temp = store.into_temp(body)?;
+                        let needed = store.sync_temp(&temp, &digest)?;
+                        Ok::<_, io::Error>((temp, needed))
+                    })
+                    .await;
+                    (digest, result)
+                }
+            }))
+            .await;
+            let placing = store.clone();
+            let placed = tokio::task::spawn_blocking(move || {
+                let mut dirs = Vec::new();
+                let results: Vec<io::Result<bool>> = synced
+                    .into_iter()
+                    .map(|(digest, result)| {
+                        let (temp, needed) = result.map_err(io::Error::other)??;
+                        if !needed {
+                            return Ok(false);
+                        }
+                        for dir in placing.place(temp, &digest)? {
+                            if !dirs.contains(&dir) {
+                                dirs.push(dir);
+                            }
+                        }
+                        Ok(true)
+                    })
+                    .collect();
+                (results, dirs)
+            })
+            .await;
+            let (mut results, dirs) = match placed {
+                Ok(placed) => placed,
+                Err(e) => {
+                    return (0..count)
+                        .map(|_| Err(io::Error::other(e.to_string())))
+                        .collect()
+                }
+            };
+            let synced = futures_util::future::join_all(
+                dirs.into_iter()
+                    .map(|dir| tokio::task::spawn_blocking(move || ContentStore::sync_dir(&dir))),
+            )
+            .await;
+            // A directory that could not be synced leaves every blob of the
+            // batch unproven: none of them gets a row.
+            if let Some(error) = synced.into_iter().find_map(|r| match r {
+                Ok(Ok(())) => None,
+                Ok(Err(e)) => Some(e),
+                Err(e) => Some(io::Error::other(e)),
+            }) {
+                let text = error.to_string();
+                for result in &mut results {
+                    if result.is_ok() {
+                        *result = Err(io::Error::new(error.kind(), text.clone()));
+                    }
+                }
+            }
+            results
+        })
+    }
+
+    fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>> {
+        let (store, digest) = (self.0.clone(), *digest);
+        Box::pin(async move {
+            let file = tokio::task::spawn_blocking(move || store.open_blob(&digest))
+                .await
+                .map_err(io::Error::other)??;
+            Ok(Blob::Local(Arc::new(file)))
+        })
+    }
+
+    fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>> {
+        let (store, digest) = (self.0.clone(), *digest);
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || store.remove_blob(&digest))
+                .await
+                .map_err(io::Error::other)?
+        })
+    }
+}
