@@ -5,9 +5,9 @@
 use std::net::IpAddr;
 use std::path::PathBuf;
 
-use serde::Deserialize;
 use toml::Spanned;
 
+use super::raw::{RawAccess, RawAuth};
 use super::validate::Validator;
 use super::{ConfigError, RemoteConfig, Secret};
 
@@ -107,21 +107,6 @@ impl IpBlock {
         };
         mine & mask == theirs & mask
     }
-}
-
-/// `[auth]` as written.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(super) struct RawAuth {
-    pub(super) htpasswd: Spanned<String>,
-}
-
-/// `access = "authenticated"` or `access = ["ci", "release"]`.
-#[derive(Deserialize)]
-#[serde(untagged)]
-pub(super) enum RawAccess {
-    One(String),
-    Many(Vec<String>),
 }
 
 /// Reads an htpasswd file: `user:hash` lines, bcrypt hashes only (`$2y$`,

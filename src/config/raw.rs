@@ -23,7 +23,7 @@ pub(super) struct RawConfig {
     pub(super) redis: Option<RawRedis>,
     #[serde(default, rename = "remote")]
     pub(super) remotes: Vec<Spanned<RawRemote>>,
-    pub(super) auth: Option<super::auth::RawAuth>,
+    pub(super) auth: Option<RawAuth>,
 }
 
 #[derive(Deserialize)]
@@ -230,7 +230,7 @@ pub(super) struct RawRemote {
     #[serde(default)]
     pub(super) deny: Vec<Spanned<String>>,
     pub(super) allow: Option<Vec<Spanned<String>>>,
-    pub(super) access: Option<Spanned<super::auth::RawAccess>>,
+    pub(super) access: Option<Spanned<RawAccess>>,
 }
 
 fn default_max_document_size() -> HumanSize {
@@ -312,4 +312,19 @@ fn default_pin_on_first_use() -> bool {
 
 fn default_max_learned_size() -> HumanSize {
     HumanSize(crate::kind::unpack::DEFAULT_MAX_UNPACKED)
+}
+
+/// `[auth]` as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAuth {
+    pub(super) htpasswd: Spanned<String>,
+}
+
+/// `access = "authenticated"` or `access = ["ci", "release"]`.
+#[derive(Deserialize)]
+#[serde(untagged)]
+pub(super) enum RawAccess {
+    One(String),
+    Many(Vec<String>),
 }

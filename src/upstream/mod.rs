@@ -15,6 +15,7 @@
 pub mod fetch;
 pub mod health;
 pub mod hedge;
+mod outbound;
 pub mod pass;
 pub mod probe;
 mod redirects;
@@ -145,7 +146,7 @@ impl Remote {
         mirror_idx: usize,
     ) -> reqwest::RequestBuilder {
         if set.credentials[mirror_idx] {
-            fetch::authorize(request, &self.config.auth)
+            outbound::authorize(request, &self.config.auth)
         } else {
             request
         }

@@ -10,7 +10,7 @@
 use axum::http::{header, HeaderMap, HeaderName, StatusCode};
 use url::Url;
 
-use super::fetch::{authorize, Validators};
+use super::outbound::{authorize, Validators};
 use super::Remote;
 use crate::config::origin;
 

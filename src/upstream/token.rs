@@ -202,7 +202,7 @@ async fn issue(remote: &Remote, challenge: &Challenge) -> Option<(Token, Duratio
     // A realm on one of the mirrors' own origins is theirs to name; any
     // other goes by the rule of the registry's redirects.
     if !realm_is_trusted(&remote.config, &url)
-        && !super::fetch::LeaveFor::of(&remote.config).allows(&url)
+        && !super::outbound::LeaveFor::of(&remote.config).allows(&url)
     {
         tracing::warn!(remote = %remote.name, "the registry names a token realm this proxy does not ask (not https, or an inward address)");
         return None;

@@ -8,7 +8,7 @@
 
 use serde_json::Value;
 
-use super::lockfile::{Artifact, Check, Failure, Location};
+use super::artifact::{Artifact, Check, Failure, Location};
 
 pub fn composer_lock(text: &str) -> Result<Vec<Artifact>, Failure> {
     let lock: Value =

@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use super::lockfile::{Artifact, Check, Failure, Location};
+use super::artifact::{Artifact, Check, Failure, Location};
 
 /// `name (version)` → (name, version).
 fn spec(line: &str) -> Option<(&str, &str)> {

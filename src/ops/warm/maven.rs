@@ -9,7 +9,7 @@ use std::collections::HashMap;
 
 use quick_xml::events::Event;
 
-use super::lockfile::{Artifact, Check, Failure, Location};
+use super::artifact::{Artifact, Check, Failure, Location};
 
 /// One dependency as the file names it.
 #[derive(Default)]
@@ -65,12 +65,12 @@ pub fn pom_xml(text: &str) -> Result<Vec<Artifact>, Failure> {
         let at = reader.buffer_position() as usize;
         let event = reader
             .read_event()
-            .map_err(|e| (super::lockfile::line_at(text, at), format!("not XML: {e}")))?;
+            .map_err(|e| (super::artifact::line_at(text, at), format!("not XML: {e}")))?;
         match event {
             Event::Start(e) => {
                 path.push(String::from_utf8_lossy(e.name().as_ref()).into_owned());
                 if path == ["project", "dependencies", "dependency"] {
-                    current = Some((super::lockfile::line_at(text, at), Coordinates::default()));
+                    current = Some((super::artifact::line_at(text, at), Coordinates::default()));
                 }
             }
             Event::End(_) => {

@@ -10,6 +10,7 @@
 //! Through a huggingface remote the names are snapshots, `repo[@revision]`
 //! (`snapshot`): every file of the revision's tree.
 
+mod artifact;
 mod composer;
 mod gemfile;
 pub mod lockfile;
