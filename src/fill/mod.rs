@@ -336,6 +336,13 @@ impl FillRegistry {
     /// their bytes), memory forgotten and other instances told; then the
     /// rows and blobs deleted (`Cache::purge_begin`, `Cache::purge_rows`).
     pub async fn purge(&self, scope: &Scope) -> Result<PurgeReport, ProxyError> {
+        // Fills of the scope running as the purge starts: each is overtaken
+        // by it, also one that sees the new generation while committing,
+        // undoes its own row and leaves the registry before the look below.
+        let running_before = {
+            let fills = self.fills.lock().expect("fill registry poisoned");
+            fills.keys().filter(|key| scope.covers(key)).count()
+        };
         crate::cache::purge::purge_begin(&self.cache, scope).await;
         let fills_cancelled = {
             let mut fills = self.fills.lock().expect("fill registry poisoned");
@@ -344,7 +351,7 @@ impl FillRegistry {
             fills.retain(|key, running| !scope.covers(key) || purges.current(key, running.ticket));
             let cancelled = before - fills.len();
             self.metrics.fills_in_progress.set(fills.len() as i64);
-            cancelled
+            cancelled.max(running_before)
         };
         let purged = crate::cache::purge::purge_rows(&self.cache, scope).await?;
         Ok(PurgeReport {
