@@ -60,9 +60,9 @@ use crate::store::{Digest, TempBlob};
 
 /// How long the committer waits after a batch's first commit for others to
 /// join it.
-pub const COMMIT_DELAY: Duration = Duration::from_millis(2);
+pub(crate) const COMMIT_DELAY: Duration = Duration::from_millis(2);
 /// The most commits in one batch.
-pub const MAX_BATCH: usize = 512;
+pub(crate) const MAX_BATCH: usize = 512;
 
 impl Cache {
     /// Makes a fully written, hashed temp file the entry for `path`, through

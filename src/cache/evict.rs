@@ -43,14 +43,14 @@ pub async fn run(cache: Weak<Cache>) {
 }
 
 /// The low-water mark eviction stops at: 90% of `max`.
-pub fn low_water(max: u64) -> u64 {
+pub(crate) fn low_water(max: u64) -> u64 {
     max / 10 * 9
 }
 
 /// Flushes access times and re-derives the committed size, then, when the
 /// store (committed plus in progress) is over the limit, evicts until it is
 /// under the low-water mark.
-pub async fn evict(cache: &Cache) -> Result<(), ProxyError> {
+pub(crate) async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     let _one_round = cache.evictor.round.lock().await;
     // Each eviction asks whether its blob is still referenced: the entry
     // index answers once loaded, where the database would read every row

@@ -20,7 +20,7 @@ const PATH_STRIPES: usize = 64;
 /// About 3 MiB.
 const DIGEST_STRIPES: usize = 1 << 16;
 
-pub struct Locks {
+pub(crate) struct Locks {
     /// One lock per stripe of digests, held across a commit and its row, and
     /// across a reference check and the deletion. Tokio mutexes: they are
     /// held across awaits (the upload, the queries).

@@ -31,7 +31,7 @@
 pub mod alias;
 pub mod commit;
 mod commit_queue;
-pub mod evict;
+mod evict;
 mod evictor;
 mod facade;
 pub mod learn;
@@ -43,11 +43,8 @@ mod release;
 mod spool;
 pub mod verify;
 
-pub use commit_queue::{CommitSlot, Committing, FillBody};
-pub use evictor::Evictor;
+pub use commit_queue::{CommitSlot, FillBody};
 pub use facade::Cache;
-pub use learn::Learned;
-pub use open::redact_url;
 // The types the façade's callers handle, where they live.
 pub use crate::meta::{Entry, MetadataStore, Prepared, Scope, Ticket};
 pub use crate::store::{Blob, ContentStore, Digest, TempBlob};

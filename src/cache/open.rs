@@ -184,7 +184,7 @@ impl Cache {
 }
 
 /// A database URL with any password replaced, for logs and errors.
-pub fn redact_url(url: &str) -> String {
+pub(crate) fn redact_url(url: &str) -> String {
     match url::Url::parse(url) {
         Ok(mut u) if u.password().is_some() => {
             let _ = u.set_password(Some("***"));

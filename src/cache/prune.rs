@@ -33,7 +33,7 @@ use crate::path::ArtifactPath;
 use crate::store::Digest;
 
 /// How often the rows are pruned.
-pub const PRUNE_INTERVAL: Duration = Duration::from_secs(6 * 3600);
+pub(crate) const PRUNE_INTERVAL: Duration = Duration::from_secs(6 * 3600);
 
 /// Artifacts per statement.
 const CHUNK: usize = 200;

@@ -90,7 +90,7 @@ impl Cache {
 
     /// [`Cache::forget_row`]: `None` when there was no row, else the bytes
     /// freed.
-    pub async fn forget_row_counted(
+    pub(crate) async fn forget_row_counted(
         &self,
         remote: &str,
         path: &str,

@@ -36,7 +36,7 @@ pub struct Report {
 /// How old a blob without a row must be before `verify` calls it
 /// unreferenced: far longer than any fill takes from its rename to its row
 /// (an fsync of the directory and one insert).
-pub const UNREFERENCED_GRACE: Duration = Duration::from_secs(3600);
+pub(crate) const UNREFERENCED_GRACE: Duration = Duration::from_secs(3600);
 
 impl Report {
     pub fn is_clean(&self) -> bool {
@@ -82,7 +82,7 @@ pub trait Observer: Sync {
 }
 
 /// Reports nothing.
-pub struct Silent;
+pub(crate) struct Silent;
 
 impl Observer for Silent {}
 

@@ -26,7 +26,7 @@ use crate::store::Digest;
 
 pub const CHANNEL: &str = "mirrorcache:invalidate";
 /// Invalidation message meaning "drop every cached entry".
-pub const ALL: &str = "*";
+pub(crate) const ALL: &str = "*";
 /// The start of a purge message: `purge␟<instance>␟key:<key>`,
 /// `…␟remote:<remote>` or `…␟all`. Unlike a change, a purge makes every
 /// instance take its generation (see `super::purge`), so its fills of the
@@ -44,7 +44,7 @@ pub fn purge_message(instance: &str, scope: &Scope) -> String {
 }
 
 /// The scope of a purge message and the instance that sent it.
-pub fn purge_scope(message: &str) -> Option<(&str, Scope)> {
+pub(crate) fn purge_scope(message: &str) -> Option<(&str, Scope)> {
     let (instance, what) = message.strip_prefix(PURGE)?.split_once('\u{1f}')?;
     let scope = if what == "all" {
         Scope::All
@@ -240,14 +240,14 @@ impl Cluster {
     }
 
     /// The shared copy of a metadata entry, if Redis has one.
-    pub async fn get_entry(&self, key: &str) -> Option<Entry> {
+    pub(crate) async fn get_entry(&self, key: &str) -> Option<Entry> {
         let mut conn = self.conn()?;
         let get = conn.get::<_, Option<String>>(format!("mirrorcache:entry:{key}"));
         let text = self.run("entry lookup", get).await??;
         decode_entry(&text)
     }
 
-    pub async fn put_entry(&self, key: &str, entry: &Entry) {
+    pub(crate) async fn put_entry(&self, key: &str, entry: &Entry) {
         let Some(mut conn) = self.conn() else { return };
         let ttl = self.config.entry_ttl.as_secs().max(1);
         let set =

@@ -65,7 +65,7 @@ impl DeclaredKeys {
     }
 
     /// Whether the database surely has no row of `artifact`.
-    pub fn surely_absent(&self, remote: &str, artifact: &str) -> bool {
+    pub(crate) fn surely_absent(&self, remote: &str, artifact: &str) -> bool {
         if !self.is_complete() {
             return false;
         }

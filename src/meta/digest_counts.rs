@@ -170,7 +170,7 @@ impl References {
     }
 
     /// How many prefixes are counted.
-    pub(crate) fn len(&self) -> usize {
+    pub fn len(&self) -> usize {
         self.shards
             .iter()
             .map(|s| s.lock().expect("references poisoned").len())

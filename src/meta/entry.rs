@@ -94,7 +94,7 @@ impl Entry {
 
     /// What the database does not have yet: hits since the last flush and
     /// the last access kept in memory (for the browse page, which adds them).
-    pub fn unflushed(&self) -> (u64, i64) {
+    pub(crate) fn unflushed(&self) -> (u64, i64) {
         (
             self.pending_hits.load(Ordering::Relaxed),
             self.last_access_ms.load(Ordering::Relaxed),
@@ -118,4 +118,4 @@ pub fn entry_cache(max_entries: u64) -> EntryCache {
 }
 
 /// What every mirror answered last time a path was not found: (status, unix ms).
-pub type NegativeCache = moka::sync::Cache<String, (u16, i64)>;
+pub(crate) type NegativeCache = moka::sync::Cache<String, (u16, i64)>;

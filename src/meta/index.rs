@@ -192,7 +192,7 @@ impl Index {
 
     /// An index with room for `expected` records (the rows there are when
     /// it is built, before they are loaded).
-    pub fn with_room(expected: usize) -> Index {
+    pub(crate) fn with_room(expected: usize) -> Index {
         let (shards, room) = layout(expected);
         Index {
             complete: AtomicBool::new(false),
@@ -319,7 +319,7 @@ impl Index {
 
     /// [`Index::insert`] unless the index names other bytes for `key`;
     /// returns whether the record is `entry`'s now.
-    pub fn insert_unless_other(&self, key: &str, entry: &Entry) -> bool {
+    pub(crate) fn insert_unless_other(&self, key: &str, entry: &Entry) -> bool {
         let hashed = self.key(key);
         let record = self.record_of(key, entry);
         self.note(|c| {
@@ -337,7 +337,7 @@ impl Index {
 
     /// Takes the record of `key` away if it names `digest` (the row it
     /// stood for was deleted); with `None`, only notes the key for a load.
-    pub fn remove_named(&self, key: &str, digest: Option<&Digest>) {
+    pub(crate) fn remove_named(&self, key: &str, digest: Option<&Digest>) {
         let hashed = self.key(key);
         self.note(|c| {
             c.keys.insert(hashed);
@@ -459,7 +459,7 @@ impl Index {
     }
 
     /// Drops every record of `remote`.
-    pub fn remove_remote(&self, remote: &str) {
+    pub(crate) fn remove_remote(&self, remote: &str) {
         // Numbered even if unknown yet: the loader may meet it later.
         let Some(n) = self.remote_number(remote) else {
             return;
@@ -477,7 +477,7 @@ impl Index {
     }
 
     /// Drops every record of `digest` (of `remote`, when given).
-    pub fn remove_digest(&self, remote: Option<&str>, digest: &Digest) {
+    pub(crate) fn remove_digest(&self, remote: Option<&str>, digest: &Digest) {
         let remote = match remote {
             None => None,
             Some(name) => match self.remote_number(name) {

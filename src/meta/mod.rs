@@ -24,7 +24,7 @@
 //! `fill` or `ops`; from `kind` only what a declared digest is and where an
 //! artifact's rows may be.
 
-pub mod batch_rows;
+mod batch_rows;
 pub mod browse;
 pub mod cluster;
 mod database;
@@ -46,9 +46,7 @@ pub(crate) mod sqlite;
 mod touched;
 
 pub use batch_rows::Pin;
-pub use database::{Database, Row};
-pub use declared_keys::DeclaredKeys;
-pub use entry::{entry_cache, Entry, EntryCache, NegativeCache};
+pub use entry::{entry_cache, Entry, EntryCache};
 pub use index::Index;
 pub use memory::Memory;
 pub use metadata::MetadataStore;

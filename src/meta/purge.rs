@@ -108,7 +108,7 @@ impl Purges {
     /// only if `ticket` is still current, under the lock a purge takes to
     /// record itself: a purge comes wholly before (and `visible` does not
     /// run) or wholly after (and forgets what it did). Returns whether it ran.
-    pub fn if_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
+    pub(crate) fn if_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
         self.if_records(ticket, |r| r.current(key, ticket), visible)
     }
 
@@ -116,7 +116,7 @@ impl Purges {
     /// not when a row of `key` was deleted after `ticket`
     /// ([`Purges::deleted`]), so an evicted or forgotten row read just
     /// before its deletion is not put back in memory.
-    pub fn if_read_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
+    pub(crate) fn if_read_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
         self.if_records(
             ticket,
             |r| r.current(key, ticket) && r.read_current(key, ticket),

@@ -79,7 +79,7 @@ impl Budget {
     }
 
     /// Gives back a fill's bytes (committed or abandoned).
-    pub fn unreserve(&self, len: u64) {
+    pub(crate) fn unreserve(&self, len: u64) {
         sub(&self.in_progress, len);
     }
 

@@ -212,7 +212,7 @@ impl ContentStore {
 /// else to write. (64 KiB misses one after another: 484–503 µs of CPU and
 /// 8.6–9.1 context switches a miss against 629–643 and 16.4–16.6 file by
 /// file; BENCHMARKS.md.)
-pub const QUIET_BYTES: u64 = 16 * 1024 * 1024;
+pub(crate) const QUIET_BYTES: u64 = 16 * 1024 * 1024;
 
 /// Takes `len` bytes of `storage.max_size` for a fill (nothing for 0), or
 /// says that fills in progress already hold it.
@@ -245,7 +245,7 @@ pub fn read_at(file: &File, pos: u64, n: usize) -> io::Result<bytes::Bytes> {
 /// (two thread wake-ups per read). `Ok(None)` when nothing is cached there
 /// (or the kernel cannot tell): read with [`read_at`] on the blocking pool
 /// instead. A shorter result than `n` is the cached prefix.
-pub fn read_cached_at(file: &File, pos: u64, n: usize) -> io::Result<Option<bytes::Bytes>> {
+pub(crate) fn read_cached_at(file: &File, pos: u64, n: usize) -> io::Result<Option<bytes::Bytes>> {
     // Zeroed: `preadv2` takes initialised slices only (no `unsafe` here);
     // the zeroing costs less than the hop it saves.
     let mut buf = vec![0u8; n];

@@ -22,7 +22,7 @@ impl ContentStore {
     ///
     /// [`sync_temp`]: ContentStore::sync_temp
     /// [`place`]: ContentStore::place
-    pub fn commit_one(&self, temp: TempBlob, digest: &Digest) -> io::Result<bool> {
+    pub(crate) fn commit_one(&self, temp: TempBlob, digest: &Digest) -> io::Result<bool> {
         if !self.sync_temp(&temp, digest)? {
             return Ok(false);
         }
@@ -37,7 +37,7 @@ impl ContentStore {
     /// already, committed before and synced then; `Ok(false)` says so, and
     /// the temp file is simply dropped. Blocking; a batch runs these side by
     /// side, so a journaling file system makes one commit for them all.
-    pub fn sync_temp(&self, temp: &TempBlob, digest: &Digest) -> io::Result<bool> {
+    pub(crate) fn sync_temp(&self, temp: &TempBlob, digest: &Digest) -> io::Result<bool> {
         if self.in_place(digest) {
             return Ok(false);
         }
@@ -160,7 +160,7 @@ impl ContentStore {
     /// unsynced bytes, another program's, or no `/proc`) the items come
     /// back, for the caller to sync file by file. Blocking.
     #[allow(clippy::result_large_err)]
-    pub fn commit_synced_if_quiet(
+    pub(crate) fn commit_synced_if_quiet(
         &self,
         items: Vec<(BatchBody, Digest)>,
     ) -> Result<Vec<io::Result<bool>>, Vec<(BatchBody, Digest)>> {
@@ -208,7 +208,7 @@ impl ContentStore {
 
     /// A batch body as a temp file: a body kept in memory written into one.
     /// Blocking.
-    pub fn into_temp(&self, body: BatchBody) -> io::Result<TempBlob> {
+    pub(crate) fn into_temp(&self, body: BatchBody) -> io::Result<TempBlob> {
         match body {
             BatchBody::Temp(temp) => Ok(temp),
             BatchBody::Fresh(bytes) => self.create_temp_holding(&bytes),
@@ -236,7 +236,7 @@ impl ContentStore {
     /// open. `None` when a file is already there; then nothing was
     /// written. The bytes are not synced: the batch's `syncfs` does that
     /// ([`ContentStore::commit_synced`]). Blocking.
-    pub fn write_in_place(&self, bytes: &[u8], digest: &Digest) -> io::Result<Option<InPlace>> {
+    pub(crate) fn write_in_place(&self, bytes: &[u8], digest: &Digest) -> io::Result<Option<InPlace>> {
         self.owner()?;
         let len = bytes.len() as u64;
         take_budget(&self.budget, len)?;
@@ -271,7 +271,7 @@ impl ContentStore {
 
     /// A group commit's third step: a directory that names new blobs, synced
     /// (each once per batch, side by side). Blocking.
-    pub fn sync_dir(dir: &BlobDir) -> io::Result<()> {
+    pub(crate) fn sync_dir(dir: &BlobDir) -> io::Result<()> {
         File::open(&dir.0)?.sync_all()
     }
 }
@@ -295,7 +295,7 @@ fn waiting_bytes(meminfo: &str) -> Option<u64> {
 /// temp file ([`ContentStore::write_in_place`]): a fill's body kept in
 /// memory is at most this; a blob file this small is hashed before a
 /// commit trusts it to be whole ([`ContentStore::in_place`]).
-pub const IN_PLACE_MAX: u64 = 64 * 1024;
+pub(crate) const IN_PLACE_MAX: u64 = 64 * 1024;
 
 /// One blob of a group commit ([`crate::store::BlobStore::commit_batch`]).
 pub enum BatchBody {
@@ -350,7 +350,7 @@ fn all_failed(steps: impl IntoIterator<Item = Step>, error: io::Error) -> Vec<io
 /// A blob written in place ([`ContentStore::write_in_place`]), its bytes
 /// counted against `storage.max_size` as a temp file's are. Dropped before
 /// its batch is durable, it removes its file: a failed batch leaves none.
-pub struct InPlace {
+pub(crate) struct InPlace {
     path: PathBuf,
     reserved: u64,
     budget: Arc<Budget>,
