@@ -120,7 +120,7 @@ pub async fn prune_declared(cache: &Cache, remote: &RemoteConfig) -> Result<Prun
             }
             _ => None,
         };
-        // What this document lists is unknown: delete nothing this round.
+        // What this document lists is unknown: delete nothing in this run.
         let Some(body) = read else {
             return Ok(pruned);
         };
