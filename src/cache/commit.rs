@@ -56,7 +56,7 @@ use super::facade::Cache;
 use crate::error::ProxyError;
 use crate::meta::{Entry, Pin, Ticket};
 use crate::path::ArtifactPath;
-use crate::store::{Digest, TempBlob};
+use crate::store::{CommitLock, Digest, TempBlob};
 
 /// How long the committer waits after a batch's first commit for others to
 /// join it.
@@ -87,11 +87,14 @@ impl Cache {
     /// its blob released. If the rows cannot be written, blobs nothing else
     /// references are deleted again.
     pub(crate) async fn commit_rows(&self, staged: Staged) {
+        // The commit lock is held until `staged`'s rows are written: it is
+        // dropped at the end of this function.
         let Staged {
             rows,
             new,
             placed,
             failed,
+            _lock,
         } = staged;
         let abandoned: Vec<Digest> = failed.keys().copied().collect();
         let new: Vec<Digest> = new
@@ -284,6 +287,9 @@ pub(crate) struct Staged {
     pub(crate) placed: HashSet<Digest>,
     /// The digests whose blob could not be committed, and why.
     pub(crate) failed: HashMap<Digest, String>,
+    /// The store's commit lock, shared, from before the batch's blobs were
+    /// placed until its rows are written (dropped with the batch).
+    pub(crate) _lock: Option<CommitLock>,
 }
 
 /// Takes a batch's digests out of [`Cache::committing`] when dropped (its

@@ -13,7 +13,7 @@ use std::io;
 use super::commit::Staged;
 use super::commit_queue::{FillBody, Pending};
 use super::facade::Cache;
-use crate::store::{BatchBody, ContentStore, Digest};
+use crate::store::{BatchBody, CommitLock, ContentStore, Digest};
 
 impl Cache {
     /// The first stage of a batch (at most one commit per key): its blobs
@@ -24,6 +24,8 @@ impl Cache {
     /// of a digest the entry index knows is referenced.
     /// Takes no path lock: it runs beside the previous batch's rows.
     pub(crate) async fn commit_blobs(&self, batch: Vec<Pending>) -> Staged {
+        // Before any blob is placed or found in place, until the rows.
+        let lock = self.commit_lock().await;
         // Purged since their fills began: nothing to write.
         let (batch, purged): (Vec<_>, Vec<_>) = batch
             .into_iter()
@@ -131,6 +133,31 @@ impl Cache {
             new,
             placed,
             failed,
+            _lock: lock,
+        }
+    }
+
+    /// The store's commit lock, shared: at once when `verify --remove` is
+    /// not unlinking a blob (nearly always), else waited for off the async
+    /// threads. Without it (the lock file cannot be opened) the batch goes
+    /// on, as it would without a `verify --remove` beside it.
+    async fn commit_lock(&self) -> Option<CommitLock> {
+        match self.store.commit_lock(false, false) {
+            Ok(Some(lock)) => return Some(lock),
+            Ok(None) => {}
+            Err(error) => {
+                tracing::warn!(%error, "cannot take the store's commit lock");
+                return None;
+            }
+        }
+        let store = self.store.clone();
+        match tokio::task::spawn_blocking(move || store.commit_lock(false, true)).await {
+            Ok(Ok(lock)) => lock,
+            Ok(Err(error)) => {
+                tracing::warn!(%error, "cannot take the store's commit lock");
+                None
+            }
+            Err(_) => None,
         }
     }
 

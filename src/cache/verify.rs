@@ -8,7 +8,10 @@
 //! read (a blob renamed into place after the listing is not looked at), a
 //! blob without a row counts as unreferenced only once it is older than
 //! [`UNREFERENCED_GRACE`] (a fill between its rename and its row is not),
-//! and each removal re-checks the database just before it.
+//! and each removal re-checks the database just before it, holding the
+//! store's commit lock exclusively (`ContentStore::commit_lock`), so that a
+//! commit reusing an old unreferenced blob in place (which makes it no
+//! younger) has written its row before the check.
 
 use std::collections::{BTreeMap, HashSet};
 use std::fmt;
@@ -180,6 +183,7 @@ pub async fn run_observed(
                 continue;
             }
             meta.forget_digest(hex).await?;
+            let _lock = store.commit_lock(true, true)?;
             store.remove_blob(&digest)?;
         }
         for hex in &report.missing {
@@ -191,6 +195,9 @@ pub async fn run_observed(
             }
         }
         for hex in &report.unreferenced {
+            // No commit is between its blobs and its rows while this is
+            // held: one reusing this blob has written its row by now.
+            let _lock = store.commit_lock(true, true)?;
             if meta.digest_referenced(hex).await? {
                 continue;
             }

@@ -116,7 +116,12 @@ impl Purges {
     /// not when a row of `key` was deleted after `ticket`
     /// ([`Purges::deleted`]), so an evicted or forgotten row read just
     /// before its deletion is not put back in memory.
-    pub(crate) fn if_read_current(&self, key: &str, ticket: Ticket, visible: impl FnOnce()) -> bool {
+    pub(crate) fn if_read_current(
+        &self,
+        key: &str,
+        ticket: Ticket,
+        visible: impl FnOnce(),
+    ) -> bool {
         self.if_records(
             ticket,
             |r| r.current(key, ticket) && r.read_current(key, ticket),

@@ -31,6 +31,11 @@ pub(super) mod batch;
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct BlobDir(PathBuf);
 
+/// A hold on the store's commit lock ([`ContentStore::commit_lock`]);
+/// dropping it lets go.
+#[derive(Debug)]
+pub struct CommitLock(#[allow(dead_code)] fs::File);
+
 pub struct ContentStore {
     blobs: PathBuf,
     /// Where under `blobs` a blob's file is, read off the tree at open.
@@ -191,6 +196,37 @@ impl ContentStore {
 
     /// Deletes a blob; returns the bytes freed. A reader that already has it
     /// open keeps its handle and reads on: Unix frees the data on last close.
+    /// The store's commit lock (`commit.lock` beside `blobs/`), on a
+    /// descriptor of its own: a group commit holds it shared from before
+    /// its blobs are placed (or found in place) until its rows are written;
+    /// `verify --remove` holds it exclusively while it checks once more that
+    /// no row names a blob and unlinks it. So a blob a commit is giving a
+    /// row is never unlinked under it, by this process or another.
+    /// `flock` locks belong to the open file: each holder opens its own,
+    /// and closing it (dropping the lock) lets go. Blocks while another
+    /// holds it in the other mode; `wait = false` answers `None` instead.
+    pub fn commit_lock(&self, exclusive: bool, wait: bool) -> io::Result<Option<CommitLock>> {
+        use rustix::fs::{flock, FlockOperation};
+        let root = self.blobs.parent().unwrap_or(&self.blobs);
+        let file = fs::OpenOptions::new()
+            .create(true)
+            .read(true)
+            .write(true)
+            .truncate(false)
+            .open(root.join("commit.lock"))?;
+        let operation = match (exclusive, wait) {
+            (true, true) => FlockOperation::LockExclusive,
+            (true, false) => FlockOperation::NonBlockingLockExclusive,
+            (false, true) => FlockOperation::LockShared,
+            (false, false) => FlockOperation::NonBlockingLockShared,
+        };
+        match flock(&file, operation) {
+            Ok(()) => Ok(Some(CommitLock(file))),
+            Err(rustix::io::Errno::WOULDBLOCK) if !wait => Ok(None),
+            Err(errno) => Err(errno.into()),
+        }
+    }
+
     pub fn remove_blob(&self, digest: &Digest) -> io::Result<u64> {
         let path = self.blob_path(digest);
         let len = match fs::metadata(&path) {

@@ -28,7 +28,7 @@ pub use blob::Blob;
 pub use blobs::{BlobStore, LocalBlobs};
 pub use budget::Budget;
 pub use content::batch::BatchBody;
-pub use content::{read_at, ContentStore, TempBlob};
+pub use content::{read_at, CommitLock, ContentStore, TempBlob};
 pub use digest::Digest;
 pub use hot::HotBlobs;
 pub use s3::S3Blobs;

@@ -535,3 +535,49 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
     assert!(!blob(&own).exists());
     running.shutdown().await;
 }
+
+/// `verify --remove` and the server agree through the store's commit lock:
+/// while a commit holds it (shared, from before its blobs are placed or
+/// found in place until its rows are written), an old unreferenced blob is
+/// not unlinked; once it is let go, the check runs again and unlinks it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn verify_remove_waits_for_a_commit_holding_the_store_lock() {
+    use rustix::fs::{flock, FlockOperation};
+    let mirror = MirrorServer::start().await;
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), &remote(&mirror));
+    let running = start_text(&text).await;
+    let store = dir.path().join("store");
+    let old = test_bytes(1000, 3);
+    let old_path = blob_file(&store, &sha256_hex(&old));
+    std::fs::create_dir_all(old_path.parent().unwrap()).unwrap();
+    std::fs::write(&old_path, &old).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&old_path)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
+        .unwrap();
+    // A commit in progress, as the committer holds it.
+    let lock = std::fs::File::options()
+        .create(true)
+        .truncate(false)
+        .read(true)
+        .write(true)
+        .open(store.join("commit.lock"))
+        .unwrap();
+    flock(&lock, FlockOperation::LockShared).unwrap();
+    let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
+    let verify = tokio::spawn(async move { mirrorcache::cache::verify::run(&config, true).await });
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(
+        !verify.is_finished(),
+        "verify --remove went past a held commit"
+    );
+    assert!(old_path.exists());
+    drop(lock);
+    let report = verify.await.unwrap().unwrap();
+    assert_eq!(report.unreferenced, vec![sha256_hex(&old)], "{report}");
+    assert!(!old_path.exists(), "{report}");
+    running.shutdown().await;
+}

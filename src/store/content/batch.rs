@@ -236,7 +236,11 @@ impl ContentStore {
     /// open. `None` when a file is already there; then nothing was
     /// written. The bytes are not synced: the batch's `syncfs` does that
     /// ([`ContentStore::commit_synced`]). Blocking.
-    pub(crate) fn write_in_place(&self, bytes: &[u8], digest: &Digest) -> io::Result<Option<InPlace>> {
+    pub(crate) fn write_in_place(
+        &self,
+        bytes: &[u8],
+        digest: &Digest,
+    ) -> io::Result<Option<InPlace>> {
         self.owner()?;
         let len = bytes.len() as u64;
         take_budget(&self.budget, len)?;
