@@ -75,6 +75,13 @@ impl ArtifactPath {
         if trailing_slash {
             key.push('/');
         }
+        // Decoding an unreserved character can complete an escape
+        // (`%3%30` is `%30` once `%30` is `0`): the key's own decodings are
+        // checked too, or one level deeper than the raw path's would go out
+        // unchecked (found by the fuzz target).
+        if key.len() != rest.len() || key.as_bytes() != rest.as_bytes() {
+            check_decodings(key.as_bytes())?;
+        }
         let path_end = key.len();
         Ok(ArtifactPath {
             key,
@@ -355,6 +362,9 @@ mod tests {
             "/r/a/.;x=1",
             "/r/..;",
             "/r/a/%252e%252e%253b/b",
+            // An escape completed by normalising (`%3` then `%30`): its
+            // control character lies one decoding deeper than the raw path's.
+            "//%%3%3%30777%9]%7//@/%3%377..%779]]]]]]]]]]/%9^",
             "/r/%3%6%%331%c2%99999/x",
             "/r",
             "/r/",

@@ -58,9 +58,12 @@ fn config() -> &'static Config {
                 continue;
             }
             seen.push(*kind);
+            // The kinds whose packages `deny` and `min_release_age` name.
             let guard = match *kind {
-                "oci" | "huggingface" | "apt" => "",
-                _ => "min_release_age = \"7d\"\ndeny = [\"pkg\"]\n",
+                "pypi" | "npm" | "cargo" | "go" | "maven" | "rubygems" | "composer" => {
+                    "min_release_age = \"7d\"\ndeny = [\"pkg\"]\n"
+                }
+                _ => "",
             };
             text.push_str(&format!(
                 "[[remote]]\nname = \"{kind}\"\nkind = \"{kind}\"\nmirrors = [\"https://mirror.example/{kind}\"]\n{guard}"
