@@ -60,7 +60,7 @@ impl ArtifactPath {
             }
             let start = key.len();
             push_normalised(segment, &mut key);
-            if dot_segment(key[start..].as_bytes()).is_some() {
+            if dot_segment(&key.as_bytes()[start..]).is_some() {
                 return Err(ProxyError::BadPath("encoded '.' segment in path"));
             }
             if start == 0 {

@@ -156,7 +156,7 @@ impl BlobStore for LocalBlobs {
                 let store = store.clone();
                 async move {
                     let result = tokio::task::spawn_blocking(move || {
-                        let temp = store.into_temp(body)?;
+                        let temp = store.temp_of(body)?;
                         let needed = store.sync_temp(&temp, &digest)?;
                         Ok::<_, io::Error>((temp, needed))
                     })

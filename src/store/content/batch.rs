@@ -195,7 +195,7 @@ impl ContentStore {
                     Err(error) => return Step::Failed(error),
                 }
             }
-            body => self.into_temp(body),
+            body => self.temp_of(body),
         };
         match temp {
             Ok(temp) => {
@@ -208,7 +208,7 @@ impl ContentStore {
 
     /// A batch body as a temp file: a body kept in memory written into one.
     /// Blocking.
-    pub(crate) fn into_temp(&self, body: BatchBody) -> io::Result<TempBlob> {
+    pub(crate) fn temp_of(&self, body: BatchBody) -> io::Result<TempBlob> {
         match body {
             BatchBody::Temp(temp) => Ok(temp),
             BatchBody::Fresh(bytes) => self.create_temp_holding(&bytes),
