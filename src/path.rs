@@ -79,7 +79,7 @@ impl ArtifactPath {
         // (`%3%30` is `%30` once `%30` is `0`): the key's own decodings are
         // checked too, or one level deeper than the raw path's would go out
         // unchecked (found by the fuzz target).
-        if key.len() != rest.len() || key.as_bytes() != rest.as_bytes() {
+        if key != rest {
             check_decodings(key.as_bytes())?;
         }
         let path_end = key.len();

@@ -36,7 +36,9 @@ fn counted_as(peer: IpAddr) -> IpAddr {
 }
 
 impl FailureLimiter {
-    /// Whether `peer` is refused for now.
+    /// Whether `peer` is refused for now (the tests' view; a login asks
+    /// [`FailureLimiter::begin`]).
+    #[cfg(test)]
     pub fn is_limited(&self, peer: IpAddr) -> bool {
         let peers = self.peers.lock().expect("limiter poisoned");
         peers

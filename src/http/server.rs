@@ -237,13 +237,14 @@ async fn serve(
         let is_tls = tls.is_some();
         let trusted = trusted.clone();
         // When the connection's last request started, for HTTP/2's idle
-        // timeout (milliseconds since `opened`).
+        // timeout (milliseconds since `opened`): HTTP/2 comes over TLS
+        // only, so a plain connection keeps none.
         let opened = Instant::now();
-        let last_request = Arc::new(AtomicU64::new(0));
+        let last_request = is_tls.then(|| Arc::new(AtomicU64::new(0)));
         let stamp = last_request.clone();
         let service = TowerToHyperService::new(router.clone().map_request(
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
-                if is_tls {
+                if let Some(stamp) = &stamp {
                     stamp.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
                 }
                 super::access::prepare(&mut request, peer, is_tls, &trusted);
@@ -280,6 +281,7 @@ async fn serve(
                 };
             let result = if stream.get_ref().1.alpn_protocol() == Some(b"h2") {
                 let connection = h2.serve_connection(TokioIo::new(stream), service);
+                let last_request = last_request.expect("kept for every TLS connection");
                 let result = until_idle(connection, opened, &last_request, closing).await;
                 drop(watcher);
                 result

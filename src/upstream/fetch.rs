@@ -127,13 +127,10 @@ pub async fn fetch_avoiding<'r>(
         .order_accepting(&set.mirrors, |i| set.health[i].selectable(now));
     // A mirror that answered 429 is not asked before its `Retry-After`;
     // with every one of them waiting, nothing is asked.
-    if let Some(until) = set
-        .health
-        .iter()
-        .map(|h| h.rate_limited_until_ms(now))
-        .collect::<Option<Vec<i64>>>()
-        .and_then(|untils| untils.into_iter().min())
-    {
+    let soonest = set.health.iter().try_fold(i64::MAX, |soonest, h| {
+        h.rate_limited_until_ms(now).map(|until| soonest.min(until))
+    });
+    if let Some(until) = soonest.filter(|&until| until < i64::MAX) {
         return Err(ProxyError::RateLimited {
             retry_after: u64::try_from((until - now + 999) / 1000)
                 .unwrap_or(1)
