@@ -9,6 +9,8 @@
 # for the container-image tests (tests/clients/oci.rs) Debian's
 # docker-registry (the reference registry), skopeo, umoci and openssl;
 # podman (its `login` against a private remote);
+# for the container daemons (tests/clients/daemons.rs) Debian's docker.io
+# (dockerd 20.10) and containerd 1.6 (with ctr);
 # for the RPM tests (tests/clients/rpm.rs) rpm, createrepo-c and dnf;
 # for the S3 tests moto's server (PyPI); huggingface_hub in a venv (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
@@ -32,6 +34,10 @@ command -v skopeo >/dev/null || need_apt+=(skopeo)
 # `podman login` against a private oci remote (tests/clients/private.rs).
 command -v podman >/dev/null || need_apt+=(podman)
 command -v umoci >/dev/null || need_apt+=(umoci)
+# The Docker Engine and containerd (tests/clients/daemons.rs), each started
+# by its test with its own root, socket and config.
+command -v dockerd >/dev/null || need_apt+=(docker.io)
+command -v ctr >/dev/null || need_apt+=(containerd)
 command -v openssl >/dev/null || need_apt+=(openssl)
 # Maven (tests/clients/maven.rs): Debian's plugin packages are the fixture
 # repository's source (tests/clients/maven/make_fixture.py); mvn 3.8.7 and

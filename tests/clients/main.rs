@@ -13,6 +13,8 @@ mod browser;
 mod bundle;
 mod cargo_registry;
 mod composer;
+mod daemon_fixtures;
+mod daemons;
 mod fixtures;
 mod go;
 mod guard;
