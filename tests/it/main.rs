@@ -18,6 +18,7 @@ mod fanout;
 mod guard;
 mod hardening;
 mod hardening_keys;
+mod helm;
 mod history;
 mod huggingface;
 mod integrity;
