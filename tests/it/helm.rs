@@ -207,12 +207,7 @@ async fn refused_versions_leave_the_index_and_their_charts_are_403_with_the_reas
     repo.put("/repo/index.yaml", index);
     let extra = "deny = [\"nginx@>= 1.0, < 1.1\"]\nmin_release_age = \"7d\"\n";
     let config = remote(&[&repo], &files, extra);
-    let output = crate::support::binary::check(&config);
-    assert!(
-        output.status.success(),
-        "{}",
-        String::from_utf8_lossy(&output.stderr)
-    );
+    crate::support::binary::assert_check_passes(&config);
     let proxy = TestProxy::start(&config).await;
     let client = reqwest::Client::new();
     let (status, _, body) = get(&client, &proxy.url("/charts/index.yaml")).await;

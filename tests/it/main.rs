@@ -27,6 +27,7 @@ mod learning;
 mod lifetime;
 mod maven;
 mod metadata;
+mod nuget;
 mod oci;
 mod operations;
 mod path_safety;
