@@ -12,6 +12,7 @@
 # for the container daemons (tests/clients/daemons.rs) Debian's docker.io
 # (dockerd 20.10) and containerd 1.6 (with ctr);
 # for the RPM tests (tests/clients/rpm.rs) rpm, createrepo-c and dnf;
+# for the NuGet test (tests/clients/nuget.rs) Debian's nuget 2.8 under mono;
 # for the S3 tests moto's server (PyPI); huggingface_hub in a venv (PyPI). npm, pip and cargo come with the
 # machine; redis-server and PostgreSQL are checked by services.sh.
 set -uo pipefail
@@ -60,6 +61,8 @@ command -v gem >/dev/null || need_apt+=(ruby)
 command -v bundle >/dev/null || need_apt+=(ruby-bundler)
 # Composer (tests/clients/composer.rs): Debian's composer 2.5 (with php-cli and php-zip).
 command -v composer >/dev/null || need_apt+=(composer php-zip)
+# NuGet v2 (tests/clients/nuget.rs): Debian's nuget 2.8 (NuGet.Core under mono).
+command -v nuget >/dev/null || need_apt+=(nuget)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive

@@ -379,15 +379,30 @@ fn rounded(age_ms: i64) -> humantime::FormattedDuration {
 }
 
 /// An RFC 3339 time as the registries write it (`2024-05-01T12:00:00.123Z`,
-/// or with `+00:00`), in unix milliseconds.
+/// or with an offset: `+00:00`, Helm's `-06:00`), in unix milliseconds.
 pub fn parse_time(text: &str) -> Option<i64> {
     let text = text.trim();
-    let utc = match text.strip_suffix("+00:00") {
-        Some(stem) => format!("{stem}Z"),
-        None => text.to_string(),
+    let (stem, offset_ms) = match utc_offset(text) {
+        Some((stem, offset_ms)) => (format!("{stem}Z"), offset_ms),
+        None => (text.to_string(), 0),
     };
-    let at = humantime::parse_rfc3339_weak(&utc).ok()?;
-    Some(at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64)
+    let at = humantime::parse_rfc3339_weak(&stem).ok()?;
+    let ms = at.duration_since(std::time::UNIX_EPOCH).ok()?.as_millis() as i64;
+    Some(ms - offset_ms)
+}
+
+/// A time's `±hh:mm` suffix: the time before it and the offset from UTC.
+fn utc_offset(text: &str) -> Option<(&str, i64)> {
+    let at = text.len().checked_sub(6)?;
+    let (stem, tail) = (text.get(..at)?, text.get(at..)?);
+    let sign = match tail.as_bytes() {
+        [b'+', _, _, b':', _, _] => 1,
+        [b'-', _, _, b':', _, _] => -1,
+        _ => return None,
+    };
+    let (hours, minutes): (i64, i64) = (tail[1..3].parse().ok()?, tail[4..6].parse().ok()?);
+    stem.contains('T')
+        .then_some((stem, sign * (hours * 60 + minutes) * 60_000))
 }
 
 #[cfg(test)]
@@ -444,6 +459,15 @@ mod tests {
             "requests@3.0 is refused by this proxy: it is not on the allow list"
         );
         assert!(judge.refusal("numpy", "2.0", None).is_some());
+    }
+
+    #[test]
+    fn times_with_an_offset_are_read_as_utc() {
+        let utc = parse_time("2016-10-06T22:23:20.499Z").unwrap();
+        assert_eq!(parse_time("2016-10-06T16:23:20.499814565-06:00"), Some(utc));
+        assert_eq!(parse_time("2016-10-07T00:23:20.499+02:00"), Some(utc));
+        assert_eq!(parse_time("2016-10-06T22:23:20.499+00:00"), Some(utc));
+        assert_eq!(parse_time("2016-10-06-06:00"), None);
     }
 
     #[test]

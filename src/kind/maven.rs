@@ -22,7 +22,8 @@ use mvn_version::ComparableVersion;
 use quick_xml::events::{BytesText, Event};
 
 use super::declared::{canonical, Algo, Declared, Document};
-use super::guard::{Filtered, Judge, VersionSet, VersionSpec};
+use super::guard::{Filtered, Judge, VersionSpec};
+use super::interval;
 use super::package::{self, Artifact};
 use super::{standard_refusal, Digests, Ecosystem, Packages, Plan, TimeKey, TimeSource};
 
@@ -275,8 +276,8 @@ impl Packages for Maven {
     /// Maven ranges (`[1.0,2.0)`, `(,1.0],[1.2,)`, `[1.5]`); a bare version
     /// is exactly that version.
     fn parse_versions(&self, text: &str) -> Result<VersionSpec, String> {
-        parse_range(text)
-            .map(|r| VersionSpec::new(Range(r)))
+        interval::parse(text, version)
+            .map(VersionSpec::new)
             .map_err(|e| format!("{text:?} is not a Maven version range: {e}"))
     }
 
@@ -341,92 +342,6 @@ impl Packages for Maven {
 
 fn version(text: &str) -> ComparableVersion {
     ComparableVersion::from_str(text).unwrap_or_else(|never| match never {})
-}
-
-/// One `[a,b)` of a range: bounds with whether each is included.
-struct Restriction {
-    lower: Option<(ComparableVersion, bool)>,
-    upper: Option<(ComparableVersion, bool)>,
-}
-
-impl Restriction {
-    fn contains(&self, v: &ComparableVersion) -> bool {
-        let above = self
-            .lower
-            .as_ref()
-            .is_none_or(|(b, inclusive)| if *inclusive { v >= b } else { v > b });
-        let below = self
-            .upper
-            .as_ref()
-            .is_none_or(|(b, inclusive)| if *inclusive { v <= b } else { v < b });
-        above && below
-    }
-}
-
-struct Range(Vec<Restriction>);
-
-impl VersionSet for Range {
-    fn contains(&self, text: &str) -> bool {
-        let v = version(text);
-        self.0.iter().any(|r| r.contains(&v))
-    }
-}
-
-fn parse_range(text: &str) -> Result<Vec<Restriction>, String> {
-    let text = text.trim();
-    if text.is_empty() {
-        return Err("empty".to_string());
-    }
-    if !text.starts_with(['[', '(']) {
-        if text.contains([',', '[', ']', '(', ')']) {
-            return Err("a range is written in brackets".to_string());
-        }
-        let exact = Some((version(text), true));
-        return Ok(vec![Restriction {
-            lower: exact.clone(),
-            upper: exact,
-        }]);
-    }
-    let mut out = Vec::new();
-    let mut rest = text;
-    while !rest.is_empty() {
-        let open = rest.chars().next().unwrap_or(' ');
-        if !matches!(open, '[' | '(') {
-            return Err(format!("expected '[' or '(' at {rest:?}"));
-        }
-        let close = rest.find([']', ')']).ok_or("unclosed bracket")?;
-        let inner = &rest[1..close];
-        let closed_by = rest.as_bytes()[close];
-        let bound = |s: &str, inclusive: bool| {
-            let s = s.trim();
-            (!s.is_empty()).then(|| (version(s), inclusive))
-        };
-        let restriction = match inner.split_once(',') {
-            None if open == '[' && closed_by == b']' && !inner.trim().is_empty() => Restriction {
-                lower: bound(inner, true),
-                upper: bound(inner, true),
-            },
-            None => return Err(format!("{inner:?} needs a comma or [exact]")),
-            Some((_, upper)) if upper.contains(',') => {
-                return Err(format!("{inner:?} has more than two bounds"))
-            }
-            Some((lower, upper)) => Restriction {
-                lower: bound(lower, open == '['),
-                upper: bound(upper, closed_by == b']'),
-            },
-        };
-        out.push(restriction);
-        rest = rest[close + 1..].trim_start();
-        if let Some(after) = rest.strip_prefix(',') {
-            rest = after.trim_start();
-            if rest.is_empty() {
-                return Err("a trailing comma".to_string());
-            }
-        } else if !rest.is_empty() {
-            return Err(format!("unexpected {rest:?}"));
-        }
-    }
-    Ok(out)
 }
 
 /// The `<versioning><versions><version>`s of a `maven-metadata.xml`.

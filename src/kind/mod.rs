@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -27,9 +27,12 @@ mod facets;
 pub mod generic;
 pub mod go;
 pub mod guard;
+pub mod helm;
 pub mod huggingface;
+mod interval;
 pub mod maven;
 pub mod npm;
+pub mod nuget;
 pub mod oci;
 pub mod package;
 mod plan;
@@ -248,7 +251,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 12] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 14] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -261,6 +264,8 @@ static ECOSYSTEMS: [&dyn Ecosystem; 12] = [
     &rubygems::Rubygems,
     &composer::Composer,
     &huggingface::Huggingface,
+    &helm::Helm,
+    &nuget::Nuget,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -401,7 +406,9 @@ mod tests {
                 "rpm",
                 "rubygems",
                 "composer",
-                "huggingface"
+                "huggingface",
+                "helm",
+                "nuget"
             ]
         );
         for name in names {
@@ -432,7 +439,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems and composer remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm and nuget remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

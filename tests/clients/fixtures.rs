@@ -188,17 +188,22 @@ pub fn assert_leaf_downloaded(home: &Path) {
 
 /// A Go module zip: each file as `{module}@{version}/{name}`.
 pub fn module_zip(module: &str, version: &str, files: &[(&str, &str)]) -> Vec<u8> {
-    // A module zip holds `{module}@{version}/{file}`; python's zipfile is on
-    // every machine that runs these tests (pip needs it).
+    let named: Vec<(String, &str)> = files
+        .iter()
+        .map(|(name, text)| (format!("{module}@{version}/{name}"), *text))
+        .collect();
+    let named: Vec<(&str, &str)> = named.iter().map(|(n, t)| (n.as_str(), *t)).collect();
+    zip(&named)
+}
+
+/// A zip of `files` (name, text), written by python's zipfile, which is on
+/// every machine that runs these tests (pip needs it).
+pub fn zip(files: &[(&str, &str)]) -> Vec<u8> {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("m.zip");
     let mut script = String::from("import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w')\n");
     for (name, text) in files {
-        script.push_str(&format!(
-            "z.writestr({:?}, {:?})\n",
-            format!("{module}@{version}/{name}"),
-            text
-        ));
+        script.push_str(&format!("z.writestr({name:?}, {text:?})\n"));
     }
     script.push_str("z.close()\n");
     let mut child = Command::new("python3")

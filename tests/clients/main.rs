@@ -1,4 +1,4 @@
-//! The slow suite: real package-manager clients (pip, npm, cargo, apt-get,
+//! The slow suite: real package-manager clients (pip, npm, cargo, apt-get, nuget,
 //! go, mvn, dnf) in throwaway homes, and the dashboard in headless Chromium, through the proxy, against fixture registries
 //! built on the spot from tiny packages and served on 127.0.0.1. Each client
 //! runs twice: once with the origins up, once with every origin stopped
@@ -24,6 +24,7 @@ mod maven;
 mod npm;
 mod npm_api;
 mod npm_family;
+mod nuget;
 mod oci;
 mod oci_fixtures;
 mod pip;

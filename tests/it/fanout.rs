@@ -109,7 +109,7 @@ async fn a_client_that_disconnects_does_not_cancel_the_fill() {
     proxy.stop().await;
 }
 
-fn peak_rss_kib(pid: u32) -> u64 {
+pub(crate) fn peak_rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     let line = status.lines().find(|l| l.starts_with("VmHWM:")).unwrap();
     line.split_whitespace().nth(1).unwrap().parse().unwrap()

@@ -28,7 +28,7 @@ async fn get(url: &str, accept: &str) -> (u16, String) {
 }
 
 /// The status line of a raw `GET path` (reqwest does not show the reason phrase).
-async fn status_line(base: &str, path: &str) -> String {
+pub(crate) async fn status_line(base: &str, path: &str) -> String {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let addr = base.trim_start_matches("http://");
     let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
@@ -38,6 +38,14 @@ async fn status_line(base: &str, path: &str) -> String {
     stream.read_to_end(&mut answer).await.unwrap();
     let answer = String::from_utf8_lossy(&answer);
     answer.lines().next().unwrap_or_default().to_string()
+}
+
+/// Asserts that a raw `GET path` is a 403 whose status line says `says`
+/// (the refusal as pip, Composer, Helm and NuGet show it).
+pub(crate) async fn assert_refused_in_status_line(base: &str, path: &str, says: &str) {
+    let line = status_line(base, path).await;
+    assert!(line.starts_with("HTTP/1.1 403 "), "{path}: {line}");
+    assert!(line.contains(says), "{path}: {line}");
 }
 
 /// An npm registry with `mc-cool` 1.0.0 (60 days old) and 1.1.0 (1 day

@@ -97,3 +97,13 @@ pub fn check(config_text: &str) -> std::process::Output {
         .output()
         .unwrap()
 }
+
+/// Asserts that `mirrorcache check` takes `config_text`, showing what it said.
+pub fn assert_check_passes(config_text: &str) {
+    let output = check(config_text);
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod hub;
 pub mod mirror;
+pub mod nuget;
 pub mod proxy;
 
 pub use binary::BinaryProxy;
