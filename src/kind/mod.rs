@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`nix`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -29,6 +29,7 @@ pub mod go;
 pub mod guard;
 pub mod huggingface;
 pub mod maven;
+pub mod nix;
 pub mod npm;
 pub mod oci;
 pub mod package;
@@ -248,7 +249,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 12] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 13] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -261,6 +262,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 12] = [
     &rubygems::Rubygems,
     &composer::Composer,
     &huggingface::Huggingface,
+    &nix::Nix,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -401,7 +403,8 @@ mod tests {
                 "rpm",
                 "rubygems",
                 "composer",
-                "huggingface"
+                "huggingface",
+                "nix"
             ]
         );
         for name in names {

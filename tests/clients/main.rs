@@ -19,6 +19,7 @@ mod guard;
 mod huggingface;
 mod integrity;
 mod maven;
+mod nix;
 mod npm;
 mod npm_api;
 mod npm_family;

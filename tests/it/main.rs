@@ -26,6 +26,7 @@ mod learning;
 mod lifetime;
 mod maven;
 mod metadata;
+mod nix;
 mod oci;
 mod operations;
 mod path_safety;
