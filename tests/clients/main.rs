@@ -14,6 +14,7 @@ mod bundle;
 mod cargo_registry;
 mod composer;
 mod fixtures;
+mod galaxy;
 mod go;
 mod guard;
 mod huggingface;

@@ -15,6 +15,7 @@ mod dashboard;
 mod documents;
 mod failover;
 mod fanout;
+mod galaxy;
 mod guard;
 mod hardening;
 mod hardening_keys;
