@@ -63,6 +63,12 @@ command -v bundle >/dev/null || need_apt+=(ruby-bundler)
 command -v composer >/dev/null || need_apt+=(composer php-zip)
 # NuGet v2 (tests/clients/nuget.rs): Debian's nuget 2.8 (NuGet.Core under mono).
 command -v nuget >/dev/null || need_apt+=(nuget)
+# Nix binary caches (tests/clients/nix.rs): Debian's nix 2.8 (nix-store, nix copy), each
+# test with stores of its own below a temp dir.
+command -v nix-store >/dev/null || need_apt+=(nix-bin)
+# Ansible Galaxy (tests/clients/galaxy.rs): Debian's ansible-core 2.14 (ansible-galaxy
+# builds the fixture collections and installs them).
+command -v ansible-galaxy >/dev/null || need_apt+=(ansible-core)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -95,3 +101,4 @@ echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo
 echo "tools: $(mvn --version 2>/dev/null | head -1 || echo 'mvn absent'), gradle $(gradle --version 2>/dev/null | grep -m1 '^Gradle' || echo absent)"
 echo "tools: $(ruby --version 2>/dev/null || echo 'ruby absent'), gem $(gem --version 2>/dev/null || echo absent), $(bundle --version 2>/dev/null || echo 'bundler absent'), $(composer --version 2>/dev/null | head -1 || echo 'composer absent')"
 echo "tools: $(docker-registry --version 2>/dev/null | cut -d' ' -f2- || echo 'docker-registry absent'), $(skopeo --version 2>/dev/null || echo 'skopeo absent'), $(umoci --version 2>/dev/null || echo 'umoci absent')"
+echo "tools: $(nix-store --version 2>/dev/null || echo 'nix absent'), $(ansible-galaxy --version 2>/dev/null | head -1 || echo 'ansible-galaxy absent')"
