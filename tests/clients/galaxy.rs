@@ -1,11 +1,11 @@
 //! ansible-galaxy (Debian's ansible-core 2.14) through a `galaxy` remote,
-//! against a fixture Galaxy on 127.0.0.1 answering what
-//! `ansible/galaxy/api.py` asks for (`g_connect`: the server's root, then
+//! against a fixture Galaxy on 127.0.0.1 answering what ansible/ansible's
+//! `lib/ansible/galaxy/api.py` (2.14) asks for (`g_connect`: the server's root, then
 //! `api/` for `available_versions`; `get_collection_metadata`,
 //! `get_collection_versions` with `?limit=100`,
 //! `get_collection_version_metadata` for `download_url`,
 //! `artifact.sha256` and `metadata.dependencies`) and
-//! `galaxy/collection/concrete_artifact_manager.py` (`_download_file`:
+//! `lib/ansible/galaxy/collection/concrete_artifact_manager.py` (`_download_file`:
 //! the tarball, checked against `artifact.sha256`). Two collections built
 //! with `ansible-galaxy collection build`, `acme.web` depending on
 //! `acme.base`, their tarballs on two dist hosts (the remote's `files`),

@@ -1,5 +1,6 @@
 //! The `galaxy` kind (issue 49) against a fixture Galaxy on 127.0.0.1
-//! answering what `ansible-galaxy` asks for (`ansible/galaxy/api.py`:
+//! answering what `ansible-galaxy` asks for (ansible/ansible
+//! `lib/ansible/galaxy/api.py`, as ansible-core 2.14 ships it:
 //! `available_versions` at `api/`, a collection, its `versions/` pages
 //! with `?limit=`/`&offset=` and root-relative `links.next`, a version's
 //! detail with `download_url` and `artifact.sha256`), tarballs on two dist
@@ -18,7 +19,7 @@ fn remote(galaxy: &MirrorServer, files: &[&MirrorServer], extra: &str) -> String
     )
 }
 
-/// `ms` ago, as Galaxy writes `created_at`.
+/// `days` ago, as Galaxy writes `created_at`.
 fn ago(days: u64) -> String {
     let at = std::time::SystemTime::now() - std::time::Duration::from_secs(days * 24 * 3600);
     humantime::format_rfc3339_seconds(at).to_string()
