@@ -1,11 +1,11 @@
 //! ansible-galaxy (Debian's ansible-core 2.14) through a `galaxy` remote,
-//! against a fixture Galaxy on 127.0.0.1 answering what
-//! `ansible/galaxy/api.py` asks for (`g_connect`: the server's root, then
+//! against a fixture Galaxy on 127.0.0.1 answering what ansible/ansible's
+//! `lib/ansible/galaxy/api.py` (2.14) asks for (`g_connect`: the server's root, then
 //! `api/` for `available_versions`; `get_collection_metadata`,
 //! `get_collection_versions` with `?limit=100`,
 //! `get_collection_version_metadata` for `download_url`,
 //! `artifact.sha256` and `metadata.dependencies`) and
-//! `galaxy/collection/concrete_artifact_manager.py` (`_download_file`:
+//! `lib/ansible/galaxy/collection/concrete_artifact_manager.py` (`_download_file`:
 //! the tarball, checked against `artifact.sha256`). Two collections built
 //! with `ansible-galaxy collection build`, `acme.web` depending on
 //! `acme.base`, their tarballs on two dist hosts (the remote's `files`),
@@ -84,12 +84,19 @@ fn publish(
     );
 }
 
-fn install(w: &Path, round: &str, server: &str) -> String {
-    run(Command::new("ansible-galaxy")
-        .args(["collection", "install", "acme.web", "-s", server, "-p"])
+/// `ansible-galaxy collection install acme.web` from `server`, in a home
+/// and a collections path of its own for `round`.
+fn install_command(w: &Path, round: &str, server: &str) -> Command {
+    let mut cmd = Command::new("ansible-galaxy");
+    cmd.args(["collection", "install", "acme.web", "-s", server, "-p"])
         .arg(w.join(format!("collections-{round}")))
         .env("HOME", w.join(format!("home-{round}")))
-        .env_remove("ANSIBLE_CONFIG"))
+        .env_remove("ANSIBLE_CONFIG");
+    cmd
+}
+
+fn install(w: &Path, round: &str, server: &str) -> String {
+    run(&mut install_command(w, round, server))
 }
 
 fn assert_installed(w: &Path, round: &str, said: &str) {
@@ -97,6 +104,60 @@ fn assert_installed(w: &Path, round: &str, said: &str) {
     for name in ["web", "base"] {
         let module = root.join(format!("{name}/plugins/modules/{name}.py"));
         assert!(module.exists(), "{name}: {said}");
+    }
+}
+
+/// The fixture Galaxy and its two dist hosts (the first tampering with
+/// acme.base's tarball), and the `[[remote]]` in front of them.
+struct Origins {
+    galaxy: MirrorServer,
+    tampering: MirrorServer,
+    dist: MirrorServer,
+}
+
+impl Origins {
+    async fn start(w: &Path) -> Origins {
+        let (web, base) = tokio::task::block_in_place(|| {
+            (
+                build(w, "web", r#"{"acme.base": ">=1.0.0"}"#),
+                build(w, "base", "{}"),
+            )
+        });
+        let origins = Origins {
+            galaxy: MirrorServer::start().await,
+            tampering: MirrorServer::start().await,
+            dist: MirrorServer::start().await,
+        };
+        let Origins {
+            galaxy,
+            tampering,
+            dist,
+        } = &origins;
+        galaxy.put(
+            "/galaxy/api/",
+            r#"{"available_versions":{"v1":"v1/","v3":"v3/"},"current_version":"v1"}"#,
+        );
+        let web_deps = serde_json::json!({"acme.base": ">=1.0.0"});
+        publish(galaxy, tampering, "web", &web, web_deps);
+        publish(galaxy, tampering, "base", &base, serde_json::json!({}));
+        tampering.put("/dl/acme-web-1.0.0.tar.gz", web.clone());
+        tampering.put("/dl/acme-base-1.0.0.tar.gz", tampered(&base));
+        dist.put("/dl/acme-web-1.0.0.tar.gz", web);
+        dist.put("/dl/acme-base-1.0.0.tar.gz", base);
+        origins
+    }
+
+    async fn proxy(&self, extra: &str) -> TestProxy {
+        TestProxy::start(&format!(
+            "[[remote]]\nname = \"ansible\"\nkind = \"galaxy\"\nmirrors = [\"{}\"]\nfiles = {}\nstrategy = \"single\"\n{extra}",
+            self.galaxy.url("/galaxy"),
+            crate::support::toml_urls(&[&self.tampering, &self.dist], "/dl")
+        ))
+        .await
+    }
+
+    fn upstream(&self) -> usize {
+        self.galaxy.total() + self.tampering.total() + self.dist.total()
     }
 }
 
@@ -108,56 +169,53 @@ async fn ansible_galaxy_installs_a_collection_and_its_dependency_past_a_tampered
     };
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    let (web, base) = tokio::task::block_in_place(|| {
-        (
-            build(w, "web", r#"{"acme.base": ">=1.0.0"}"#),
-            build(w, "base", "{}"),
-        )
-    });
-    let (galaxy, tampering, dist) = (
-        MirrorServer::start().await,
-        MirrorServer::start().await,
-        MirrorServer::start().await,
-    );
-    galaxy.put(
-        "/galaxy/api/",
-        r#"{"available_versions":{"v1":"v1/","v3":"v3/"},"current_version":"v1"}"#,
-    );
-    publish(
-        &galaxy,
-        &tampering,
-        "web",
-        &web,
-        serde_json::json!({"acme.base": ">=1.0.0"}),
-    );
-    publish(&galaxy, &tampering, "base", &base, serde_json::json!({}));
-    tampering.put("/dl/acme-web-1.0.0.tar.gz", web.clone());
-    tampering.put("/dl/acme-base-1.0.0.tar.gz", tampered(&base));
-    dist.put("/dl/acme-web-1.0.0.tar.gz", web.clone());
-    dist.put("/dl/acme-base-1.0.0.tar.gz", base.clone());
-    let proxy = TestProxy::start(&format!(
-        "[[remote]]\nname = \"ansible\"\nkind = \"galaxy\"\nmirrors = [\"{}\"]\nfiles = {}\nstrategy = \"single\"\n",
-        galaxy.url("/galaxy"),
-        crate::support::toml_urls(&[&tampering, &dist], "/dl")
-    ))
-    .await;
+    let origins = Origins::start(w).await;
+    let proxy = origins.proxy("").await;
     let server = proxy.url("/ansible/");
-    let upstream = || galaxy.total() + tampering.total() + dist.total();
 
     let said = tokio::task::block_in_place(|| install(w, "cold", &server));
     assert_installed(w, "cold", &said);
-    assert_eq!(dist.hits("/dl/acme-base-1.0.0.tar.gz"), 1);
-    assert_eq!(dist.hits("/dl/acme-web-1.0.0.tar.gz"), 0);
+    assert_eq!(origins.dist.hits("/dl/acme-base-1.0.0.tar.gz"), 1);
+    assert_eq!(origins.dist.hits("/dl/acme-web-1.0.0.tar.gz"), 0);
     assert!(proxy.metric("mirrorcache_integrity_failures_total").await >= 1.0);
     proxy.settle().await;
-    let cold = upstream();
+    let cold = origins.upstream();
 
-    galaxy.stop();
-    tampering.stop();
-    dist.stop();
+    origins.galaxy.stop();
+    origins.tampering.stop();
+    origins.dist.stop();
     let said = tokio::task::block_in_place(|| install(w, "offline", &server));
     assert_installed(w, "offline", &said);
-    assert_eq!(upstream(), cold);
-    report("ansible-galaxy", &version, cold, upstream() - cold);
+    assert_eq!(origins.upstream(), cold);
+    report("ansible-galaxy", &version, cold, origins.upstream() - cold);
+    proxy.stop().await;
+}
+
+/// A dependency the remote's `deny` refuses: the install stops, and
+/// `ansible-galaxy` prints the proxy's reason (Galaxy's error JSON).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ansible_galaxy_prints_why_a_denied_dependency_is_refused() {
+    if client("ansible-galaxy", "--version").is_none() {
+        return;
+    }
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let origins = Origins::start(w).await;
+    let proxy = origins.proxy("deny = [\"acme.base\"]\n").await;
+    let server = proxy.url("/ansible/");
+    let out =
+        tokio::task::block_in_place(|| install_command(w, "denied", &server).output().unwrap());
+    let said = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{said}");
+    assert!(
+        said.contains("acme.base") && said.contains("refused by this proxy"),
+        "{said}"
+    );
+    let shown = said
+        .lines()
+        .find(|l| l.contains("refused"))
+        .unwrap_or_default();
+    println!("GUARD-REFUSED ansible-galaxy: {shown}");
+    assert_eq!(origins.dist.total() + origins.tampering.total(), 0);
     proxy.stop().await;
 }

@@ -4,9 +4,9 @@
 //! a throwaway store, then `nix copy --to file://…?secret-key=…` signs their
 //! narinfos with a key the test makes and trusts. The narinfos lose their
 //! `CA:` line, so Nix takes them for input-addressed paths and accepts them
-//! only on a trusted signature. What the client asks for is what
-//! `libstore/binary-cache-store.cc` (`nix-cache-info`, `{hash}.narinfo`, the
-//! narinfo's `URL`) and `libstore/http-binary-cache-store.cc` (a 404 or 403
+//! only on a trusted signature. What the client asks for is what NixOS/nix's
+//! `src/libstore/binary-cache-store.cc` (`nix-cache-info`, `{hash}.narinfo`, the
+//! narinfo's `URL`) and `src/libstore/http-binary-cache-store.cc` (a 404 or 403
 //! is "no such file") say. The first cache lacks `mc-mid`'s narinfo and
 //! serves other bytes for `mc-leaf`'s NAR; the proxy asks the second.
 //! `nix-store --realise` runs through the proxy cold, a client trusting

@@ -1,5 +1,6 @@
 //! The `galaxy` kind (issue 49) against a fixture Galaxy on 127.0.0.1
-//! answering what `ansible-galaxy` asks for (`ansible/galaxy/api.py`:
+//! answering what `ansible-galaxy` asks for (ansible/ansible
+//! `lib/ansible/galaxy/api.py`, as ansible-core 2.14 ships it:
 //! `available_versions` at `api/`, a collection, its `versions/` pages
 //! with `?limit=`/`&offset=` and root-relative `links.next`, a version's
 //! detail with `download_url` and `artifact.sha256`), tarballs on two dist
@@ -18,7 +19,7 @@ fn remote(galaxy: &MirrorServer, files: &[&MirrorServer], extra: &str) -> String
     )
 }
 
-/// `ms` ago, as Galaxy writes `created_at`.
+/// `days` ago, as Galaxy writes `created_at`.
 fn ago(days: u64) -> String {
     let at = std::time::SystemTime::now() - std::time::Duration::from_secs(days * 24 * 3600);
     humantime::format_rfc3339_seconds(at).to_string()
@@ -211,4 +212,75 @@ async fn the_cooldown_and_deny_take_versions_out_and_refuse_their_detail_and_tar
         said.contains("remote[0].deny[0]") && said.contains("Galaxy version"),
         "{said}"
     );
+}
+
+/// `mirrorcache warm` of a `requirements.yml` through a galaxy remote: the
+/// newest version the specifier allows (over two `versions/` pages,
+/// prereleases left out), then its dependency, each tarball checked
+/// against its detail's `artifact.sha256`; a second run finds both cached.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn warm_resolves_a_requirements_yml_with_its_dependencies() {
+    use mirrorcache::ops::warm::{self, Options};
+    let (galaxy, dist) = (MirrorServer::start().await, MirrorServer::start().await);
+    let publish = |name: &str, versions: &[&str], deps: serde_json::Value| {
+        let at = format!("/galaxy/api/v3/collections/acme/{name}/versions/");
+        let mut pages = Vec::new();
+        for (n, version) in versions.iter().enumerate() {
+            let tarball = test_bytes(2_000, n as u64 + name.len() as u64 * 10);
+            let file = format!("/dl/acme-{name}-{version}.tar.gz");
+            dist.put(&file, tarball.clone());
+            galaxy.put(
+                &format!("{at}{version}/"),
+                serde_json::json!({"version": version, "download_url": dist.url(&file),
+                    "artifact": {"sha256": sha256_hex(&tarball)},
+                    "metadata": {"dependencies": deps}})
+                .to_string(),
+            );
+            pages.push(serde_json::json!({"version": version}));
+        }
+        // One version a page; each page links the next, root-relative.
+        for (n, item) in pages.iter().enumerate() {
+            let query = if n == 0 {
+                "?limit=100".to_string()
+            } else {
+                format!("?limit=100&offset={n}")
+            };
+            let next = (n + 1 < pages.len()).then(|| format!("{at}?limit=100&offset={}", n + 1));
+            galaxy.put(
+                &format!("{at}{query}"),
+                serde_json::json!({"links": {"next": next}, "data": [item]}).to_string(),
+            );
+        }
+    };
+    publish(
+        "web",
+        &["2.0.0", "1.5.0", "1.0.0"],
+        serde_json::json!({"acme.base": ">=1.0.0"}),
+    );
+    publish("base", &["1.1.0-rc.1", "1.0.0"], serde_json::json!({}));
+    let proxy = crate::support::TestProxy::start(&remote(&galaxy, &[&dist], "")).await;
+    let work = tempfile::tempdir().unwrap();
+    let requirements = work.path().join("requirements.yml");
+    std::fs::write(
+        &requirements,
+        "---\ncollections:\n  - name: acme.web\n    version: \"<2.0.0\"\n",
+    )
+    .unwrap();
+    let options = Options {
+        server: proxy.base.clone(),
+        remote: "ansible".into(),
+        files: vec![requirements],
+        jobs: 2,
+        terminal: false,
+    };
+    let summary = warm::run(&options).await.unwrap();
+    assert_eq!((summary.fetched, summary.cached), (2, 0), "{summary}");
+    assert!(summary.failed.is_empty(), "{summary}");
+    assert_eq!(dist.hits("/dl/acme-web-1.5.0.tar.gz"), 1);
+    assert_eq!(dist.hits("/dl/acme-base-1.0.0.tar.gz"), 1);
+    assert_eq!(dist.total(), 2);
+    proxy.settle().await;
+    let summary = warm::run(&options).await.unwrap();
+    assert_eq!((summary.fetched, summary.cached), (0, 2), "{summary}");
+    assert_eq!(dist.total(), 2);
 }

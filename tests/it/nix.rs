@@ -1,6 +1,6 @@
 //! The `nix` kind (issue 49) against two fixture binary caches on
-//! 127.0.0.1 as the remote's mirrors, serving what Nix's
-//! `libstore/http-binary-cache-store.cc` and `binary-cache-store.cc` ask
+//! 127.0.0.1 as the remote's mirrors, serving what NixOS/nix's
+//! `src/libstore/http-binary-cache-store.cc` and `binary-cache-store.cc` ask
 //! for: `nix-cache-info`, `{hash}.narinfo` (whose `URL:` names the NAR and
 //! whose `FileHash`, in Nix's base-32, and `FileSize` declare its bytes) and
 //! `nar/{filehash}.nar.xz`. The first cache lacks one narinfo and serves a

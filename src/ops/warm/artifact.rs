@@ -1,7 +1,7 @@
 //! What a lockfile names, whichever format it is read from: an artifact, where
 //! it lives under the remote and the digest it must have, and how a parse
 //! failure is told (`lockfile` reads the npm, cargo, go and pip formats;
-//! `maven`, `gemfile` and `composer` theirs).
+//! `maven`, `gemfile`, `composer` and `galaxy` theirs).
 
 /// One artifact a lockfile names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,6 +39,9 @@ pub enum Location {
         reference: String,
         url: String,
     },
+    /// Ansible collections as `name:specifier`, resolved with their
+    /// dependencies to the tarballs the remote's Galaxy API names.
+    Galaxy(Vec<String>),
 }
 
 /// What the body's digest must be.

@@ -8,10 +8,12 @@
 //! time, each body checked against the lockfile's digest; the server's
 //! `X-Cache-Status` tells an artifact already cached from one fetched now.
 //! Through a huggingface remote the names are snapshots, `repo[@revision]`
-//! (`snapshot`): every file of the revision's tree.
+//! (`snapshot`): every file of the revision's tree. A `requirements.yml`
+//! names Ansible collections, resolved with their dependencies (`galaxy`).
 
 mod artifact;
 mod composer;
+mod galaxy;
 mod gemfile;
 pub mod lockfile;
 mod maven;
@@ -205,6 +207,7 @@ impl Places {
             Location::Url(url) => Ok(url.clone()),
             Location::Pinned { .. } => Err("a pin not resolved to files".into()),
             Location::Composer { .. } => Err("a package not resolved to its archive".into()),
+            Location::Galaxy(_) => Err("collections not resolved to tarballs".into()),
             Location::Path(path) => Ok(format!("{}/{path}", self.base)),
             Location::Resolved(url) => {
                 if let Some(rest) = url.strip_prefix(&format!("{}/", self.base)) {
@@ -349,6 +352,10 @@ async fn resolve_pins(
                         }]
                     });
                     (artifact.name.clone(), archive)
+                }
+                Location::Galaxy(requirements) => {
+                    let found = galaxy::tarballs(client, &places.base, requirements).await;
+                    (artifact.name.clone(), found)
                 }
                 _ => (artifact.name.clone(), Ok(vec![artifact])),
             }
