@@ -13,8 +13,10 @@
 mod artifact;
 mod composer;
 mod gemfile;
+mod helm;
 pub mod lockfile;
 mod maven;
+mod nuget;
 mod server;
 mod snapshot;
 
@@ -205,6 +207,7 @@ impl Places {
             Location::Url(url) => Ok(url.clone()),
             Location::Pinned { .. } => Err("a pin not resolved to files".into()),
             Location::Composer { .. } => Err("a package not resolved to its archive".into()),
+            Location::Chart { .. } => Err("a chart not resolved to its file".into()),
             Location::Path(path) => Ok(format!("{}/{path}", self.base)),
             Location::Resolved(url) => {
                 if let Some(rest) = url.strip_prefix(&format!("{}/", self.base)) {
@@ -349,6 +352,17 @@ async fn resolve_pins(
                         }]
                     });
                     (artifact.name.clone(), archive)
+                }
+                Location::Chart { name, version } => {
+                    let found = helm::chart(client, &places.base, name, version).await;
+                    let chart = found.map(|(url, check)| {
+                        vec![Artifact {
+                            location: Location::Url(url),
+                            check,
+                            ..artifact.clone()
+                        }]
+                    });
+                    (artifact.name.clone(), chart)
                 }
                 _ => (artifact.name.clone(), Ok(vec![artifact])),
             }
