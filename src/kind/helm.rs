@@ -102,7 +102,7 @@ pub fn chart_in_index(body: &[u8], chart: &str, version: &str) -> Option<(String
         .into_iter()
         .find(|r| r.chart == chart && r.version == version)?;
     let url = record.urls.into_iter().next()?;
-    Some((url, record.digest))
+    Some((url.into_owned(), record.digest.map(|d| d.into_owned())))
 }
 
 /// A Helm version constraint (Masterminds semver: commas between
