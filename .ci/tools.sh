@@ -9,6 +9,8 @@
 # for the container-image tests (tests/clients/oci.rs) Debian's
 # docker-registry (the reference registry), skopeo, umoci and openssl;
 # podman (its `login` against a private remote);
+# for the container daemons (tests/clients/daemons.rs) Debian's docker.io
+# (dockerd 20.10) and containerd 1.6 (with ctr);
 # for the RPM tests (tests/clients/rpm.rs) rpm, createrepo-c and dnf;
 # for the NuGet test (tests/clients/nuget.rs) Debian's nuget 2.8 under mono;
 # for the S3 tests moto's server (PyPI); huggingface_hub in a venv (PyPI). npm, pip and cargo come with the
@@ -33,6 +35,10 @@ command -v skopeo >/dev/null || need_apt+=(skopeo)
 # `podman login` against a private oci remote (tests/clients/private.rs).
 command -v podman >/dev/null || need_apt+=(podman)
 command -v umoci >/dev/null || need_apt+=(umoci)
+# The Docker Engine and containerd (tests/clients/daemons.rs), each started
+# by its test with its own root, socket and config.
+command -v dockerd >/dev/null || need_apt+=(docker.io)
+command -v ctr >/dev/null || need_apt+=(containerd)
 command -v openssl >/dev/null || need_apt+=(openssl)
 # Maven (tests/clients/maven.rs): Debian's plugin packages are the fixture
 # repository's source (tests/clients/maven/make_fixture.py); mvn 3.8.7 and
@@ -57,6 +63,12 @@ command -v bundle >/dev/null || need_apt+=(ruby-bundler)
 command -v composer >/dev/null || need_apt+=(composer php-zip)
 # NuGet v2 (tests/clients/nuget.rs): Debian's nuget 2.8 (NuGet.Core under mono).
 command -v nuget >/dev/null || need_apt+=(nuget)
+# Nix binary caches (tests/clients/nix.rs): Debian's nix 2.8 (nix-store, nix copy), each
+# test with stores of its own below a temp dir.
+command -v nix-store >/dev/null || need_apt+=(nix-bin)
+# Ansible Galaxy (tests/clients/galaxy.rs): Debian's ansible-core 2.14 (ansible-galaxy
+# builds the fixture collections and installs them).
+command -v ansible-galaxy >/dev/null || need_apt+=(ansible-core)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -89,3 +101,4 @@ echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo
 echo "tools: $(mvn --version 2>/dev/null | head -1 || echo 'mvn absent'), gradle $(gradle --version 2>/dev/null | grep -m1 '^Gradle' || echo absent)"
 echo "tools: $(ruby --version 2>/dev/null || echo 'ruby absent'), gem $(gem --version 2>/dev/null || echo absent), $(bundle --version 2>/dev/null || echo 'bundler absent'), $(composer --version 2>/dev/null | head -1 || echo 'composer absent')"
 echo "tools: $(docker-registry --version 2>/dev/null | cut -d' ' -f2- || echo 'docker-registry absent'), $(skopeo --version 2>/dev/null || echo 'skopeo absent'), $(umoci --version 2>/dev/null || echo 'umoci absent')"
+echo "tools: $(nix-store --version 2>/dev/null || echo 'nix absent'), $(ansible-galaxy --version 2>/dev/null | head -1 || echo 'ansible-galaxy absent')"

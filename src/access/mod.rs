@@ -12,6 +12,7 @@
 mod bcrypt_pool;
 pub mod credentials;
 pub mod limit;
+pub mod registry_token;
 pub mod token;
 pub mod token_table;
 mod verified;
@@ -31,6 +32,7 @@ use crate::clock::now_ms;
 use crate::config::AuthConfig;
 use credentials::Offered;
 use limit::FailureLimiter;
+use registry_token::{Claims, RegistryTokens};
 use token_table::TokenTable;
 use verified::{Verified, VerifiedCache};
 
@@ -53,6 +55,18 @@ impl Caller {
             Caller::User(name) => Some(name),
         }
     }
+}
+
+/// What a request's credentials are checked for: registry tokens are taken
+/// by the registry API only, each for the repositories it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Scope<'a> {
+    /// Any route but the registry API: registry tokens are refused.
+    Other,
+    /// `/v2/` itself: any registry token this fleet signed.
+    RegistryBase,
+    /// A pull of this repository, as the request names it.
+    Pull(&'a str),
 }
 
 /// Why credentials were not taken.
@@ -119,6 +133,8 @@ pub struct Access {
     bcrypt: bcrypt_pool::BcryptPool,
     /// The token table is in its metadata database.
     cache: Arc<Cache>,
+    /// Registry tokens and their signing key.
+    registry: RegistryTokens,
 }
 
 impl Access {
@@ -130,6 +146,7 @@ impl Access {
             failures: FailureLimiter::default(),
             bcrypt: bcrypt_pool::BcryptPool::new(),
             cache,
+            registry: RegistryTokens::default(),
         }
     }
 
@@ -154,6 +171,18 @@ impl Access {
 
     /// The caller of a request with these headers, from `peer`.
     pub async fn identify(&self, headers: &HeaderMap, peer: IpAddr) -> Result<Caller, Refusal> {
+        self.identify_for(headers, peer, Scope::Other).await
+    }
+
+    /// The caller of a request with these headers, from `peer`, for
+    /// `scope`: a registry token counts only in the registry API, and only
+    /// for a repository it names.
+    pub async fn identify_for(
+        &self,
+        headers: &HeaderMap,
+        peer: IpAddr,
+        scope: Scope<'_>,
+    ) -> Result<Caller, Refusal> {
         let Some(value) = credentials::header_of(headers).map_err(|m| Refusal::Malformed(m.0))?
         else {
             return Ok(Caller::Anonymous);
@@ -165,6 +194,13 @@ impl Access {
         let offered = credentials::parse(value).map_err(|m| Refusal::Malformed(m.0))?;
         if offered == Offered::None {
             return Ok(Caller::Anonymous);
+        }
+        if let Offered::Token(text) = &offered {
+            if registry_token::is_jwt(text) {
+                // An HMAC check, never remembered: the scope differs per
+                // request.
+                return self.registry_caller(text, scope).await;
+            }
         }
         // Counted as a failure from now until it succeeds.
         if !self.failures.begin(peer) {
@@ -194,6 +230,83 @@ impl Access {
             }
             None => Err(Refusal::BadCredentials),
         }
+    }
+
+    /// The caller a registry access token stands for, if it is one of this
+    /// fleet's, unexpired, for `scope`, and its user is still a user.
+    async fn registry_caller(&self, token: &str, scope: Scope<'_>) -> Result<Caller, Refusal> {
+        let claims = self.registry_claims(token).await?;
+        let covers = match scope {
+            Scope::Other => false,
+            Scope::RegistryBase => true,
+            Scope::Pull(name) => claims.may_pull(name),
+        };
+        if claims.is_refresh() || !covers {
+            return Err(Refusal::BadCredentials);
+        }
+        if claims.sub.is_empty() {
+            return Ok(Caller::Anonymous);
+        }
+        if !self.has_user(&claims.sub) {
+            return Err(Refusal::BadCredentials);
+        }
+        Ok(Caller::User(claims.sub.into()))
+    }
+
+    async fn registry_claims(&self, token: &str) -> Result<Claims, Refusal> {
+        self.registry
+            .verify(&self.cache.meta, token)
+            .await
+            .map_err(|_| Refusal::Unavailable)?
+            .ok_or(Refusal::BadCredentials)
+    }
+
+    /// The user (and `mirrorcache token` id, if the login used one) a
+    /// registry refresh token stands for: signed by this fleet, unexpired,
+    /// its user still a user, its token not revoked.
+    pub async fn refresh_login(&self, token: &str) -> Result<(Arc<str>, Option<String>), Refusal> {
+        let claims = self.registry_claims(token).await?;
+        if !claims.is_refresh() || claims.sub.is_empty() || !self.has_user(&claims.sub) {
+            return Err(Refusal::BadCredentials);
+        }
+        if let Some(id) = &claims.tid {
+            let row = TokenTable::of(&self.cache.meta)
+                .find(id)
+                .await
+                .map_err(|_| Refusal::Unavailable)?;
+            let live = row.is_some_and(|r| {
+                r.user == claims.sub && r.expires_at_ms.is_none_or(|until| now_ms() < until)
+            });
+            if !live {
+                return Err(Refusal::BadCredentials);
+            }
+        }
+        Ok((claims.sub.into(), claims.tid))
+    }
+
+    /// Signs a registry access token of `caller` granting `access`, and a
+    /// refresh token with it when `refresh` is `Some` (the `mirrorcache
+    /// token` id the login used, if any). Tokens and the access token's
+    /// lifetime in seconds.
+    pub async fn registry_tokens(
+        &self,
+        caller: &Caller,
+        access: Vec<registry_token::Grant>,
+        refresh: Option<Option<String>>,
+    ) -> Result<(String, u64, Option<String>), crate::error::ProxyError> {
+        let user = caller.user().unwrap_or("");
+        let meta = &self.cache.meta;
+        let (token, lifetime) = self.registry.issue(meta, user, access, None).await?;
+        let refresh = match refresh {
+            Some(tid) if !user.is_empty() => Some(
+                self.registry
+                    .issue(meta, user, Vec::new(), Some(tid))
+                    .await?
+                    .0,
+            ),
+            _ => None,
+        };
+        Ok((token, lifetime, refresh))
     }
 
     /// bcrypt, on its own pool: an unknown user is checked against the

@@ -14,6 +14,7 @@ use url::Url;
 mod auth;
 mod raw;
 mod rules;
+mod upstream_credentials;
 mod validate;
 
 pub use auth::{
@@ -188,6 +189,9 @@ pub struct RemoteConfig {
     pub max_stale: Duration,
     /// How long a 404 from every mirror is answered from memory.
     pub negative_ttl: Duration,
+    /// A cached path the mirrors now answer 404 (or 410) for is still
+    /// served, `STALE`, whatever its age.
+    pub keep_deleted: bool,
     /// Upstream bodies larger than this are refused (502) and never cached.
     pub max_body_size: u64,
     /// Requests one mirror may have in flight from this proxy; `None` = no limit.

@@ -194,6 +194,8 @@ pub(super) struct RawRemote {
     pub(super) max_stale: HumanDuration,
     #[serde(default = "default_negative_ttl")]
     pub(super) negative_ttl: HumanDuration,
+    #[serde(default)]
+    pub(super) keep_deleted: bool,
     #[serde(default = "default_max_body_size")]
     pub(super) max_body_size: HumanSize,
     #[serde(default)]

@@ -9,6 +9,7 @@ use url::Url;
 
 use super::raw::*;
 use super::*;
+use crate::kind::oci::same_registry;
 use crate::kind::{Kind, Protocol, VersionPolicy};
 pub(super) struct Validator<'a> {
     pub(super) text: &'a str,
@@ -373,6 +374,7 @@ impl Validator<'_> {
             revalidate_after: raw.revalidate_after.0,
             max_stale: raw.max_stale.0,
             negative_ttl: raw.negative_ttl.0,
+            keep_deleted: raw.keep_deleted,
             max_body_size: raw.max_body_size.0,
             mirror_max_in_flight: (raw.mirror_max_in_flight > 0)
                 .then_some(raw.mirror_max_in_flight),
@@ -416,10 +418,12 @@ impl Validator<'_> {
         }
         for (i, r) in remotes.iter().enumerate() {
             let Some(host) = &r.registry else { continue };
-            if remotes[..i]
-                .iter()
-                .any(|o| o.registry.as_ref() == Some(host))
-            {
+            let same = |o: &RemoteConfig| {
+                o.registry
+                    .as_deref()
+                    .is_some_and(|h| same_registry(h, host))
+            };
+            if remotes[..i].iter().any(same) {
                 return self.error(
                     format!("remote[{i}].registry"),
                     0..0,
@@ -430,36 +434,8 @@ impl Validator<'_> {
         Ok(())
     }
 
-    /// A list of 1..=MAX_MIRRORS distinct http(s) base URLs.
     /// A list of mirrors that may be absent (then `default`) or empty (none).
-    /// `credentials_for`: each base one of the remote's own `mirrors`,
-    /// `files` or `sumdb` (named when it is not).
-    fn credentials_for(
-        &self,
-        i: usize,
-        raw: &RawRemote,
-        own: [&[Url]; 3],
-    ) -> Result<Vec<Url>, ConfigError> {
-        let key = format!("remote[{i}].credentials_for");
-        let bases = self.optional_mirror_list(&key, raw.credentials_for.as_ref(), &[])?;
-        let spans = raw.credentials_for.as_ref().map(|l| l.get_ref().as_slice());
-        for (j, base) in bases.iter().enumerate() {
-            if !own.iter().any(|set| set.contains(base)) {
-                let span = spans.and_then(|s| s.get(j)).map_or(0..0, |s| s.span());
-                return self.error(
-                    format!("{key}[{j}]"),
-                    span,
-                    format!(
-                        "{base} is not one of this remote's mirrors, files or sumdb; \
-                         credentials go only to those"
-                    ),
-                );
-            }
-        }
-        Ok(bases)
-    }
-
-    fn optional_mirror_list(
+    pub(super) fn optional_mirror_list(
         &self,
         key: &str,
         list: Option<&Spanned<Vec<Spanned<String>>>>,
@@ -531,56 +507,6 @@ impl Validator<'_> {
             urls.push(url);
         }
         Ok(urls)
-    }
-
-    /// A secret given inline (`key`) or by environment variable (`key_env`), not both.
-    fn secret(
-        &self,
-        i: usize,
-        key: &str,
-        inline: &Option<Spanned<String>>,
-        env: &Option<Spanned<String>>,
-    ) -> Result<Option<Secret>, ConfigError> {
-        match (inline, env) {
-            (Some(_), Some(e)) => self.error(
-                format!("remote[{i}].{key}_env"),
-                e.span(),
-                format!("give `{key}` or `{key}_env`, not both"),
-            ),
-            (Some(v), None) => Ok(Some(Secret(v.get_ref().clone()))),
-            (None, Some(e)) => match std::env::var(e.get_ref()) {
-                Ok(v) => Ok(Some(Secret(v))),
-                Err(_) => self.error(
-                    format!("remote[{i}].{key}_env"),
-                    e.span(),
-                    format!("environment variable {} is not set", e.get_ref()),
-                ),
-            },
-            (None, None) => Ok(None),
-        }
-    }
-
-    fn auth(&self, i: usize, raw: &RawRemote) -> Result<UpstreamAuth, ConfigError> {
-        let password = self.secret(i, "password", &raw.password, &raw.password_env)?;
-        let token = self.secret(i, "bearer_token", &raw.bearer_token, &raw.bearer_token_env)?;
-        match (&raw.username, password, token) {
-            (Some(_), _, Some(_)) => self.error(
-                format!("remote[{i}].bearer_token"),
-                0..0,
-                "give basic credentials (username) or a bearer token, not both",
-            ),
-            (Some(username), password, None) => Ok(UpstreamAuth::Basic {
-                username: username.clone(),
-                password: password.unwrap_or(Secret(String::new())),
-            }),
-            (None, Some(_), _) => self.error(
-                format!("remote[{i}].username"),
-                0..0,
-                "a password needs a username",
-            ),
-            (None, None, Some(token)) => Ok(UpstreamAuth::Bearer(token)),
-            (None, None, None) => Ok(UpstreamAuth::None),
-        }
     }
 }
 

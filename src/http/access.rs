@@ -15,7 +15,7 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Request, Uri};
 
 use super::snapshot::Snapshot;
-use crate::access::{Caller, Refusal};
+use crate::access::{Caller, Refusal, Scope};
 use crate::config::{IpBlock, RemoteConfig};
 use crate::error::ProxyError;
 use crate::kind::Protocol;
@@ -95,11 +95,11 @@ pub fn prepare<B>(request: &mut Request<B>, addr: SocketAddr, tls: bool, trusted
     request.extensions_mut().insert(Peer { client, tls });
 }
 
-fn client_of(peer: Option<&Peer>) -> IpAddr {
+pub(super) fn client_of(peer: Option<&Peer>) -> IpAddr {
     peer.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |p| p.client)
 }
 
-fn refused(refusal: Refusal) -> ProxyError {
+pub(super) fn refused(refusal: Refusal) -> ProxyError {
     match refusal {
         Refusal::Malformed(why) => ProxyError::BadCredentials(why),
         Refusal::BadCredentials => ProxyError::Unauthenticated,
@@ -115,12 +115,22 @@ pub(super) async fn caller(
     headers: &HeaderMap,
     peer: Option<&Peer>,
 ) -> Result<Caller, ProxyError> {
+    caller_for(proxy, headers, peer, Scope::Other).await
+}
+
+/// Who sent the request, with registry tokens taken for `scope`.
+pub(super) async fn caller_for(
+    proxy: &Proxy,
+    headers: &HeaderMap,
+    peer: Option<&Peer>,
+    scope: Scope<'_>,
+) -> Result<Caller, ProxyError> {
     if !proxy.access.enabled() {
         return Ok(Caller::Anonymous);
     }
     proxy
         .access
-        .identify(headers, client_of(peer))
+        .identify_for(headers, client_of(peer), scope)
         .await
         .map_err(refused)
 }
@@ -134,6 +144,17 @@ pub(super) async fn admit(
     remote: &Remote,
     headers: &HeaderMap,
     peer: Option<&Peer>,
+) -> Result<Caller, ProxyError> {
+    admit_for(proxy, remote, headers, peer, Scope::Other).await
+}
+
+/// [`admit`], with registry tokens taken for `scope` (the registry API).
+pub(super) async fn admit_for(
+    proxy: &Proxy,
+    remote: &Remote,
+    headers: &HeaderMap,
+    peer: Option<&Peer>,
+    scope: Scope<'_>,
 ) -> Result<Caller, ProxyError> {
     let access = &remote.config.access;
     if access.is_anonymous() {
@@ -149,7 +170,7 @@ pub(super) async fn admit(
     // with no users, nobody gets in).
     let caller = proxy
         .access
-        .identify(headers, client_of(peer))
+        .identify_for(headers, client_of(peer), scope)
         .await
         .map_err(refused)?;
     match caller.user() {
@@ -168,11 +189,12 @@ pub(super) async fn unknown_name(
     proxy: &Proxy,
     headers: &HeaderMap,
     peer: Option<&Peer>,
+    scope: Scope<'_>,
 ) -> Option<ProxyError> {
     if !proxy.access.enabled() {
         return None;
     }
-    match caller(proxy, headers, peer).await {
+    match caller_for(proxy, headers, peer, scope).await {
         Err(refused) => Some(refused),
         Ok(Caller::Anonymous) => Some(ProxyError::Unauthenticated),
         Ok(Caller::User(_)) => None,
@@ -197,7 +219,11 @@ pub(super) async fn registry_base(
     if !private_oci {
         return Ok(());
     }
-    match caller(proxy, headers, peer).await? {
+    let bearer = crate::access::registry_token::offered(headers).is_some();
+    match caller_for(proxy, headers, peer, Scope::RegistryBase).await? {
+        // A registry token, even an anonymous caller's, is what the
+        // challenge asked for.
+        Caller::Anonymous if bearer => Ok(()),
         Caller::Anonymous => Err(ProxyError::Unauthenticated),
         Caller::User(_) => Ok(()),
     }

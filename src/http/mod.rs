@@ -21,6 +21,7 @@ mod respond;
 mod send_timeout;
 pub mod server;
 pub mod snapshot;
+mod stale;
 pub mod tls;
 
 use std::sync::Arc;
@@ -67,6 +68,7 @@ pub fn router(proxy: Arc<Proxy>) -> Router {
         .route("/-/pins/{remote}/{*path}", delete(pins::clear))
         .route("/v2", any(oci::base))
         .route("/v2/", any(oci::base))
+        .route("/v2/token", get(oci::token::get).post(oci::token::post))
         .route("/v2/{*rest}", any(oci::pull))
         .fallback(artifact)
         .with_state(proxy)
@@ -146,9 +148,10 @@ async fn artifact(
         Ok(resolved) => resolved,
         // With `[auth]`, a name no remote has is answered as a private one.
         Err(ProxyError::UnknownRemote(name)) => {
-            let error = access::unknown_name(&proxy, &headers, peer.as_ref())
-                .await
-                .unwrap_or(ProxyError::UnknownRemote(name));
+            let error =
+                access::unknown_name(&proxy, &headers, peer.as_ref(), crate::access::Scope::Other)
+                    .await
+                    .unwrap_or(ProxyError::UnknownRemote(name));
             return unresolved(error, &caller);
         }
         Err(error) => return unresolved(error, &caller),
@@ -328,6 +331,12 @@ impl ArtifactRequest<'_> {
                         let response = self.complete(&entry, file, CacheStatus::Hit).await?;
                         return Ok(Served::hit(response, CacheStatus::Hit));
                     }
+                    // Deleted upstream lately, and kept: not asked again
+                    // before `negative_ttl`.
+                    Ok(file) if self.kept_deleted(now) => {
+                        let response = self.complete(&entry, file, CacheStatus::Stale).await?;
+                        return Ok(Served::hit(response, CacheStatus::Stale));
+                    }
                     Ok(_) => stale = Some(entry),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         tracing::warn!(key = path.key(), "cached blob is missing; fetching again");
@@ -497,56 +506,6 @@ impl ArtifactRequest<'_> {
         let response = self.complete(entry, blob, cache).await?;
         Ok(Served::hit(response, cache))
     }
-
-    /// Stale-if-error: when the mirrors fail (not when they say "not found"), a
-    /// cached copy up to `max_stale` old is served as `STALE`, and a path whose
-    /// last known answer was a 404 gets that 404 again rather than a 502.
-    async fn when_mirrors_fail(
-        &self,
-        stale: Option<Arc<Entry>>,
-        error: ProxyError,
-    ) -> Result<Served, ProxyError> {
-        if !matches!(
-            error,
-            ProxyError::MirrorsFailed { .. }
-                | ProxyError::MirrorsBusy
-                | ProxyError::RateLimited { .. }
-                | ProxyError::IntegrityMismatch { .. }
-        ) {
-            return Err(error);
-        }
-        let now = now_ms();
-        let max_stale = self.remote.config.max_stale;
-        // A request that joined a fill without a lookup learns of a stale
-        // copy only now, on the failure path.
-        let stale = match stale {
-            Some(entry) => Some(entry),
-            None => self
-                .proxy
-                .cache
-                .meta
-                .lookup(&self.path)
-                .await
-                .ok()
-                .flatten(),
-        };
-        if let Some(entry) = stale.filter(|e| e.age(now) <= max_stale) {
-            if let Ok(file) = self.proxy.cache.open_blob(&entry.digest, entry.size).await {
-                tracing::warn!(key = self.path.key(), %error, "every mirror failed; serving a stale copy");
-                let response = self.complete(&entry, file, CacheStatus::Stale).await?;
-                return Ok(Served::hit(response, CacheStatus::Stale));
-            }
-        }
-        if let Some((status, at)) = self.proxy.cache.meta.memory.absent(&self.path) {
-            if now - at <= max_stale.as_millis() as i64 {
-                return Ok(Served::hit(
-                    respond::absent(status, CacheStatus::Stale),
-                    CacheStatus::Stale,
-                ));
-            }
-        }
-        Err(error)
-    }
 }
 
 /// The base URL clients reach the proxy at: `server.public_url`, else
@@ -555,7 +514,7 @@ impl ArtifactRequest<'_> {
 /// `https` on TLS; `X-Forwarded-Proto` and `-Host` count only from
 /// `trusted_proxies` (the listener drops them from anyone else:
 /// `access::prepare`).
-fn public_base(server: &ServerConfig, headers: &HeaderMap) -> String {
+pub(super) fn public_base(server: &ServerConfig, headers: &HeaderMap) -> String {
     if let Some(url) = &server.public_url {
         return url.as_str().trim_end_matches('/').to_string();
     }

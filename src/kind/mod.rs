@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -24,6 +24,7 @@ pub mod cargo;
 pub mod composer;
 pub mod declared;
 mod facets;
+pub mod galaxy;
 pub mod generic;
 pub mod go;
 pub mod guard;
@@ -31,6 +32,7 @@ pub mod helm;
 pub mod huggingface;
 mod interval;
 pub mod maven;
+pub mod nix;
 pub mod npm;
 pub mod nuget;
 pub mod oci;
@@ -251,7 +253,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 14] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 16] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -266,6 +268,8 @@ static ECOSYSTEMS: [&dyn Ecosystem; 14] = [
     &huggingface::Huggingface,
     &helm::Helm,
     &nuget::Nuget,
+    &nix::Nix,
+    &galaxy::Galaxy,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -408,7 +412,9 @@ mod tests {
                 "composer",
                 "huggingface",
                 "helm",
-                "nuget"
+                "nuget",
+                "nix",
+                "galaxy"
             ]
         );
         for name in names {
@@ -439,7 +445,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm and nuget remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget and galaxy remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

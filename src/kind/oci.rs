@@ -240,10 +240,32 @@ pub fn is_manifest(path: &str) -> bool {
 /// Docker Hub's hosts: there, a one-component name is an official image
 /// (`alpine` is `library/alpine`), as docker resolves it.
 pub fn is_docker_hub(url: &Url) -> bool {
-    matches!(
-        url.host_str(),
-        Some("registry-1.docker.io" | "index.docker.io" | "docker.io" | "registry.hub.docker.com")
-    )
+    url.host_str().is_some_and(|h| same_registry(h, DOCKER_HUB))
+}
+
+/// Whether two registry hosts are one registry (Docker Hub's spellings are).
+pub fn same_registry(a: &str, b: &str) -> bool {
+    registry_host(a) == registry_host(b)
+}
+
+/// Docker Hub as containerd names it in `?ns=`.
+pub const DOCKER_HUB: &str = "docker.io";
+
+/// A registry host as one spelling: Docker Hub's aliases (`index.docker.io`,
+/// `registry-1.docker.io`, `registry.hub.docker.com`) are `docker.io`;
+/// every other host is itself, lower-cased.
+pub fn registry_host(host: &str) -> std::borrow::Cow<'_, str> {
+    let lower = if host.bytes().any(|b| b.is_ascii_uppercase()) {
+        std::borrow::Cow::Owned(host.to_ascii_lowercase())
+    } else {
+        std::borrow::Cow::Borrowed(host)
+    };
+    match lower.as_ref() {
+        "registry-1.docker.io" | "index.docker.io" | "registry.hub.docker.com" => {
+            std::borrow::Cow::Borrowed(DOCKER_HUB)
+        }
+        _ => lower,
+    }
 }
 
 /// `name` as a registry with Docker Hub's rule knows it.

@@ -145,6 +145,32 @@ impl Rewrite {
         &self.index
     }
 
+    /// A root-relative link in a document of the remote's mirrors
+    /// (`/api/v3/…`), as a root-relative link at the proxy
+    /// (`/{remote}/api/v3/…`, below `public_url`'s own path): the part
+    /// below the longest index mirror base whose path it starts with, put
+    /// below the remote's. `None` when it is below none of them (or is not
+    /// root-relative): the link is then left as it is.
+    pub fn root_relative(&self, link: &str) -> Option<String> {
+        if !link.starts_with('/') || link.starts_with("//") {
+            return None;
+        }
+        let index_path = match self.index.find("://") {
+            Some(at) => {
+                let authority = &self.index[at + 3..];
+                &authority[authority.find('/').unwrap_or(authority.len())..]
+            }
+            None => self.index.as_str(),
+        };
+        self.pairs
+            .iter()
+            .filter(|(_, to)| *to == self.index)
+            .find_map(|(origin, _)| {
+                let len = match_segments(link, &origin.segments)?;
+                Some(format!("{index_path}{}", &link[len..]))
+            })
+    }
+
     fn from_pairs(pairs: impl Iterator<Item = (Origin, String)>) -> Rewrite {
         let mut pairs: Vec<(Origin, String)> = pairs.collect();
         // Stable: among equally long bases, the files mirrors stay first.
@@ -228,6 +254,41 @@ mod tests {
             r.apply(json),
             r#"{"dl":"http://p/c/~files","api":"http://p/c"}"#
         );
+    }
+
+    #[test]
+    fn root_relative_links_go_below_the_remote_at_the_proxy() {
+        let at_root = Rewrite::new(
+            "galaxy",
+            &[Url::parse("https://galaxy.example").unwrap()],
+            &[Url::parse("https://files.example/dl").unwrap()],
+            "http://p:8080/cache",
+        );
+        assert_eq!(
+            at_root
+                .root_relative("/api/v3/x/?limit=10&offset=10")
+                .as_deref(),
+            Some("/cache/galaxy/api/v3/x/?limit=10&offset=10")
+        );
+        let below = Rewrite::new(
+            "hub",
+            &[Url::parse("https://hub.example/api/galaxy/").unwrap()],
+            &[],
+            "http://p",
+        );
+        assert_eq!(
+            below.root_relative("/api/galaxy/v3/x/").as_deref(),
+            Some("/hub/v3/x/")
+        );
+        for other in [
+            "/api/galaxyx/v3/",
+            "/other/",
+            "//evil.example/x",
+            "v3/x/",
+            "https://hub.example/x",
+        ] {
+            assert_eq!(below.root_relative(other), None, "{other}");
+        }
     }
 
     #[test]

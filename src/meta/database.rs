@@ -104,6 +104,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed(include_str!("../../migrations/0007_declared_listed.sql")),
             false,
         ),
+        Migration::new(
+            8,
+            Cow::Borrowed("registry_keys"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0008_registry_keys.sql")),
+            false,
+        ),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),

@@ -131,11 +131,16 @@ pub async fn fetch_avoiding<'r>(
         h.rate_limited_until_ms(now).map(|until| soonest.min(until))
     });
     if let Some(until) = soonest.filter(|&until| until < i64::MAX) {
+        // What they said when they asked.
+        let said = set.health.iter().find_map(|h| h.rate_limit_message());
         return Err(ProxyError::RateLimited {
             retry_after: u64::try_from((until - now + 999) / 1000)
                 .unwrap_or(1)
                 .max(1),
-            message: "every mirror asked not to be asked again yet (429)".to_string(),
+            message: match said {
+                Some(said) => format!("{said} (every mirror asked not to be asked again yet)"),
+                None => "every mirror asked not to be asked again yet (429)".to_string(),
+            },
         });
     }
     let mut candidates = order.cycle().take(remote.config.max_attempts);
@@ -310,7 +315,15 @@ async fn attempt<'r>(
     let mut limit_message = None;
     if let Ok(Ok(response)) = &mut outcome {
         if response.status() == StatusCode::TOO_MANY_REQUESTS {
-            limit_message = Some(rate_limit_message(response).await);
+            // A limit on the operator's account may name the account (Docker
+            // Hub's "… as 'user': dckr_jti_…"): not for clients' eyes.
+            let credentialed = !matches!(remote.config.auth, crate::config::UpstreamAuth::None)
+                && set.credentials[mirror_idx];
+            limit_message = Some(if credentialed {
+                "the mirror's rate limit on the proxy's upstream account".to_string()
+            } else {
+                rate_limit_message(response).await
+            });
         }
     }
     Attempt {
@@ -447,7 +460,7 @@ fn judge<'r>(
                     // `Retry-After` (else the ejection cooldown) is over.
                     let wait =
                         retry_after(response.headers()).unwrap_or(remote.config.health.cooldown);
-                    health.rate_limit(now_ms() + wait.as_millis() as i64);
+                    health.rate_limit(now_ms() + wait.as_millis() as i64, limit_message.as_deref());
                     tally.rate_limited += 1;
                     tally.retry_after = tally.retry_after.max(wait);
                     tally.limit_message = limit_message;

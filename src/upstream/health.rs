@@ -46,6 +46,10 @@ pub struct MirrorHealth {
     /// `Retry-After`); 0 when it did not. Apart from ejection: a mirror
     /// that limits this proxy is up, and failures are not counted.
     rate_limited_until_ms: AtomicI64,
+    /// What the last 429 said, told to the clients this mirror cannot be
+    /// asked for until its `Retry-After`. A `std` mutex: set on a 429 and
+    /// read on a refusal, never held across an await.
+    rate_limit_message: std::sync::Mutex<Option<std::sync::Arc<str>>>,
 }
 
 impl MirrorHealth {
@@ -101,11 +105,26 @@ impl MirrorHealth {
         result
     }
 
-    /// The mirror answered 429: it is not asked again before `until_ms`.
-    pub fn rate_limit(&self, until_ms: i64) {
+    /// The mirror answered 429 (saying `message`): it is not asked again
+    /// before `until_ms`.
+    pub fn rate_limit(&self, until_ms: i64, message: Option<&str>) {
         self.rate_limited_until_ms
             .fetch_max(until_ms, Ordering::AcqRel);
+        if let Some(message) = message {
+            *self
+                .rate_limit_message
+                .lock()
+                .unwrap_or_else(|e| e.into_inner()) = Some(message.into());
+        }
         self.probe_in_flight.store(false, Ordering::Release);
+    }
+
+    /// What the mirror's last 429 said.
+    pub fn rate_limit_message(&self) -> Option<std::sync::Arc<str>> {
+        self.rate_limit_message
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether a 429's `Retry-After` is still in force.

@@ -182,27 +182,29 @@ pub fn build_images(w: &Path) -> PathBuf {
         "--architecture",
         "arm64",
     ]));
-    // The index: umoci makes single-platform images only; the index is
-    // written into the layout by hand, as a blob plus a tag in index.json.
+    build_index(&layout, "multi", &[("small", "amd64"), ("arm", "arm64")]);
+    layout
+}
+
+/// Adds to the layout an image index `tag` of the layout's images
+/// `platforms` (`(tag, arch)`), as umoci makes single-platform images only.
+pub fn build_index(layout: &Path, tag: &str, platforms: &[(&str, &str)]) {
     let index_path = layout.join("index.json");
     let mut index: serde_json::Value =
         serde_json::from_slice(&std::fs::read(&index_path).unwrap()).unwrap();
-    let descriptor = |tag: &str, arch: &str| {
-        let mut d = index["manifests"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
-            .unwrap()
-            .clone();
-        d.as_object_mut().unwrap().remove("annotations");
-        d["platform"] = serde_json::json!({"architecture": arch, "os": "linux"});
-        d
-    };
+    let manifests: Vec<serde_json::Value> = platforms
+        .iter()
+        .map(|(image, arch)| {
+            let mut d = descriptor(&index, image).clone();
+            d.as_object_mut().unwrap().remove("annotations");
+            d["platform"] = serde_json::json!({"architecture": arch, "os": "linux"});
+            d
+        })
+        .collect();
     let multi = serde_json::json!({
         "schemaVersion": 2,
         "mediaType": "application/vnd.oci.image.index.v1+json",
-        "manifests": [descriptor("small", "amd64"), descriptor("arm", "arm64")],
+        "manifests": manifests,
     });
     let bytes = serde_json::to_vec(&multi).unwrap();
     let hex = sha256_hex(&bytes);
@@ -214,10 +216,18 @@ pub fn build_images(w: &Path) -> PathBuf {
             "mediaType": "application/vnd.oci.image.index.v1+json",
             "digest": format!("sha256:{hex}"),
             "size": bytes.len(),
-            "annotations": {"org.opencontainers.image.ref.name": "multi"},
+            "annotations": {"org.opencontainers.image.ref.name": tag},
         }));
     std::fs::write(&index_path, serde_json::to_vec(&index).unwrap()).unwrap();
-    layout
+}
+
+pub fn descriptor<'i>(index: &'i serde_json::Value, tag: &str) -> &'i serde_json::Value {
+    index["manifests"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["annotations"]["org.opencontainers.image.ref.name"] == tag)
+        .unwrap_or_else(|| panic!("no {tag} in the layout"))
 }
 
 /// `skopeo copy` of the layout's `tag` to `dest` (`host/name:tag`), every

@@ -347,9 +347,18 @@ async fn the_root_remote_and_containerds_ns_pick_the_remote_without_a_prefix() {
     assert_eq!(digest_of(&headers), other_tag_digest);
     let (_, headers, _) = call(p, Method::GET, "/v2/other/app/manifests/1", None).await;
     assert_eq!(digest_of(&headers), other_tag_digest);
-    // An unknown `ns` falls back to the prefix, then to the root remote.
-    let (_, headers, _) = call(p, Method::GET, "/v2/app/manifests/1?ns=docker.io", None).await;
-    assert_eq!(digest_of(&headers), hub_digest);
+    // The root remote (no `registry` of its own) stands for Docker Hub, in
+    // any of Hub's spellings.
+    for hub_spelling in ["docker.io", "index.docker.io", "registry-1.docker.io"] {
+        let path = format!("/v2/app/manifests/1?ns={hub_spelling}");
+        let (_, headers, _) = call(p, Method::GET, &path, None).await;
+        assert_eq!(digest_of(&headers), hub_digest, "{hub_spelling}");
+    }
+    // Another registry no remote serves is not answered from Docker Hub's:
+    // containerd goes on to its next host.
+    let (status, _, body) = call(p, Method::GET, "/v2/app/manifests/1?ns=ghcr.io", None).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(String::from_utf8_lossy(&body).contains("NAME_UNKNOWN"));
     running.shutdown().await;
 }
 

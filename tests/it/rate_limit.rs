@@ -85,3 +85,37 @@ async fn every_mirror_limited_serves_stale_backs_off_and_tells_the_reason() {
     fresh.stop().await;
     proxy.stop().await;
 }
+
+/// `keep_deleted = true`: a path deleted upstream after it was cached (every
+/// mirror answers 404 now) is still served, `STALE`, and the mirrors are not
+/// asked again before `negative_ttl`; without it, the 404 reaches the client.
+#[tokio::test]
+async fn a_path_deleted_upstream_is_kept_only_where_the_operator_says() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/tags/latest", b"v1".to_vec());
+    let remote = |name: &str, keep: bool| {
+        format!(
+            "[[remote]]\nname = \"{name}\"\nmirrors = [\"{}\"]\nrevalidate_after = \"1s\"\n\
+             negative_ttl = \"1h\"\nkeep_deleted = {keep}\n",
+            mirror.url("/m")
+        )
+    };
+    let proxy = TestProxy::start(&(remote("kept", true) + &remote("plain", false))).await;
+    let client = reqwest::Client::new();
+    for name in ["kept", "plain"] {
+        let (status, cache, _) = get(&client, &proxy.url(&format!("/{name}/tags/latest"))).await;
+        assert_eq!((status, cache.as_str()), (200, "MISS"));
+    }
+    proxy.settle().await;
+    mirror.remove("/m/tags/latest");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (status, cache, body) = get(&client, &proxy.url("/kept/tags/latest")).await;
+    assert_eq!((status, cache.as_str()), (200, "STALE"));
+    assert_eq!(&body.unwrap()[..], b"v1");
+    let asked = mirror.total();
+    let (status, cache, _) = get(&client, &proxy.url("/kept/tags/latest")).await;
+    assert_eq!((status, cache.as_str()), (200, "STALE"));
+    assert_eq!(mirror.total(), asked, "not asked again within negative_ttl");
+    let (status, _, _) = get(&client, &proxy.url("/plain/tags/latest")).await;
+    assert_eq!(status, 404);
+}

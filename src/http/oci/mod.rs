@@ -14,9 +14,8 @@
 //! HEAD (`upstream::registry`, one at a time per tag), and fetched again
 //! only when the tag moved.
 //!
-//! Which remote: containerd's `?ns=<host>` picks the oci remote whose
-//! `registry` is that host; else the first name component, when it is the
-//! name of an oci remote; else `server.oci_root_remote`.
+//! Which remote a request is for is `resolve.rs`'s; the token service at
+//! `/v2/token` is `token.rs`'s.
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,11 +33,12 @@ use crate::cache::{Digest, Entry};
 use crate::clock::now_ms;
 use crate::error::{ProxyError, Side};
 use crate::kind::oci::{self, Endpoint, Invalid, Reference};
-use crate::kind::{Protocol, Variant};
+use crate::kind::Variant;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
 use crate::upstream::registry::{self, TagHead};
 use crate::upstream::Remote;
+use resolve::{follows_hub_names, resolve, resolve_name};
 
 const API_VERSION: &str = "docker-distribution-api-version";
 const CONTENT_DIGEST: &str = "docker-content-digest";
@@ -48,6 +48,8 @@ const CONTENT_DIGEST: &str = "docker-content-digest";
 const LINK_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
 
 mod listing;
+mod resolve;
+pub(super) mod token;
 
 /// `GET /v2/`: the API version check every client starts with. The proxy
 /// authenticates upstream itself; clients are asked for credentials here
@@ -60,7 +62,9 @@ pub(super) async fn base(
 ) -> Response {
     let peer = peer.map(|axum::Extension(p)| p);
     if let Err(error) = super::access::registry_base(&proxy, &headers, peer.as_ref()).await {
-        return OciError::from_proxy(&error, "UNAUTHORIZED").into_response();
+        let mut response = OciError::from_proxy(&error, "UNAUTHORIZED").into_response();
+        token::challenge(&proxy, &headers, None, &mut response);
+        return response;
     }
     if method != Method::GET && method != Method::HEAD {
         return OciError::unsupported(&method).into_response();
@@ -192,12 +196,15 @@ pub(super) async fn pull(
     let peer = peer.map(|axum::Extension(p)| p);
     let rest = uri.path().strip_prefix("/v2/").unwrap_or_default();
     let resolved = resolve(&proxy, &uri, rest);
+    // The repository as the request names it: what a registry token grants.
+    let repository = oci::split(rest).map_or("", |(name, _)| name);
+    let scope = crate::access::Scope::Pull(repository);
     // The access check, on the remote `?ns=`, the name or the root remote
     // resolved to.
     let mut caller = crate::access::Caller::Anonymous;
     let mut refusal = None;
     if let Some((remote, _)) = &resolved {
-        match super::access::admit(&proxy, remote, &headers, peer.as_ref()).await {
+        match super::access::admit_for(&proxy, remote, &headers, peer.as_ref(), scope).await {
             Ok(admitted) => caller = admitted,
             Err(error) => refusal = Some(OciError::from_proxy(&error, "UNAUTHORIZED")),
         }
@@ -219,7 +226,8 @@ pub(super) async fn pull(
             (Some(remote), result)
         }
         None => {
-            let error = match super::access::unknown_name(&proxy, &headers, peer.as_ref()).await {
+            let unknown = super::access::unknown_name(&proxy, &headers, peer.as_ref(), scope);
+            let error = match unknown.await {
                 Some(refusal) => OciError::from_proxy(&refusal, "UNAUTHORIZED"),
                 None => OciError::name_unknown(),
             };
@@ -236,6 +244,7 @@ pub(super) async fn pull(
     response
         .headers_mut()
         .insert(API_VERSION, HeaderValue::from_static("registry/2.0"));
+    token::challenge(&proxy, &headers, Some(repository), &mut response);
     let answered = Answered {
         remote: remote.as_deref(),
         cache,
@@ -246,32 +255,6 @@ pub(super) async fn pull(
     };
     answered.record(&proxy, &method, &uri, started, &response);
     response
-}
-
-/// The oci remote a request is for, and the rest of its path (`<name>/…`).
-fn resolve<'u>(proxy: &Proxy, uri: &Uri, rest: &'u str) -> Option<(Arc<Remote>, &'u str)> {
-    let is_oci = |r: &Arc<Remote>| r.config.kind.ecosystem().protocol() == Protocol::Registry;
-    let ns = uri.query().and_then(|q| {
-        url::form_urlencoded::parse(q.as_bytes())
-            .find(|(k, _)| k == "ns")
-            .map(|(_, v)| v.to_ascii_lowercase())
-    });
-    if let Some(ns) = ns {
-        let remotes = proxy.remotes();
-        let found = remotes
-            .values()
-            .find(|r| is_oci(r) && r.config.registry.as_deref() == Some(ns.as_str()));
-        if let Some(remote) = found {
-            return Some((remote.clone(), rest));
-        }
-    }
-    if let Some((first, after)) = rest.split_once('/') {
-        if let Some(remote) = proxy.remote(first).filter(is_oci) {
-            return Some((remote, after));
-        }
-    }
-    let root = proxy.server().oci_root_remote.clone()?;
-    Some((proxy.remote(&root).filter(is_oci)?, rest))
 }
 
 /// One pull request, resolved to its remote.
@@ -289,8 +272,7 @@ impl Pull<'_> {
             return Err(OciError::unsupported(self.method));
         }
         let (name, endpoint) = oci::split(rest).map_err(OciError::invalid)?;
-        let docker_hub = self.remote.config.mirrors.iter().any(oci::is_docker_hub);
-        let name = oci::hub_name(name, docker_hub);
+        let name = oci::hub_name(name, follows_hub_names(self.remote));
         let tail = match endpoint {
             Endpoint::Manifest(Reference::Tag(r) | Reference::Digest(r)) => {
                 format!("manifests/{r}")

@@ -8,6 +8,7 @@
 mod check;
 mod leaks;
 mod oci;
+mod registry_tokens;
 mod rules;
 mod spelling;
 mod tls;

@@ -35,7 +35,21 @@ async fn v2_challenges_with_a_private_oci_remote_and_public_images_stay_pullable
 
     let (status, headers, body) = proxy.get("/v2/", &[]).await;
     assert_eq!(status, 401);
-    assert_eq!(headers["www-authenticate"], "Basic realm=\"mirrorcache\"");
+    // The token service, and no other scheme (Basic sent unasked is
+    // taken: below).
+    let challenges: Vec<&str> = headers
+        .get_all("www-authenticate")
+        .iter()
+        .map(|v| v.to_str().unwrap())
+        .collect();
+    assert_eq!(
+        challenges,
+        [format!(
+            "Bearer realm=\"{}/v2/token\",service=\"mirrorcache\"",
+            proxy.base
+        )
+        .as_str()]
+    );
     assert_eq!(headers["docker-distribution-api-version"], "registry/2.0");
     assert!(String::from_utf8_lossy(&body).contains("UNAUTHORIZED"));
     assert_eq!(proxy.get("/v2/", &[("authorization", &ci)]).await.0, 200);

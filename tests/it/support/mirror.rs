@@ -147,7 +147,8 @@ impl MirrorServer {
         format!("http://{}{}", self.addr, prefix)
     }
 
-    /// Serves `bytes` at `path` (which starts with `/`).
+    /// Serves `bytes` at `path` (which starts with `/`; with a query string,
+    /// to that query only).
     pub fn put(&self, path: &str, bytes: impl Into<Bytes>) {
         self.put_typed(path, bytes, "application/x-test");
     }
@@ -334,7 +335,12 @@ async fn handle(
             .iter()
             .find(|((p, media_type), _)| *p == path && accept.contains(media_type))
             .map(|(_, f)| f);
-        match asked.or_else(|| files.get(&path)) {
+        // A file put under a path with its query string answers that query only.
+        let target = uri.path_and_query().map_or(path.as_str(), |p| p.as_str());
+        match asked
+            .or_else(|| files.get(target))
+            .or_else(|| files.get(&path))
+        {
             Some(f) => (
                 f.bytes.clone(),
                 f.etag.clone(),
