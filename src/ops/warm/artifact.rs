@@ -1,7 +1,7 @@
 //! What a lockfile names, whichever format it is read from: an artifact, where
 //! it lives under the remote and the digest it must have, and how a parse
 //! failure is told (`lockfile` reads the npm, cargo, go and pip formats;
-//! `maven`, `gemfile`, `composer` and `galaxy` theirs).
+//! `maven`, `gemfile`, `composer`, `helm`, `nuget` and `galaxy` theirs).
 
 /// One artifact a lockfile names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -31,6 +31,9 @@ pub enum Location {
     },
     /// A URL on the server (a file a simple page links to).
     Url(String),
+    /// A Helm chart of a `Chart.lock`, found by name and version in the
+    /// remote's `index.yaml`.
+    Chart { name: String, version: String },
     /// A Composer package's archive, found by `reference` in the remote's
     /// p2 file unless `url` is on the server already.
     Composer {

@@ -21,6 +21,8 @@ pub enum Kind {
     GemfileLock,
     ComposerLock,
     GalaxyRequirements,
+    NugetLock,
+    ChartLock,
 }
 
 impl Kind {
@@ -34,6 +36,8 @@ impl Kind {
             "Gemfile.lock" | "gems.locked" => Some(Kind::GemfileLock),
             "composer.lock" => Some(Kind::ComposerLock),
             "requirements.yml" | "requirements.yaml" => Some(Kind::GalaxyRequirements),
+            "packages.lock.json" => Some(Kind::NugetLock),
+            "Chart.lock" => Some(Kind::ChartLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -44,7 +48,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, requirements.yml)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, packages.lock.json, Chart.lock, requirements.yml)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -57,6 +61,8 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::GemfileLock => super::gemfile::gemfile_lock(&text),
         Kind::ComposerLock => super::composer::composer_lock(&text),
         Kind::GalaxyRequirements => super::galaxy::requirements_yml(&text),
+        Kind::NugetLock => super::nuget::packages_lock(&text),
+        Kind::ChartLock => super::helm::chart_lock(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

@@ -15,8 +15,10 @@ mod artifact;
 mod composer;
 mod galaxy;
 mod gemfile;
+mod helm;
 pub mod lockfile;
 mod maven;
+mod nuget;
 mod server;
 mod snapshot;
 
@@ -208,6 +210,7 @@ impl Places {
             Location::Pinned { .. } => Err("a pin not resolved to files".into()),
             Location::Composer { .. } => Err("a package not resolved to its archive".into()),
             Location::Galaxy(_) => Err("collections not resolved to tarballs".into()),
+            Location::Chart { .. } => Err("a chart not resolved to its file".into()),
             Location::Path(path) => Ok(format!("{}/{path}", self.base)),
             Location::Resolved(url) => {
                 if let Some(rest) = url.strip_prefix(&format!("{}/", self.base)) {
@@ -356,6 +359,17 @@ async fn resolve_pins(
                 Location::Galaxy(requirements) => {
                     let found = galaxy::tarballs(client, &places.base, requirements).await;
                     (artifact.name.clone(), found)
+                }
+                Location::Chart { name, version } => {
+                    let found = helm::chart(client, &places.base, name, version).await;
+                    let chart = found.map(|(url, check)| {
+                        vec![Artifact {
+                            location: Location::Url(url),
+                            check,
+                            ..artifact.clone()
+                        }]
+                    });
+                    (artifact.name.clone(), chart)
                 }
                 _ => (artifact.name.clone(), Ok(vec![artifact])),
             }

@@ -179,3 +179,20 @@ pub async fn commit_bytes(
     cache.commit_entry(temp, &path, entry).await.unwrap();
     digest
 }
+
+/// `mirrorcache warm` of the lockfile `lock` through the server at `base`
+/// into its remote `remote`, two at a time, without a progress bar.
+pub async fn warm(
+    base: &str,
+    remote: &str,
+    lock: std::path::PathBuf,
+) -> mirrorcache::ops::warm::Summary {
+    let options = mirrorcache::ops::warm::Options {
+        server: base.to_string(),
+        remote: remote.into(),
+        files: vec![lock],
+        jobs: 2,
+        terminal: false,
+    };
+    mirrorcache::ops::warm::run(&options).await.unwrap()
+}
