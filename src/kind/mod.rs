@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`cran`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -22,6 +22,7 @@
 pub mod apt;
 pub mod cargo;
 pub mod composer;
+pub mod cran;
 pub mod declared;
 mod facets;
 pub mod generic;
@@ -248,7 +249,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 12] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 13] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -261,6 +262,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 12] = [
     &rubygems::Rubygems,
     &composer::Composer,
     &huggingface::Huggingface,
+    &cran::Cran,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -401,7 +403,8 @@ mod tests {
                 "rpm",
                 "rubygems",
                 "composer",
-                "huggingface"
+                "huggingface",
+                "cran"
             ]
         );
         for name in names {
@@ -432,7 +435,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems and composer remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer and cran remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

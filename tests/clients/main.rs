@@ -13,6 +13,7 @@ mod browser;
 mod bundle;
 mod cargo_registry;
 mod composer;
+mod cran;
 mod fixtures;
 mod go;
 mod guard;

@@ -89,6 +89,15 @@ fn bad_configs_name_the_key_and_line() {
             "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\ncooldown_exempt = [\"@types/[\"]\n",
             &[":5:", "remote[0].cooldown_exempt[0]"],
         ),
+        // cran: a key it does not take, a constraint not in R's syntax.
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"cran\"\nmirrors = [\"http://a/x\"]\nversion_policy = \"releases\"\n",
+            &[":5:", "remote[0].version_policy", "cran remotes do not tell snapshots"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"cran\"\nmirrors = [\"http://a/x\"]\ndeny = [\"mctop@~> 2\"]\n",
+            &[":5:", "remote[0].deny[0]", "not an R version constraint"],
+        ),
     ];
     for (text, needles) in cases {
         let (code, stderr) = check(text);

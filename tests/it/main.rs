@@ -10,6 +10,7 @@ mod cache;
 mod commit;
 mod composer;
 mod config_check;
+mod cran;
 mod credentials_scope;
 mod dashboard;
 mod documents;

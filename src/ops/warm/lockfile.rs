@@ -20,6 +20,7 @@ pub enum Kind {
     GradleLock,
     GemfileLock,
     ComposerLock,
+    RenvLock,
 }
 
 impl Kind {
@@ -32,6 +33,7 @@ impl Kind {
             "gradle.lockfile" => Some(Kind::GradleLock),
             "Gemfile.lock" | "gems.locked" => Some(Kind::GemfileLock),
             "composer.lock" => Some(Kind::ComposerLock),
+            "renv.lock" => Some(Kind::RenvLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -42,7 +44,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, renv.lock)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -54,6 +56,7 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::GradleLock => super::maven::gradle_lockfile(&text),
         Kind::GemfileLock => super::gemfile::gemfile_lock(&text),
         Kind::ComposerLock => super::composer::composer_lock(&text),
+        Kind::RenvLock => super::renv::renv_lock(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

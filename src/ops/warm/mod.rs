@@ -15,6 +15,7 @@ mod composer;
 mod gemfile;
 pub mod lockfile;
 mod maven;
+mod renv;
 mod server;
 mod snapshot;
 
@@ -206,6 +207,9 @@ impl Places {
             Location::Pinned { .. } => Err("a pin not resolved to files".into()),
             Location::Composer { .. } => Err("a package not resolved to its archive".into()),
             Location::Path(path) => Ok(format!("{}/{path}", self.base)),
+            Location::FirstOf(paths) => {
+                Ok(format!("{}/{}", self.base, paths.first().ok_or("no path")?))
+            }
             Location::Resolved(url) => {
                 if let Some(rest) = url.strip_prefix(&format!("{}/", self.base)) {
                     return Ok(format!("{}/{rest}", self.base));
@@ -283,12 +287,29 @@ async fn fetch(
     places: &Places,
     artifact: &Artifact,
 ) -> Result<Outcome, String> {
-    let url = places.url_of(artifact)?;
-    let response = client
-        .get(&url)
-        .send()
-        .await
-        .map_err(|e| format!("{url}: {}", e.without_url()))?;
+    let urls = match &artifact.location {
+        Location::FirstOf(paths) => paths
+            .iter()
+            .map(|p| format!("{}/{p}", places.base))
+            .collect(),
+        _ => vec![places.url_of(artifact)?],
+    };
+    let (mut url, mut response) = (String::new(), None);
+    // The first that is there: a 404 goes on to the next.
+    for at in urls {
+        let answer = client
+            .get(&at)
+            .send()
+            .await
+            .map_err(|e| format!("{at}: {}", e.without_url()))?;
+        url = at;
+        let found = answer.status() != reqwest::StatusCode::NOT_FOUND;
+        response = Some(answer);
+        if found {
+            break;
+        }
+    }
+    let response = response.ok_or("no path to fetch")?;
     let status = response.status();
     if !status.is_success() {
         return Err(format!("{url}: the server answered {}", status.as_u16()));
