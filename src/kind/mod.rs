@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`cran`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`cran`], [`hex`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -28,6 +28,7 @@ mod facets;
 pub mod generic;
 pub mod go;
 pub mod guard;
+pub mod hex;
 pub mod huggingface;
 pub mod maven;
 pub mod npm;
@@ -249,7 +250,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 13] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 14] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -263,6 +264,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 13] = [
     &composer::Composer,
     &huggingface::Huggingface,
     &cran::Cran,
+    &hex::Hex,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -404,7 +406,8 @@ mod tests {
                 "rubygems",
                 "composer",
                 "huggingface",
-                "cran"
+                "cran",
+                "hex"
             ]
         );
         for name in names {
@@ -435,7 +438,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer and cran remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, cran and hex remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

@@ -17,6 +17,7 @@ mod cran;
 mod fixtures;
 mod go;
 mod guard;
+mod hex;
 mod huggingface;
 mod integrity;
 mod maven;

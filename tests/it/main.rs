@@ -19,6 +19,7 @@ mod fanout;
 mod guard;
 mod hardening;
 mod hardening_keys;
+mod hex;
 mod history;
 mod huggingface;
 mod integrity;

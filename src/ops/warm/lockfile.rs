@@ -21,6 +21,8 @@ pub enum Kind {
     GemfileLock,
     ComposerLock,
     RenvLock,
+    RebarLock,
+    MixLock,
 }
 
 impl Kind {
@@ -34,6 +36,8 @@ impl Kind {
             "Gemfile.lock" | "gems.locked" => Some(Kind::GemfileLock),
             "composer.lock" => Some(Kind::ComposerLock),
             "renv.lock" => Some(Kind::RenvLock),
+            "rebar.lock" => Some(Kind::RebarLock),
+            "mix.lock" => Some(Kind::MixLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -44,7 +48,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, renv.lock)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, renv.lock, rebar.lock, mix.lock)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -57,6 +61,8 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::GemfileLock => super::gemfile::gemfile_lock(&text),
         Kind::ComposerLock => super::composer::composer_lock(&text),
         Kind::RenvLock => super::renv::renv_lock(&text),
+        Kind::RebarLock => super::hexpm::rebar_lock(&text),
+        Kind::MixLock => super::hexpm::mix_lock(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

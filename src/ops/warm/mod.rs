@@ -13,6 +13,7 @@
 mod artifact;
 mod composer;
 mod gemfile;
+mod hexpm;
 pub mod lockfile;
 mod maven;
 mod renv;
