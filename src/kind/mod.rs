@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`cran`], [`hex`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`cran`], [`hex`], [`conda`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -22,6 +22,7 @@
 pub mod apt;
 pub mod cargo;
 pub mod composer;
+pub mod conda;
 pub mod cran;
 pub mod declared;
 mod facets;
@@ -250,7 +251,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 14] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 15] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -265,6 +266,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 14] = [
     &huggingface::Huggingface,
     &cran::Cran,
     &hex::Hex,
+    &conda::Conda,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -407,7 +409,8 @@ mod tests {
                 "composer",
                 "huggingface",
                 "cran",
-                "hex"
+                "hex",
+                "conda"
             ]
         );
         for name in names {
@@ -438,7 +441,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, cran and hex remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, cran, hex and conda remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

@@ -16,7 +16,7 @@ use std::path::Path;
 use std::process::Command;
 
 use crate::support::{tampered, MirrorServer, TestProxy};
-use crate::{client, files_below, report, run, write};
+use crate::{client, files_below, outcome, report, run, write};
 
 /// A package `name` `version` of one R function, importing `imports`.
 fn package_source(w: &Path, name: &str, version: &str, imports: &str) -> std::path::PathBuf {
@@ -76,20 +76,16 @@ fn install(w: &Path, n: usize, repos: &str, package: &str, method: &str) -> Stri
          install.packages('{package}', repos = '{repos}', lib = '{}')",
         home.join("lib").display()
     );
-    let out = Command::new("Rscript")
-        .args(["-e", &script])
-        .env("HOME", &home)
-        .env("TMPDIR", home.join("tmp"))
-        .env("R_LIBS_USER", home.join("lib"))
-        .env("R_PROFILE_USER", "/dev/null")
-        .env("R_ENVIRON_USER", "/dev/null")
-        .output()
-        .expect("Rscript runs");
-    format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    )
+    let (_, said) = outcome(
+        Command::new("Rscript")
+            .args(["-e", &script])
+            .env("HOME", &home)
+            .env("TMPDIR", home.join("tmp"))
+            .env("R_LIBS_USER", home.join("lib"))
+            .env("R_PROFILE_USER", "/dev/null")
+            .env("R_ENVIRON_USER", "/dev/null"),
+    );
+    said
 }
 
 fn installed(w: &Path, n: usize, package: &str) -> bool {

@@ -24,7 +24,7 @@ use sha2::Digest as _;
 
 use crate::support::hex_registry::{gzip, signed, Dependency, Package, Release};
 use crate::support::{available, tampered, MirrorServer, TestProxy};
-use crate::{client, report, run, write};
+use crate::{client, outcome, report, run, write};
 
 /// A tar of `files` (name, bytes), gzipped when `gz`.
 fn tar(files: &[(&str, &[u8])], gz: bool) -> Vec<u8> {
@@ -166,23 +166,17 @@ fn project(w: &Path, n: usize, dep: &str, public_key: &str) -> PathBuf {
 /// it succeeded, what it printed).
 fn rebar3(w: &Path, n: usize, dir: &Path, repo_url: &str) -> (bool, String) {
     let home = w.join(format!("rebar-home{n}"));
-    let out = Command::new("rebar3")
-        .arg("compile")
-        .current_dir(dir)
-        .env("HOME", &home)
-        .env("REBAR_CACHE_DIR", home.join("cache"))
-        .env("REBAR_GLOBAL_CONFIG_DIR", home.join("config"))
-        .env("HEX_CDN", repo_url)
-        .env("DEBUG", "1")
-        .env("REBAR_COLOR", "none")
-        .output()
-        .expect("rebar3 runs");
-    let said = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (out.status.success(), said)
+    outcome(
+        Command::new("rebar3")
+            .arg("compile")
+            .current_dir(dir)
+            .env("HOME", &home)
+            .env("REBAR_CACHE_DIR", home.join("cache"))
+            .env("REBAR_GLOBAL_CONFIG_DIR", home.join("config"))
+            .env("HEX_CDN", repo_url)
+            .env("DEBUG", "1")
+            .env("REBAR_COLOR", "none"),
+    )
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -102,6 +102,10 @@ fn bad_configs_name_the_key_and_line() {
             "[[remote]]\nname = \"r\"\nkind = \"hex\"\nmirrors = [\"http://a/x\"]\nallow = [\"cowboy@^2.0\"]\n",
             &[":5:", "remote[0].allow[0]", "not an Elixir version requirement"],
         ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"conda\"\nmirrors = [\"http://a/x\"]\ndeny = [\"numpy@~=1.2\"]\n",
+            &[":5:", "remote[0].deny[0]", "not a conda version spec"],
+        ),
     ];
     for (text, needles) in cases {
         let (code, stderr) = check(text);

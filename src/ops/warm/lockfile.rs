@@ -23,6 +23,7 @@ pub enum Kind {
     RenvLock,
     RebarLock,
     MixLock,
+    CondaLock,
 }
 
 impl Kind {
@@ -38,6 +39,7 @@ impl Kind {
             "renv.lock" => Some(Kind::RenvLock),
             "rebar.lock" => Some(Kind::RebarLock),
             "mix.lock" => Some(Kind::MixLock),
+            "pixi.lock" | "conda-lock.yml" | "conda-lock.yaml" => Some(Kind::CondaLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -48,7 +50,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, renv.lock, rebar.lock, mix.lock)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, renv.lock, rebar.lock, mix.lock, pixi.lock, conda-lock.yml)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -63,6 +65,7 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::RenvLock => super::renv::renv_lock(&text),
         Kind::RebarLock => super::hexpm::rebar_lock(&text),
         Kind::MixLock => super::hexpm::mix_lock(&text),
+        Kind::CondaLock => super::condalock::conda_lock(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

@@ -12,6 +12,7 @@
 
 mod artifact;
 mod composer;
+mod condalock;
 mod gemfile;
 mod hexpm;
 pub mod lockfile;
@@ -208,9 +209,7 @@ impl Places {
             Location::Pinned { .. } => Err("a pin not resolved to files".into()),
             Location::Composer { .. } => Err("a package not resolved to its archive".into()),
             Location::Path(path) => Ok(format!("{}/{path}", self.base)),
-            Location::FirstOf(paths) => {
-                Ok(format!("{}/{}", self.base, paths.first().ok_or("no path")?))
-            }
+            Location::FirstOf(_) => Err("several places, asked in turn by `fetch`".into()),
             Location::Resolved(url) => {
                 if let Some(rest) = url.strip_prefix(&format!("{}/", self.base)) {
                     return Ok(format!("{}/{rest}", self.base));
@@ -303,9 +302,8 @@ async fn fetch(
             .send()
             .await
             .map_err(|e| format!("{at}: {}", e.without_url()))?;
-        url = at;
         let found = answer.status() != reqwest::StatusCode::NOT_FOUND;
-        response = Some(answer);
+        (url, response) = (at, Some(answer));
         if found {
             break;
         }
