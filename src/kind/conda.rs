@@ -83,10 +83,47 @@ fn records(doc: &Value) -> impl Iterator<Item = (&String, &Value)> {
         .flatten()
 }
 
-/// A record's `timestamp` in unix ms (old records have seconds).
+/// A `timestamp` in unix ms (old records have seconds).
+fn unix_ms(at: f64) -> i64 {
+    let at = at as i64;
+    if at < 100_000_000_000 {
+        at * 1000
+    } else {
+        at
+    }
+}
+
+/// A record's `timestamp` in unix ms.
 fn timestamp(record: &Value) -> Option<i64> {
-    let at = record.get("timestamp")?.as_i64()?;
-    Some(if at < 100_000_000_000 { at * 1000 } else { at })
+    record.get("timestamp")?.as_f64().map(unix_ms)
+}
+
+/// What the learner and the cooldown read of a repodata document: each
+/// file's `sha256` and `timestamp`, read as a stream into these fields only
+/// (conda-forge's `repodata.json` is over 200 MB of JSON).
+#[derive(serde::Deserialize)]
+struct Listing {
+    #[serde(default)]
+    packages: HashMap<String, Listed>,
+    #[serde(default, rename = "packages.conda")]
+    conda: HashMap<String, Listed>,
+}
+
+#[derive(serde::Deserialize)]
+struct Listed {
+    sha256: Option<String>,
+    timestamp: Option<f64>,
+}
+
+impl Listing {
+    fn read(body: &[u8], max: u64) -> Result<Listing, Stopped> {
+        let reader = Unpacked::new(body, max)?.into_reader();
+        serde_json::from_reader(reader).map_err(|e| Stopped::Broken(e.to_string()))
+    }
+
+    fn files(self) -> impl Iterator<Item = (String, Listed)> {
+        self.packages.into_iter().chain(self.conda)
+    }
 }
 
 impl Ecosystem for Conda {
@@ -130,18 +167,18 @@ impl Digests for Conda {
         let Some((dir, _)) = in_subdir(document.path) else {
             return Vec::new();
         };
-        let doc = match repodata_json(body, document.max_unpacked) {
-            Ok(doc) => doc,
+        let listing = match Listing::read(body, document.max_unpacked) {
+            Ok(listing) => listing,
             Err(stop) => {
                 tracing::warn!(document = document.path, %stop,
                     "stopped learning the digests this document declares; it is served as sent");
                 return Vec::new();
             }
         };
-        records(&doc)
-            .filter_map(|(file, record)| {
-                let hex = record.get("sha256")?.as_str()?;
-                let declared = Declared::from_hex(Algo::Sha256, hex)?;
+        listing
+            .files()
+            .filter_map(|(file, listed)| {
+                let declared = Declared::from_hex(Algo::Sha256, &listed.sha256?)?;
                 Some((canonical(&format!("{dir}/{file}")), declared))
             })
             .collect()
@@ -183,11 +220,12 @@ impl Packages for Conda {
 
     /// By file name: each record's `timestamp`.
     fn publish_times(&self, body: &[u8]) -> HashMap<String, i64> {
-        let Ok(doc) = repodata_json(body, super::unpack::DEFAULT_MAX_UNPACKED) else {
+        let Ok(listing) = Listing::read(body, super::unpack::DEFAULT_MAX_UNPACKED) else {
             return HashMap::new();
         };
-        records(&doc)
-            .filter_map(|(file, record)| Some((file.clone(), timestamp(record)?)))
+        listing
+            .files()
+            .filter_map(|(file, listed)| Some((file, unix_ms(listed.timestamp?))))
             .collect()
     }
 
