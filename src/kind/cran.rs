@@ -165,20 +165,18 @@ fn entries(
     loop {
         let more = unpacked.line(&mut line)?;
         let text = String::from_utf8_lossy(&line);
-        if text.trim().is_empty() || !more {
-            if !more && !text.trim().is_empty() {
-                field(&text, &mut entry, &mut last);
-            }
-            if !entry.is_empty() {
-                each(&entry);
-            }
-            entry.clear();
-            last = None;
-            if !more {
-                return Ok(());
-            }
-        } else {
+        if more && !text.trim().is_empty() {
             field(&text, &mut entry, &mut last);
+            continue;
+        }
+        // A blank line, or the end: the entry is complete.
+        if !entry.is_empty() {
+            each(&entry);
+            entry.clear();
+        }
+        last = None;
+        if !more {
+            return Ok(());
         }
     }
 }
