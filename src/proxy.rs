@@ -9,6 +9,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 
 use crate::access::Access;
+use crate::advisories::{self, Advisories};
 use crate::cache::Cache;
 use crate::config::{Config, ServerConfig};
 use crate::documents::Documents;
@@ -56,6 +57,8 @@ pub struct Proxy {
     /// The dashboard's per-minute history, sampled from the counters once a
     /// minute by [`Proxy::sample_history`] (never by a request).
     pub history: Arc<History>,
+    /// The advisory indexes the remotes' `quarantine` judges by.
+    pub advisories: Arc<Advisories>,
 }
 
 impl Proxy {
@@ -70,6 +73,14 @@ impl Proxy {
         let gauges = GaugeRegistry::default();
         let health = HealthRegistry::default();
         let remotes = build_remotes(config, &gauges, &health, &metrics)?;
+        let advisories = Arc::new(Advisories::new(advisories::feed_dir(&config.storage.path)));
+        advisories.load_saved();
+        for feed in &config.advisories {
+            tokio::spawn(advisories::refresh_loop(
+                Arc::downgrade(&advisories),
+                feed.clone(),
+            ));
+        }
         let proxy = Arc::new(Proxy {
             server: ArcSwap::from_pointee(config.server.clone()),
             remotes: ArcSwap::from_pointee(remotes),
@@ -91,6 +102,7 @@ impl Proxy {
             checksums: moka::sync::Cache::builder().max_capacity(100_000).build(),
             documents: Documents::default(),
             history: Arc::new(History::default()),
+            advisories,
         });
         proxy.start_probes();
         tokio::spawn(history_sampler(Arc::downgrade(&proxy)));

@@ -51,10 +51,12 @@ pub(super) async fn filter_document(
         (None, None) => HashMap::new(),
     };
     let remote = remote.clone();
+    let advisories = proxy.advisories.current();
     let (name, suffix) = (filter.name.clone(), filter.suffix);
     // A linear pass or a JSON parse of up to max_document_size: off the async threads.
     tokio::task::spawn_blocking(move || {
-        let judge = Judge::new(&remote.config.guard, packages, now_ms());
+        let judge =
+            Judge::new(&remote.config.guard, packages, now_ms()).with_advisories(&advisories);
         match packages.filter(&judge, &name, &body, &times, suffix) {
             Filtered::Unchanged => Ok(body),
             Filtered::Changed(filtered) => Ok(filtered),
@@ -87,7 +89,8 @@ async fn filter_index(
     let Some(listing) = listing.filter(|l| !l.is_empty()) else {
         return body;
     };
-    let judge = Judge::new(&remote.config.guard, packages, now_ms());
+    let advisories = proxy.advisories.current();
+    let judge = Judge::new(&remote.config.guard, packages, now_ms()).with_advisories(&advisories);
     let mut restated: HashMap<String, Option<Vec<u8>>> = HashMap::new();
     let (mut by_version, mut cooling) = (Vec::new(), Vec::new());
     let mut seen = std::collections::HashSet::new();
@@ -133,10 +136,14 @@ async fn restate_one(
     // The document as the index lists it: no variant.
     let mut plan = remote.config.kind.plan(&path, &HeaderMap::new());
     plan.variant = None;
-    let checks = remote
-        .config
-        .kind
-        .guard_checks(&remote.config.guard, &path, &plan, now_ms())?;
+    let advisories = proxy.advisories.current();
+    let checks = remote.config.kind.guard_checks(
+        &remote.config.guard,
+        &path,
+        &plan,
+        now_ms(),
+        &advisories,
+    )?;
     let filter = checks.document?;
     let (_, stored) = sibling_body(proxy, remote, &path, None).await.ok()?;
     let served = match filter_document(proxy, remote, &filter, stored.clone()).await {
@@ -203,7 +210,8 @@ pub(super) async fn check_artifact(
             published
         }
     };
-    let judge = Judge::new(&remote.config.guard, packages, now);
+    let advisories = proxy.advisories.current();
+    let judge = Judge::new(&remote.config.guard, packages, now).with_advisories(&advisories);
     match judge.refusal(&artifact.name, &artifact.version, published) {
         Some(reason) => Err(refused(in_status_line, reason)),
         None => Ok(()),

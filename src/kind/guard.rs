@@ -8,7 +8,9 @@
 //! Publish times come from the documents (each ecosystem's
 //! `Packages::publish_times`); where a document gives none the cooldown lets
 //! the version through. What the guard must check for one request comes in
-//! one answer, [`Checks`]. Pure: `now_ms` is passed in.
+//! one answer, [`Checks`]. The remote's `quarantine` is judged here too,
+//! against the advisory indexes in force, handed in
+//! ([`Judge::with_advisories`]). Pure: `now_ms` is passed in.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use globset::{Glob, GlobMatcher};
 
+use super::advisory::{AdvisoryIndex, Quarantine};
 use super::package::Artifact;
 use super::{Packages, Plan, TimesFrom, Variant};
 
@@ -29,12 +32,17 @@ pub struct GuardConfig {
     pub deny: Vec<PackageRule>,
     /// When set, only packages (and versions) one of these rules matches.
     pub allow: Option<Vec<PackageRule>>,
+    /// Versions that advisories name, refused by class or id.
+    pub quarantine: Quarantine,
 }
 
 impl GuardConfig {
     /// Whether anything is refused at all (else the guard is skipped).
     pub fn is_active(&self) -> bool {
-        self.min_release_age.is_some() || !self.deny.is_empty() || self.allow.is_some()
+        self.min_release_age.is_some()
+            || !self.deny.is_empty()
+            || self.allow.is_some()
+            || self.quarantine.is_active()
     }
 
     /// The cooldown that applies to `name` (normalised), if any.
@@ -226,9 +234,10 @@ pub fn checks(
     path: &str,
     plan: &Plan<'_>,
     now_ms: i64,
+    advisories: &[Arc<AdvisoryIndex>],
 ) -> Checks {
     let artifact = packages.artifact(path).map(|artifact| {
-        let judge = Judge::new(guard, packages, now_ms);
+        let judge = Judge::new(guard, packages, now_ms).with_advisories(advisories);
         ArtifactCheck {
             refusal: judge.refusal(&artifact.name, &artifact.version, None),
             cooldown: guard.cooldown_for(&packages.normalise(&artifact.name)),
@@ -283,6 +292,8 @@ pub struct Judge<'a> {
     guard: &'a GuardConfig,
     packages: &'a dyn Packages,
     now_ms: i64,
+    /// The advisory indexes the quarantine judges by (none: it refuses nothing).
+    advisories: &'a [Arc<AdvisoryIndex>],
 }
 
 impl<'a> Judge<'a> {
@@ -291,7 +302,14 @@ impl<'a> Judge<'a> {
             guard,
             packages,
             now_ms,
+            advisories: &[],
         }
+    }
+
+    /// The judge with the remote's `quarantine` judged against `advisories`.
+    pub fn with_advisories(mut self, advisories: &'a [Arc<AdvisoryIndex>]) -> Judge<'a> {
+        self.advisories = advisories;
+        self
     }
 
     /// Whether the cooldown applies to `name`, so publish times are needed.
@@ -324,7 +342,8 @@ impl<'a> Judge<'a> {
             return Standing::Refused;
         }
         let by_version = allowed == Some(Some(false))
-            || self.guard.deny.iter().any(|r| r.name.matches(&normalised));
+            || self.guard.deny.iter().any(|r| r.name.matches(&normalised))
+            || (self.guard.quarantine).names(self.advisories, self.packages, &normalised);
         if by_version {
             Standing::ByVersion
         } else if self.guard.cooldown_for(&normalised).is_some() {
@@ -356,6 +375,16 @@ impl<'a> Judge<'a> {
                     "{name}@{version} is refused by this proxy: it is not on the allow list"
                 ));
             }
+        }
+        if let Some(reason) = self.guard.quarantine.refusal(
+            self.advisories,
+            self.packages,
+            name,
+            &normalised,
+            version,
+            published_ms,
+        ) {
+            return Some(reason);
         }
         let min_age = self.guard.cooldown_for(&normalised)?;
         let age_ms = self.now_ms - published_ms?;
@@ -427,6 +456,7 @@ mod tests {
             cooldown_exempt: vec![name_glob(Some(npm), "@trusted/*").unwrap()],
             deny: rules(npm, &["colors@>=1.4.1", "flatmap-stream"]),
             allow: None,
+            quarantine: Quarantine::default(),
         };
         let judge = Judge::new(&g, npm, NOW);
         assert_eq!(judge.refusal("colors", "1.4.0", Some(NOW - 60 * DAY)), None);
