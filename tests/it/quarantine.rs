@@ -7,44 +7,17 @@
 //! the last good index and says why on `/-/status`; an offline import is
 //! read at start.
 
-use std::io::Write;
 use std::process::Command;
 
 use serde_json::{json, Value};
 
 use crate::guard::{status_line, wheel_link};
+use crate::support::osv::{malicious, osv_zip};
 use crate::support::{MirrorServer, TestProxy};
-
-/// A zip of OSV `records`, one `<id>.json` each, as the OSV export is.
-fn osv_zip(records: &[Value]) -> Vec<u8> {
-    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
-    let options = zip::write::SimpleFileOptions::default()
-        .compression_method(zip::CompressionMethod::Deflated);
-    for record in records {
-        let name = format!("{}.json", record["id"].as_str().unwrap());
-        out.start_file(name, options).unwrap();
-        out.write_all(serde_json::to_string_pretty(record).unwrap().as_bytes())
-            .unwrap();
-    }
-    out.finish().unwrap().into_inner()
-}
 
 /// `mc-worm` 1.0.1 is malware (a `versions` list).
 fn malware() -> Value {
-    json!({
-        "schema_version": "1.6.0",
-        "id": "MAL-2025-47001",
-        "modified": "2025-09-08T12:00:00Z",
-        "published": "2025-09-08T12:00:00Z",
-        "summary": "Malicious code in mc-worm (npm)",
-        "details": "The package steals npm tokens and republishes itself.",
-        "affected": [{
-            "package": {"ecosystem": "npm", "name": "mc-worm"},
-            "versions": ["1.0.1"],
-            "database_specific": {"source": "fixture"}
-        }],
-        "database_specific": {"malicious-packages-origins": [{"source": "fixture"}]}
-    })
+    malicious("MAL-2025-47001", "npm", "mc-worm", &["1.0.1"])
 }
 
 /// `mc-lib` from 2.0.0 up to (not including) 2.1.3, critical by its CVSS
@@ -114,25 +87,8 @@ async fn listed(proxy: &TestProxy, path: &str) -> (Vec<String>, String) {
     )
 }
 
-/// `/-/status`'s entry for feed `name`, once `ready` says it is what the
-/// test waits for (the feed is read beside the requests, at start and every
-/// `refresh`).
 async fn feed_status(proxy: &TestProxy, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
-    for _ in 0..2000 {
-        let (_, body) = get(&proxy.url("/-/status")).await;
-        let status: Value = serde_json::from_str(&body).unwrap();
-        let feed = status["advisories"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .find(|f| f["name"] == name)
-            .cloned();
-        if let Some(feed) = feed.filter(|f| ready(f)) {
-            return feed;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-    }
-    panic!("feed {name} never became ready");
+    crate::support::osv::feed_status(&proxy.base, name, ready).await
 }
 
 fn remotes(registry: &MirrorServer, feeds: &MirrorServer) -> String {

@@ -5,6 +5,7 @@ pub mod binary;
 pub mod hub;
 pub mod mirror;
 pub mod nuget;
+pub mod osv;
 pub mod proxy;
 
 pub use binary::BinaryProxy;
