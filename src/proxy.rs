@@ -235,6 +235,8 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
         ("log.buffer", o.log.buffer != n.log.buffer),
         ("log.flush", o.log.flush != n.log.flush),
         ("storage.path", o.storage.path != n.storage.path),
+        // Feeds are fetched by tasks started with the proxy.
+        ("advisories", o.advisories != n.advisories),
         ("storage.max_size", o.storage.max_size != n.storage.max_size),
         (
             "storage.memory_cache_size",

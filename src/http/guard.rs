@@ -177,6 +177,9 @@ pub(super) async fn check_artifact(
     in_status_line: bool,
 ) -> Result<(), ProxyError> {
     if let Some(reason) = &check.refusal {
+        if let Some(class) = check.quarantine_class {
+            proxy.metrics.quarantine_refusal(&remote.name, class);
+        }
         return Err(refused(in_status_line, reason.clone()));
     }
     let Some(min_age) = check.cooldown else {

@@ -276,7 +276,8 @@ impl Quarantine {
     }
 
     /// Why `version` of `name` (normalised as `normalised`, shown as
-    /// `shown`) is quarantined, or `None`.
+    /// `shown`) is quarantined, and the advisory's class (`"listed"` for
+    /// one without a class named by id), or `None`.
     #[allow(clippy::too_many_arguments)]
     pub fn refusal(
         &self,
@@ -286,7 +287,7 @@ impl Quarantine {
         normalised: &str,
         version: &str,
         published_ms: Option<i64>,
-    ) -> Option<String> {
+    ) -> Option<(String, &'static str)> {
         if !self.is_active() {
             return None;
         }
@@ -311,10 +312,11 @@ impl Quarantine {
                     || self.ids.iter().any(|id| a.is_named(id))
             })?;
         let class = advisory.class.map_or("listed", Class::name);
-        Some(format!(
+        let reason = format!(
             "{shown}@{version} is quarantined by this proxy: {} ({class}): {}",
             advisory.id, advisory.summary
-        ))
+        );
+        Some((reason, class))
     }
 
     /// Whether any advisory of `set` names package `normalised`.

@@ -204,6 +204,8 @@ pub struct ArtifactCheck {
     pub artifact: Artifact,
     /// Why a rule refuses it whatever its publish time, if one does.
     pub refusal: Option<String>,
+    /// The advisory class, when the refusal is the quarantine's.
+    pub quarantine_class: Option<&'static str>,
     /// The cooldown that applies to its package, if any: then its publish
     /// time decides.
     pub cooldown: Option<Duration>,
@@ -238,8 +240,14 @@ pub fn checks(
 ) -> Checks {
     let artifact = packages.artifact(path).map(|artifact| {
         let judge = Judge::new(guard, packages, now_ms).with_advisories(advisories);
+        let verdict = judge.verdict(&artifact.name, &artifact.version, None);
+        let (refusal, quarantine_class) = match verdict {
+            Some((reason, class)) => (Some(reason), class),
+            None => (None, None),
+        };
         ArtifactCheck {
-            refusal: judge.refusal(&artifact.name, &artifact.version, None),
+            refusal,
+            quarantine_class,
             cooldown: guard.cooldown_for(&packages.normalise(&artifact.name)),
             artifact,
         }
@@ -356,6 +364,18 @@ impl<'a> Judge<'a> {
     /// Why `version` of `name` is refused, or `None` if it may be served.
     /// `published_ms`: its publish time, when the registry says.
     pub fn refusal(&self, name: &str, version: &str, published_ms: Option<i64>) -> Option<String> {
+        self.verdict(name, version, published_ms)
+            .map(|(reason, _)| reason)
+    }
+
+    /// [`refusal`](Judge::refusal), with the advisory class when the
+    /// quarantine is what refuses it.
+    pub fn verdict(
+        &self,
+        name: &str,
+        version: &str,
+        published_ms: Option<i64>,
+    ) -> Option<(String, Option<&'static str>)> {
         let normalised = self.packages.normalise(name);
         let name = self.packages.shown_name(name, &normalised);
         if let Some(rule) = self
@@ -364,19 +384,25 @@ impl<'a> Judge<'a> {
             .iter()
             .find(|r| r.matches(&normalised, version))
         {
-            return Some(format!(
-                "{name}@{version} is refused by this proxy: it matches the deny rule \"{}\"",
-                rule.text
+            return Some((
+                format!(
+                    "{name}@{version} is refused by this proxy: it matches the deny rule \"{}\"",
+                    rule.text
+                ),
+                None,
             ));
         }
         if let Some(allow) = &self.guard.allow {
             if !allow.iter().any(|r| r.matches(&normalised, version)) {
-                return Some(format!(
-                    "{name}@{version} is refused by this proxy: it is not on the allow list"
+                return Some((
+                    format!(
+                        "{name}@{version} is refused by this proxy: it is not on the allow list"
+                    ),
+                    None,
                 ));
             }
         }
-        if let Some(reason) = self.guard.quarantine.refusal(
+        if let Some((reason, class)) = self.guard.quarantine.refusal(
             self.advisories,
             self.packages,
             name,
@@ -384,18 +410,18 @@ impl<'a> Judge<'a> {
             version,
             published_ms,
         ) {
-            return Some(reason);
+            return Some((reason, Some(class)));
         }
         let min_age = self.guard.cooldown_for(&normalised)?;
         let age_ms = self.now_ms - published_ms?;
         if age_ms >= min_age.as_millis() as i64 {
             return None;
         }
-        Some(format!(
+        Some((format!(
             "{name}@{version} was published {} ago; this proxy serves a release once it is {} old (min_release_age)",
             rounded(age_ms),
             humantime::format_duration(min_age)
-        ))
+        ), None))
     }
 }
 

@@ -132,6 +132,8 @@ async fn quarantined_versions_leave_packuments_and_their_tarballs_get_403() {
         "mc-worm@1.0.1 is quarantined by this proxy: MAL-2025-47001 (malicious): Malicious code in mc-worm (npm)"
     );
     assert_eq!(registry.hits("/mc-worm/-/mc-worm-1.0.1.tgz"), 0);
+    let counted = "mirrorcache_quarantine_refusals_total{remote=\"npm\",class=\"malicious\"}";
+    assert_eq!(proxy.metric(counted).await, 1.0);
     assert_eq!(
         get(&proxy.url("/npm/mc-worm/-/mc-worm-1.0.0.tgz")).await,
         (200, "mc-worm 1.0.0".to_string())
@@ -174,6 +176,8 @@ async fn quarantined_versions_leave_packuments_and_their_tarballs_get_403() {
     );
     let line = status_line(&proxy.base, "/npm/mc-lib/-/mc-lib-2.1.0.tgz").await;
     assert_eq!(line, "HTTP/1.1 403 Forbidden");
+    let counted = "mirrorcache_quarantine_refusals_total{remote=\"npm\",class=\"critical\"}";
+    assert_eq!(proxy.metric(counted).await, 2.0);
 
     // Broken feeds: truncated, not a zip, a malformed record. The last
     // good index stays in force and the status says why.

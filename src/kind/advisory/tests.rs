@@ -146,3 +146,32 @@ fn the_quarantine_refuses_by_class_and_id_and_lets_the_allowed_through() {
         .is_some());
     assert!(judge.refusal("left-pad-worm", "1.0.1", None).is_some());
 }
+
+#[test]
+fn cargo_and_maven_ranges_follow_their_own_version_order() {
+    let record = serde_json::json!({
+        "id": "RUSTSEC-2025-0001",
+        "affected": [
+            {"package": {"ecosystem": "crates.io", "name": "mc_crate"},
+             "ranges": [{"type": "SEMVER", "events": [{"introduced": "0.8.0"}, {"fixed": "0.8.10"}]}]},
+            {"package": {"ecosystem": "Maven", "name": "org.example:mc-lib"},
+             "ranges": [{"type": "ECOSYSTEM", "events": [{"introduced": "1.0-alpha-2"}, {"fixed": "1.0.1"}]}]}
+        ]
+    });
+    let (index, report) =
+        AdvisoryIndex::from_records(vec![serde_json::from_value(record).unwrap()]);
+    assert_eq!(report.packages.get("crates.io"), Some(&1));
+    let (cargo, maven) = (&crate::kind::cargo::Cargo, &crate::kind::maven::Maven);
+    let hit = |p: &dyn Packages, n: &str, v: &str| index.affecting(p, n, v).count() == 1;
+    // cargo names: `_` and `-` alike; 0.8.9 < 0.8.10 numerically.
+    assert!(hit(cargo, "mc-crate", "0.8.9"));
+    assert!(!hit(cargo, "mc-crate", "0.8.10"));
+    assert!(!hit(cargo, "mc-crate", "0.7.99"));
+    // Maven: 1.0-alpha-2 < 1.0 < 1.0.1.
+    assert!(hit(maven, "org.example:mc-lib", "1.0"));
+    assert!(hit(maven, "org.example:mc-lib", "1.0-beta-1"));
+    assert!(!hit(maven, "org.example:mc-lib", "1.0-alpha-1"));
+    assert!(!hit(maven, "org.example:mc-lib", "1.0.1"));
+    // A kind without a version order: only listed versions (none here).
+    assert!(!hit(&crate::kind::go::Go, "mc-crate", "0.8.9"));
+}
