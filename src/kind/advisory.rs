@@ -94,72 +94,16 @@ pub struct IndexReport {
 impl AdvisoryIndex {
     /// The index of the OSV zip `bytes`, or why it cannot be used.
     pub fn from_zip(bytes: &[u8]) -> Result<(AdvisoryIndex, IndexReport), String> {
-        let records = osv::records(bytes)?;
-        Ok(AdvisoryIndex::from_records(records))
+        let mut builder = Builder::new();
+        osv::each_record(bytes, |record| builder.add(record))?;
+        Ok(builder.finish())
     }
 
+    #[cfg(test)]
     fn from_records(records: Vec<osv::Record>) -> (AdvisoryIndex, IndexReport) {
-        let mapped: Vec<(&'static str, &'static dyn Packages)> = Kind::all()
-            .filter_map(|k| k.packages())
-            .filter_map(|p| Some((p.osv_ecosystem()?, p)))
-            .collect();
-        let mut index = AdvisoryIndex::default();
-        let mut report = IndexReport {
-            records: records.len(),
-            ..IndexReport::default()
-        };
-        for record in records {
-            if record.withdrawn.is_some() {
-                report.withdrawn += 1;
-                continue;
-            }
-            let at = index.advisories.len() as u32;
-            let mut used = false;
-            for affected in &record.affected {
-                let Some(package) = &affected.package else {
-                    continue;
-                };
-                let ecosystem = package.ecosystem.split(':').next().unwrap_or_default();
-                let Some(&(key, packages)) = mapped.iter().find(|(e, _)| *e == ecosystem) else {
-                    *report.unmapped.entry(ecosystem.to_string()).or_default() += 1;
-                    continue;
-                };
-                let ranges = affected
-                    .ranges
-                    .iter()
-                    .filter(|r| r.kind == "ECOSYSTEM" || r.kind == "SEMVER")
-                    .map(|r| events(packages, r))
-                    .collect();
-                let names = index.by_ecosystem.entry(key).or_default();
-                let list = names.entry(packages.normalise(&package.name)).or_default();
-                list.push(Affected {
-                    advisory: at,
-                    versions: affected
-                        .versions
-                        .iter()
-                        .map(|v| v.as_str().into())
-                        .collect(),
-                    ranges,
-                });
-                used = true;
-            }
-            if used {
-                index.advisories.push(Advisory {
-                    class: osv::class(&record),
-                    summary: record
-                        .summary
-                        .or(record.details)
-                        .map(|s| s.lines().next().unwrap_or_default().to_string())
-                        .unwrap_or_default(),
-                    id: record.id,
-                    aliases: record.aliases,
-                });
-            }
-        }
-        for (ecosystem, names) in &index.by_ecosystem {
-            report.packages.insert(ecosystem.to_string(), names.len());
-        }
-        (index, report)
+        let mut builder = Builder::new();
+        records.into_iter().for_each(|r| builder.add(r));
+        builder.finish()
     }
 
     /// Whether any advisory names package `normalised` of `packages`' ecosystem.
@@ -185,6 +129,87 @@ impl AdvisoryIndex {
             .flatten()
             .filter(move |a| affects(packages, a, version))
             .map(|a| &self.advisories[a.advisory as usize])
+    }
+}
+
+/// An index being read, record by record.
+struct Builder {
+    /// The kinds whose packages OSV ecosystems name.
+    mapped: Vec<(&'static str, &'static dyn Packages)>,
+    index: AdvisoryIndex,
+    report: IndexReport,
+}
+
+impl Builder {
+    fn new() -> Builder {
+        Builder {
+            mapped: Kind::all()
+                .filter_map(|k| k.packages())
+                .filter_map(|p| Some((p.osv_ecosystem()?, p)))
+                .collect(),
+            index: AdvisoryIndex::default(),
+            report: IndexReport::default(),
+        }
+    }
+
+    fn add(&mut self, record: osv::Record) {
+        let (index, report) = (&mut self.index, &mut self.report);
+        report.records += 1;
+        if record.withdrawn.is_some() {
+            report.withdrawn += 1;
+            return;
+        }
+        let at = index.advisories.len() as u32;
+        let mut used = false;
+        for affected in &record.affected {
+            let Some(package) = &affected.package else {
+                continue;
+            };
+            let ecosystem = package.ecosystem.split(':').next().unwrap_or_default();
+            let Some(&(key, packages)) = self.mapped.iter().find(|(e, _)| *e == ecosystem) else {
+                *report.unmapped.entry(ecosystem.to_string()).or_default() += 1;
+                continue;
+            };
+            let ranges = affected
+                .ranges
+                .iter()
+                .filter(|r| r.kind == "ECOSYSTEM" || r.kind == "SEMVER")
+                .map(|r| events(packages, r))
+                .collect();
+            let names = index.by_ecosystem.entry(key).or_default();
+            let list = names.entry(packages.normalise(&package.name)).or_default();
+            list.push(Affected {
+                advisory: at,
+                versions: affected
+                    .versions
+                    .iter()
+                    .map(|v| v.as_str().into())
+                    .collect(),
+                ranges,
+            });
+            used = true;
+        }
+        if used {
+            index.advisories.push(Advisory {
+                class: osv::class(&record),
+                summary: record
+                    .summary
+                    .or(record.details)
+                    .map(|s| s.lines().next().unwrap_or_default().to_string())
+                    .unwrap_or_default(),
+                id: record.id,
+                aliases: record.aliases,
+            });
+        }
+    }
+
+    fn finish(mut self) -> (AdvisoryIndex, IndexReport) {
+        for (ecosystem, names) in &self.index.by_ecosystem {
+            self.report
+                .packages
+                .insert(ecosystem.to_string(), names.len());
+        }
+        (self.index, self.report)
     }
 }
 

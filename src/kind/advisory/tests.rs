@@ -175,3 +175,58 @@ fn cargo_and_maven_ranges_follow_their_own_version_order() {
     // A kind without a version order: only listed versions (none here).
     assert!(!hit(&crate::kind::go::Go, "mc-crate", "0.8.9"));
 }
+
+/// The resident set size of this process, in KiB (Linux).
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap_or_default();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// The index of a generated export the size of OSV's npm `all.zip`
+/// (200,000 records, one package each, a range and a versions list):
+/// `cargo test --release --lib index_of_a_full_size_export -- --ignored --nocapture`.
+/// The RSS growth is an upper bound (freed parse buffers may stay mapped).
+#[test]
+#[ignore]
+fn index_of_a_full_size_export() {
+    use std::io::Write;
+    const RECORDS: usize = 200_000;
+    let mut out = zip::ZipWriter::new(std::io::Cursor::new(Vec::new()));
+    let options = zip::write::SimpleFileOptions::default()
+        .compression_method(zip::CompressionMethod::Deflated);
+    for i in 0..RECORDS {
+        let record = serde_json::json!({
+            "id": format!("GHSA-gen{i:06}"),
+            "summary": format!("Generated advisory {i}"),
+            "database_specific": {"severity": "HIGH"},
+            "affected": [{
+                "package": {"ecosystem": "npm", "name": format!("mc-gen-{i}")},
+                "ranges": [{"type": "SEMVER", "events": [{"introduced": "0"}, {"fixed": "1.2.3"}]}],
+                "versions": ["1.0.0", "1.1.0", "1.2.0"]
+            }]
+        });
+        out.start_file(format!("GHSA-gen{i:06}.json"), options)
+            .unwrap();
+        out.write_all(record.to_string().as_bytes()).unwrap();
+    }
+    let bytes = out.finish().unwrap().into_inner();
+    let before = rss_kib();
+    let started = std::time::Instant::now();
+    let (index, report) = AdvisoryIndex::from_zip(&bytes).unwrap();
+    let took = started.elapsed();
+    drop(bytes);
+    let after = rss_kib();
+    assert_eq!(report.packages.get("npm"), Some(&RECORDS));
+    let set = arc_swap::ArcSwap::from_pointee(Vec::<Arc<AdvisoryIndex>>::new());
+    let swap_started = std::time::Instant::now();
+    set.store(Arc::new(vec![Arc::new(index)]));
+    let swapped = swap_started.elapsed();
+    println!(
+        "ADVISORY-INDEX {RECORDS} records: built in {took:?}, swapped in {swapped:?}, RSS +{} MiB",
+        after.saturating_sub(before) / 1024
+    );
+}
