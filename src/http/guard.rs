@@ -165,7 +165,8 @@ pub(super) fn qualified_base(base: &str, body: &[u8]) -> String {
 
 /// Refuses a direct request for an artifact the guard refuses (403 with
 /// the reason): `check`, as the rules judged it without a publish time. A
-/// cooldown needs the publish time, read from the package's document
+/// cooldown (and `quarantine_since`, for a version an advisory names)
+/// needs the publish time, read from the package's document
 /// through the cache once, then from memory (`Proxy::publish_times`) — and
 /// not at all for an artifact cached at least `min_release_age` ago, which
 /// was published before that.
@@ -182,19 +183,22 @@ pub(super) async fn check_artifact(
         }
         return Err(refused(in_status_line, reason.clone()));
     }
-    let Some(min_age) = check.cooldown else {
+    if check.cooldown.is_none() && !check.quarantine_dated {
         return Ok(());
-    };
+    }
     let Some(packages) = remote.config.kind.packages() else {
         return Ok(());
     };
     let now = now_ms();
-    let cached_long_ago = proxy
-        .cache
-        .meta
-        .memory
-        .lookup_in_memory(path)
-        .is_some_and(|entry| entry.age(now) >= min_age);
+    let cached_long_ago = check.cooldown.is_some_and(|min_age| {
+        !check.quarantine_dated
+            && proxy
+                .cache
+                .meta
+                .memory
+                .lookup_in_memory(path)
+                .is_some_and(|entry| entry.age(now) >= min_age)
+    });
     if cached_long_ago {
         return Ok(());
     }
@@ -215,8 +219,13 @@ pub(super) async fn check_artifact(
     };
     let advisories = proxy.advisories.current();
     let judge = Judge::new(&remote.config.guard, packages, now).with_advisories(&advisories);
-    match judge.refusal(&artifact.name, &artifact.version, published) {
-        Some(reason) => Err(refused(in_status_line, reason)),
+    match judge.verdict(&artifact.name, &artifact.version, published) {
+        Some((reason, class)) => {
+            if let Some(class) = class {
+                proxy.metrics.quarantine_refusal(&remote.name, class);
+            }
+            Err(refused(in_status_line, reason))
+        }
         None => Ok(()),
     }
 }

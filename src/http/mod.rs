@@ -260,6 +260,10 @@ fn guard_checks(
     plan: &Plan<'_>,
 ) -> Option<Checks> {
     let rules = &remote.config.guard;
+    if !rules.is_active() {
+        // A hit on a remote without rules takes no reference to the indexes.
+        return None;
+    }
     let advisories = proxy.advisories.current();
     remote
         .config

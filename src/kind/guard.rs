@@ -206,6 +206,9 @@ pub struct ArtifactCheck {
     pub refusal: Option<String>,
     /// The advisory class, when the refusal is the quarantine's.
     pub quarantine_class: Option<&'static str>,
+    /// An advisory names it and `quarantine_since` is set: its publish
+    /// time decides.
+    pub quarantine_dated: bool,
     /// The cooldown that applies to its package, if any: then its publish
     /// time decides.
     pub cooldown: Option<Duration>,
@@ -241,13 +244,16 @@ pub fn checks(
     let artifact = packages.artifact(path).map(|artifact| {
         let judge = Judge::new(guard, packages, now_ms).with_advisories(advisories);
         let verdict = judge.verdict(&artifact.name, &artifact.version, None);
+        // With `quarantine_since`, the publish time decides.
+        let dated = guard.quarantine.since_ms.is_some() && matches!(verdict, Some((_, Some(_))));
         let (refusal, quarantine_class) = match verdict {
-            Some((reason, class)) => (Some(reason), class),
-            None => (None, None),
+            Some((reason, class)) if !dated => (Some(reason), class),
+            _ => (None, None),
         };
         ArtifactCheck {
             refusal,
             quarantine_class,
+            quarantine_dated: dated,
             cooldown: guard.cooldown_for(&packages.normalise(&artifact.name)),
             artifact,
         }

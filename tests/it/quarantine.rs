@@ -60,7 +60,9 @@ fn npm_registry(registry: &MirrorServer) {
             registry.put(&format!("/{name}/-/{name}-{v}.tgz"), format!("{name} {v}"));
         }
         let latest = versions.last().unwrap();
-        let doc = json!({"name": name, "dist-tags": {"latest": latest}, "versions": listed});
+        // mc-worm 1.0.1 was published in 2019 (for `quarantine_since`).
+        let time = json!({"1.0.1": "2019-06-01T00:00:00.000Z"});
+        let doc = json!({"name": name, "dist-tags": {"latest": latest}, "versions": listed, "time": time});
         registry.put_typed(&format!("/{name}"), doc.to_string(), "application/json");
     }
 }
@@ -95,6 +97,7 @@ fn remotes(registry: &MirrorServer, feeds: &MirrorServer) -> String {
     format!(
         "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{registry}\"]\nquarantine = [\"malicious\", \"critical\"]\n\n\
          [[remote]]\nname = \"npm-allow\"\nkind = \"npm\"\nmirrors = [\"{registry}\"]\nquarantine = [\"malicious\", \"GHSA-mc11-mc22-mc33\"]\nquarantine_allow = [\"mc-worm@1.0.1\", \"CVE-2025-99001\"]\n\n\
+         [[remote]]\nname = \"npm-since\"\nkind = \"npm\"\nmirrors = [\"{registry}\"]\nquarantine = [\"malicious\"]\nquarantine_since = \"2025-09-01\"\n\n\
          [[advisories]]\nname = \"osv-npm\"\nurls = [\"{gone}\", \"{feed}\"]\nrefresh = \"1s\"\n",
         registry = registry.url(""),
         gone = feeds.url("/gone/all.zip"),
@@ -142,6 +145,18 @@ async fn quarantined_versions_leave_packuments_and_their_tarballs_get_403() {
     assert_eq!(
         get(&proxy.url("/npm-allow/mc-worm/-/mc-worm-1.0.1.tgz")).await,
         (200, "mc-worm 1.0.1".to_string())
+    );
+
+    // Published before `quarantine_since`: listed and served.
+    assert_eq!(
+        listed(&proxy, "/npm-since/mc-worm").await.0,
+        ["1.0.0", "1.0.1"]
+    );
+    assert_eq!(
+        get(&proxy.url("/npm-since/mc-worm/-/mc-worm-1.0.1.tgz"))
+            .await
+            .0,
+        200
     );
 
     // mc-lib 2.1.0 is cached before any advisory names it.
