@@ -105,7 +105,18 @@ impl Advisories {
     /// Puts the OSV zip `bytes` in force as feed `name`; on a feed that
     /// cannot be used, keeps its last good index and records why.
     pub fn install(&self, name: &str, bytes: &[u8], source: &str) -> Result<IndexReport, String> {
-        match AdvisoryIndex::from_zip(bytes) {
+        self.put_in_force(name, AdvisoryIndex::from_zip(bytes), source)
+    }
+
+    /// Puts `read` (an index and its report, or why the feed cannot be
+    /// used) in force as feed `name`.
+    fn put_in_force(
+        &self,
+        name: &str,
+        read: Result<(AdvisoryIndex, IndexReport), String>,
+        source: &str,
+    ) -> Result<IndexReport, String> {
+        match read {
             Ok((index, report)) => {
                 let mut feeds = self.feeds.lock().expect("not poisoned");
                 feeds.insert(
@@ -165,21 +176,22 @@ impl Advisories {
                     continue;
                 }
             };
-            let checked = {
-                let bytes = bytes.clone();
-                tokio::task::spawn_blocking(move || AdvisoryIndex::from_zip(&bytes).map(|_| ()))
-                    .await
-                    .unwrap_or_else(|e| Err(e.to_string()))
-            };
-            if let Err(e) = checked {
+            // Reading a large export takes seconds: off the async threads.
+            let (read, bytes) = tokio::task::spawn_blocking(move || {
+                let read = AdvisoryIndex::from_zip(&bytes);
+                (read, bytes)
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .unwrap_or_else(|e| (Err(e), Vec::new()));
+            if let Err(e) = &read {
                 errors.push(format!("{url}: {e}"));
                 continue;
             }
             if let Err(e) = self.save(&feed.name, &bytes) {
                 tracing::warn!(feed = feed.name, error = %e, "advisory feed not saved");
             }
-            let (name, source) = (feed.name.clone(), url.to_string());
-            let _ = self.install(&name, &bytes, &source);
+            let _ = self.put_in_force(&feed.name, read, url.as_str());
             return;
         }
         self.failed(&feed.name, errors.join("; "));
@@ -221,8 +233,12 @@ pub fn import(storage: &Path, name: &str, file: &Path) -> Result<IndexReport, St
     Ok(report)
 }
 
+/// The largest feed read (OSV's largest per-ecosystem export is a few
+/// hundred MiB); a larger answer is refused, not held in memory.
+const MAX_FEED: u64 = 2 << 30;
+
 async fn fetch(client: &reqwest::Client, url: &url::Url) -> Result<Vec<u8>, String> {
-    let response = client
+    let mut response = client
         .get(url.clone())
         .send()
         .await
@@ -230,8 +246,18 @@ async fn fetch(client: &reqwest::Client, url: &url::Url) -> Result<Vec<u8>, Stri
     if !response.status().is_success() {
         return Err(format!("answered {}", response.status()));
     }
-    let body = response.bytes().await.map_err(|e| e.to_string())?;
-    Ok(body.to_vec())
+    let too_large = || format!("larger than {}", bytesize::ByteSize(MAX_FEED));
+    if response.content_length().is_some_and(|len| len > MAX_FEED) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if (body.len() + chunk.len()) as u64 > MAX_FEED {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
 }
 
 /// Refreshes `feed` every `feed.refresh` while `advisories` lives.

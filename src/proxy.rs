@@ -74,7 +74,11 @@ impl Proxy {
         let health = HealthRegistry::default();
         let remotes = build_remotes(config, &gauges, &health, &metrics)?;
         let advisories = Arc::new(Advisories::new(advisories::feed_dir(&config.storage.path)));
-        advisories.load_saved();
+        // The saved feeds are in force before the first request is served.
+        let loading = advisories.clone();
+        tokio::task::spawn_blocking(move || loading.load_saved())
+            .await
+            .context("reading the saved advisory feeds")?;
         for feed in &config.advisories {
             tokio::spawn(advisories::refresh_loop(
                 Arc::downgrade(&advisories),
