@@ -32,8 +32,11 @@
 //! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
 //!   `token`, bundles and their rows, the progress display of `verify`);
 //!   only `main` imports it.
+//! - [`advisories`] keeps the OSV feeds the remotes' `quarantine` judges
+//!   by: fetched, saved under the storage path, swapped in whole.
 
 pub mod access;
+pub mod advisories;
 pub mod cache;
 pub mod clock;
 pub mod config;

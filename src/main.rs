@@ -105,6 +105,26 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// The OSV advisory feeds of `quarantine`.
+    Advisories {
+        #[command(subcommand)]
+        command: AdvisoriesCommand,
+    },
+}
+
+#[derive(Subcommand)]
+enum AdvisoriesCommand {
+    /// Check an OSV zip (an export carried to an offline site) and save it
+    /// under the storage path as feed NAME (default: the only
+    /// `[[advisories]]` feed, else "imported"); the server reads it at its
+    /// next start.
+    Import {
+        #[command(flatten)]
+        config: ConfigArg,
+        #[arg(long)]
+        name: Option<String>,
+        file: PathBuf,
+    },
 }
 
 /// `--config`, as every subcommand takes it.
@@ -181,6 +201,26 @@ fn main() -> ExitCode {
             terminal: std::io::IsTerminal::is_terminal(&std::io::stderr()),
         }),
         Command::Token { command } => token(command),
+        Command::Advisories {
+            command:
+                AdvisoriesCommand::Import {
+                    config: ConfigArg { path: config },
+                    name,
+                    file,
+                },
+        } => with_config(&config, |config| {
+            let name = name.unwrap_or_else(|| match config.advisories.as_slice() {
+                [only] => only.name.clone(),
+                _ => "imported".to_string(),
+            });
+            let report = mirrorcache::advisories::import(&config.storage.path, &name, &file)
+                .map_err(anyhow::Error::msg)?;
+            let packages: usize = report.packages.values().sum();
+            Ok(format!(
+                "feed {name:?}: {} records, {packages} packages indexed; in force at the next start",
+                report.records
+            ))
+        }),
         Command::Export {
             config: ConfigArg { path: config },
             out,

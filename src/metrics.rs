@@ -54,6 +54,13 @@ pub struct SourceLabels {
     pub source: &'static str,
 }
 
+/// A quarantine refusal: the remote and the advisory's class.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct QuarantineLabels {
+    pub remote: String,
+    pub class: &'static str,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct MirrorLabels {
     pub remote: String,
@@ -82,6 +89,7 @@ pub struct Metrics {
     upstream_hedges: Family<RemoteLabels, Counter>,
     pub mirror_in_flight: Family<MirrorLabels, Gauge>,
     pub mirror_healthy: Family<MirrorLabels, Gauge>,
+    quarantine_refusals: Family<QuarantineLabels, Counter>,
     pub store_bytes: Gauge,
     pub store_max_bytes: Gauge,
     pub evictions: Counter,
@@ -383,6 +391,12 @@ impl Metrics {
             "Fills waiting for a place in the full commit queue (back-pressure)",
             commits_waiting.clone(),
         );
+        let quarantine_refusals = Family::<QuarantineLabels, Counter>::default();
+        registry.register(
+            "quarantine_refusals",
+            "Artifact requests refused by the advisory quarantine, by remote and advisory class",
+            quarantine_refusals.clone(),
+        );
         let metadata_errors = Counter::default();
         let redis_errors = Counter::default();
         registry.register(
@@ -398,6 +412,7 @@ impl Metrics {
         Metrics {
             registry,
             requests,
+            quarantine_refusals,
             bytes_served,
             bytes_served_by_source,
             upstream_first_byte,
@@ -478,6 +493,15 @@ impl Metrics {
     }
 
     /// Counts a body that did not match its declared digest.
+    /// Counts an artifact request the quarantine refused.
+    pub fn quarantine_refusal(&self, remote: &str, class: &'static str) {
+        let labels = QuarantineLabels {
+            remote: remote.to_string(),
+            class,
+        };
+        self.quarantine_refusals.get_or_create(&labels).inc();
+    }
+
     pub fn integrity_failure(&self, remote: &str, mirror: &str) {
         self.integrity_failures
             .get_or_create(&MirrorLabels {

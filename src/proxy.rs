@@ -9,6 +9,7 @@ use anyhow::Context;
 use arc_swap::ArcSwap;
 
 use crate::access::Access;
+use crate::advisories::{self, Advisories};
 use crate::cache::Cache;
 use crate::config::{Config, ServerConfig};
 use crate::documents::Documents;
@@ -56,6 +57,8 @@ pub struct Proxy {
     /// The dashboard's per-minute history, sampled from the counters once a
     /// minute by [`Proxy::sample_history`] (never by a request).
     pub history: Arc<History>,
+    /// The advisory indexes the remotes' `quarantine` judges by.
+    pub advisories: Arc<Advisories>,
 }
 
 impl Proxy {
@@ -70,6 +73,18 @@ impl Proxy {
         let gauges = GaugeRegistry::default();
         let health = HealthRegistry::default();
         let remotes = build_remotes(config, &gauges, &health, &metrics)?;
+        let advisories = Arc::new(Advisories::new(advisories::feed_dir(&config.storage.path)));
+        // The saved feeds are in force before the first request is served.
+        let loading = advisories.clone();
+        tokio::task::spawn_blocking(move || loading.load_saved())
+            .await
+            .context("reading the saved advisory feeds")?;
+        for feed in &config.advisories {
+            tokio::spawn(advisories::refresh_loop(
+                Arc::downgrade(&advisories),
+                feed.clone(),
+            ));
+        }
         let proxy = Arc::new(Proxy {
             server: ArcSwap::from_pointee(config.server.clone()),
             remotes: ArcSwap::from_pointee(remotes),
@@ -91,6 +106,7 @@ impl Proxy {
             checksums: moka::sync::Cache::builder().max_capacity(100_000).build(),
             documents: Documents::default(),
             history: Arc::new(History::default()),
+            advisories,
         });
         proxy.start_probes();
         tokio::spawn(history_sampler(Arc::downgrade(&proxy)));
@@ -223,6 +239,8 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
         ("log.buffer", o.log.buffer != n.log.buffer),
         ("log.flush", o.log.flush != n.log.flush),
         ("storage.path", o.storage.path != n.storage.path),
+        // Feeds are fetched by tasks started with the proxy.
+        ("advisories", o.advisories != n.advisories),
         ("storage.max_size", o.storage.max_size != n.storage.max_size),
         (
             "storage.memory_cache_size",

@@ -12,6 +12,7 @@ use serde::Deserialize;
 use url::Url;
 
 mod auth;
+mod quarantine;
 mod raw;
 mod rules;
 mod upstream_credentials;
@@ -43,8 +44,19 @@ pub struct Config {
     pub remotes: Vec<RemoteConfig>,
     /// `[auth]`; `None` = every remote is anonymous.
     pub auth: Option<AuthConfig>,
+    /// `[[advisories]]`: the OSV feeds the remotes' `quarantine` judges by.
+    pub advisories: Vec<AdvisoryFeed>,
     /// What `check` warns about (and `serve` logs) without refusing the file.
     pub warnings: Vec<String>,
+}
+
+/// One `[[advisories]]` feed: an OSV export (a zip of records) fetched
+/// from the first of `urls` that answers, every `refresh`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct AdvisoryFeed {
+    pub name: String,
+    pub urls: Vec<Url>,
+    pub refresh: Duration,
 }
 
 #[derive(Debug, Clone)]

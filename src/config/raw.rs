@@ -24,6 +24,22 @@ pub(super) struct RawConfig {
     #[serde(default, rename = "remote")]
     pub(super) remotes: Vec<Spanned<RawRemote>>,
     pub(super) auth: Option<RawAuth>,
+    #[serde(default)]
+    pub(super) advisories: Vec<Spanned<RawAdvisories>>,
+}
+
+/// One `[[advisories]]` feed as written.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawAdvisories {
+    pub(super) name: Spanned<String>,
+    pub(super) urls: Spanned<Vec<Spanned<String>>>,
+    #[serde(default = "default_advisory_refresh")]
+    pub(super) refresh: HumanDuration,
+}
+
+fn default_advisory_refresh() -> HumanDuration {
+    HumanDuration(Duration::from_secs(3600))
 }
 
 #[derive(Deserialize)]
@@ -232,6 +248,12 @@ pub(super) struct RawRemote {
     #[serde(default)]
     pub(super) deny: Vec<Spanned<String>>,
     pub(super) allow: Option<Vec<Spanned<String>>>,
+    /// Advisory classes (`malicious`, `critical`, …) and ids refused.
+    pub(super) quarantine: Option<Spanned<Vec<Spanned<String>>>>,
+    /// Advisory ids and `pkg@version`s served whatever the quarantine says.
+    pub(super) quarantine_allow: Option<Spanned<Vec<Spanned<String>>>>,
+    /// A date (`2025-09-08`) or RFC 3339 time: only versions published after it are quarantined.
+    pub(super) quarantine_since: Option<Spanned<String>>,
     pub(super) access: Option<Spanned<RawAccess>>,
 }
 

@@ -55,6 +55,7 @@ impl Validator<'_> {
                 Some(list) => Some(rules("allow", list)?),
                 None => None,
             },
+            quarantine: self.quarantine(i, raw)?,
         })
     }
 }

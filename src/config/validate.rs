@@ -68,6 +68,7 @@ impl Validator<'_> {
         }
         self.oci_keys(&remotes, oci_root_remote.as_ref())?;
         let auth = self.auth_table(raw.auth)?;
+        let advisories = self.advisories(raw.advisories)?;
         let warnings = self.access_needs_users(&remotes, auth.as_ref())?;
         let redis = match raw.redis {
             None => None,
@@ -154,6 +155,7 @@ impl Validator<'_> {
             },
             remotes,
             auth,
+            advisories,
             warnings,
         })
     }

@@ -65,7 +65,10 @@ impl ArtifactRequest<'_> {
         // What the filter leaves changes with the clock: a minute's build
         // serves that minute.
         let epoch = match self.filter {
-            Some(_) => u64::try_from(crate::clock::now_ms() / 60_000).unwrap_or(0),
+            // and with the advisories in force.
+            Some(_) => u64::try_from(crate::clock::now_ms() / 60_000)
+                .unwrap_or(0)
+                .wrapping_add(self.proxy.advisories.generation() << 40),
             None => 0,
         };
         let key = DocumentKey {

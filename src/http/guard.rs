@@ -51,10 +51,12 @@ pub(super) async fn filter_document(
         (None, None) => HashMap::new(),
     };
     let remote = remote.clone();
+    let advisories = proxy.advisories.current();
     let (name, suffix) = (filter.name.clone(), filter.suffix);
     // A linear pass or a JSON parse of up to max_document_size: off the async threads.
     tokio::task::spawn_blocking(move || {
-        let judge = Judge::new(&remote.config.guard, packages, now_ms());
+        let judge =
+            Judge::new(&remote.config.guard, packages, now_ms()).with_advisories(&advisories);
         match packages.filter(&judge, &name, &body, &times, suffix) {
             Filtered::Unchanged => Ok(body),
             Filtered::Changed(filtered) => Ok(filtered),
@@ -87,7 +89,8 @@ async fn filter_index(
     let Some(listing) = listing.filter(|l| !l.is_empty()) else {
         return body;
     };
-    let judge = Judge::new(&remote.config.guard, packages, now_ms());
+    let advisories = proxy.advisories.current();
+    let judge = Judge::new(&remote.config.guard, packages, now_ms()).with_advisories(&advisories);
     let mut restated: HashMap<String, Option<Vec<u8>>> = HashMap::new();
     let (mut by_version, mut cooling) = (Vec::new(), Vec::new());
     let mut seen = std::collections::HashSet::new();
@@ -133,10 +136,14 @@ async fn restate_one(
     // The document as the index lists it: no variant.
     let mut plan = remote.config.kind.plan(&path, &HeaderMap::new());
     plan.variant = None;
-    let checks = remote
-        .config
-        .kind
-        .guard_checks(&remote.config.guard, &path, &plan, now_ms())?;
+    let advisories = proxy.advisories.current();
+    let checks = remote.config.kind.guard_checks(
+        &remote.config.guard,
+        &path,
+        &plan,
+        now_ms(),
+        &advisories,
+    )?;
     let filter = checks.document?;
     let (_, stored) = sibling_body(proxy, remote, &path, None).await.ok()?;
     let served = match filter_document(proxy, remote, &filter, stored.clone()).await {
@@ -158,7 +165,8 @@ pub(super) fn qualified_base(base: &str, body: &[u8]) -> String {
 
 /// Refuses a direct request for an artifact the guard refuses (403 with
 /// the reason): `check`, as the rules judged it without a publish time. A
-/// cooldown needs the publish time, read from the package's document
+/// cooldown (and `quarantine_since`, for a version an advisory names)
+/// needs the publish time, read from the package's document
 /// through the cache once, then from memory (`Proxy::publish_times`) — and
 /// not at all for an artifact cached at least `min_release_age` ago, which
 /// was published before that.
@@ -170,21 +178,27 @@ pub(super) async fn check_artifact(
     in_status_line: bool,
 ) -> Result<(), ProxyError> {
     if let Some(reason) = &check.refusal {
+        if let Some(class) = check.quarantine_class {
+            proxy.metrics.quarantine_refusal(&remote.name, class);
+        }
         return Err(refused(in_status_line, reason.clone()));
     }
-    let Some(min_age) = check.cooldown else {
+    if check.cooldown.is_none() && !check.quarantine_dated {
         return Ok(());
-    };
+    }
     let Some(packages) = remote.config.kind.packages() else {
         return Ok(());
     };
     let now = now_ms();
-    let cached_long_ago = proxy
-        .cache
-        .meta
-        .memory
-        .lookup_in_memory(path)
-        .is_some_and(|entry| entry.age(now) >= min_age);
+    let cached_long_ago = check.cooldown.is_some_and(|min_age| {
+        !check.quarantine_dated
+            && proxy
+                .cache
+                .meta
+                .memory
+                .lookup_in_memory(path)
+                .is_some_and(|entry| entry.age(now) >= min_age)
+    });
     if cached_long_ago {
         return Ok(());
     }
@@ -203,9 +217,15 @@ pub(super) async fn check_artifact(
             published
         }
     };
-    let judge = Judge::new(&remote.config.guard, packages, now);
-    match judge.refusal(&artifact.name, &artifact.version, published) {
-        Some(reason) => Err(refused(in_status_line, reason)),
+    let advisories = proxy.advisories.current();
+    let judge = Judge::new(&remote.config.guard, packages, now).with_advisories(&advisories);
+    match judge.verdict(&artifact.name, &artifact.version, published) {
+        Some((reason, class)) => {
+            if let Some(class) = class {
+                proxy.metrics.quarantine_refusal(&remote.name, class);
+            }
+            Err(refused(in_status_line, reason))
+        }
         None => Ok(()),
     }
 }

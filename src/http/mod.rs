@@ -164,7 +164,7 @@ async fn artifact(
         Ok(path) => path,
         Err(error) => return unresolved(error, &caller),
     };
-    let checks = guard_checks(&remote, &path, &plan);
+    let checks = guard_checks(&proxy, &remote, &path, &plan);
     let admitted = access::admit(&proxy, &remote, &headers, peer.as_ref()).await;
     let (varies, takes_post, result) = match admitted {
         Ok(admitted) => {
@@ -248,17 +248,27 @@ async fn serve(
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
     let plan = remote.config.kind.plan(path.path(), headers);
-    let checks = guard_checks(remote, path, &plan);
+    let checks = guard_checks(proxy, remote, path, &plan);
     serve_planned(proxy, remote, path, plan, checks, method, headers).await
 }
 
 /// What the remote's guard checks for `path` (its `plan`), if it has one.
-fn guard_checks(remote: &Remote, path: &ArtifactPath, plan: &Plan<'_>) -> Option<Checks> {
+fn guard_checks(
+    proxy: &Proxy,
+    remote: &Remote,
+    path: &ArtifactPath,
+    plan: &Plan<'_>,
+) -> Option<Checks> {
     let rules = &remote.config.guard;
+    if !rules.is_active() {
+        // A hit on a remote without rules takes no reference to the indexes.
+        return None;
+    }
+    let advisories = proxy.advisories.current();
     remote
         .config
         .kind
-        .guard_checks(rules, path.path(), plan, now_ms())
+        .guard_checks(rules, path.path(), plan, now_ms(), &advisories)
 }
 
 /// A GET or HEAD of `path` through the cache, as its kind's `plan` and the

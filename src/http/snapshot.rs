@@ -24,6 +24,8 @@ pub struct Snapshot {
     pub recent_errors: Vec<RecentError>,
     /// When the snapshot was taken (unix ms).
     pub now_ms: i64,
+    /// The `[[advisories]]` feeds: what is in force, and why a read failed.
+    pub advisories: Vec<crate::advisories::FeedStatus>,
 }
 
 #[derive(Debug, Serialize)]
@@ -136,6 +138,7 @@ impl Snapshot {
             fills,
             recent_errors: proxy.metrics.recent_errors.list(),
             now_ms: now,
+            advisories: proxy.advisories.status(),
         }
     }
 }

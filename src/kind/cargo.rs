@@ -110,6 +110,18 @@ impl Digests for Cargo {
 }
 
 impl Packages for Cargo {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("crates.io")
+    }
+
+    fn compare_versions(&self, a: &str, b: &str) -> Option<std::cmp::Ordering> {
+        Some(
+            semver::Version::parse(a)
+                .ok()?
+                .cmp(&semver::Version::parse(b).ok()?),
+        )
+    }
+
     /// Lower case, `-` and `_` alike (as crates.io compares them).
     fn normalise(&self, name: &str) -> String {
         name.to_ascii_lowercase().replace('_', "-")

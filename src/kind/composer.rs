@@ -234,6 +234,10 @@ fn version_of(release: &Value) -> Option<&str> {
 }
 
 impl Packages for Composer {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("Packagist")
+    }
+
     /// Composer compares package names case-insensitively.
     fn normalise(&self, name: &str) -> String {
         name.to_ascii_lowercase()

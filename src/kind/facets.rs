@@ -185,4 +185,18 @@ pub trait Packages: Send + Sync {
     fn reason_in_status_line(&self) -> bool {
         false
     }
+
+    /// The OSV ecosystem whose advisories name this kind's packages
+    /// (`npm`, `PyPI`, `crates.io`), for the quarantine. Default: none
+    /// (advisories of no ecosystem apply).
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        None
+    }
+
+    /// How version `a` orders against `b` in the ecosystem's syntax, for
+    /// the ranges of advisories; `None` when either does not parse.
+    /// Default: cannot compare (only the versions an advisory lists apply).
+    fn compare_versions(&self, _a: &str, _b: &str) -> Option<std::cmp::Ordering> {
+        None
+    }
 }

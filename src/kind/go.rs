@@ -75,6 +75,10 @@ impl Ecosystem for Go {
 /// the document whose refused versions are taken out (the go command picks
 /// from it, and asks `@latest` only when it is empty).
 impl Packages for Go {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("Go")
+    }
+
     /// The module path as the go command spells it: the proxy protocol's
     /// `!x` is `X`.
     fn normalise(&self, name: &str) -> String {

@@ -8,7 +8,9 @@
 //! Publish times come from the documents (each ecosystem's
 //! `Packages::publish_times`); where a document gives none the cooldown lets
 //! the version through. What the guard must check for one request comes in
-//! one answer, [`Checks`]. Pure: `now_ms` is passed in.
+//! one answer, [`Checks`]. The remote's `quarantine` is judged here too,
+//! against the advisory indexes in force, handed in
+//! ([`Judge::with_advisories`]). Pure: `now_ms` is passed in.
 
 use std::fmt;
 use std::sync::Arc;
@@ -16,6 +18,7 @@ use std::time::Duration;
 
 use globset::{Glob, GlobMatcher};
 
+use super::advisory::{AdvisoryIndex, Quarantine};
 use super::package::Artifact;
 use super::{Packages, Plan, TimesFrom, Variant};
 
@@ -29,12 +32,17 @@ pub struct GuardConfig {
     pub deny: Vec<PackageRule>,
     /// When set, only packages (and versions) one of these rules matches.
     pub allow: Option<Vec<PackageRule>>,
+    /// Versions that advisories name, refused by class or id.
+    pub quarantine: Quarantine,
 }
 
 impl GuardConfig {
     /// Whether anything is refused at all (else the guard is skipped).
     pub fn is_active(&self) -> bool {
-        self.min_release_age.is_some() || !self.deny.is_empty() || self.allow.is_some()
+        self.min_release_age.is_some()
+            || !self.deny.is_empty()
+            || self.allow.is_some()
+            || self.quarantine.is_active()
     }
 
     /// The cooldown that applies to `name` (normalised), if any.
@@ -196,6 +204,11 @@ pub struct ArtifactCheck {
     pub artifact: Artifact,
     /// Why a rule refuses it whatever its publish time, if one does.
     pub refusal: Option<String>,
+    /// The advisory class, when the refusal is the quarantine's.
+    pub quarantine_class: Option<&'static str>,
+    /// An advisory names it and `quarantine_since` is set: its publish
+    /// time decides.
+    pub quarantine_dated: bool,
     /// The cooldown that applies to its package, if any: then its publish
     /// time decides.
     pub cooldown: Option<Duration>,
@@ -226,11 +239,21 @@ pub fn checks(
     path: &str,
     plan: &Plan<'_>,
     now_ms: i64,
+    advisories: &[Arc<AdvisoryIndex>],
 ) -> Checks {
     let artifact = packages.artifact(path).map(|artifact| {
-        let judge = Judge::new(guard, packages, now_ms);
+        let judge = Judge::new(guard, packages, now_ms).with_advisories(advisories);
+        let verdict = judge.verdict(&artifact.name, &artifact.version, None);
+        // With `quarantine_since`, the publish time decides.
+        let dated = guard.quarantine.since_ms.is_some() && matches!(verdict, Some((_, Some(_))));
+        let (refusal, quarantine_class) = match verdict {
+            Some((reason, class)) if !dated => (Some(reason), class),
+            _ => (None, None),
+        };
         ArtifactCheck {
-            refusal: judge.refusal(&artifact.name, &artifact.version, None),
+            refusal,
+            quarantine_class,
+            quarantine_dated: dated,
             cooldown: guard.cooldown_for(&packages.normalise(&artifact.name)),
             artifact,
         }
@@ -283,6 +306,8 @@ pub struct Judge<'a> {
     guard: &'a GuardConfig,
     packages: &'a dyn Packages,
     now_ms: i64,
+    /// The advisory indexes the quarantine judges by (none: it refuses nothing).
+    advisories: &'a [Arc<AdvisoryIndex>],
 }
 
 impl<'a> Judge<'a> {
@@ -291,7 +316,14 @@ impl<'a> Judge<'a> {
             guard,
             packages,
             now_ms,
+            advisories: &[],
         }
+    }
+
+    /// The judge with the remote's `quarantine` judged against `advisories`.
+    pub fn with_advisories(mut self, advisories: &'a [Arc<AdvisoryIndex>]) -> Judge<'a> {
+        self.advisories = advisories;
+        self
     }
 
     /// Whether the cooldown applies to `name`, so publish times are needed.
@@ -324,7 +356,8 @@ impl<'a> Judge<'a> {
             return Standing::Refused;
         }
         let by_version = allowed == Some(Some(false))
-            || self.guard.deny.iter().any(|r| r.name.matches(&normalised));
+            || self.guard.deny.iter().any(|r| r.name.matches(&normalised))
+            || (self.guard.quarantine).names(self.advisories, self.packages, &normalised);
         if by_version {
             Standing::ByVersion
         } else if self.guard.cooldown_for(&normalised).is_some() {
@@ -337,6 +370,18 @@ impl<'a> Judge<'a> {
     /// Why `version` of `name` is refused, or `None` if it may be served.
     /// `published_ms`: its publish time, when the registry says.
     pub fn refusal(&self, name: &str, version: &str, published_ms: Option<i64>) -> Option<String> {
+        self.verdict(name, version, published_ms)
+            .map(|(reason, _)| reason)
+    }
+
+    /// [`refusal`](Judge::refusal), with the advisory class when the
+    /// quarantine is what refuses it.
+    pub fn verdict(
+        &self,
+        name: &str,
+        version: &str,
+        published_ms: Option<i64>,
+    ) -> Option<(String, Option<&'static str>)> {
         let normalised = self.packages.normalise(name);
         let name = self.packages.shown_name(name, &normalised);
         if let Some(rule) = self
@@ -345,28 +390,44 @@ impl<'a> Judge<'a> {
             .iter()
             .find(|r| r.matches(&normalised, version))
         {
-            return Some(format!(
-                "{name}@{version} is refused by this proxy: it matches the deny rule \"{}\"",
-                rule.text
+            return Some((
+                format!(
+                    "{name}@{version} is refused by this proxy: it matches the deny rule \"{}\"",
+                    rule.text
+                ),
+                None,
             ));
         }
         if let Some(allow) = &self.guard.allow {
             if !allow.iter().any(|r| r.matches(&normalised, version)) {
-                return Some(format!(
-                    "{name}@{version} is refused by this proxy: it is not on the allow list"
+                return Some((
+                    format!(
+                        "{name}@{version} is refused by this proxy: it is not on the allow list"
+                    ),
+                    None,
                 ));
             }
+        }
+        if let Some((reason, class)) = self.guard.quarantine.refusal(
+            self.advisories,
+            self.packages,
+            name,
+            &normalised,
+            version,
+            published_ms,
+        ) {
+            return Some((reason, Some(class)));
         }
         let min_age = self.guard.cooldown_for(&normalised)?;
         let age_ms = self.now_ms - published_ms?;
         if age_ms >= min_age.as_millis() as i64 {
             return None;
         }
-        Some(format!(
+        Some((format!(
             "{name}@{version} was published {} ago; this proxy serves a release once it is {} old (min_release_age)",
             rounded(age_ms),
             humantime::format_duration(min_age)
-        ))
+        ), None))
     }
 }
 
@@ -427,6 +488,7 @@ mod tests {
             cooldown_exempt: vec![name_glob(Some(npm), "@trusted/*").unwrap()],
             deny: rules(npm, &["colors@>=1.4.1", "flatmap-stream"]),
             allow: None,
+            quarantine: Quarantine::default(),
         };
         let judge = Judge::new(&g, npm, NOW);
         assert_eq!(judge.refusal("colors", "1.4.0", Some(NOW - 60 * DAY)), None);

@@ -273,6 +273,14 @@ fn module(path: &str, body: &[u8]) -> Vec<(String, Declared)> {
 }
 
 impl Packages for Maven {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("Maven")
+    }
+
+    fn compare_versions(&self, a: &str, b: &str) -> Option<std::cmp::Ordering> {
+        Some(version(a).cmp(&version(b)))
+    }
+
     /// Maven ranges (`[1.0,2.0)`, `(,1.0],[1.2,)`, `[1.5]`); a bare version
     /// is exactly that version.
     fn parse_versions(&self, text: &str) -> Result<VersionSpec, String> {

@@ -19,6 +19,7 @@
 //! allowed keys; the fill, the cache and the front end ask it about paths and
 //! documents.
 
+pub mod advisory;
 pub mod apt;
 pub mod cargo;
 pub mod composer;
@@ -242,8 +243,23 @@ pub fn standard_refusal(
                 english_list(&with)
             ))
         }
+        "quarantine" | "quarantine_allow" | "quarantine_since" if packages.is_none() => {
+            Some(no_packages(kind, key))
+        }
         _ => None,
     }
+}
+
+/// Why a kind without [`Packages`] refuses the quarantine keys.
+fn no_packages(kind: &str, key: &str) -> String {
+    let with: Vec<&str> = Kind::all()
+        .filter(|k| k.packages().is_some())
+        .map(Kind::name)
+        .collect();
+    format!(
+        "a {kind} remote cannot tell packages apart; `{key}` takes {} remotes",
+        english_list(&with)
+    )
 }
 
 /// `a, b and c`.
@@ -350,11 +366,19 @@ impl Kind {
         path: &str,
         plan: &Plan<'_>,
         now_ms: i64,
+        advisories: &[std::sync::Arc<advisory::AdvisoryIndex>],
     ) -> Option<guard::Checks> {
         if !guard.is_active() {
             return None;
         }
-        Some(guard::checks(guard, self.packages()?, path, plan, now_ms))
+        Some(guard::checks(
+            guard,
+            self.packages()?,
+            path,
+            plan,
+            now_ms,
+            advisories,
+        ))
     }
 
     /// Everything the ecosystem says about the digest of the body at `path`,

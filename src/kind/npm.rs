@@ -117,6 +117,16 @@ impl Digests for Npm {
 }
 
 impl Packages for Npm {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("npm")
+    }
+
+    fn compare_versions(&self, a: &str, b: &str) -> Option<std::cmp::Ordering> {
+        nodejs_semver::Version::parse(a)
+            .ok()?
+            .partial_cmp(&nodejs_semver::Version::parse(b).ok()?)
+    }
+
     fn parse_versions(&self, text: &str) -> Result<VersionSpec, String> {
         nodejs_semver::Range::parse(text)
             .map(|range| VersionSpec::new(Range(range)))

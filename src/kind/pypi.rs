@@ -104,6 +104,18 @@ impl Digests for Pypi {
 }
 
 impl Packages for Pypi {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("PyPI")
+    }
+
+    fn compare_versions(&self, a: &str, b: &str) -> Option<std::cmp::Ordering> {
+        Some(
+            a.parse::<pep440_rs::Version>()
+                .ok()?
+                .cmp(&b.parse::<pep440_rs::Version>().ok()?),
+        )
+    }
+
     /// PEP 503: lower case, runs of `-`, `_`, `.` as one `-`.
     fn normalise(&self, name: &str) -> String {
         let mut out = String::with_capacity(name.len());

@@ -204,6 +204,10 @@ fn created_at(requirements: &str) -> Option<i64> {
 }
 
 impl Packages for Rubygems {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("RubyGems")
+    }
+
     fn parse_versions(&self, text: &str) -> Result<VersionSpec, String> {
         requirement::Requirement::parse(text).map(VersionSpec::new)
     }

@@ -5,6 +5,7 @@
 //! timestamps relative to now. The lines printed as `GUARD-OUTPUT` are what
 //! docs/supply-chain.md quotes.
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, SystemTime};
 
@@ -20,7 +21,7 @@ fn ago(ago: Duration) -> String {
 }
 
 /// Runs `cmd`, which must fail; returns its stdout and stderr together.
-fn fails(cmd: &mut Command) -> String {
+pub(crate) fn fails(cmd: &mut Command) -> String {
     let out = cmd.output().unwrap();
     let said = format!(
         "{}{}",
@@ -32,10 +33,137 @@ fn fails(cmd: &mut Command) -> String {
 }
 
 /// Prints the line of `said` that holds `needle` (failing if none does).
-fn show(label: &str, said: &str, needle: &str) {
+pub(crate) fn show(label: &str, said: &str, needle: &str) {
     let line = said.lines().find(|l| l.contains(needle));
     let line = line.unwrap_or_else(|| panic!("{needle:?} not in the output of {label}:\n{said}"));
     println!("GUARD-OUTPUT {label}: {line}");
+}
+
+/// Publishes `versions` of npm package `name` on `registry` (packed for
+/// real), each published `ago` before now when given; the abbreviated
+/// packument is the full one without `time`. The last version is `latest`.
+pub(crate) fn npm_publish(
+    registry: &MirrorServer,
+    w: &Path,
+    name: &str,
+    versions: &[(&str, Option<Duration>)],
+) {
+    let mut packument = json!({"name": name, "dist-tags": {}, "versions": {}, "time": {}});
+    for (v, age) in versions {
+        let (tarball, packed) = crate::fixtures::npm_pack_version(w, name, v, &json!({}));
+        let path = format!("/{name}/-/{name}-{v}.tgz");
+        registry.put_typed(&path, tarball, "application/octet-stream");
+        packument["versions"][v] = json!({"name": name, "version": v, "dist": {
+            "tarball": registry.url(&path), "shasum": packed["shasum"], "integrity": packed["integrity"]}});
+        if let Some(age) = age {
+            packument["time"][v] = json!(ago(*age));
+        }
+        packument["dist-tags"]["latest"] = json!(v);
+    }
+    let mut abbreviated = packument.clone();
+    abbreviated.as_object_mut().unwrap().remove("time");
+    registry.put_typed(
+        &format!("/{name}"),
+        packument.to_string(),
+        "application/json",
+    );
+    registry.put_negotiated(
+        &format!("/{name}"),
+        "application/vnd.npm.install-v1+json",
+        abbreviated.to_string(),
+    );
+}
+
+/// `npm install package` from `registry_url` in consumer project `n`,
+/// with a cache and HOME of its own; the command and the project.
+pub(crate) fn npm_install(
+    w: &Path,
+    registry_url: &str,
+    n: usize,
+    package: &str,
+) -> (Command, PathBuf) {
+    let project = crate::npm::consumer_project(w, n);
+    let mut cmd = Command::new("npm");
+    cmd.args([
+        "install",
+        "--no-audit",
+        "--no-fund",
+        "--registry",
+        registry_url,
+        "--cache",
+    ])
+    .arg(w.join(format!("cache{n}")))
+    .arg(package)
+    .current_dir(&project)
+    .env("HOME", w.join(format!("home{n}")));
+    (cmd, project)
+}
+
+/// Publishes `versions` of pypi project `name`: wheels (built for real) on
+/// `files`, both PEP 691 variants of its simple page on `index`, each file
+/// uploaded `ago` before now when given.
+pub(crate) fn pypi_publish(
+    index: &MirrorServer,
+    files: &MirrorServer,
+    w: &Path,
+    name: &str,
+    versions: &[(&str, Option<Duration>)],
+) {
+    let (mut links, mut entries) = (String::new(), Vec::new());
+    for (v, age) in versions {
+        let (file, bytes) = crate::fixtures::pip_wheel_version(w, name, v, "[]");
+        let url = files.url(&format!("/packages/{file}"));
+        let sha = sha256_hex(&bytes);
+        links.push_str(&format!("<a href=\"{url}#sha256={sha}\">{file}</a><br/>\n"));
+        let mut entry =
+            json!({"filename": file, "url": url, "hashes": {"sha256": sha}, "size": bytes.len()});
+        if let Some(age) = age {
+            entry["upload-time"] = json!(ago(*age));
+        }
+        entries.push(entry);
+        files.put_typed(
+            &format!("/packages/{file}"),
+            bytes,
+            "application/octet-stream",
+        );
+    }
+    let page = format!("/simple/{name}/");
+    let html = format!("<!DOCTYPE html><html><body>{links}</body></html>");
+    index.put_typed(&page, html, "text/html");
+    let json = json!({"meta": {"api-version": "1.1"}, "name": name, "files": entries,
+                      "versions": versions.iter().map(|(v, _)| v).collect::<Vec<_>>()});
+    index.put_negotiated(
+        &page,
+        "application/vnd.pypi.simple.v1+json",
+        json.to_string(),
+    );
+}
+
+/// `pip install package --target` from `index_url` into target `n`, with a
+/// HOME of its own and no pip config.
+pub(crate) fn pip_install(w: &Path, index_url: &str, n: usize, package: &str) -> Command {
+    let mut cmd = Command::new("pip");
+    cmd.args(["install", "--target"])
+        .arg(w.join(format!("target{n}")))
+        .args([
+            "--no-cache-dir",
+            "--disable-pip-version-check",
+            "--index-url",
+            index_url,
+            package,
+        ])
+        .env("HOME", w.join(format!("home{n}")))
+        .env("PIP_CONFIG_FILE", "/dev/null");
+    cmd
+}
+
+/// Whether pip is here and wheels can be built (else a loud skip, or a
+/// failure under `MIRRORCACHE_REQUIRE_SERVICES=1`).
+pub(crate) fn pip_builds_wheels() -> bool {
+    if version("pip", "--version").is_none() {
+        return available("pip", false);
+    }
+    crate::fixtures::can_build_wheels()
 }
 
 async fn status(url: &str) -> u16 {
@@ -54,32 +182,14 @@ async fn npm_resolves_the_old_enough_version_and_prints_the_reason_of_a_refusal(
     // mc-cool: 1.0.0 is 60 days old, 1.1.0 one day; mc-fresh has only a
     // one-day-old release; mc-bad is denied.
     for (name, versions) in [
-        ("mc-cool", vec![("1.0.0", 60 * DAY), ("1.1.0", DAY)]),
-        ("mc-fresh", vec![("1.0.0", DAY)]),
-        ("mc-bad", vec![("1.0.0", 60 * DAY)]),
+        (
+            "mc-cool",
+            vec![("1.0.0", Some(60 * DAY)), ("1.1.0", Some(DAY))],
+        ),
+        ("mc-fresh", vec![("1.0.0", Some(DAY))]),
+        ("mc-bad", vec![("1.0.0", Some(60 * DAY))]),
     ] {
-        let mut packument = json!({"name": name, "dist-tags": {}, "versions": {}, "time": {}});
-        for (v, age) in &versions {
-            let (tarball, packed) = crate::fixtures::npm_pack_version(w, name, v, &json!({}));
-            let path = format!("/{name}/-/{name}-{v}.tgz");
-            registry.put_typed(&path, tarball, "application/octet-stream");
-            packument["versions"][v] = json!({"name": name, "version": v, "dist": {
-                "tarball": registry.url(&path), "shasum": packed["shasum"], "integrity": packed["integrity"]}});
-            packument["time"][v] = json!(ago(*age));
-            packument["dist-tags"]["latest"] = json!(v);
-        }
-        let mut abbreviated = packument.clone();
-        abbreviated.as_object_mut().unwrap().remove("time");
-        registry.put_typed(
-            &format!("/{name}"),
-            packument.to_string(),
-            "application/json",
-        );
-        registry.put_negotiated(
-            &format!("/{name}"),
-            "application/vnd.npm.install-v1+json",
-            abbreviated.to_string(),
-        );
+        npm_publish(&registry, w, name, &versions);
     }
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\nmin_release_age = \"7d\"\ndeny = [\"mc-bad\"]\n",
@@ -87,23 +197,7 @@ async fn npm_resolves_the_old_enough_version_and_prints_the_reason_of_a_refusal(
     ))
     .await;
     let registry_url = proxy.url("/npm/");
-    let npm = |n: usize, package: &str| {
-        let project = crate::npm::consumer_project(w, n);
-        let mut cmd = Command::new("npm");
-        cmd.args([
-            "install",
-            "--no-audit",
-            "--no-fund",
-            "--registry",
-            &registry_url,
-            "--cache",
-        ])
-        .arg(w.join(format!("cache{n}")))
-        .arg(package)
-        .current_dir(&project)
-        .env("HOME", w.join(format!("home{n}")));
-        (cmd, project)
-    };
+    let npm = |n: usize, package: &str| npm_install(w, &registry_url, n, package);
     tokio::task::block_in_place(|| {
         let (mut cmd, project) = npm(1, "mc-cool");
         run(&mut cmd);
@@ -126,47 +220,21 @@ async fn npm_resolves_the_old_enough_version_and_prints_the_reason_of_a_refusal(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pip_resolves_the_old_enough_version_and_prints_the_reason_of_a_refusal() {
-    let Some(_pip) = version("pip", "--version") else {
-        available("pip", false);
-        return;
-    };
-    if !crate::fixtures::can_build_wheels() {
+    if !pip_builds_wheels() {
         return;
     }
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
     let (index, files) = (MirrorServer::start().await, MirrorServer::start().await);
     for (name, versions) in [
-        ("mc-alpha", vec![("1.0", 60 * DAY), ("1.1", DAY)]),
-        ("mc-fresh", vec![("1.0", DAY)]),
-        ("mc-bad", vec![("1.0", 60 * DAY)]),
+        (
+            "mc-alpha",
+            vec![("1.0", Some(60 * DAY)), ("1.1", Some(DAY))],
+        ),
+        ("mc-fresh", vec![("1.0", Some(DAY))]),
+        ("mc-bad", vec![("1.0", Some(60 * DAY))]),
     ] {
-        let (mut links, mut entries) = (String::new(), Vec::new());
-        for (v, age) in &versions {
-            let (file, bytes) = crate::fixtures::pip_wheel_version(w, name, v, "[]");
-            let url = files.url(&format!("/packages/{file}"));
-            let sha = sha256_hex(&bytes);
-            links.push_str(&format!("<a href=\"{url}#sha256={sha}\">{file}</a><br/>\n"));
-            entries.push(
-                json!({"filename": file, "url": url, "hashes": {"sha256": sha},
-                                "upload-time": ago(*age), "size": bytes.len()}),
-            );
-            files.put_typed(
-                &format!("/packages/{file}"),
-                bytes,
-                "application/octet-stream",
-            );
-        }
-        let page = format!("/simple/{name}/");
-        let html = format!("<!DOCTYPE html><html><body>{links}</body></html>");
-        index.put_typed(&page, html, "text/html");
-        let json = json!({"meta": {"api-version": "1.1"}, "name": name, "files": entries,
-                          "versions": versions.iter().map(|(v, _)| v).collect::<Vec<_>>()});
-        index.put_negotiated(
-            &page,
-            "application/vnd.pypi.simple.v1+json",
-            json.to_string(),
-        );
+        pypi_publish(&index, &files, w, name, &versions);
     }
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\nmin_release_age = \"7d\"\ndeny = [\"mc-bad\"]\n",
@@ -175,21 +243,7 @@ async fn pip_resolves_the_old_enough_version_and_prints_the_reason_of_a_refusal(
     ))
     .await;
     let index_url = proxy.url("/pypi/simple/");
-    let pip = |n: usize, package: &str| {
-        let mut cmd = Command::new("pip");
-        cmd.args(["install", "--target"])
-            .arg(w.join(format!("target{n}")))
-            .args([
-                "--no-cache-dir",
-                "--disable-pip-version-check",
-                "--index-url",
-                &index_url,
-                package,
-            ])
-            .env("HOME", w.join(format!("home{n}")))
-            .env("PIP_CONFIG_FILE", "/dev/null");
-        cmd
-    };
+    let pip = |n: usize, package: &str| pip_install(w, &index_url, n, package);
     tokio::task::block_in_place(|| {
         run(&mut pip(1, "mc-alpha"));
         assert!(w.join("target1/mc_alpha-1.0.dist-info").exists());

@@ -36,6 +36,7 @@ mod pip;
 mod private;
 mod private_oci;
 mod python_tools;
+mod quarantine;
 mod rpm;
 mod rubygems;
 mod warm;

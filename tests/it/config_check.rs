@@ -85,6 +85,32 @@ fn bad_configs_name_the_key_and_line() {
             "[[remote]]\nname = \"r\"\nkind = \"apt\"\nmirrors = [\"http://a/x\"]\ndeny = [\"hello\"]\n",
             &[":5:", "remote[0].deny[0]", "cannot tell packages apart"],
         ),
+        // The quarantine: unknown classes, allow entries without a version,
+        // dates that are not, kinds without packages, feeds without URLs.
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\nquarantine = [\n  \"malicious\",\n  \"severe\",\n]\n",
+            &[":7:", "remote[0].quarantine[1]", "neither a class"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"pypi\"\nmirrors = [\"http://a/x\"]\nquarantine = [\"high\"]\nquarantine_allow = [\"requests\"]\n",
+            &[":6:", "remote[0].quarantine_allow[0]", "names no version"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\nquarantine_since = \"last tuesday\"\n",
+            &[":5:", "remote[0].quarantine_since", "not a date"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"apt\"\nmirrors = [\"http://a/x\"]\nquarantine = [\"malicious\"]\n",
+            &[":5:", "remote[0].quarantine", "cannot tell packages apart"],
+        ),
+        (
+            "[[advisories]]\nname = \"osv\"\nurls = []\n[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\n",
+            &[":3:", "advisories[0].urls", "no URL"],
+        ),
+        (
+            "[[advisories]]\nname = \"osv\"\nurls = [\"https://osv-vulnerabilities.storage.googleapis.com/npm/all.zip\"]\nrefresh = \"often\"\n[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\n",
+            &[":4:", "invalid duration"],
+        ),
         (
             "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\ncooldown_exempt = [\"@types/[\"]\n",
             &[":5:", "remote[0].cooldown_exempt[0]"],

@@ -116,18 +116,19 @@ async fn npm_young_versions_leave_both_packuments_and_their_tarballs_get_403() {
     proxy.stop().await;
 }
 
+/// A simple page's link to `wheel` on the files host `files`.
+pub(crate) fn wheel_link(files: &MirrorServer, wheel: &str) -> String {
+    format!(
+        "<a href=\"{}/packages/{wheel}#sha256=00\">{wheel}</a><br/>\n",
+        files.url("")
+    )
+}
+
 #[tokio::test]
 async fn pypi_young_files_leave_json_and_html_pages_and_get_403() {
     let (index, files) = (MirrorServer::start().await, MirrorServer::start().await);
     let wheel = |v: &str| format!("mc_alpha-{v}-py3-none-any.whl");
-    let link = |v: &str| {
-        format!(
-            "<a href=\"{}/packages/{}#sha256=00\">{}</a><br/>\n",
-            files.url(""),
-            wheel(v),
-            wheel(v)
-        )
-    };
+    let link = |v: &str| wheel_link(&files, &wheel(v));
     let html = format!("<html><body>{}{}</body></html>", link("1.0"), link("1.1"));
     let json = json!({
         "meta": {"api-version": "1.1"}, "name": "mc-alpha", "versions": ["1.0", "1.1"],

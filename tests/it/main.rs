@@ -39,6 +39,7 @@ mod path_safety;
 mod pins;
 mod prune;
 mod purge;
+mod quarantine;
 mod rate_limit;
 mod registries;
 mod reliability;

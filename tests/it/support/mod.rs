@@ -6,6 +6,7 @@ pub mod hex_registry;
 pub mod hub;
 pub mod mirror;
 pub mod nuget;
+pub mod osv;
 pub mod proxy;
 
 pub use binary::BinaryProxy;

@@ -1,0 +1,284 @@
+//! The advisory feeds at run time: the OSV exports `[[advisories]]` names,
+//! each kept as its last good zip under the storage path (so a restart
+//! without network still has it) and as an index in memory; the indexes in
+//! force are swapped whole ([`ArcSwap`]) when a feed is read again. A feed
+//! that cannot be used (not a zip, truncated, a malformed record) leaves
+//! the last good index in force and its reason in [`Advisories::status`].
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+
+use arc_swap::ArcSwap;
+use serde::Serialize;
+
+use crate::clock::now_ms;
+use crate::config::AdvisoryFeed;
+use crate::kind::advisory::{AdvisoryIndex, AdvisorySet, IndexReport};
+
+/// The advisory indexes in force and what became of each feed.
+pub struct Advisories {
+    /// One index per feed with a good copy: read per request.
+    set: ArcSwap<Vec<Arc<AdvisoryIndex>>>,
+    /// Bumped on every swap, so documents filtered by the old set are rebuilt.
+    generation: AtomicU64,
+    /// This is a `std::sync::Mutex`: it is held only to update a map, never
+    /// across an await.
+    feeds: Mutex<BTreeMap<String, Feed>>,
+    dir: PathBuf,
+}
+
+struct Feed {
+    index: Option<Arc<AdvisoryIndex>>,
+    status: FeedStatus,
+}
+
+/// One feed on `/-/status`.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FeedStatus {
+    pub name: String,
+    /// Where the index in force was read from (a URL, or the saved copy).
+    pub source: Option<String>,
+    /// When it was put in force (unix ms).
+    pub loaded_at_ms: Option<i64>,
+    pub report: Option<IndexReport>,
+    /// Why the last read failed; the index in force (if any) is older.
+    pub error: Option<String>,
+}
+
+/// Where the saved copies of the feeds are, below the storage path.
+pub fn feed_dir(storage: &Path) -> PathBuf {
+    storage.join("advisories")
+}
+
+impl Advisories {
+    /// Nothing in force; the saved copies are read by [`Advisories::load_saved`].
+    pub fn new(dir: PathBuf) -> Advisories {
+        Advisories {
+            set: ArcSwap::from_pointee(Vec::new()),
+            generation: AtomicU64::new(0),
+            feeds: Mutex::new(BTreeMap::new()),
+            dir,
+        }
+    }
+
+    /// The indexes in force now.
+    pub fn current(&self) -> AdvisorySet {
+        self.set.load_full()
+    }
+
+    /// Bumped whenever the indexes in force change.
+    pub fn generation(&self) -> u64 {
+        self.generation.load(Ordering::Relaxed)
+    }
+
+    pub fn status(&self) -> Vec<FeedStatus> {
+        let feeds = self.feeds.lock().expect("not poisoned");
+        feeds.values().map(|f| f.status.clone()).collect()
+    }
+
+    /// Reads every saved feed (`<name>.zip`: fetched feeds and imported
+    /// files) into force.
+    pub fn load_saved(&self) {
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut paths: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|e| e == "zip"))
+            .collect();
+        paths.sort();
+        for path in paths {
+            let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+                continue;
+            };
+            match std::fs::read(&path) {
+                Ok(bytes) => {
+                    let _ = self.install(name, &bytes, &path.display().to_string());
+                }
+                Err(e) => self.failed(name, format!("{}: {e}", path.display())),
+            }
+        }
+    }
+
+    /// Puts the OSV zip `bytes` in force as feed `name`; on a feed that
+    /// cannot be used, keeps its last good index and records why.
+    pub fn install(&self, name: &str, bytes: &[u8], source: &str) -> Result<IndexReport, String> {
+        self.put_in_force(name, AdvisoryIndex::from_zip(bytes), source)
+    }
+
+    /// Puts `read` (an index and its report, or why the feed cannot be
+    /// used) in force as feed `name`.
+    fn put_in_force(
+        &self,
+        name: &str,
+        read: Result<(AdvisoryIndex, IndexReport), String>,
+        source: &str,
+    ) -> Result<IndexReport, String> {
+        match read {
+            Ok((index, report)) => {
+                let mut feeds = self.feeds.lock().expect("not poisoned");
+                feeds.insert(
+                    name.to_string(),
+                    Feed {
+                        index: Some(Arc::new(index)),
+                        status: FeedStatus {
+                            name: name.to_string(),
+                            source: Some(source.to_string()),
+                            loaded_at_ms: Some(now_ms()),
+                            report: Some(report.clone()),
+                            error: None,
+                        },
+                    },
+                );
+                let set = feeds.values().filter_map(|f| f.index.clone()).collect();
+                self.set.store(Arc::new(set));
+                self.generation.fetch_add(1, Ordering::Relaxed);
+                tracing::info!(
+                    feed = name,
+                    source,
+                    records = report.records,
+                    "advisories in force"
+                );
+                Ok(report)
+            }
+            Err(error) => {
+                let error = format!("{source}: {error}");
+                self.failed(name, error.clone());
+                Err(error)
+            }
+        }
+    }
+
+    fn failed(&self, name: &str, error: String) {
+        tracing::warn!(feed = name, %error, "advisory feed not used; the last good index stays");
+        let mut feeds = self.feeds.lock().expect("not poisoned");
+        let feed = feeds.entry(name.to_string()).or_insert_with(|| Feed {
+            index: None,
+            status: FeedStatus {
+                name: name.to_string(),
+                ..FeedStatus::default()
+            },
+        });
+        feed.status.error = Some(error);
+    }
+
+    /// Fetches `feed` from the first of its URLs that answers with a usable
+    /// zip, puts it in force and saves it; every failure is in the status.
+    pub async fn refresh(&self, client: &reqwest::Client, feed: &AdvisoryFeed) {
+        let mut errors = Vec::new();
+        for url in &feed.urls {
+            let bytes = match fetch(client, url).await {
+                Ok(bytes) => bytes,
+                Err(e) => {
+                    errors.push(format!("{url}: {e}"));
+                    continue;
+                }
+            };
+            // Reading a large export takes seconds: off the async threads.
+            let (read, bytes) = tokio::task::spawn_blocking(move || {
+                let read = AdvisoryIndex::from_zip(&bytes);
+                (read, bytes)
+            })
+            .await
+            .map_err(|e| e.to_string())
+            .unwrap_or_else(|e| (Err(e), Vec::new()));
+            if let Err(e) = &read {
+                errors.push(format!("{url}: {e}"));
+                continue;
+            }
+            if let Err(e) = self.save(&feed.name, &bytes) {
+                tracing::warn!(feed = feed.name, error = %e, "advisory feed not saved");
+            }
+            let _ = self.put_in_force(&feed.name, read, url.as_str());
+            return;
+        }
+        self.failed(&feed.name, errors.join("; "));
+    }
+
+    /// Writes `bytes` as the saved copy of feed `name` (whole, then renamed).
+    pub fn save(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+        save(&self.dir, name, bytes)
+    }
+}
+
+/// Writes `bytes` as `dir/<name>.zip`, through a temporary file renamed
+/// into place, so a reader never sees half a feed.
+pub fn save(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let tmp = dir.join(format!(".{name}.zip.tmp"));
+    std::fs::write(&tmp, bytes)?;
+    std::fs::rename(&tmp, dir.join(format!("{name}.zip")))
+}
+
+/// Checks the OSV zip at `file` and saves it as feed `name` under the
+/// storage path: `mirrorcache advisories import`. A running proxy reads it
+/// at its next start.
+pub fn import(storage: &Path, name: &str, file: &Path) -> Result<IndexReport, String> {
+    let name_ok = !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if !name_ok {
+        return Err(format!(
+            "{name:?} is not a valid feed name (letters, digits, '-', '_', '.')"
+        ));
+    }
+    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    let (_, report) =
+        AdvisoryIndex::from_zip(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
+    save(&feed_dir(storage), name, &bytes).map_err(|e| e.to_string())?;
+    Ok(report)
+}
+
+/// The largest feed read (OSV's largest per-ecosystem export is a few
+/// hundred MiB); a larger answer is refused, not held in memory.
+const MAX_FEED: u64 = 2 << 30;
+
+async fn fetch(client: &reqwest::Client, url: &url::Url) -> Result<Vec<u8>, String> {
+    let mut response = client
+        .get(url.clone())
+        .send()
+        .await
+        .map_err(|e| e.to_string())?;
+    if !response.status().is_success() {
+        return Err(format!("answered {}", response.status()));
+    }
+    let too_large = || format!("larger than {}", bytesize::ByteSize(MAX_FEED));
+    if response.content_length().is_some_and(|len| len > MAX_FEED) {
+        return Err(too_large());
+    }
+    let mut body = Vec::new();
+    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
+        if (body.len() + chunk.len()) as u64 > MAX_FEED {
+            return Err(too_large());
+        }
+        body.extend_from_slice(&chunk);
+    }
+    Ok(body)
+}
+
+/// Refreshes `feed` every `feed.refresh` while `advisories` lives.
+pub async fn refresh_loop(advisories: std::sync::Weak<Advisories>, feed: AdvisoryFeed) {
+    let client = match reqwest::Client::builder()
+        .connect_timeout(std::time::Duration::from_secs(10))
+        .timeout(std::time::Duration::from_secs(600))
+        .build()
+    {
+        Ok(client) => client,
+        Err(e) => {
+            tracing::error!(feed = feed.name, error = %e, "no HTTP client for the advisory feed");
+            return;
+        }
+    };
+    loop {
+        let Some(advisories) = advisories.upgrade() else {
+            return;
+        };
+        advisories.refresh(&client, &feed).await;
+        drop(advisories);
+        tokio::time::sleep(feed.refresh).await;
+    }
+}
