@@ -13,8 +13,11 @@
 # (dockerd 20.10) and containerd 1.6 (with ctr);
 # for the RPM tests (tests/clients/rpm.rs) rpm, createrepo-c and dnf;
 # for the NuGet test (tests/clients/nuget.rs) Debian's nuget 2.8 under mono;
-# for the S3 tests moto's server (PyPI); huggingface_hub in a venv (PyPI). npm, pip and cargo come with the
-# machine; redis-server and PostgreSQL are checked by services.sh.
+# for the S3 tests moto's server (PyPI); huggingface_hub in a venv (PyPI);
+# for tests/clients/{cran,hex,conda}.rs Debian's r-base-core and rebar3, and
+# py-rattler in a venv of its own (PyPI).
+# npm, pip and cargo come with the machine; redis-server and PostgreSQL are
+# checked by services.sh.
 set -uo pipefail
 
 need_apt=()
@@ -69,6 +72,11 @@ command -v nix-store >/dev/null || need_apt+=(nix-bin)
 # Ansible Galaxy (tests/clients/galaxy.rs): Debian's ansible-core 2.14 (ansible-galaxy
 # builds the fixture collections and installs them).
 command -v ansible-galaxy >/dev/null || need_apt+=(ansible-core)
+# CRAN (tests/clients/cran.rs): Debian's R 4.2 (Rscript, install.packages).
+command -v Rscript >/dev/null || need_apt+=(r-base-core)
+# Hex (tests/clients/hex.rs): Debian's rebar3 3.19 on the machine's Erlang (openssl,
+# above, signs the fixture's registry).
+command -v rebar3 >/dev/null || need_apt+=(rebar3)
 if [ ${#need_apt[@]} -gt 0 ]; then
     echo "installing: ${need_apt[*]}"
     export DEBIAN_FRONTEND=noninteractive
@@ -91,11 +99,17 @@ HF_VENV="${MIRRORCACHE_HF_VENV:-$HOME/.cache/mirrorcache/hf-venv}"
 "$HF_VENV/bin/python" -c 'import sys, huggingface_hub as h; sys.exit(h.__version__ != "2.4.0")' 2>/dev/null \
     || { python3 -m venv "$HF_VENV" && "$HF_VENV/bin/python" -m pip install -q --disable-pip-version-check 'huggingface_hub==2.4.0'; } \
     || echo "WARNING: could not install huggingface_hub into $HF_VENV"
+# py-rattler (tests/clients/conda.rs): pinned, in a venv of its own beside huggingface_hub's.
+RATTLER_VENV="${MIRRORCACHE_RATTLER_VENV:-$HOME/.cache/mirrorcache/rattler-venv}"
+"$RATTLER_VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(m.version("py-rattler") != "0.28.0")' 2>/dev/null \
+    || { python3 -m venv "$RATTLER_VENV" && "$RATTLER_VENV/bin/python" -m pip install -q --disable-pip-version-check 'py-rattler==0.28.0'; } \
+    || echo "WARNING: could not install py-rattler into $RATTLER_VENV"
 command -v uv >/dev/null || python3 -m pip install -q --disable-pip-version-check uv \
     || echo "WARNING: could not install uv"
 command -v poetry >/dev/null || python3 -m pip install -q --disable-pip-version-check poetry \
     || echo "WARNING: could not install poetry"
 echo "tools: pnpm $(pnpm --version 2>/dev/null || echo absent), yarn $(yarn --version 2>/dev/null || echo absent), $(uv --version 2>/dev/null || echo 'uv absent'), $(poetry --version 2>/dev/null || echo 'poetry absent')"
+echo "tools: $(Rscript --version 2>&1 | head -1 || echo 'Rscript absent'), rebar3 $(rebar3 --version 2>/dev/null | cut -d' ' -f2 || echo absent), py-rattler $("$RATTLER_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("py-rattler"))' 2>/dev/null || echo absent)"
 echo "tools: huggingface_hub $("$HF_VENV/bin/python" -c 'import huggingface_hub as h; print(h.__version__)' 2>/dev/null || echo absent)"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"
 echo "tools: $(mvn --version 2>/dev/null | head -1 || echo 'mvn absent'), gradle $(gradle --version 2>/dev/null | grep -m1 '^Gradle' || echo absent)"

@@ -228,8 +228,9 @@ const MAX_DECLARING: u64 = 4096;
 /// For an artifact whose declaring documents the proxy fetches itself
 /// (`Digests::declared_by`: Maven's sidecars): fetches them through the
 /// cache, the first two at once and the rest only when neither is there,
-/// keeps the strongest digest found for `artifact` in the `declared` table,
-/// and returns it.
+/// keeps the strongest digest they declare for `artifact` in the `declared`
+/// table, and returns it; or, when none could be read here, what their own
+/// fills learned.
 async fn fetch_declaring(
     fills: &Arc<FillRegistry>,
     remote: &Arc<Remote>,
@@ -257,14 +258,23 @@ async fn fetch_declaring(
             .filter_map(|(source, body)| {
                 let document = Document::new(&config.name, &config.mirrors, &config.files, source);
                 let learned = digests.learn(&document, &body?);
-                learned.into_iter().next().map(|(_, declared)| declared)
+                let mut learned = learned.into_iter();
+                let mine = learned.find(|(key, _)| canonical(key) == artifact);
+                mine.map(|(_, declared)| declared)
             })
             .max_by_key(|declared| declared.algo().len());
         if strongest.is_some() {
             break;
         }
     }
-    let strongest = strongest?;
+    let Some(strongest) = strongest else {
+        // A declaring index too large to read here (CRAN's `PACKAGES.gz`)
+        // was learned whole by its own fill.
+        return declared_for(fills, remote, path, artifact, true)
+            .await
+            .ok()
+            .flatten();
+    };
     let items = [(artifact.to_string(), strongest.clone())];
     if let Err(error) = crate::cache::learn::learn_declared(
         &fills.cache,

@@ -95,6 +95,16 @@ impl Digests for Helm {
     }
 }
 
+/// The first URL and the `digest` the index `body` lists for `chart` at
+/// `version`, as Helm picks them (`warm` reads a `Chart.lock` with it).
+pub fn chart_in_index(body: &[u8], chart: &str, version: &str) -> Option<(String, Option<String>)> {
+    let record = index::records(body)
+        .into_iter()
+        .find(|r| r.chart == chart && r.version == version)?;
+    let url = record.urls.into_iter().next()?;
+    Some((url.into_owned(), record.digest.map(|d| d.into_owned())))
+}
+
 /// A Helm version constraint (Masterminds semver: commas between
 /// comparators, `||` between alternatives), read as an npm range, which
 /// has the same operators; versions may start with `v`.

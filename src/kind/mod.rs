@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`cran`], [`hex`], [`conda`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -23,6 +23,8 @@ pub mod advisory;
 pub mod apt;
 pub mod cargo;
 pub mod composer;
+pub mod conda;
+pub mod cran;
 pub mod declared;
 mod facets;
 pub mod galaxy;
@@ -30,6 +32,7 @@ pub mod generic;
 pub mod go;
 pub mod guard;
 pub mod helm;
+pub mod hex;
 pub mod huggingface;
 mod interval;
 pub mod maven;
@@ -269,7 +272,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 16] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 19] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -286,6 +289,9 @@ static ECOSYSTEMS: [&dyn Ecosystem; 16] = [
     &nuget::Nuget,
     &nix::Nix,
     &galaxy::Galaxy,
+    &cran::Cran,
+    &hex::Hex,
+    &conda::Conda,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -438,7 +444,10 @@ mod tests {
                 "helm",
                 "nuget",
                 "nix",
-                "galaxy"
+                "galaxy",
+                "cran",
+                "hex",
+                "conda"
             ]
         );
         for name in names {
@@ -469,7 +478,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget and galaxy remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget, galaxy, cran, hex and conda remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

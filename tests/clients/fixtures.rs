@@ -305,3 +305,25 @@ pub fn pip_install_hashed(index_url: &str, requirements: &Path, target: &Path, h
         .env("HOME", home)
         .env("PIP_CONFIG_FILE", "/dev/null"));
 }
+
+/// The python of a client's venv made by `.ci/tools.sh` (at `$env`, else
+/// `~/.cache/mirrorcache/{dir}`) when `version_code` prints `expected` there;
+/// `None` after a loud skip (a failure under MIRRORCACHE_REQUIRE_SERVICES).
+pub fn venv_python(env: &str, dir: &str, version_code: &str, expected: &str) -> Option<PathBuf> {
+    let venv = std::env::var_os(env).map(PathBuf::from).or_else(|| {
+        std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mirrorcache").join(dir))
+    })?;
+    let python = venv.join("bin/python");
+    let version = Command::new(&python)
+        .args(["-c", version_code])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
+    let ok = version.as_deref() == Some(expected);
+    available(
+        &format!("{dir} {expected} in {} (.ci/tools.sh)", venv.display()),
+        ok,
+    );
+    ok.then_some(python)
+}

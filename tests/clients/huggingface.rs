@@ -10,37 +10,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use crate::report;
-use crate::support::{available, HubFixture, TestProxy};
+use crate::support::{HubFixture, TestProxy};
 
 /// The pinned client's version (also in `.ci/tools.sh`).
 const HF_HUB_VERSION: &str = "2.4.0";
 
 /// The venv's python, after a loud skip when `.ci/tools.sh` has not made it.
 fn hf_python() -> Option<PathBuf> {
-    let venv = std::env::var_os("MIRRORCACHE_HF_VENV")
-        .map(PathBuf::from)
-        .or_else(|| {
-            std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache/mirrorcache/hf-venv"))
-        })?;
-    let python = venv.join("bin/python");
-    let version = Command::new(&python)
-        .args([
-            "-c",
-            "import huggingface_hub; print(huggingface_hub.__version__)",
-        ])
-        .output()
-        .ok()
-        .filter(|o| o.status.success())
-        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string());
-    let ok = version.as_deref() == Some(HF_HUB_VERSION);
-    available(
-        &format!(
-            "huggingface_hub {HF_HUB_VERSION} in {} (.ci/tools.sh)",
-            venv.display()
-        ),
-        ok,
-    );
-    ok.then_some(python)
+    crate::fixtures::venv_python(
+        "MIRRORCACHE_HF_VENV",
+        "hf-venv",
+        "import huggingface_hub; print(huggingface_hub.__version__)",
+        HF_HUB_VERSION,
+    )
 }
 
 /// The client in a fresh home, with `HF_ENDPOINT` on the proxy's remote.

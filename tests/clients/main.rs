@@ -13,12 +13,15 @@ mod browser;
 mod bundle;
 mod cargo_registry;
 mod composer;
+mod conda;
+mod cran;
 mod daemon_fixtures;
 mod daemons;
 mod fixtures;
 mod galaxy;
 mod go;
 mod guard;
+mod hex;
 mod huggingface;
 mod integrity;
 mod maven;
@@ -54,6 +57,20 @@ pub fn run(cmd: &mut Command) -> String {
         String::from_utf8_lossy(&out.stderr)
     );
     stdout
+}
+
+/// Runs `cmd`, which may fail: whether it succeeded, and its stdout and
+/// stderr together (what a user sees).
+pub fn outcome(cmd: &mut Command) -> (bool, String) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?}: {e}"));
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), said)
 }
 
 /// The first line of `tool --version`, or None when the tool is missing.

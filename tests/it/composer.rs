@@ -7,7 +7,7 @@
 
 use sha1::Digest as _;
 
-use crate::support::proxy::{config_text, get, get_json, start_text};
+use crate::support::proxy::{config_text, get, get_json, start_text, warm_fetches_all};
 use crate::support::{sha256_hex, tampered, test_bytes, MirrorServer};
 
 const P2: &str = "/repo/p2/acme/hello.json";
@@ -180,16 +180,7 @@ async fn warm_fetches_the_archives_a_composer_lock_names() {
                   "reference": "bbb", "shasum": ""}}
     ]});
     std::fs::write(&lock, locked.to_string()).unwrap();
-    let options = mirrorcache::ops::warm::Options {
-        server: base.clone(),
-        remote: "php".into(),
-        files: vec![lock],
-        jobs: 2,
-        terminal: false,
-    };
-    let summary = mirrorcache::ops::warm::run(&options).await.unwrap();
-    assert_eq!((summary.fetched, summary.cached), (2, 0), "{summary}");
-    assert!(summary.failed.is_empty(), "{summary}");
+    warm_fetches_all(&base, "php", vec![lock], 2).await;
     assert_eq!(dist.hits("/dl/acme/hello/1.0.0.zip"), 1);
     assert_eq!(dist.hits("/dl/acme/hello/1.1.0.zip"), 1);
 }

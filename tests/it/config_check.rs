@@ -115,6 +115,23 @@ fn bad_configs_name_the_key_and_line() {
             "[[remote]]\nname = \"r\"\nkind = \"npm\"\nmirrors = [\"http://a/x\"]\ncooldown_exempt = [\"@types/[\"]\n",
             &[":5:", "remote[0].cooldown_exempt[0]"],
         ),
+        // cran: a key it does not take, a constraint not in R's syntax.
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"cran\"\nmirrors = [\"http://a/x\"]\nversion_policy = \"releases\"\n",
+            &[":5:", "remote[0].version_policy", "cran remotes do not tell snapshots"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"cran\"\nmirrors = [\"http://a/x\"]\ndeny = [\"mctop@~> 2\"]\n",
+            &[":5:", "remote[0].deny[0]", "not an R version constraint"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"hex\"\nmirrors = [\"http://a/x\"]\nallow = [\"cowboy@^2.0\"]\n",
+            &[":5:", "remote[0].allow[0]", "not an Elixir version requirement"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"conda\"\nmirrors = [\"http://a/x\"]\ndeny = [\"numpy@~=1.2\"]\n",
+            &[":5:", "remote[0].deny[0]", "not a conda version spec"],
+        ),
     ];
     for (text, needles) in cases {
         let (code, stderr) = check(text);

@@ -8,6 +8,7 @@ use std::time::{Duration, SystemTime};
 
 use serde_json::{json, Value};
 
+use crate::support::proxy::status_line;
 use crate::support::{MirrorServer, TestProxy};
 
 const DAY: Duration = Duration::from_secs(24 * 3600);
@@ -25,19 +26,6 @@ async fn get(url: &str, accept: &str) -> (u16, String) {
         .await
         .unwrap();
     (response.status().as_u16(), response.text().await.unwrap())
-}
-
-/// The status line of a raw `GET path` (reqwest does not show the reason phrase).
-pub(crate) async fn status_line(base: &str, path: &str) -> String {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let addr = base.trim_start_matches("http://");
-    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
-    stream.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    stream.read_to_end(&mut answer).await.unwrap();
-    let answer = String::from_utf8_lossy(&answer);
-    answer.lines().next().unwrap_or_default().to_string()
 }
 
 /// Asserts that a raw `GET path` is a 403 whose status line says `says`

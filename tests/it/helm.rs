@@ -303,3 +303,49 @@ async fn a_twenty_megabyte_index_is_rewritten_filtered_and_learned_in_the_real_b
     );
     assert!(rss_mib < 400, "proxy peak RSS {rss_mib} MiB");
 }
+
+/// `warm` reads a `Chart.lock`: each dependency on an HTTP repository is
+/// found in the remote's `index.yaml` as the proxy serves it (a relative
+/// URL and one on the download host) and fetched, checked against the
+/// record's `digest`; an `oci://` dependency is left to an oci remote.
+#[tokio::test]
+async fn warm_fetches_the_charts_a_chart_lock_names() {
+    let (repo, files) = (MirrorServer::start().await, MirrorServer::start().await);
+    let (alpine, nginx) = (test_bytes(3_000, 51), test_bytes(3_000, 52));
+    let created = ago(30 * DAY);
+    let index = format!(
+        "apiVersion: v1\nentries:\n  alpine:\n{}  nginx:\n{}",
+        record(
+            "alpine",
+            "0.2.0",
+            &created,
+            &sha256_hex(&alpine),
+            "charts/alpine-0.2.0.tgz"
+        ),
+        record(
+            "nginx",
+            "1.2.0",
+            &created,
+            &sha256_hex(&nginx),
+            &files.url("/dl/nginx-1.2.0.tgz")
+        ),
+    );
+    repo.put("/repo/index.yaml", index);
+    repo.put("/repo/charts/alpine-0.2.0.tgz", alpine);
+    files.put("/dl/nginx-1.2.0.tgz", nginx);
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = TestProxy::start_in(dir.path(), &remote(&[&repo], &files, "")).await;
+    let lock = dir.path().join("Chart.lock");
+    let repository = repo.url("/repo");
+    std::fs::write(
+        &lock,
+        format!("dependencies:\n- name: alpine\n  repository: {repository}\n  version: 0.2.0\n- name: nginx\n  repository: {repository}\n  version: 1.2.0\n- name: redis\n  repository: oci://registry.example/charts\n  version: 18.0.0\ndigest: sha256:0\ngenerated: \"2024-01-01T00:00:00Z\"\n"),
+    )
+    .unwrap();
+    let summary = crate::support::proxy::warm(&proxy.base, "charts", lock).await;
+    assert_eq!((summary.fetched, summary.cached), (2, 0), "{summary}");
+    assert!(summary.failed.is_empty(), "{summary}");
+    assert_eq!(repo.hits("/repo/charts/alpine-0.2.0.tgz"), 1);
+    assert_eq!(files.hits("/dl/nginx-1.2.0.tgz"), 1);
+    proxy.stop().await;
+}

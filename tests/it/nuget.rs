@@ -360,3 +360,30 @@ async fn refused_versions_leave_every_listing_and_their_packages_are_403_with_th
     assert_eq!(feed.hits("/api/v2/package/Acme.Hello/0.9.0"), 0);
     proxy.stop().await;
 }
+
+/// `warm` reads a `packages.lock.json`: each resolved package (once, however
+/// many frameworks list it) fetched from the flat container and checked
+/// against its `contentHash`; a project reference has nothing to fetch.
+#[tokio::test]
+async fn warm_fetches_the_packages_a_packages_lock_names() {
+    let (feed, search) = (MirrorServer::start().await, MirrorServer::start().await);
+    let package = test_bytes(5_000, 65);
+    v3_feed(&feed, &search, &[("1.0.0", &ago(60 * DAY), &package)]);
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = TestProxy::start_in(dir.path(), &remote(&[&feed], "", &search, "")).await;
+    let lock = dir.path().join("packages.lock.json");
+    let resolved = serde_json::json!({"type": "Direct", "requested": "[1.0.0, )", "resolved": "1.0.0",
+                                      "contentHash": package_hash(&package)});
+    let locked = serde_json::json!({"version": 1, "dependencies": {
+        "net8.0": {"Acme.Hello": resolved, "App.Lib": {"type": "Project"}},
+        "net6.0": {"Acme.Hello": resolved}}});
+    std::fs::write(&lock, locked.to_string()).unwrap();
+    let summary = crate::support::proxy::warm(&proxy.base, "nuget", lock).await;
+    assert_eq!((summary.fetched, summary.cached), (1, 0), "{summary}");
+    assert!(summary.failed.is_empty(), "{summary}");
+    assert_eq!(
+        feed.hits("/v3-flatcontainer/acme.hello/1.0.0/acme.hello.1.0.0.nupkg"),
+        1
+    );
+    proxy.stop().await;
+}

@@ -11,8 +11,9 @@ use std::process::Command;
 
 use serde_json::{json, Value};
 
-use crate::guard::{status_line, wheel_link};
+use crate::guard::wheel_link;
 use crate::support::osv::{malicious, osv_zip};
+use crate::support::proxy::status_line;
 use crate::support::{MirrorServer, TestProxy};
 
 /// `mc-worm` 1.0.1 is malware (a `versions` list).

@@ -10,7 +10,7 @@
 
 use md5::Digest as _;
 
-use crate::support::proxy::get;
+use crate::support::proxy::{get, warm_fetches_all};
 use crate::support::{sha256_hex, tampered, test_bytes, toml_urls, MirrorServer, TestProxy};
 
 fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
@@ -388,15 +388,6 @@ async fn warm_fetches_the_gems_a_gemfile_lock_names() {
         ),
     )
     .unwrap();
-    let options = mirrorcache::ops::warm::Options {
-        server: proxy.url(""),
-        remote: "gems".into(),
-        files: vec![lock],
-        jobs: 2,
-        terminal: false,
-    };
-    let summary = mirrorcache::ops::warm::run(&options).await.unwrap();
-    assert_eq!((summary.fetched, summary.cached), (2, 0), "{summary}");
-    assert!(summary.failed.is_empty(), "{summary}");
+    warm_fetches_all(&proxy.url(""), "gems", vec![lock], 2).await;
     assert_eq!(mirror.hits("/r/gems/mc-beta-1.0.0.gem"), 1);
 }

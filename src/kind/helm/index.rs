@@ -9,18 +9,20 @@
 //! pass holding only these fields. The JSON form (`helm repo index --json`,
 //! which Helm reads at the same `index.yaml` path) goes through serde_json.
 
+use std::borrow::Cow;
 use std::ops::Range;
 
 use serde_json::Value;
 
-/// One version of one chart.
+/// One version of one chart; its fields borrowed from the YAML form's
+/// text where no quote needed undoing.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
-pub struct Record {
-    pub chart: String,
-    pub version: String,
-    pub digest: Option<String>,
-    pub created: Option<String>,
-    pub urls: Vec<String>,
+pub struct Record<'a> {
+    pub chart: Cow<'a, str>,
+    pub version: Cow<'a, str>,
+    pub digest: Option<Cow<'a, str>>,
+    pub created: Option<Cow<'a, str>>,
+    pub urls: Vec<Cow<'a, str>>,
     /// The record's bytes in the YAML form (empty for JSON).
     span: Range<usize>,
 }
@@ -31,12 +33,14 @@ pub fn is_json(body: &[u8]) -> bool {
 }
 
 /// Every record of the index `body`, in order.
-pub fn records(body: &[u8]) -> Vec<Record> {
+pub fn records(body: &[u8]) -> Vec<Record<'_>> {
     if is_json(body) {
         return json_records(body);
     }
-    let text = String::from_utf8_lossy(body);
-    Scanner::default().scan(&text).0
+    match std::str::from_utf8(body) {
+        Ok(text) => Scanner::default().scan(text).0,
+        Err(_) => Vec::new(),
+    }
 }
 
 /// `body` without the records `refused` picks; `None` when it picks none.
@@ -90,7 +94,7 @@ struct JsonRecord {
     urls: Option<Vec<String>>,
 }
 
-fn json_records(body: &[u8]) -> Vec<Record> {
+fn json_records(body: &[u8]) -> Vec<Record<'static>> {
     let Ok(index) = serde_json::from_slice::<JsonIndex>(body) else {
         return Vec::new();
     };
@@ -98,11 +102,11 @@ fn json_records(body: &[u8]) -> Vec<Record> {
     for (chart, versions) in index.entries {
         for r in versions.into_iter().flatten() {
             out.push(Record {
-                chart: chart.clone(),
-                version: r.version.unwrap_or_default(),
-                digest: r.digest,
-                created: r.created,
-                urls: r.urls.unwrap_or_default(),
+                chart: Cow::Owned(chart.clone()),
+                version: Cow::Owned(r.version.unwrap_or_default()),
+                digest: r.digest.map(Cow::Owned),
+                created: r.created.map(Cow::Owned),
+                urls: r.urls.into_iter().flatten().map(Cow::Owned).collect(),
                 span: 0..0,
             });
         }
@@ -119,9 +123,9 @@ fn json_without(body: &[u8], mut refused: impl FnMut(&Record) -> bool) -> Option
             continue;
         };
         list.retain(|v| {
-            let text = |key: &str| v.get(key).and_then(Value::as_str).map(str::to_string);
+            let text = |key: &str| v.get(key).and_then(Value::as_str).map(Cow::Borrowed);
             let record = Record {
-                chart: chart.clone(),
+                chart: Cow::Borrowed(chart.as_str()),
                 version: text("version").unwrap_or_default(),
                 created: text("created"),
                 ..Record::default()
@@ -158,10 +162,10 @@ fn split_line(line: &str) -> (usize, &str) {
 impl Scanner {
     /// The records, and each chart's key line with the range of its records.
     #[allow(clippy::type_complexity)]
-    fn scan(mut self, text: &str) -> (Vec<Record>, Vec<(Range<usize>, Range<usize>)>) {
+    fn scan(mut self, text: &str) -> (Vec<Record<'_>>, Vec<(Range<usize>, Range<usize>)>) {
         let mut records: Vec<Record> = Vec::new();
         let mut charts: Vec<(Range<usize>, Range<usize>)> = Vec::new();
-        let mut chart = String::new();
+        let mut chart = Cow::Borrowed("");
         let mut at = 0;
         for line in text.split_inclusive('\n') {
             let start = at;
@@ -185,7 +189,7 @@ impl Scanner {
                 self.close(&mut records, start);
                 self.chart_indent = Some(indent);
                 self.item_indent = None;
-                chart = unquote(content.strip_suffix(':').unwrap_or(content)).to_string();
+                chart = unquote(content.strip_suffix(':').unwrap_or(content));
                 charts.push((start..at, records.len()..records.len()));
                 continue;
             }
@@ -212,7 +216,7 @@ impl Scanner {
             };
             record.span.end = at;
             if self.in_urls && item && indent >= self.key_column {
-                record.urls.push(unquote(content[1..].trim()).to_string());
+                record.urls.push(unquote(content[1..].trim()));
             } else if indent == self.key_column {
                 self.key(Some(record), content);
             }
@@ -228,7 +232,7 @@ impl Scanner {
     }
 
     /// The current record ends where the line at `at` starts.
-    fn close(&mut self, records: &mut [Record], at: usize) {
+    fn close(&mut self, records: &mut [Record<'_>], at: usize) {
         self.in_urls = false;
         if let Some(last) = records.last_mut() {
             if last.span.end > at {
@@ -238,22 +242,22 @@ impl Scanner {
     }
 
     /// A `key: value` line of the current record.
-    fn key(&mut self, record: Option<&mut Record>, content: &str) {
+    fn key<'a>(&mut self, record: Option<&mut Record<'a>>, content: &'a str) {
         self.in_urls = false;
         let (Some(record), Some((key, value))) = (record, content.split_once(':')) else {
             return;
         };
         let value = value.trim();
         match key.trim() {
-            "version" => record.version = unquote(value).to_string(),
-            "digest" => record.digest = Some(unquote(value).to_string()),
-            "created" => record.created = Some(unquote(value).to_string()),
+            "version" => record.version = unquote(value),
+            "digest" => record.digest = Some(unquote(value)),
+            "created" => record.created = Some(unquote(value)),
             "urls" if value.is_empty() => self.in_urls = true,
             "urls" => {
                 let list = value.trim_start_matches('[').trim_end_matches(']');
                 record.urls.extend(
                     list.split(',')
-                        .map(|u| unquote(u.trim()).to_string())
+                        .map(|u| unquote(u.trim()))
                         .filter(|u| !u.is_empty()),
                 );
             }
@@ -292,8 +296,8 @@ mod tests {
             .iter()
             .map(|r| {
                 (
-                    r.chart.as_str(),
-                    r.version.as_str(),
+                    r.chart.as_ref(),
+                    r.version.as_ref(),
                     r.digest.as_deref(),
                     r.urls.len(),
                 )

@@ -1,7 +1,7 @@
 //! What a lockfile names, whichever format it is read from: an artifact, where
 //! it lives under the remote and the digest it must have, and how a parse
 //! failure is told (`lockfile` reads the npm, cargo, go and pip formats;
-//! `maven`, `gemfile`, `composer` and `galaxy` theirs).
+//! `maven`, `gemfile`, `composer`, `helm`, `nuget`, `galaxy`, `renv`, `hexpm` and `condalock` theirs).
 
 /// One artifact a lockfile names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +20,9 @@ pub enum Location {
     Resolved(String),
     /// A path under the remote (`golang.org/x/text/@v/v0.3.0.zip`).
     Path(String),
+    /// The first of these paths under the remote that the server has (a
+    /// CRAN package's current file, then its archived copy).
+    FirstOf(Vec<String>),
     /// A crate, at the remote's `config.json` download URL.
     Crate { name: String, version: String },
     /// A Python distribution pinned with `==`: every file of that version on
@@ -31,6 +34,9 @@ pub enum Location {
     },
     /// A URL on the server (a file a simple page links to).
     Url(String),
+    /// A Helm chart of a `Chart.lock`, found by name and version in the
+    /// remote's `index.yaml`.
+    Chart { name: String, version: String },
     /// A Composer package's archive, found by `reference` in the remote's
     /// p2 file unless `url` is on the server already.
     Composer {

@@ -21,6 +21,12 @@ pub enum Kind {
     GemfileLock,
     ComposerLock,
     GalaxyRequirements,
+    NugetLock,
+    ChartLock,
+    RenvLock,
+    RebarLock,
+    MixLock,
+    CondaLock,
 }
 
 impl Kind {
@@ -34,6 +40,12 @@ impl Kind {
             "Gemfile.lock" | "gems.locked" => Some(Kind::GemfileLock),
             "composer.lock" => Some(Kind::ComposerLock),
             "requirements.yml" | "requirements.yaml" => Some(Kind::GalaxyRequirements),
+            "packages.lock.json" => Some(Kind::NugetLock),
+            "Chart.lock" => Some(Kind::ChartLock),
+            "renv.lock" => Some(Kind::RenvLock),
+            "rebar.lock" => Some(Kind::RebarLock),
+            "mix.lock" => Some(Kind::MixLock),
+            "pixi.lock" | "conda-lock.yml" | "conda-lock.yaml" => Some(Kind::CondaLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -44,7 +56,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, requirements.yml)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, packages.lock.json, Chart.lock, requirements.yml, renv.lock, rebar.lock, mix.lock, pixi.lock, conda-lock.yml)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -57,6 +69,12 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::GemfileLock => super::gemfile::gemfile_lock(&text),
         Kind::ComposerLock => super::composer::composer_lock(&text),
         Kind::GalaxyRequirements => super::galaxy::requirements_yml(&text),
+        Kind::NugetLock => super::nuget::packages_lock(&text),
+        Kind::ChartLock => super::helm::chart_lock(&text),
+        Kind::RenvLock => super::renv::renv_lock(&text),
+        Kind::RebarLock => super::hexpm::rebar_lock(&text),
+        Kind::MixLock => super::hexpm::mix_lock(&text),
+        Kind::CondaLock => super::condalock::conda_lock(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

@@ -2,6 +2,7 @@
 #![allow(dead_code, unused_imports)] // shared by the `it` and `clients` test targets; each uses a part
 
 pub mod binary;
+pub mod hex_registry;
 pub mod hub;
 pub mod mirror;
 pub mod nuget;

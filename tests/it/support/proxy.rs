@@ -179,3 +179,53 @@ pub async fn commit_bytes(
     cache.commit_entry(temp, &path, entry).await.unwrap();
     digest
 }
+
+/// `mirrorcache warm` of the lockfile `lock` through the server at `base`
+/// into its remote `remote`, two at a time, without a progress bar.
+pub async fn warm(
+    base: &str,
+    remote: &str,
+    lock: std::path::PathBuf,
+) -> mirrorcache::ops::warm::Summary {
+    let options = mirrorcache::ops::warm::Options {
+        server: base.to_string(),
+        remote: remote.into(),
+        files: vec![lock],
+        jobs: 2,
+        terminal: false,
+    };
+    mirrorcache::ops::warm::run(&options).await.unwrap()
+}
+
+/// The status line of a raw `GET path` (reqwest does not show the reason phrase).
+pub async fn status_line(base: &str, path: &str) -> String {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let addr = base.trim_start_matches("http://");
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let request = format!("GET {path} HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n");
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    answer.lines().next().unwrap_or_default().to_string()
+}
+
+/// `mirrorcache warm` of the lockfiles `files` through the server at `base`
+/// for its remote `remote`; fails unless each of the `expected` artifacts
+/// was fetched (none already cached, none failed).
+pub async fn warm_fetches_all(base: &str, remote: &str, files: Vec<PathBuf>, expected: usize) {
+    let options = mirrorcache::ops::warm::Options {
+        server: base.to_string(),
+        remote: remote.into(),
+        files,
+        jobs: 2,
+        terminal: false,
+    };
+    let summary = mirrorcache::ops::warm::run(&options).await.unwrap();
+    assert_eq!(
+        (summary.fetched, summary.cached),
+        (expected, 0),
+        "{summary}"
+    );
+    assert!(summary.failed.is_empty(), "{summary}");
+}
