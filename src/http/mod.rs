@@ -5,6 +5,7 @@
 
 pub mod access;
 mod admin;
+mod affected;
 mod answer;
 mod browse;
 mod charts;
@@ -62,6 +63,7 @@ pub fn router(proxy: Arc<Proxy>) -> Router {
         .route("/-/health", get(ops::health))
         .route("/-/ready", get(ops::ready))
         .route("/-/status", get(ops::status))
+        .route("/-/advisories/{remote}/affected", get(affected::affected))
         .route("/-/metrics", get(ops::metrics))
         .route("/-/cache/{remote}/purge", post(admin::purge))
         .route("/-/cache/{remote}/{*path}", delete(admin::delete))

@@ -200,6 +200,10 @@ fn publication(text: &str) -> Option<i64> {
 }
 
 impl Packages for Cran {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("CRAN")
+    }
+
     fn parse_versions(&self, text: &str) -> Result<VersionSpec, String> {
         version::Constraints::parse(text).map(VersionSpec::new)
     }

@@ -176,6 +176,10 @@ impl Digests for Hex {
 }
 
 impl Packages for Hex {
+    fn osv_ecosystem(&self) -> Option<&'static str> {
+        Some("Hex")
+    }
+
     fn parse_versions(&self, text: &str) -> Result<VersionSpec, String> {
         requirement::Requirement::parse(text).map(VersionSpec::new)
     }

@@ -183,6 +183,16 @@ async fn quarantined_versions_leave_packuments_and_their_tarballs_get_403() {
             "2.1.3".to_string()
         )
     );
+    // What a team must rebuild: the cached artifacts an advisory names.
+    let (status, body) = get(&proxy.url("/-/advisories/npm/affected")).await;
+    assert_eq!(status, 200, "{body}");
+    let affected: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        affected,
+        json!([{"path": "mc-lib/-/mc-lib-2.1.0.tgz", "package": "mc-lib", "version": "2.1.0",
+                "advisory": "GHSA-mc11-mc22-mc33", "class": "critical",
+                "summary": "Remote code execution in mc-lib"}])
+    );
     // Allowed by an alias of the advisory the remote names by id.
     assert_eq!(
         get(&proxy.url("/npm-allow/mc-lib/-/mc-lib-2.1.0.tgz"))
