@@ -97,13 +97,12 @@ impl Claims {
 /// Whether a bearer token has the shape of a JWT (three base64url parts),
 /// as opposed to a `mirrorcache token`.
 pub fn is_jwt(text: &str) -> bool {
-    let mut parts = text.split('.');
-    let shaped = parts.by_ref().take(3).all(|p| {
+    let base64url = |p: &str| {
         !p.is_empty()
             && p.bytes()
                 .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
-    });
-    shaped && parts.next().is_none() && text.matches('.').count() == 2
+    };
+    text.split('.').count() == 3 && text.split('.').all(base64url)
 }
 
 /// The registry token a request's `Authorization` offers, if it offers one.

@@ -331,25 +331,13 @@ pub fn serve_layout(
     }
 }
 
-/// The config and layer digests of the amd64 image `tag` of a layout (the
-/// tag's own image, or the amd64 entry of its index), and the config's.
-pub fn amd64_blobs(layout: &Path, tag: &str) -> Vec<String> {
+/// The config and layer digests of the layout's single-platform image `tag`.
+pub fn image_blobs(layout: &Path, tag: &str) -> Vec<String> {
     let index: serde_json::Value =
         serde_json::from_slice(&std::fs::read(layout.join("index.json")).unwrap()).unwrap();
-    let top = descriptor(&index, tag)["digest"]
+    let manifest = descriptor(&index, tag)["digest"]
         .as_str()
         .unwrap()
         .to_string();
-    let top_json: serde_json::Value = serde_json::from_slice(&blob(layout, &top)).unwrap();
-    let image = match top_json["manifests"].as_array() {
-        Some(platforms) => platforms
-            .iter()
-            .find(|p| p["platform"]["architecture"] == "amd64")
-            .unwrap()["digest"]
-            .as_str()
-            .unwrap()
-            .to_string(),
-        None => top,
-    };
-    crate::oci_fixtures::blobs_of(&blob(layout, &image))
+    crate::oci_fixtures::blobs_of(&blob(layout, &manifest))
 }

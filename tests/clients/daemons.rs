@@ -13,7 +13,7 @@ use std::process::Command;
 use std::sync::OnceLock;
 
 use crate::daemon_fixtures::{
-    amd64_blobs, build_image, hosts_toml, serve_layout, tools, Containerd, Dockerd,
+    build_image, hosts_toml, image_blobs, serve_layout, tools, Containerd, Dockerd,
 };
 use crate::oci_fixtures::build_index;
 use crate::private::{attempt, private_proxy};
@@ -126,7 +126,7 @@ async fn dockerd_pulls_hub_names_through_registry_mirrors_and_again_with_the_reg
     // image of the index was never asked for.
     one_get_per_blob(&upstream, "library/alpine", &alpine.blobs);
     one_get_per_blob(&upstream, "org/app", &app.blobs);
-    let arm = amd64_blobs(layout, "app-arm");
+    let arm = image_blobs(layout, "app-arm");
     assert_eq!(
         upstream.hits(&format!("/v2/library/alpine/blobs/{}", arm[1])),
         0

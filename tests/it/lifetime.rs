@@ -80,6 +80,21 @@ fn blob_file(store: &Path, hex: &str) -> std::path::PathBuf {
     store.join("blobs").join(&hex[0..2]).join(hex)
 }
 
+/// Writes `bytes` as a blob file no row names, last modified `age` ago;
+/// its path.
+fn orphan_blob(store: &Path, bytes: &[u8], age: Duration) -> std::path::PathBuf {
+    let path = blob_file(store, &sha256_hex(bytes));
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, bytes).unwrap();
+    std::fs::File::options()
+        .write(true)
+        .open(&path)
+        .unwrap()
+        .set_modified(std::time::SystemTime::now() - age)
+        .unwrap();
+    path
+}
+
 /// `verify --remove` leaves an unreferenced blob younger than its grace
 /// period (a fill between its rename and its row) and removes an old one.
 #[tokio::test]
@@ -90,18 +105,8 @@ async fn verify_remove_spares_a_blob_just_committed_and_removes_an_old_orphan() 
     let running = start_text(&text).await;
     let store = dir.path().join("store");
     let (young, old) = (test_bytes(1000, 1), test_bytes(1000, 2));
-    for bytes in [&young, &old] {
-        let path = blob_file(&store, &sha256_hex(bytes));
-        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-        std::fs::write(&path, bytes).unwrap();
-    }
-    let old_path = blob_file(&store, &sha256_hex(&old));
-    std::fs::File::options()
-        .write(true)
-        .open(&old_path)
-        .unwrap()
-        .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
-        .unwrap();
+    orphan_blob(&store, &young, Duration::ZERO);
+    let old_path = orphan_blob(&store, &old, Duration::from_secs(7200));
     let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
     let report = mirrorcache::cache::verify::run(&config, true)
         .await
@@ -549,15 +554,7 @@ async fn verify_remove_waits_for_a_commit_holding_the_store_lock() {
     let running = start_text(&text).await;
     let store = dir.path().join("store");
     let old = test_bytes(1000, 3);
-    let old_path = blob_file(&store, &sha256_hex(&old));
-    std::fs::create_dir_all(old_path.parent().unwrap()).unwrap();
-    std::fs::write(&old_path, &old).unwrap();
-    std::fs::File::options()
-        .write(true)
-        .open(&old_path)
-        .unwrap()
-        .set_modified(std::time::SystemTime::now() - Duration::from_secs(7200))
-        .unwrap();
+    let old_path = orphan_blob(&store, &old, Duration::from_secs(7200));
     // A commit in progress, as the committer holds it.
     let lock = std::fs::File::options()
         .create(true)

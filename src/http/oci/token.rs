@@ -105,7 +105,7 @@ pub(in crate::http) async fn post(
                 return oauth_error(StatusCode::BAD_REQUEST, "invalid_request");
             };
             basic.insert(header::AUTHORIZATION, value);
-            let tid = token_id(&basic);
+            let tid = mirrorcache_token_id(password);
             match proxy
                 .access
                 .identify(&basic, client_of(peer.as_ref()))
@@ -161,7 +161,7 @@ async fn issue(
             Ok(issued) => issued,
             Err(error) => return error.into_response(),
         };
-    let issued_at = httpdate_rfc3339();
+    let issued_at = now_rfc3339();
     let mut body = serde_json::json!({
         "token": token,
         "access_token": token,
@@ -208,17 +208,23 @@ fn param<'p>(params: &'p [(String, String)], name: &str) -> Option<&'p str> {
         .map(|(_, v)| v.as_str())
 }
 
-/// The id of the `mirrorcache token` a Basic login used as its password,
-/// if it did: a refresh token stands only while that token does.
+/// The id of the `mirrorcache token` a login's headers offered as the
+/// password or the token, if they did: a refresh token stands only while
+/// that token does.
 fn token_id(headers: &HeaderMap) -> Option<String> {
     use crate::access::credentials::{header_of, parse, Offered};
     let value = header_of(headers).ok()??;
     match parse(value).ok()? {
         Offered::Basic { password, .. } | Offered::Token(password) => {
-            crate::access::token::split(&password).map(|(id, _)| id.to_string())
+            mirrorcache_token_id(&password)
         }
         _ => None,
     }
+}
+
+/// The id of `secret`, if it is a `mirrorcache token`.
+fn mirrorcache_token_id(secret: &str) -> Option<String> {
+    crate::access::token::split(secret).map(|(id, _)| id.to_string())
 }
 
 fn refused(refusal: Refusal) -> Response {
@@ -238,6 +244,6 @@ fn oauth_error(status: StatusCode, error: &'static str) -> Response {
 }
 
 /// Now as RFC 3339 (`issued_at`), to the second.
-fn httpdate_rfc3339() -> String {
+fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(std::time::SystemTime::now()).to_string()
 }
