@@ -6,8 +6,9 @@
 //! [`REQUEST_TARGET`] directly, byte for byte as the default text format
 //! does, and hands every other event to that default format.
 
-use std::fmt;
-use std::time::SystemTime;
+use std::cell::RefCell;
+use std::fmt::{self, Write as _};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use tracing::field::{Field, Visit};
 use tracing::{Event, Level, Subscriber};
@@ -71,7 +72,10 @@ fn write_line(
         Level::WARN => " WARN",
         Level::ERROR => "ERROR",
     };
-    write!(writer, "{} {level} ", humantime::format_rfc3339_micros(now))?;
+    write_timestamp(writer, now)?;
+    writer.write_char(' ')?;
+    writer.write_str(level)?;
+    writer.write_char(' ')?;
     let mut fields = Fields {
         writer,
         first: true,
@@ -80,6 +84,57 @@ fn write_line(
     event.record(&mut fields);
     fields.result?;
     writer.write_char('\n')
+}
+
+thread_local! {
+    /// The second a thread last logged in, and its RFC 3339 text up to the
+    /// fraction (`2026-11-30T20:07:41.`): formatted once a second, not per
+    /// line.
+    static SECOND: RefCell<(u64, String)> = const { RefCell::new((u64::MAX, String::new())) };
+}
+
+/// `now` as `humantime::format_rfc3339_micros` writes it.
+fn write_timestamp(writer: &mut impl fmt::Write, now: SystemTime) -> fmt::Result {
+    let since = now.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let seconds = since.as_secs();
+    SECOND.with(|second| {
+        let mut second = second.borrow_mut();
+        if second.0 != seconds {
+            let whole =
+                humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_secs(seconds));
+            second.1 = whole.to_string();
+            second.1.pop(); // the `Z`
+            second.1.push('.');
+            second.0 = seconds;
+        }
+        writer.write_str(&second.1)
+    })?;
+    // Six digits of microseconds, zero-padded.
+    let micros = since.subsec_micros() + 1_000_000;
+    let mut digits = itoa::Buffer::new();
+    writer.write_str(&digits.format(micros)[1..])?;
+    writer.write_char('Z')
+}
+
+/// A duration in milliseconds with one decimal (`12.3`), as the request
+/// line's `ms` field: written with integer arithmetic, not float
+/// formatting.
+pub struct Millis(pub Duration);
+
+impl fmt::Display for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let tenths = (self.0.as_micros() + 50) / 100;
+        let mut digits = itoa::Buffer::new();
+        f.write_str(digits.format(tenths / 10))?;
+        f.write_char('.')?;
+        f.write_str(digits.format(tenths % 10))
+    }
+}
+
+impl fmt::Debug for Millis {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
 }
 
 /// Writes each field as the default format's visitor does: the message
@@ -136,7 +191,7 @@ impl<W: fmt::Write> Visit for Fields<'_, W> {
         }
         self.result = self
             .name(field)
-            .and_then(|()| write!(self.writer, "{value}"));
+            .and_then(|()| self.writer.write_str(itoa::Buffer::new().format(value)));
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
@@ -152,7 +207,6 @@ impl<W: fmt::Write> Visit for Fields<'_, W> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::fmt::Write as _;
     use std::sync::{Arc, Mutex};
 
     #[derive(Clone, Default)]
@@ -218,10 +272,33 @@ mod tests {
     }
 
     #[test]
+    fn milliseconds_have_one_rounded_decimal() {
+        for (micros, text) in [
+            (0, "0.0"),
+            (49, "0.0"),
+            (50, "0.1"),
+            (1_250, "1.3"),
+            (12_345_678, "12345.7"),
+        ] {
+            assert_eq!(Millis(Duration::from_micros(micros)).to_string(), text);
+        }
+    }
+
+    #[test]
     fn the_timestamp_is_rfc3339_with_microseconds() {
         let mut line = String::new();
         let at = SystemTime::UNIX_EPOCH + std::time::Duration::from_micros(1_796_069_261_561_802);
-        write!(line, "{}", humantime::format_rfc3339_micros(at)).unwrap();
+        write_timestamp(&mut line, at).unwrap();
         assert_eq!(line, "2026-11-30T20:07:41.561802Z");
+        // The same second again (from the thread's cache), and a fraction
+        // with leading zeros.
+        let mut again = String::new();
+        write_timestamp(&mut again, at - std::time::Duration::from_micros(561_000)).unwrap();
+        assert_eq!(again, "2026-11-30T20:07:41.000802Z");
+        assert_eq!(
+            line,
+            humantime::format_rfc3339_micros(at).to_string(),
+            "as humantime writes it"
+        );
     }
 }

@@ -32,11 +32,13 @@ pub struct Peer {
     pub tls: bool,
 }
 
-const FORWARDED: [&str; 4] = [
-    "x-forwarded-for",
-    "x-forwarded-proto",
-    "x-forwarded-host",
-    "forwarded",
+/// Constant names: removing by a `&str` name parses it on every request.
+const X_FORWARDED_PROTO: HeaderName = HeaderName::from_static("x-forwarded-proto");
+const FORWARDED: [HeaderName; 4] = [
+    HeaderName::from_static("x-forwarded-for"),
+    X_FORWARDED_PROTO,
+    HeaderName::from_static("x-forwarded-host"),
+    header::FORWARDED,
 ];
 
 /// The listener's part, once per request: from a peer not in
@@ -61,15 +63,12 @@ pub fn prepare<B>(request: &mut Request<B>, addr: SocketAddr, tls: bool, trusted
             client = ip;
         }
     } else {
-        for name in FORWARDED {
+        for name in &FORWARDED {
             headers.remove(name);
         }
     }
-    if tls && !headers.contains_key("x-forwarded-proto") {
-        headers.insert(
-            HeaderName::from_static("x-forwarded-proto"),
-            HeaderValue::from_static("https"),
-        );
+    if tls && !headers.contains_key(X_FORWARDED_PROTO) {
+        headers.insert(X_FORWARDED_PROTO, HeaderValue::from_static("https"));
     }
     // HTTP/2 only: an HTTP/1.1 absolute-form target is refused later (not a
     // forward proxy), and must still look like one.

@@ -28,12 +28,10 @@ pub mod tls;
 use std::sync::Arc;
 use std::time::Instant;
 
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{header, HeaderMap, Method, Uri};
+use axum::http::{header, HeaderMap, Method};
 use axum::response::Response;
 use axum::routing::{any, delete, get, post};
-use axum::Extension;
 use axum::Router;
 use tokio::sync::watch;
 
@@ -95,15 +93,18 @@ impl Served {
     }
 }
 
-async fn artifact(
-    State(proxy): State<Arc<Proxy>>,
-    peer: Option<Extension<access::Peer>>,
-    method: Method,
-    uri: Uri,
-    headers: HeaderMap,
-    body: Body,
-) -> Response {
-    let peer = peer.map(|Extension(p)| p);
+/// The fallback route: every path that is not the server's own. It takes
+/// the request whole (the `HeaderMap` and `Uri` extractors would copy them).
+async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Request) -> Response {
+    let (parts, body) = request.into_parts();
+    let axum::http::request::Parts {
+        method,
+        uri,
+        headers,
+        mut extensions,
+        ..
+    } = parts;
+    let peer = extensions.remove::<access::Peer>();
     let started = Instant::now();
     // Lets tests reach the panic path of a handler (debug builds only).
     #[cfg(debug_assertions)]

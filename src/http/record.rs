@@ -35,7 +35,7 @@ impl Answered<'_> {
         started: Instant,
         response: &Response,
     ) {
-        let elapsed_ms = started.elapsed().as_secs_f64() * 1000.0;
+        let elapsed = started.elapsed();
         let status = response.status();
         if let (Some(error), true) = (self.error, status.is_server_error()) {
             proxy.metrics.recent_errors.push(
@@ -65,7 +65,7 @@ impl Answered<'_> {
                     cache = self.cache.map_or("-", CacheStatus::as_str),
                     mirror = self.mirror.unwrap_or("-"),
                     bytes,
-                    ms = format_args!("{elapsed_ms:.1}"),
+                    ms = %crate::logline::Millis(elapsed),
                     $($audit)*
                     "request"
                 )

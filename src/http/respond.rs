@@ -5,7 +5,7 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use axum::body::Body;
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, StatusCode};
 use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 
@@ -13,7 +13,8 @@ use crate::cache::{Blob, Digest, Entry};
 use crate::fill::Head;
 use crate::metrics::CacheStatus;
 
-pub const X_CACHE_STATUS: &str = "x-cache-status";
+/// A constant name: inserting a `&str` name parses it on every response.
+pub const X_CACHE_STATUS: HeaderName = HeaderName::from_static("x-cache-status");
 
 fn status_header(cache: CacheStatus) -> HeaderValue {
     HeaderValue::from_static(cache.as_str())
@@ -29,6 +30,8 @@ struct Validators {
     last_modified: HeaderValue,
     /// `last_modified` as a time, at whole seconds as HTTP dates are.
     modified: SystemTime,
+    /// The entry's `Content-Type`, checked once.
+    content_type: HeaderValue,
 }
 
 fn validators(entry: &Entry) -> &Validators {
@@ -46,6 +49,7 @@ fn validators(entry: &Entry) -> &Validators {
             modified: httpdate::parse_http_date(&text).unwrap_or(modified),
             last_modified: HeaderValue::from_str(&text).expect("http dates are valid headers"),
             etag,
+            content_type: content_type(entry.content_type.as_deref()),
         }
     })
 }
@@ -71,10 +75,7 @@ pub fn from_entry(
         *response.status_mut() = StatusCode::NOT_MODIFIED;
         return response;
     }
-    headers.insert(
-        header::CONTENT_TYPE,
-        content_type(entry.content_type.as_deref()),
-    );
+    headers.insert(header::CONTENT_TYPE, validators.content_type.clone());
 
     let Some((start, len)) = ranged(
         &mut response,
