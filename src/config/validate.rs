@@ -438,7 +438,6 @@ impl Validator<'_> {
         Ok(())
     }
 
-    /// A list of mirrors that may be absent (then `default`) or empty (none).
     /// `hostnames`: registry hosts as a provider source address names them
     /// (`registry.terraform.io`), lower case; the ecosystem's default when
     /// unset.
@@ -478,6 +477,7 @@ impl Validator<'_> {
         Ok(hostnames)
     }
 
+    /// A list of mirrors that may be absent (then `default`) or empty (none).
     pub(super) fn optional_mirror_list(
         &self,
         key: &str,

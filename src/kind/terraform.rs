@@ -70,9 +70,9 @@ enum Route<'p> {
         ty: &'p str,
         version: &'p str,
     },
-    /// `~files/…_SHA256SUMS`.
+    /// `…_SHA256SUMS` (under `~files/` or the registry's own host).
     Sums,
-    /// `~files/….zip`: a provider archive.
+    /// `….zip`: a provider archive.
     Archive,
     Other,
 }
@@ -84,14 +84,16 @@ fn route(path: &str) -> Route<'_> {
     if path.contains('?') {
         return Route::Other;
     }
-    if let Some(file) = path.strip_prefix(super::FILES_PREFIX) {
-        return if file.ends_with("_SHA256SUMS") {
-            Route::Sums
-        } else if file.ends_with(".zip") {
-            Route::Archive
-        } else {
-            Route::Other
-        };
+    // Where the registry's own host serves archives too, they are below
+    // the remote itself.
+    if path.ends_with("_SHA256SUMS") {
+        return Route::Sums;
+    }
+    if path.ends_with(".zip") {
+        return Route::Archive;
+    }
+    if path.starts_with(super::FILES_PREFIX) {
+        return Route::Other;
     }
     let segments: Vec<&str> = path.split('/').collect();
     if segments.iter().any(|s| s.is_empty()) {
@@ -136,8 +138,8 @@ impl Ecosystem for Terraform {
         "terraform"
     }
 
-    /// Registry answers and mirror documents rewritten; archives (under
-    /// `~files/`) immutable; the mirror protocol's hostname checked.
+    /// Registry answers and mirror documents rewritten; archives and their
+    /// `SHA256SUMS` immutable; the mirror protocol's hostname checked.
     fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
         let route = route(path);
         let registry_host = match route {
@@ -145,6 +147,7 @@ impl Ecosystem for Terraform {
             _ => None,
         };
         Plan {
+            immutable: matches!(route, Route::Sums | Route::Archive),
             document: Rewritten::when(!matches!(
                 route,
                 Route::Sums | Route::Archive | Route::Other

@@ -43,6 +43,11 @@ pub(super) fn rows() -> Rows {
                 "~files/terraform-provider-null/3.2.0/terraform-provider-null_3.2.0_linux_amd64.zip",
                 Class::Immutable,
             ),
+            (
+                "downloads/terraform-provider-null_3.2.0_linux_amd64.zip",
+                Class::Immutable,
+            ),
+            ("~files/p/terraform-provider-null_3.2.0_SHA256SUMS.sig", Class::Immutable),
             ("v1/providers/hashicorp", Class::Mutable),
         ],
         artifacts: vec![
