@@ -180,6 +180,9 @@ pub struct RemoteConfig {
     /// Mirrors of the go checksum database, served under
     /// `/{name}/sumdb/{db}/…` (go remotes only; empty = none).
     pub sumdb: Vec<Url>,
+    /// The registry hostnames served (lower case): a path naming another
+    /// ([`Plan::registry_host`](crate::kind::Plan::registry_host)) is 404.
+    pub hostnames: Vec<String>,
     /// Index documents rewritten in memory are refused (502) beyond this size.
     pub max_document_size: u64,
     /// The most an index document is unpacked to while the digests it

@@ -186,6 +186,8 @@ pub(super) struct RawRemote {
     pub(super) mirrors: Spanned<Vec<Spanned<String>>>,
     pub(super) files: Option<Spanned<Vec<Spanned<String>>>>,
     pub(super) sumdb: Option<Spanned<Vec<Spanned<String>>>>,
+    /// The registry hostnames a terraform remote serves (`{hostname}/…`).
+    pub(super) hostnames: Option<Spanned<Vec<Spanned<String>>>>,
     #[serde(default = "default_max_document_size")]
     pub(super) max_document_size: HumanSize,
     #[serde(default = "default_max_learned_size")]

@@ -47,6 +47,10 @@ impl Validator<'_> {
             }
             Ok(rules)
         };
+        let refusal = ecosystem.refuses_key("min_release_age");
+        if let (true, Some(refusal)) = (raw.min_release_age.is_some(), refusal) {
+            return self.error(format!("remote[{i}].min_release_age"), 0..0, refusal);
+        }
         Ok(GuardConfig {
             min_release_age: raw.min_release_age.map(|d| d.0).filter(|d| !d.is_zero()),
             cooldown_exempt,

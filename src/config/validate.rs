@@ -265,6 +265,7 @@ impl Validator<'_> {
             raw.sumdb.as_ref(),
             ecosystem.default_sumdb(),
         )?;
+        let hostnames = self.hostnames(i, &raw, ecosystem)?;
         if let (UpstreamAuth::Bearer(_), Some(refusal)) =
             (&auth, ecosystem.refuses_key("bearer_token"))
         {
@@ -363,6 +364,7 @@ impl Validator<'_> {
             mirrors,
             files,
             sumdb,
+            hostnames,
             max_document_size,
             max_learned_size: raw.max_learned_size.0,
             strategy: raw.strategy,
@@ -434,6 +436,45 @@ impl Validator<'_> {
             }
         }
         Ok(())
+    }
+
+    /// `hostnames`: registry hosts as a provider source address names them
+    /// (`registry.terraform.io`), lower case; the ecosystem's default when
+    /// unset.
+    fn hostnames(
+        &self,
+        i: usize,
+        raw: &RawRemote,
+        ecosystem: &dyn crate::kind::Ecosystem,
+    ) -> Result<Vec<String>, ConfigError> {
+        let Some(list) = &raw.hostnames else {
+            return Ok(ecosystem
+                .default_hostnames()
+                .iter()
+                .map(|h| h.to_string())
+                .collect());
+        };
+        if let Some(refusal) = ecosystem.refuses_key("hostnames") {
+            return self.error(format!("remote[{i}].hostnames"), list.span(), refusal);
+        }
+        let mut hostnames = Vec::with_capacity(list.get_ref().len());
+        for (j, host) in list.get_ref().iter().enumerate() {
+            let text = host.get_ref().trim();
+            let ok = !text.is_empty()
+                && text
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '.' | ':'));
+            if !ok {
+                return self.error(
+                    format!("remote[{i}].hostnames[{j}]"),
+                    host.span(),
+                    "must be a registry hostname as a provider address names it \
+                     (`registry.terraform.io`), without a scheme or path",
+                );
+            }
+            hostnames.push(text.to_ascii_lowercase());
+        }
+        Ok(hostnames)
     }
 
     /// A list of mirrors that may be absent (then `default`) or empty (none).

@@ -136,10 +136,18 @@ impl ArtifactRequest<'_> {
         let mut others = Vec::new();
         if self.document {
             // Paths whose bytes the rewrite states (rpm: the primaries
-            // `repomd.xml` lists), read through the cache; one that cannot
-            // be had is left out.
-            for other in ecosystem.rewritten_with(self.path.path(), &bytes) {
-                match guard::sibling_body(self.proxy, self.remote, &other, None).await {
+            // `repomd.xml` lists; terraform: a version's download answers),
+            // read through the cache at once; one that cannot be had is
+            // left out.
+            let wanted = ecosystem.rewritten_with(self.path.path(), &bytes);
+            let read = futures_util::future::join_all(
+                wanted
+                    .iter()
+                    .map(|other| guard::sibling_body(self.proxy, self.remote, other, None)),
+            )
+            .await;
+            for (other, result) in wanted.into_iter().zip(read) {
+                match result {
                     Ok((_, body)) => others.push((other, body)),
                     Err(error) => {
                         tracing::warn!(key = self.path.key(), other, %error, "not read for the rewrite")

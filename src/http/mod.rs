@@ -290,6 +290,14 @@ async fn serve_planned(
         // The other kind of version: this remote does not have it.
         return Err(ProxyError::NotFound { status: 404 });
     }
+    let hostnames = &remote.config.hostnames;
+    if plan
+        .registry_host
+        .is_some_and(|host| !hostnames.iter().any(|h| h.eq_ignore_ascii_case(host)))
+    {
+        // A registry this remote does not serve.
+        return Err(ProxyError::NotFound { status: 404 });
+    }
     if let Some((of, algo)) = plan.checksum_of {
         return checksum::serve(proxy, remote, of, algo).await;
     }

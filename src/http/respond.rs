@@ -192,7 +192,12 @@ pub fn add_kept(response: &mut Response, kept: &str, rewrite: &crate::kind::rewr
         let Ok(name) = header::HeaderName::from_bytes(name.as_bytes()) else {
             continue;
         };
-        let value = if value.contains("://") {
+        // A go-getter address with a forced getter (`git::https://…`) is
+        // fetched by the client's own getter, not through the proxy.
+        let forced_getter = value
+            .split_once("::")
+            .is_some_and(|(getter, _)| getter.bytes().all(|b| b.is_ascii_alphanumeric()));
+        let value = if value.contains("://") && !forced_getter {
             HeaderValue::from_str(&rewrite.apply(value))
         } else {
             HeaderValue::from_str(value)

@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`cran`], [`hex`], [`conda`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`cran`], [`hex`], [`conda`], [`terraform`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -47,6 +47,7 @@ pub mod pypi;
 pub mod rewrite;
 pub mod rpm;
 pub mod rubygems;
+pub mod terraform;
 pub mod unpack;
 mod values;
 
@@ -161,6 +162,23 @@ pub trait Ecosystem: Send + Sync + 'static {
         &[]
     }
 
+    /// The registry hostnames a remote serves by default (the `hostnames`
+    /// key): the first segment of a path whose plan names a
+    /// [`registry_host`](Plan::registry_host). Default: none.
+    fn default_hostnames(&self) -> &'static [&'static str] {
+        &[]
+    }
+
+    /// The path the remote's index mirrors are asked for when the body
+    /// served at `path` is made from another upstream document (terraform's
+    /// network mirror documents, made from the registry's version list),
+    /// stored under `path` as fetched and made into its answer by
+    /// [`rewrite_body`](Ecosystem::rewrite_body). Default: `None`, the path
+    /// itself.
+    fn upstream_path(&self, _path: &str) -> Option<String> {
+        None
+    }
+
     /// The default `sumdb` mirrors (only go has a checksum database).
     fn default_sumdb(&self) -> &'static [&'static str] {
         &[]
@@ -227,6 +245,7 @@ pub fn standard_refusal(
     match key {
         "sumdb" => Some("only a go remote has a checksum database".to_string()),
         "registry" => Some("only an oci remote answers for a registry host".to_string()),
+        "hostnames" => Some(format!("{kind} remotes serve no registry hostnames")),
         "version_policy" => Some(format!(
             "{kind} remotes do not tell snapshots from releases"
         )),
@@ -272,7 +291,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 19] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 20] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -292,6 +311,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 19] = [
     &cran::Cran,
     &hex::Hex,
     &conda::Conda,
+    &terraform::Terraform,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -447,7 +467,8 @@ mod tests {
                 "galaxy",
                 "cran",
                 "hex",
-                "conda"
+                "conda",
+                "terraform"
             ]
         );
         for name in names {
@@ -478,7 +499,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget, galaxy, cran, hex and conda remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget, galaxy, cran, hex, conda and terraform remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

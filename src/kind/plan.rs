@@ -58,6 +58,10 @@ pub struct Plan<'p> {
     /// part of the cache key (an API document whose query selects what it
     /// lists). The plan of the path with its query is this plan.
     pub query_in_key: bool,
+    /// The registry host the path names as its first segment (terraform's
+    /// network mirror protocol: `{hostname}/{namespace}/{type}/…`): a host
+    /// not among the remote's `hostnames` is 404 without asking upstream.
+    pub registry_host: Option<&'p str>,
 }
 
 /// Another spelling of a path: its `len` bytes at `at` replaced by `with`.

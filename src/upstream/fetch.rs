@@ -118,7 +118,11 @@ pub async fn fetch_avoiding<'r>(
     accept: Option<&str>,
     avoid: &[usize],
 ) -> Result<Fetched<'r>, ProxyError> {
+    // A 204 is an empty body with the headers the ecosystem keeps (a
+    // module's `X-Terraform-Get`) for a path it keeps headers of.
+    let headers_answer = !remote.config.kind.ecosystem().kept_headers(path).is_empty();
     let (set, path) = remote.route(path);
+    let path: &str = &path;
     remote.counters.fetches.inc();
     let now = now_ms();
     let any_selectable = set.health.iter().any(|h| h.selectable(now));
@@ -187,7 +191,14 @@ pub async fn fetch_avoiding<'r>(
         };
         let Some(finished) = finished else { continue };
         started.retain(|&(i, _)| i != finished.mirror_idx);
-        match judge(remote, set, finished, validators, &mut tally) {
+        match judge(
+            remote,
+            set,
+            finished,
+            validators,
+            headers_answer,
+            &mut tally,
+        ) {
             Some(fetched) => {
                 // The first head wins; the attempts still waiting are cancelled
                 // (dropping them releases their in-flight guards) and count as
@@ -400,13 +411,15 @@ fn ratelimit_remaining(headers: &reqwest::header::HeaderMap) -> Option<i64> {
     value.split(';').next()?.trim().parse().ok()
 }
 
-/// Turns a finished attempt into the fetch's answer (a 200, or a 304 when
-/// revalidating), or records why it failed and returns `None`.
+/// Turns a finished attempt into the fetch's answer (a 200, a 204 when
+/// `headers_answer`, or a 304 when revalidating), or records why it failed
+/// and returns `None`.
 fn judge<'r>(
     remote: &'r Remote,
     set: &'r MirrorSet,
     finished: Attempt<'r>,
     validators: Validators<'_>,
+    headers_answer: bool,
     tally: &mut Tally,
 ) -> Option<Fetched<'r>> {
     let Attempt {
@@ -442,8 +455,10 @@ fn judge<'r>(
             if let Some(left) = ratelimit_remaining(response.headers()) {
                 set.metrics[mirror_idx].ratelimit_remaining.set(left);
             }
+            let body =
+                status == StatusCode::OK || (headers_answer && status == StatusCode::NO_CONTENT);
             match status {
-                StatusCode::OK => {
+                _ if body => {
                     return Some(Fetched::Body(Body {
                         response,
                         mirror_idx,

@@ -23,6 +23,7 @@ pub mod registry;
 pub mod select;
 pub mod token;
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use url::Url;
@@ -126,15 +127,22 @@ impl Remote {
 
     /// The mirror set that serves `path`, and the path to ask it for.
     /// Without a `sumdb` set, `sumdb/…` goes to the index mirrors as it is
-    /// (proxy.golang.org serves the checksum database that way too).
-    pub fn route<'p>(&self, path: &'p str) -> (&MirrorSet, &'p str) {
+    /// (proxy.golang.org serves the checksum database that way too). A path
+    /// the ecosystem answers from another upstream document
+    /// ([`Ecosystem::upstream_path`]) asks the index mirrors for that one.
+    ///
+    /// [`Ecosystem::upstream_path`]: crate::kind::Ecosystem::upstream_path
+    pub fn route<'p>(&self, path: &'p str) -> (&MirrorSet, Cow<'p, str>) {
         if let (Some(files), Some(rest)) = (&self.files, path.strip_prefix(FILES_PREFIX)) {
-            return (files, rest);
+            return (files, Cow::Borrowed(rest));
         }
         if let (Some(sumdb), Some((_db, rest))) = (&self.sumdb, self.config.kind.sumdb_path(path)) {
-            return (sumdb, rest);
+            return (sumdb, Cow::Borrowed(rest));
         }
-        (&self.index, path)
+        match self.config.kind.ecosystem().upstream_path(path) {
+            Some(other) => (&self.index, Cow::Owned(other)),
+            None => (&self.index, Cow::Borrowed(path)),
+        }
     }
 
     /// `request` to mirror `mirror_idx` of `set`, with the remote's

@@ -64,6 +64,7 @@ pub(super) fn one_at_a_time<'s>(
 /// mirror's health and move on to the next mirror.
 pub async fn forward(remote: &Remote, request: Forward<'_>) -> Result<Answer, ProxyError> {
     let (set, path) = remote.route(request.path);
+    let path: &str = &path;
     let (mut attempts, mut last) = (0, None);
     for mirror_idx in one_at_a_time(remote, set) {
         let mirror: &Mirror = &set.mirrors[mirror_idx];

@@ -117,6 +117,7 @@ async fn head_uncoalesced(
     accept: Option<&str>,
 ) -> Result<TagHead, ProxyError> {
     let (set, path) = remote.route(path);
+    let path: &str = &path;
     let (mut attempts, mut last) = (0, None);
     for mirror_idx in one_at_a_time(remote, set) {
         let mirror: &Mirror = &set.mirrors[mirror_idx];

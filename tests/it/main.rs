@@ -50,4 +50,5 @@ mod scaleout;
 mod security;
 mod service;
 mod supply_chain;
+mod terraform;
 mod warm_ls;

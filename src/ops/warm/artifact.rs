@@ -1,7 +1,7 @@
 //! What a lockfile names, whichever format it is read from: an artifact, where
 //! it lives under the remote and the digest it must have, and how a parse
 //! failure is told (`lockfile` reads the npm, cargo, go and pip formats;
-//! `maven`, `gemfile`, `composer`, `helm`, `nuget`, `galaxy`, `renv`, `hexpm` and `condalock` theirs).
+//! `maven`, `gemfile`, `composer`, `helm`, `nuget`, `galaxy`, `renv`, `hexpm`, `condalock` and `terraform` theirs).
 
 /// One artifact a lockfile names.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +48,13 @@ pub enum Location {
     /// Ansible collections as `name:specifier`, resolved with their
     /// dependencies to the tarballs the remote's Galaxy API names.
     Galaxy(Vec<String>),
+    /// A provider of a `.terraform.lock.hcl` (`host/namespace/type`): the
+    /// archives the remote's `{version}.json` lists with one of `hashes`.
+    Provider {
+        address: String,
+        version: String,
+        hashes: Vec<String>,
+    },
 }
 
 /// What the body's digest must be.

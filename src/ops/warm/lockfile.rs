@@ -27,6 +27,7 @@ pub enum Kind {
     RebarLock,
     MixLock,
     CondaLock,
+    TerraformLock,
 }
 
 impl Kind {
@@ -42,6 +43,7 @@ impl Kind {
             "requirements.yml" | "requirements.yaml" => Some(Kind::GalaxyRequirements),
             "packages.lock.json" => Some(Kind::NugetLock),
             "Chart.lock" => Some(Kind::ChartLock),
+            ".terraform.lock.hcl" => Some(Kind::TerraformLock),
             "renv.lock" => Some(Kind::RenvLock),
             "rebar.lock" => Some(Kind::RebarLock),
             "mix.lock" => Some(Kind::MixLock),
@@ -56,7 +58,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, packages.lock.json, Chart.lock, requirements.yml, renv.lock, rebar.lock, mix.lock, pixi.lock, conda-lock.yml)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, packages.lock.json, Chart.lock, requirements.yml, renv.lock, rebar.lock, mix.lock, pixi.lock, conda-lock.yml, .terraform.lock.hcl)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -75,6 +77,7 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::RebarLock => super::hexpm::rebar_lock(&text),
         Kind::MixLock => super::hexpm::mix_lock(&text),
         Kind::CondaLock => super::condalock::conda_lock(&text),
+        Kind::TerraformLock => super::terraform::lock_hcl(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

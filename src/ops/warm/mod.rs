@@ -25,6 +25,7 @@ mod pypi;
 mod renv;
 mod server;
 mod snapshot;
+mod terraform;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -215,6 +216,7 @@ impl Places {
             Location::Composer { .. } => Err("a package not resolved to its archive".into()),
             Location::Galaxy(_) => Err("collections not resolved to tarballs".into()),
             Location::Chart { .. } => Err("a chart not resolved to its file".into()),
+            Location::Provider { .. } => Err("a provider not resolved to its archives".into()),
             Location::Path(path) => Ok(format!("{}/{path}", self.base)),
             Location::FirstOf(_) => Err("several places, asked in turn by `fetch`".into()),
             Location::Resolved(url) => {
@@ -391,6 +393,25 @@ async fn resolve_pins(
                         }]
                     });
                     (artifact.name.clone(), chart)
+                }
+                Location::Provider {
+                    address,
+                    version,
+                    hashes,
+                } => {
+                    let found =
+                        terraform::archives(client, &places.base, address, version, hashes).await;
+                    let archives = found.map(|found| {
+                        found
+                            .into_iter()
+                            .map(|(url, check)| Artifact {
+                                location: Location::Url(url),
+                                check,
+                                ..artifact.clone()
+                            })
+                            .collect()
+                    });
+                    (artifact.name.clone(), archives)
                 }
                 _ => (artifact.name.clone(), Ok(vec![artifact])),
             }

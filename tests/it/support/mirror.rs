@@ -361,6 +361,15 @@ async fn handle(
             .body(Body::empty())
             .unwrap();
     }
+    // As a module registry answers `…/{version}/download`: 204, the file
+    // being the module's location (`X-Terraform-Get`).
+    if path.starts_with("/v1/modules/") && path.ends_with("/download") {
+        return Response::builder()
+            .status(204)
+            .header("x-terraform-get", String::from_utf8_lossy(&bytes).as_ref())
+            .body(Body::empty())
+            .unwrap();
+    }
     let len = bytes.len() as u64;
     let mut builder = Response::builder();
     // As a registry answers a manifest (a tag's HEAD reads it).
