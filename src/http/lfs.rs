@@ -7,7 +7,8 @@
 //! mirror answers, an identity the upstream said yes to within `max_stale`
 //! gets its cached objects; any other is refused (503). An object's GET
 //! needs its grant, then is served through the cache: its fill fetches the
-//! action's `href` and checks the body against the oid. Uploads are 405, or
+//! action's `href` (`upstream::lfs::send`) and checks the body against the
+//! oid. Uploads are 405, or
 //! forwarded as sent with `lfs_uploads = "pass"`.
 
 use std::sync::Arc;
@@ -30,8 +31,7 @@ use crate::upstream::lfs::Action;
 use crate::upstream::pass::{self, Forward};
 use crate::upstream::Remote;
 
-/// How long a grant the proxy gives (and the upstream's action, when it
-/// names no expiry) stays good.
+/// How long a grant the proxy gives stays good.
 const GRANT_LIFETIME_S: i64 = 3600;
 
 /// The largest upstream batch answer read.
@@ -171,7 +171,7 @@ impl Batch<'_> {
         self.proxy.lfs_grants.said_yes(identity, now);
         let replies: Vec<Reply> = objects
             .into_iter()
-            .map(|object| self.reply_for(object, &request, &cached, now))
+            .map(|object| self.reply_for(object, &mirror, &request, &cached, now))
             .collect();
         let mut served = respond(StatusCode::OK, batch::answer(&replies), CacheStatus::Pass)?;
         served.mirror = Some(mirror);
@@ -268,6 +268,7 @@ impl Batch<'_> {
     fn reply_for(
         &self,
         object: batch::Answered,
+        mirror: &str,
         request: &Request,
         cached: &[bool],
         now: i64,
@@ -298,32 +299,14 @@ impl Batch<'_> {
                 false => error(502, "the Git host named no download action"),
             };
         };
-        let href = match url::Url::parse(&action.href) {
-            Ok(href) if self.remote.may_leave_for(&href) => href,
-            _ => {
-                return error(
-                    502,
-                    "the Git host's download action is not one the proxy follows",
-                )
-            }
-        };
-        let mut headers = reqwest::header::HeaderMap::new();
-        for (name, value) in &action.header {
-            if let (Ok(name), Ok(value)) = (
-                reqwest::header::HeaderName::from_bytes(name.as_bytes()),
-                reqwest::header::HeaderValue::from_str(value),
-            ) {
-                headers.insert(name, value);
-            }
-        }
-        let lifetime = action.lifetime(now / 1000).unwrap_or(GRANT_LIFETIME_S);
-        let kept = Action {
-            href,
-            headers,
-            until_ms: now + lifetime.max(0) * 1000,
+        let Some(kept) = Action::from_batch(self.remote, action, size, now) else {
+            return error(
+                502,
+                "the Git host's download action is not one the proxy follows",
+            );
         };
         let path = lfs::object_path(self.endpoint, &oid);
-        self.remote.lfs_actions.keep(path, kept, now);
+        self.remote.lfs_actions.keep(&path, mirror, kept, now);
         self.download(&oid, size)
     }
 }

@@ -119,13 +119,8 @@ pub async fn fetch_avoiding<'r>(
     avoid: &[usize],
 ) -> Result<Fetched<'r>, ProxyError> {
     let (set, path) = remote.route(path);
-    let now = now_ms();
-    // An LFS object is fetched only where a batch answer said it is.
-    let lfs = remote.config.kind.ecosystem().protocol() == Protocol::LfsActions;
-    if lfs && remote.lfs_actions.get(path, now).is_none() {
-        return Err(ProxyError::NotFound { status: 404 });
-    }
     remote.counters.fetches.inc();
+    let now = now_ms();
     let any_selectable = set.health.iter().any(|h| h.selectable(now));
     let order = set
         .selector
@@ -262,25 +257,16 @@ fn request_for(
     validators: Validators<'_>,
     accept: Option<&str>,
 ) -> reqwest::RequestBuilder {
-    let protocol = remote.config.kind.ecosystem().protocol();
-    let action = match protocol {
-        Protocol::LfsActions => remote.lfs_actions.get(path, now_ms()),
-        _ => None,
-    };
-    let url = match &action {
-        Some(action) => action.href.to_string(),
-        None => set.mirrors[mirror_idx].url_for(path),
-    };
+    let url = set.mirrors[mirror_idx].url_for(path);
     // The cache stores and hashes the bytes of the artifact itself. A mirror
     // that encodes anyway is decoded by the client (gzip, deflate); any
     // other encoding is refused by the fill.
     // An oci remote's credentials go to its token service (`token::send`).
     let get = remote.client.get(url);
-    let mut request = match (protocol, action) {
-        (Protocol::Registry, _) => get,
-        // The action's own headers, none of the remote's credentials.
-        (Protocol::LfsActions, Some(action)) => get.headers(action.headers),
-        _ => remote.authorize(get, set, mirror_idx),
+    // An LFS object's request is made by `lfs::send`, at its action's `href`.
+    let mut request = match remote.config.kind.ecosystem().protocol() {
+        Protocol::Registry | Protocol::LfsActions => get,
+        Protocol::Plain | Protocol::SignedRedirects => remote.authorize(get, set, mirror_idx),
     }
     .header(header::ACCEPT_ENCODING, "identity");
     if let Some(accept) = accept {
@@ -320,7 +306,8 @@ async fn attempt<'r>(
             Protocol::Registry => {
                 super::token::send(remote, set.mirrors[mirror_idx].base(), path, request).await
             }
-            Protocol::Plain | Protocol::LfsActions => request.send().await,
+            Protocol::Plain => request.send().await,
+            Protocol::LfsActions => super::lfs::send(remote, set, mirror_idx, path).await,
             Protocol::SignedRedirects => {
                 super::redirects::send_following(remote, path, request, validators).await
             }

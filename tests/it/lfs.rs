@@ -4,7 +4,8 @@
 //! `tq/basic_download.go` read them. The batch is forwarded with the
 //! client's credentials and answered with proxy URLs; each object is
 //! fetched once, checked against its oid and served from the store; a
-//! client the Git host does not admit gets nothing cached for another; an
+//! tampered object is fetched from the next mirror, or refused and not
+//! cached; a client the Git host does not admit gets nothing cached for another; an
 //! offline batch serves an identity seen before and refuses one never seen.
 
 use reqwest::header::AUTHORIZATION;
@@ -251,6 +252,39 @@ async fn a_tampered_object_is_refused_and_nothing_is_cached() {
     let (status, body) = download(&answer["objects"][0]).await;
     assert_eq!((status, sha256_hex(&body)), (200, oids[0].clone()));
     assert_eq!(host.downloads(&oids[0]), 2);
+}
+
+/// Two Git hosts as mirrors: the first's object store sends other bytes,
+/// so the fill asks the second for a download action of its own (a batch
+/// with the remote's credentials) and serves its bytes to the same request.
+#[tokio::test]
+async fn a_tampered_object_is_fetched_from_the_next_mirror() {
+    let good = test_bytes(300_000, 7);
+    let (first, oids) = host(std::slice::from_ref(&good)).await;
+    let (second, _) = host(std::slice::from_ref(&good)).await;
+    first.put_as(&oids[0], tampered(&good));
+    let config = format!(
+        "[[remote]]\nname = \"lfs\"\nkind = \"lfs\"\nmirrors = [\"{}\", \"{}\"]\nstrategy = \"single\"\nusername = \"alice\"\npassword = \"alice-secret\"\n",
+        first.url(),
+        second.url()
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let running = start_text(&config_text(dir.path(), &config)).await;
+    let base = format!("http://{}/lfs", running.local_addr);
+    let (status, _, answer) = batch(&base, &[(oids[0].as_str(), 300_000)], Some(ALICE)).await;
+    assert_eq!(status, 200, "{answer}");
+    let (status, body) = download(&answer["objects"][0]).await;
+    assert_eq!((status, sha256_hex(&body)), (200, oids[0].clone()));
+    running.proxy.fills.wait_idle().await;
+    assert_eq!((first.batches(), first.downloads(&oids[0])), (1, 1));
+    assert_eq!((second.batches(), second.downloads(&oids[0])), (1, 1));
+    let metrics = reqwest::get(format!("http://{}/-/metrics", running.local_addr))
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(crate::support::proxy::metric(&metrics, "mirrorcache_integrity_failures_total") >= 1.0);
 }
 
 #[tokio::test]
