@@ -5,7 +5,8 @@
 //! each download action kept server-side (`upstream::lfs::Actions`) and
 //! answered with the proxy's URL and a grant (`access::lfs`). When no
 //! mirror answers, an identity the upstream said yes to within `max_stale`
-//! gets its cached objects; any other is refused (503). An object's GET
+//! gets its cached objects; a client without credentials is asked for them
+//! (401); any other is refused (503). An object's GET
 //! needs its grant, then is served through the cache: its fill fetches the
 //! action's `href` (`upstream::lfs::send`) and checks the body against the
 //! oid. Uploads are 405, or
@@ -140,11 +141,27 @@ impl Batch<'_> {
         if within(self.remote.config.lfs.grant_ttl) && cached.iter().all(|&c| c) {
             return self.local(&request, &cached, CacheStatus::Hit);
         }
+        // A client that could have sent credentials of its own and did not.
+        let unauthenticated = credential.is_none() && self.remote.config.access.is_anonymous();
         let answer = match self.forward(credential, body).await {
             Ok(answer) => answer,
             Err(error) if within(self.remote.config.max_stale) => {
                 tracing::debug!(remote = %self.remote.name, %error, "batch answered from the cache");
                 return self.local(&request, &cached, CacheStatus::Stale);
+            }
+            Err(error) if unauthenticated => {
+                tracing::debug!(remote = %self.remote.name, %error, "batch challenged: upstream unreachable");
+                // Asked for its credentials, which the host may have admitted.
+                let mut served = reply(
+                    StatusCode::UNAUTHORIZED,
+                    "the Git host cannot be reached: send credentials it admitted lately",
+                )?;
+                let challenge = HeaderValue::from_static("Basic realm=\"mirrorcache\"");
+                served
+                    .response
+                    .headers_mut()
+                    .insert("lfs-authenticate", challenge);
+                return Ok(served);
             }
             Err(error) => {
                 tracing::debug!(remote = %self.remote.name, %error, "batch refused: upstream unreachable");

@@ -7,6 +7,9 @@
 //! points at the proxy and whose credential store holds its user. What
 //! git-lfs asks is what its `tq/transfer.go` (the batch) and
 //! `tq/basic_download.go` (the action's `href` with its `header`s) say.
+//! Clones run cold, again from fresh homes, eight at once through a cold
+//! proxy, as a user the host does not admit, past a tampered object, and
+//! `git lfs pull` runs with the host stopped.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -95,6 +98,14 @@ fn clone(host: &LfsHost, home: &Path, dir: &Path) -> (bool, String) {
     )
 }
 
+/// `git clone` with `GIT_LFS_SKIP_SMUDGE=1`: pointers only, for `git lfs pull`.
+fn clone_unsmudged(host: &LfsHost, home: &Path, dir: &Path) {
+    run(git(home)
+        .env("GIT_LFS_SKIP_SMUDGE", "1")
+        .args(["clone", "-q", &format!("{}/{REPO}", host.url())])
+        .arg(dir));
+}
+
 /// Every object is in `dir` with its bytes.
 fn assert_checked_out(dir: &Path, objects: &[(String, Vec<u8>)], said: &str) {
     for (name, bytes) in objects {
@@ -150,15 +161,7 @@ async fn git_lfs_clones_through_the_proxy_fetch_each_object_once_and_admit_only_
     assert!(ok, "{said}");
     assert_checked_out(&w.join("warm"), &objects, &said);
     let pulled = w.join("pulled");
-    let (ok, said) = tokio::task::block_in_place(|| {
-        outcome(
-            git(&again)
-                .env("GIT_LFS_SKIP_SMUDGE", "1")
-                .args(["clone", "-q", &format!("{}/{REPO}", host.url())])
-                .arg(&pulled),
-        )
-    });
-    assert!(ok, "{said}");
+    tokio::task::block_in_place(|| clone_unsmudged(&host, &again, &pulled));
     let (ok, said) = tokio::task::block_in_place(|| {
         outcome(git(&again).current_dir(&pulled).args(["lfs", "pull"]))
     });
@@ -248,5 +251,20 @@ async fn git_lfs_clones_through_the_proxy_fetch_each_object_once_and_admit_only_
     assert!(ok, "{said}");
     assert_checked_out(&w.join("fixed"), &objects, &said);
     assert_eq!(host.downloads(&oids[1]), before + 1);
+
+    // Offline: with the Git host and its object store stopped, `git lfs
+    // pull` in a clone made without smudging gets every object.
+    let offline = w.join("offline");
+    tokio::task::block_in_place(|| clone_unsmudged(&host, &home, &offline));
+    proxy.settle().await;
+    let upstream = (host.batches(), host.total_downloads(), host.git_requests());
+    host.stop();
+    let (ok, said) = tokio::task::block_in_place(|| {
+        outcome(git(&home).current_dir(&offline).args(["lfs", "pull"]))
+    });
+    assert!(ok, "{said}");
+    assert_checked_out(&offline, &objects, &said);
+    let now = (host.batches(), host.total_downloads(), host.git_requests());
+    assert_eq!(now, upstream);
     proxy.stop().await;
 }

@@ -6,7 +6,8 @@
 //! fetched once, checked against its oid and served from the store; a
 //! tampered object is fetched from the next mirror, or refused and not
 //! cached; a client the Git host does not admit gets nothing cached for another; an
-//! offline batch serves an identity seen before and refuses one never seen.
+//! offline batch serves an identity seen before, asks a client without
+//! credentials for them and refuses credentials never seen.
 
 use reqwest::header::AUTHORIZATION;
 use serde_json::{json, Value};
@@ -174,6 +175,12 @@ async fn objects_are_fetched_once_checked_and_served_to_later_batches_without_up
     assert_eq!((status, sha256_hex(&body)), (200, oids[2].clone()));
     let (status, _, answer) = batch(&strict, &wanted, Some(BOB)).await;
     assert_eq!(status, 503, "{answer}");
+    assert!(answer.get("objects").is_none());
+    // Without credentials: asked for them, as the host would.
+    let url = format!("{strict}/{ENDPOINT}/objects/batch");
+    let (status, _, answer, headers) = send_batch(&url, "download", &wanted, None).await;
+    assert_eq!(status, 401, "{answer}");
+    assert!(headers.contains_key("lfs-authenticate"));
     assert!(answer.get("objects").is_none());
 }
 
