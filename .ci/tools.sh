@@ -72,6 +72,7 @@ command -v nix-store >/dev/null || need_apt+=(nix-bin)
 # Ansible Galaxy (tests/clients/galaxy.rs): Debian's ansible-core 2.14 (ansible-galaxy
 # builds the fixture collections and installs them).
 command -v ansible-galaxy >/dev/null || need_apt+=(ansible-core)
+command -v git-lfs >/dev/null || need_apt+=(git-lfs) # tests/clients/lfs.rs: Debian's git-lfs 3.3
 # CRAN (tests/clients/cran.rs): Debian's R 4.2 (Rscript, install.packages).
 command -v Rscript >/dev/null || need_apt+=(r-base-core)
 # Hex (tests/clients/hex.rs): Debian's rebar3 3.19 on the machine's Erlang (openssl,

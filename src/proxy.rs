@@ -59,6 +59,8 @@ pub struct Proxy {
     pub history: Arc<History>,
     /// The advisory indexes the remotes' `quarantine` judges by.
     pub advisories: Arc<Advisories>,
+    /// Which clients lfs remotes' batches admitted, and their grants.
+    pub lfs_grants: crate::access::lfs::LfsGrants,
 }
 
 impl Proxy {
@@ -107,6 +109,7 @@ impl Proxy {
             documents: Documents::default(),
             history: Arc::new(History::default()),
             advisories,
+            lfs_grants: crate::access::lfs::LfsGrants::new(),
         });
         proxy.start_probes();
         tokio::spawn(history_sampler(Arc::downgrade(&proxy)));

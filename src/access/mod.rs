@@ -11,6 +11,7 @@
 
 mod bcrypt_pool;
 pub mod credentials;
+pub mod lfs;
 pub mod limit;
 pub mod registry_token;
 pub mod token;

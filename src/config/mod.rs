@@ -234,6 +234,27 @@ pub struct RemoteConfig {
     pub guard: GuardConfig,
     /// Who may read it.
     pub access: RemoteAccess,
+    /// An lfs remote's batch rules (defaults elsewhere, where unused).
+    pub lfs: LfsConfig,
+}
+
+/// An lfs remote's batch rules: `lfs_uploads` and `lfs_grant_ttl`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LfsConfig {
+    /// Upload batches are forwarded upstream as sent (`pass`); else 405.
+    pub pass_uploads: bool,
+    /// An upstream's yes for a repository and credential is taken this long
+    /// before the upstream is asked again (`lfs_grant_ttl`).
+    pub grant_ttl: Duration,
+}
+
+impl Default for LfsConfig {
+    fn default() -> LfsConfig {
+        LfsConfig {
+            pass_uploads: false,
+            grant_ttl: Duration::from_secs(60),
+        }
+    }
 }
 
 impl RemoteConfig {

@@ -240,6 +240,11 @@ pub(super) struct RawRemote {
     pub(super) bearer_token: Option<Spanned<String>>,
     pub(super) bearer_token_env: Option<Spanned<String>>,
     pub(super) registry: Option<Spanned<String>>,
+    /// An lfs remote's upload batches: `refuse` (405) or `pass`.
+    pub(super) lfs_uploads: Option<Spanned<String>>,
+    /// How long an lfs remote takes an upstream's yes for a repository and
+    /// credential as still good.
+    pub(super) lfs_grant_ttl: Option<Spanned<HumanDuration>>,
     pub(super) token_realms: Option<Spanned<Vec<Spanned<String>>>>,
     /// `files` or `sumdb` bases on another origin than the mirrors that get
     /// the remote's credentials too.

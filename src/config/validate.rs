@@ -286,6 +286,7 @@ impl Validator<'_> {
             (Some(host), None) => Some(host.get_ref().to_ascii_lowercase()),
             (None, _) => None,
         };
+        let lfs = self.lfs(i, &raw, ecosystem)?;
         let token_realms = self.optional_mirror_list(
             &format!("remote[{i}].token_realms"),
             raw.token_realms.as_ref(),
@@ -400,7 +401,37 @@ impl Validator<'_> {
             credentials_for,
             guard,
             access,
+            lfs,
         })
+    }
+
+    /// `lfs_uploads` (`refuse` or `pass`) and `lfs_grant_ttl`, lfs remotes only.
+    fn lfs(
+        &self,
+        i: usize,
+        raw: &RawRemote,
+        ecosystem: &dyn crate::kind::Ecosystem,
+    ) -> Result<LfsConfig, ConfigError> {
+        let refusal = |key| ecosystem.refuses_key(key);
+        let mut lfs = LfsConfig::default();
+        if let Some(uploads) = &raw.lfs_uploads {
+            let key = format!("remote[{i}].lfs_uploads");
+            if let Some(refusal) = refusal("lfs_uploads") {
+                return self.error(key, uploads.span(), refusal);
+            }
+            lfs.pass_uploads = match uploads.get_ref().as_str() {
+                "refuse" => false,
+                "pass" => true,
+                _ => return self.error(key, uploads.span(), "must be \"refuse\" or \"pass\""),
+            };
+        }
+        if let Some(ttl) = &raw.lfs_grant_ttl {
+            if let Some(refusal) = refusal("lfs_grant_ttl") {
+                return self.error(format!("remote[{i}].lfs_grant_ttl"), ttl.span(), refusal);
+            }
+            lfs.grant_ttl = ttl.get_ref().0;
+        }
+        Ok(lfs)
     }
 
     /// `server.oci_root_remote` names an oci remote; no two oci remotes

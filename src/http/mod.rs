@@ -13,6 +13,7 @@ mod checksum;
 mod complete;
 mod dashboard;
 mod guard;
+mod lfs;
 mod oci;
 mod ops;
 mod pass;
@@ -191,6 +192,19 @@ async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Reque
                     )),
                     _ => Err(refusal(&method)),
                 },
+                // The batch API and its objects.
+                _ if remote.config.kind.ecosystem().protocol()
+                    == crate::kind::Protocol::LfsActions =>
+                {
+                    let incoming = lfs::Incoming {
+                        path: &path,
+                        plan,
+                        method: &method,
+                        headers: &headers,
+                        body,
+                    };
+                    lfs::answer(&proxy, &remote, incoming).await
+                }
                 Some(api) => {
                     let incoming = pass::Incoming {
                         method: &method,

@@ -41,6 +41,28 @@ const RESPONSE_HEADERS: [HeaderName; 5] = [
     header::ETAG,
 ];
 
+/// A request's whole body: at most [`MAX_REQUEST_BODY`] (else 413), within
+/// `read_timeout` (else 408).
+pub(super) async fn read_body(
+    headers: &HeaderMap,
+    body: Body,
+    read_timeout: std::time::Duration,
+) -> Result<bytes::Bytes, ProxyError> {
+    let too_large = ProxyError::RequestTooLarge {
+        limit: MAX_REQUEST_BODY,
+    };
+    let announced = headers
+        .get(header::CONTENT_LENGTH)
+        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if announced.is_some_and(|len| len > MAX_REQUEST_BODY as u64) {
+        return Err(too_large);
+    }
+    tokio::time::timeout(read_timeout, axum::body::to_bytes(body, MAX_REQUEST_BODY))
+        .await
+        .map_err(|_| ProxyError::RequestTimeout)?
+        .map_err(|_| too_large)
+}
+
 /// The client's request as it is forwarded.
 pub(super) struct Incoming<'r> {
     pub method: &'r Method,
@@ -67,19 +89,7 @@ pub(super) async fn forward(
     if !api.allows(method) {
         return Err(super::refusal(method));
     }
-    let too_large = ProxyError::RequestTooLarge {
-        limit: MAX_REQUEST_BODY,
-    };
-    let announced = headers
-        .get(header::CONTENT_LENGTH)
-        .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if announced.is_some_and(|len| len > MAX_REQUEST_BODY as u64) {
-        return Err(too_large);
-    }
-    let body = tokio::time::timeout(read_timeout, axum::body::to_bytes(body, MAX_REQUEST_BODY))
-        .await
-        .map_err(|_| ProxyError::RequestTimeout)?
-        .map_err(|_| too_large)?;
+    let body = read_body(headers, body, read_timeout).await?;
     let mut forwarded = HeaderMap::new();
     for name in REQUEST_HEADERS {
         if let Some(value) = headers.get(&name) {

@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`cran`], [`hex`], [`conda`], [`terraform`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`lfs`], [`cran`], [`hex`], [`conda`], [`terraform`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -35,6 +35,7 @@ pub mod helm;
 pub mod hex;
 pub mod huggingface;
 mod interval;
+pub mod lfs;
 pub mod maven;
 pub mod nix;
 pub mod npm;
@@ -233,6 +234,12 @@ pub enum Protocol {
     ///
     /// [`kept_headers`]: Ecosystem::kept_headers
     SignedRedirects,
+    /// Git LFS: an object is fetched from the download action the batch
+    /// answer named for it (`upstream::lfs::Actions`), with that action's
+    /// headers and none of the remote's credentials, to wherever a
+    /// registry's blob redirect may go (`LeaveFor`); there is no object URL
+    /// on the mirrors.
+    LfsActions,
 }
 
 /// The default [`Ecosystem::refuses_key`].
@@ -246,6 +253,9 @@ pub fn standard_refusal(
         "sumdb" => Some("only a go remote has a checksum database".to_string()),
         "registry" => Some("only an oci remote answers for a registry host".to_string()),
         "hostnames" => Some(format!("{kind} remotes serve no registry hostnames")),
+        "lfs_uploads" | "lfs_grant_ttl" => {
+            Some("only an lfs remote answers LFS batches".to_string())
+        }
         "version_policy" => Some(format!(
             "{kind} remotes do not tell snapshots from releases"
         )),
@@ -291,7 +301,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 20] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 21] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -312,6 +322,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 20] = [
     &hex::Hex,
     &conda::Conda,
     &terraform::Terraform,
+    &lfs::Lfs,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -468,7 +479,8 @@ mod tests {
                 "cran",
                 "hex",
                 "conda",
-                "terraform"
+                "terraform",
+                "lfs"
             ]
         );
         for name in names {

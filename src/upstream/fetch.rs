@@ -30,7 +30,7 @@ const MAX_REDIRECTS: usize = 5;
 /// checked against the digest.
 pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Error> {
     let protocol = config.kind.ecosystem().protocol();
-    let anywhere = protocol == Protocol::Registry;
+    let anywhere = matches!(protocol, Protocol::Registry | Protocol::LfsActions);
     let leave_for = LeaveFor::of(config);
     let allowed: Vec<(String, Option<u16>)> = config
         .mirrors
@@ -62,7 +62,7 @@ pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Err
     // Followed hop by hop in `send_following` instead.
     let policy = match protocol {
         Protocol::SignedRedirects => redirect::Policy::none(),
-        Protocol::Plain | Protocol::Registry => policy,
+        Protocol::Plain | Protocol::Registry | Protocol::LfsActions => policy,
     };
     reqwest::Client::builder()
         .connect_timeout(config.connect_timeout)
@@ -274,8 +274,9 @@ fn request_for(
     // other encoding is refused by the fill.
     // An oci remote's credentials go to its token service (`token::send`).
     let get = remote.client.get(url);
+    // An LFS object's request is made by `lfs::send`, at its action's `href`.
     let mut request = match remote.config.kind.ecosystem().protocol() {
-        Protocol::Registry => get,
+        Protocol::Registry | Protocol::LfsActions => get,
         Protocol::Plain | Protocol::SignedRedirects => remote.authorize(get, set, mirror_idx),
     }
     .header(header::ACCEPT_ENCODING, "identity");
@@ -317,6 +318,7 @@ async fn attempt<'r>(
                 super::token::send(remote, set.mirrors[mirror_idx].base(), path, request).await
             }
             Protocol::Plain => request.send().await,
+            Protocol::LfsActions => super::lfs::send(remote, set, mirror_idx, path).await,
             Protocol::SignedRedirects => {
                 super::redirects::send_following(remote, path, request, validators).await
             }

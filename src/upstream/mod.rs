@@ -15,6 +15,7 @@
 pub mod fetch;
 pub mod health;
 pub mod hedge;
+pub mod lfs;
 mod outbound;
 pub mod pass;
 pub mod probe;
@@ -99,6 +100,8 @@ pub struct Remote {
     pub tokens: token::Tokens,
     /// An oci remote's tag HEADs in flight (shared by concurrent requests).
     pub tag_heads: registry::TagHeads,
+    /// An lfs remote's download actions (empty for other kinds).
+    pub lfs_actions: lfs::Actions,
 }
 
 impl Remote {
@@ -121,6 +124,7 @@ impl Remote {
             client: fetch::client_for(config)?,
             tokens: token::Tokens::default(),
             tag_heads: registry::TagHeads::default(),
+            lfs_actions: lfs::Actions::default(),
             config: config.clone(),
         })
     }
@@ -158,6 +162,12 @@ impl Remote {
         } else {
             request
         }
+    }
+
+    /// Whether the proxy may fetch from `url` off the remote's mirrors (an
+    /// LFS download action's `href`), as a registry's blob redirect may go.
+    pub fn may_leave_for(&self, url: &Url) -> bool {
+        outbound::LeaveFor::of(&self.config).allows(url)
     }
 
     pub fn mirror_sets(&self) -> impl Iterator<Item = &MirrorSet> {

@@ -24,6 +24,7 @@ mod guard;
 mod hex;
 mod huggingface;
 mod integrity;
+mod lfs;
 mod maven;
 mod nix;
 mod npm;

@@ -28,6 +28,7 @@ mod huggingface;
 mod integrity;
 mod kinds;
 mod learning;
+mod lfs;
 mod lifetime;
 mod maven;
 mod metadata;

@@ -117,28 +117,10 @@ impl MirrorServer {
             .with_state(state.clone())
             // Bodies of any size (the proxy's own limit is under test).
             .layer(axum::extract::DefaultBodyLimit::disable());
-        let mut tasks = JoinSet::new();
-        // Accepts inside the JoinSet too, so `stop` ends the listener and
-        // every open connection at once: the mirror is really down.
-        let conns: Arc<Mutex<JoinSet<()>>> = Arc::new(Mutex::new(JoinSet::new()));
-        tasks.spawn(async move {
-            let _conns_guard = ConnsGuard(conns.clone());
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let service = TowerToHyperService::new(router.clone());
-                conns.lock().unwrap().spawn(async move {
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
         MirrorServer {
             addr,
             state,
-            tasks: Mutex::new(Some(tasks)),
+            tasks: Mutex::new(Some(serve_stoppably(listener, router))),
         }
     }
 
@@ -265,6 +247,29 @@ impl Drop for MirrorServer {
     fn drop(&mut self) {
         self.stop();
     }
+}
+
+/// Serves `router` on `listener`, accepting inside the returned JoinSet
+/// too, so aborting it ends the listener and every open connection at
+/// once: the server is really down.
+pub fn serve_stoppably(listener: TcpListener, router: axum::Router) -> JoinSet<()> {
+    let mut tasks = JoinSet::new();
+    let conns: Arc<Mutex<JoinSet<()>>> = Arc::new(Mutex::new(JoinSet::new()));
+    tasks.spawn(async move {
+        let _conns_guard = ConnsGuard(conns.clone());
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
+            let service = TowerToHyperService::new(router.clone());
+            conns.lock().unwrap().spawn(async move {
+                let _ = hyper::server::conn::http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
+            });
+        }
+    });
+    tasks
 }
 
 struct ConnsGuard(Arc<Mutex<JoinSet<()>>>);

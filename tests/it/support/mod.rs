@@ -4,6 +4,7 @@
 pub mod binary;
 pub mod hex_registry;
 pub mod hub;
+pub mod lfs_host;
 pub mod mirror;
 pub mod nuget;
 pub mod osv;
@@ -11,6 +12,7 @@ pub mod proxy;
 
 pub use binary::BinaryProxy;
 pub use hub::HubFixture;
+pub use lfs_host::LfsHost;
 pub use mirror::{toml_urls, Fault, MirrorServer};
 pub use proxy::TestProxy;
 

@@ -141,12 +141,17 @@ pub async fn get(
 ) -> (u16, String, Result<bytes::Bytes, reqwest::Error>) {
     let response = client.get(url).send().await.unwrap();
     let status = response.status().as_u16();
-    let cache = response
+    let cache = cache_status(&response);
+    (status, cache, response.bytes().await)
+}
+
+/// The answer's `X-Cache-Status` (empty without one).
+pub fn cache_status(response: &reqwest::Response) -> String {
+    response
         .headers()
         .get("x-cache-status")
         .map(|v| v.to_str().unwrap().to_string())
-        .unwrap_or_default();
-    (status, cache, response.bytes().await)
+        .unwrap_or_default()
 }
 
 /// The sum of the lines of a metrics text that start with `prefix`.
