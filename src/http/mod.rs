@@ -285,8 +285,8 @@ async fn serve_planned(
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
-    if !remote.config.version_policy.allows(plan.snapshot) {
-        // The other kind of version: this remote does not have it.
+    if plan.unserved || !remote.config.version_policy.allows(plan.snapshot) {
+        // A login, or the other kind of version: this remote does not have it.
         return Err(ProxyError::NotFound { status: 404 });
     }
     if let Some((of, algo)) = plan.checksum_of {

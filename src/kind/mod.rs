@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`cran`], [`hex`], [`conda`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`cran`], [`hex`], [`conda`], [`conan`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -23,6 +23,7 @@ pub mod advisory;
 pub mod apt;
 pub mod cargo;
 pub mod composer;
+pub mod conan;
 pub mod conda;
 pub mod cran;
 pub mod declared;
@@ -272,7 +273,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 19] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 20] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -292,6 +293,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 19] = [
     &cran::Cran,
     &hex::Hex,
     &conda::Conda,
+    &conan::Conan,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -447,7 +449,8 @@ mod tests {
                 "galaxy",
                 "cran",
                 "hex",
-                "conda"
+                "conda",
+                "conan"
             ]
         );
         for name in names {
@@ -478,7 +481,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget, galaxy, cran, hex and conda remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget, galaxy, cran, hex, conda and conan remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

@@ -58,6 +58,9 @@ pub struct Plan<'p> {
     /// part of the cache key (an API document whose query selects what it
     /// lists). The plan of the path with its query is this plan.
     pub query_in_key: bool,
+    /// A path the proxy never fetches (404): an endpoint that the mirror
+    /// would answer for the remote's own credentials (conan's logins).
+    pub unserved: bool,
 }
 
 /// Another spelling of a path: its `len` bytes at `at` replaced by `with`.

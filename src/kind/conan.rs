@@ -1,0 +1,277 @@
+//! conan: a Conan v2 remote (conan_server's and Artifactory's REST API
+//! under `v2/`, the capabilities ping at `v1/ping`). A recipe is addressed as
+//! `v2/conans/<name>/<version>/<user>/<channel>/` (`_` for none); below it,
+//! a revision's files (`revisions/<rrev>/files/<file>`, and a package's
+//! `revisions/<rrev>/packages/<package_id>/revisions/<prev>/files/<file>`)
+//! are immutable; the `latest` and `revisions` lists, the file lists, the
+//! searches (`v2/conans/search?q=…`, the query in the key) and the ping
+//! (with its `X-Conan-Server-Capabilities`) are revalidated; nothing is
+//! rewritten (the API answers with references, never URLs). A revision's
+//! `conanmanifest.txt` gives the md5 of each file of the revision; the ones
+//! the client downloads by themselves (`conanfile.py`, `conaninfo.txt`) are
+//! checked against it, the manifest read by the proxy itself first when the
+//! client did not ask for it; the archives (`conan_export.tgz`,
+//! `conan_package.tgz`, `conan_sources.tgz`), whose contents the manifest
+//! lists rather than the archive, are pinned on first use. Logins
+//! (`v2/users/…`) are never fetched: they would be answered with the
+//! remote's own credentials. Packages are recipe names as spelt, rules in
+//! Conan's version ranges (`conan/version.rs`), publish times each recipe
+//! revision's `time` in the reference's `revisions` list (the newest's for
+//! a path that names none, `latest`). Every path below a reference is that
+//! reference's: a refused one is a 403 with the reason, which conan prints.
+
+mod version;
+
+use std::collections::HashMap;
+
+use axum::http::HeaderMap;
+
+use super::declared::{canonical, Algo, Declared, Document};
+use super::guard::{parse_time, VersionSpec};
+use super::package::Artifact;
+use super::{Digests, Ecosystem, Packages, Plan, TimeKey, TimeSource};
+
+pub struct Conan;
+
+/// The manifest of a revision's files.
+const MANIFEST: &str = "conanmanifest.txt";
+
+/// The key of a reference's newest revision in its publish times.
+const NEWEST: &str = "latest";
+
+/// The most of a manifest read (one line a file of the package).
+const MAX_MANIFEST: usize = 16 * 1024 * 1024;
+
+/// A path below `v2/conans/<name>/<version>/<user>/<channel>/`: the
+/// reference's name and version, the prefix up to and with the channel's
+/// `/`, and the rest.
+struct Reference<'p> {
+    name: &'p str,
+    version: &'p str,
+    prefix: &'p str,
+    rest: &'p str,
+}
+
+fn reference(path: &str) -> Option<Reference<'_>> {
+    let below = path.strip_prefix("v2/conans/")?;
+    let mut parts = below.splitn(5, '/');
+    let (name, version, user, channel) =
+        (parts.next()?, parts.next()?, parts.next()?, parts.next()?);
+    let rest = parts.next()?;
+    if [name, version, user, channel].iter().any(|s| s.is_empty()) {
+        return None;
+    }
+    let prefix = &path[..path.len() - rest.len()];
+    Some(Reference {
+        name,
+        version,
+        prefix,
+        rest,
+    })
+}
+
+/// One path segment that names something (a revision, a package id).
+fn named(segment: &str) -> bool {
+    !segment.is_empty() && segment != NEWEST
+}
+
+/// The recipe revision a path below a reference names
+/// (`revisions/<rrev>/…`), if any.
+fn recipe_revision(rest: &str) -> Option<&str> {
+    let (rrev, _) = rest.strip_prefix("revisions/")?.split_once('/')?;
+    named(rrev).then_some(rrev)
+}
+
+/// A revision's file: `revisions/<rrev>/files/<file>` or
+/// `revisions/<rrev>/packages/<pid>/revisions/<prev>/files/<file>`, as
+/// (the revision's directory up to and with `files/`, the file).
+fn revision_file(rest: &str) -> Option<(&str, &str)> {
+    let rrev = recipe_revision(rest)?;
+    let after = &rest["revisions/".len() + rrev.len() + 1..];
+    let file = match after.strip_prefix("files/") {
+        Some(file) => file,
+        None => {
+            let (pid, below) = after.strip_prefix("packages/")?.split_once('/')?;
+            let (prev, below) = below.strip_prefix("revisions/")?.split_once('/')?;
+            if !named(pid) || !named(prev) {
+                return None;
+            }
+            below.strip_prefix("files/")?
+        }
+    };
+    let good = !file.is_empty() && file.split('/').all(|s| !s.is_empty());
+    good.then(|| (&rest[..rest.len() - file.len()], file))
+}
+
+/// The path's revision file, as (the directory below the remote, the file).
+fn file_path(path: &str) -> Option<(&str, &str)> {
+    let reference = reference(path)?;
+    let (dir, file) = revision_file(reference.rest)?;
+    Some((&path[..reference.prefix.len() + dir.len()], file))
+}
+
+/// A file the client downloads by itself that a revision's manifest lists.
+fn listed_by_manifest(file: &str) -> bool {
+    file != MANIFEST && !file.contains('/') && !file.ends_with(".tgz")
+}
+
+impl Ecosystem for Conan {
+    fn name(&self) -> &'static str {
+        "conan"
+    }
+
+    /// A revision's files immutable; the search by its query; logins never
+    /// fetched; the rest revalidated.
+    fn plan<'p>(&self, path: &'p str, _request: &HeaderMap) -> Plan<'p> {
+        let bare = path.split_once('?').map_or(path, |(bare, _)| bare);
+        Plan {
+            immutable: file_path(bare).is_some(),
+            query_in_key: bare == "v2/conans/search",
+            unserved: bare.starts_with("v2/users/") || bare == "v2/users",
+            ..Plan::default()
+        }
+    }
+
+    /// The ping's answer is its capabilities header.
+    fn kept_headers(&self, path: &str) -> &'static [&'static str] {
+        match path {
+            "v1/ping" | "v2/ping" => &["x-conan-server-capabilities"],
+            _ => &[],
+        }
+    }
+
+    fn digests(&self) -> Option<&dyn Digests> {
+        Some(self)
+    }
+
+    fn packages(&self) -> Option<&dyn Packages> {
+        Some(self)
+    }
+
+    #[cfg(test)]
+    fn conformance(&self) -> super::conformance::Rows {
+        tests::rows()
+    }
+}
+
+impl Digests for Conan {
+    fn artifact_key(&self, path: &str) -> Option<String> {
+        let (_, file) = file_path(path)?;
+        (file != MANIFEST).then(|| canonical(path))
+    }
+
+    fn declares(&self, path: &str) -> bool {
+        file_path(path).is_some_and(|(_, file)| file == MANIFEST)
+    }
+
+    /// A listed file's manifest, beside it.
+    fn declared_by(&self, path: &str) -> Vec<String> {
+        match file_path(path) {
+            Some((dir, file)) if listed_by_manifest(file) => vec![format!("{dir}{MANIFEST}")],
+            _ => Vec::new(),
+        }
+    }
+
+    /// Each `<file>: <md5>` line after the first (the time), for the files
+    /// the client downloads by themselves.
+    fn learn(&self, document: &Document<'_>, body: &[u8]) -> Vec<(String, Declared)> {
+        let Some((dir, _)) = file_path(document.path) else {
+            return Vec::new();
+        };
+        let text = String::from_utf8_lossy(&body[..body.len().min(MAX_MANIFEST)]);
+        text.lines()
+            .skip(1)
+            .filter_map(|line| {
+                let (file, md5) = line.rsplit_once(": ")?;
+                if !listed_by_manifest(file) {
+                    return None;
+                }
+                let declared = Declared::from_hex(Algo::Md5, md5)?;
+                Some((canonical(&format!("{dir}{file}")), declared))
+            })
+            .collect()
+    }
+}
+
+/// A `time` as conan_server (`…+00:00`) or Artifactory (`…+0000`) writes
+/// it, in unix ms.
+fn revision_time(text: &str) -> Option<i64> {
+    let text = text.trim();
+    let at = text.len().checked_sub(5)?;
+    match text.as_bytes().get(at..)? {
+        [b'+' | b'-', h1, h2, m1, m2] if [h1, h2, m1, m2].iter().all(|c| c.is_ascii_digit()) => {
+            parse_time(&format!("{}:{}", &text[..at + 3], &text[at + 3..]))
+        }
+        _ => parse_time(text),
+    }
+}
+
+/// A reference's `revisions` list.
+#[derive(serde::Deserialize)]
+struct RevisionList {
+    revisions: Vec<Revision>,
+}
+
+#[derive(serde::Deserialize)]
+struct Revision {
+    revision: String,
+    time: Option<String>,
+}
+
+impl Packages for Conan {
+    fn parse_versions(&self, text: &str) -> Result<VersionSpec, String> {
+        version::Range::parse(text).map(VersionSpec::new)
+    }
+
+    /// Every path below a reference but its `revisions` list (which dates
+    /// them); its `file` is the path, which says which revision it is of.
+    fn artifact(&self, path: &str) -> Option<Artifact> {
+        let bare = path.split_once('?').map_or(path, |(bare, _)| bare);
+        let reference = reference(bare)?;
+        if reference.rest == "revisions" {
+            return None;
+        }
+        Some(Artifact {
+            name: reference.name.to_string(),
+            version: reference.version.to_string(),
+            file: bare.to_string(),
+        })
+    }
+
+    /// Nothing is filtered: a refused reference is refused at every path.
+    fn document(&self, _path: &str) -> Option<String> {
+        None
+    }
+
+    /// By recipe revision, and the newest (listed first) under `latest`.
+    fn publish_times(&self, body: &[u8]) -> HashMap<String, i64> {
+        let Ok(list) = serde_json::from_slice::<RevisionList>(body) else {
+            return HashMap::new();
+        };
+        let mut times = HashMap::new();
+        for (at, revision) in list.revisions.iter().enumerate() {
+            let Some(ms) = revision.time.as_deref().and_then(revision_time) else {
+                continue;
+            };
+            if at == 0 {
+                times.insert(NEWEST.to_string(), ms);
+            }
+            times.insert(revision.revision.clone(), ms);
+        }
+        times
+    }
+
+    /// The reference's `revisions` list, at the path's recipe revision.
+    fn time_source(&self, artifact: &Artifact) -> Option<TimeSource> {
+        let reference = reference(&artifact.file)?;
+        let key = recipe_revision(reference.rest).unwrap_or(NEWEST);
+        Some(TimeSource {
+            document: format!("{}revisions", reference.prefix),
+            suffix: "",
+            key: TimeKey::Listed(key.to_string()),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests;
