@@ -13,6 +13,7 @@ mod checksum;
 mod complete;
 mod dashboard;
 mod guard;
+mod login;
 mod oci;
 mod ops;
 mod pass;
@@ -182,6 +183,12 @@ async fn artifact(
                 {
                     Err(ProxyError::NotFound { status: 404 })
                 }
+                // A login, answered from the caller's credentials.
+                None if plan.answered_here.is_some()
+                    && (method == Method::GET || method == Method::HEAD) =>
+                {
+                    login::answer(plan.answered_here, &caller, &headers)
+                }
                 // The checksum database is served here (GOPROXY protocol).
                 None if plan.is_sumdb_supported() && remote.sumdb.is_some() => match method {
                     Method::GET | Method::HEAD => Ok(Served::hit(
@@ -285,8 +292,8 @@ async fn serve_planned(
     method: &Method,
     headers: &HeaderMap,
 ) -> Result<Served, ProxyError> {
-    if plan.unserved || !remote.config.version_policy.allows(plan.snapshot) {
-        // A login, or the other kind of version: this remote does not have it.
+    if !remote.config.version_policy.allows(plan.snapshot) {
+        // The other kind of version: this remote does not have it.
         return Err(ProxyError::NotFound { status: 404 });
     }
     if let Some((of, algo)) = plan.checksum_of {

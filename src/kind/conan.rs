@@ -13,8 +13,9 @@
 //! client did not ask for it; the archives (`conan_export.tgz`,
 //! `conan_package.tgz`, `conan_sources.tgz`), whose contents the manifest
 //! lists rather than the archive, are pinned on first use. Logins
-//! (`v2/users/…`) are never fetched: they would be answered with the
-//! remote's own credentials. Packages are recipe names as spelt, rules in
+//! (`v2/users/…`) are answered by the proxy from the caller's credentials
+//! ([`AnsweredHere`]), never fetched: a mirror would answer them for the
+//! remote's own. Packages are recipe names as spelt, rules in
 //! Conan's version ranges (`conan/version.rs`), publish times each recipe
 //! revision's `time` in the reference's `revisions` list (the newest's for
 //! a path that names none, `latest`). Every path below a reference is that
@@ -29,7 +30,7 @@ use axum::http::HeaderMap;
 use super::declared::{canonical, Algo, Declared, Document};
 use super::guard::{parse_time, VersionSpec};
 use super::package::Artifact;
-use super::{Digests, Ecosystem, Packages, Plan, TimeKey, TimeSource};
+use super::{AnsweredHere, Digests, Ecosystem, Packages, Plan, TimeKey, TimeSource};
 
 pub struct Conan;
 
@@ -115,6 +116,16 @@ fn listed_by_manifest(file: &str) -> bool {
     file != MANIFEST && !file.contains('/') && !file.ends_with(".tgz")
 }
 
+/// What the proxy answers for the logins under `v2/users/`.
+fn login(path: &str) -> Option<AnsweredHere> {
+    match path.strip_prefix("v2/users")? {
+        "/authenticate" => Some(AnsweredHere::TokenLogin),
+        "/check_credentials" => Some(AnsweredHere::Whoami),
+        "" => Some(AnsweredHere::NotFound),
+        other => other.starts_with('/').then_some(AnsweredHere::NotFound),
+    }
+}
+
 impl Ecosystem for Conan {
     fn name(&self) -> &'static str {
         "conan"
@@ -127,7 +138,7 @@ impl Ecosystem for Conan {
         Plan {
             immutable: file_path(bare).is_some(),
             query_in_key: bare == "v2/conans/search",
-            unserved: bare.starts_with("v2/users/") || bare == "v2/users",
+            answered_here: login(bare),
             ..Plan::default()
         }
     }

@@ -59,7 +59,7 @@ use std::fmt;
 use axum::http::HeaderMap;
 
 pub use facets::{Digests, Packages};
-pub use plan::{Etag, Plan, Respelling, Rewritten};
+pub use plan::{AnsweredHere, Etag, Plan, Respelling, Rewritten};
 pub use values::{
     keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey,
     TimeSource, TimesFrom, Variant, VersionPolicy,

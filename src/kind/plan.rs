@@ -58,9 +58,25 @@ pub struct Plan<'p> {
     /// part of the cache key (an API document whose query selects what it
     /// lists). The plan of the path with its query is this plan.
     pub query_in_key: bool,
-    /// A path the proxy never fetches (404): an endpoint that the mirror
-    /// would answer for the remote's own credentials (conan's logins).
-    pub unserved: bool,
+    /// A path the proxy answers itself and never asks a mirror for: a
+    /// login, which a mirror would answer for the remote's own credentials.
+    pub answered_here: Option<AnsweredHere>,
+}
+
+/// What the proxy answers itself for a login path ([`Plan::answered_here`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredHere {
+    /// Nothing there: 404.
+    NotFound,
+    /// A login that trades Basic credentials for a bearer token (conan's
+    /// `v2/users/authenticate`): a caller whose password is one of this
+    /// proxy's tokens gets it back as the token to send, which the proxy
+    /// takes as `Bearer`; a caller with a password is refused (403, saying
+    /// to log in with a token); an anonymous one gets 404.
+    TokenLogin,
+    /// Whether the credentials sent hold (conan's
+    /// `v2/users/check_credentials`): the user's name, else 401.
+    Whoami,
 }
 
 /// Another spelling of a path: its `len` bytes at `at` replaced by `with`.

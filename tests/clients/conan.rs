@@ -121,8 +121,6 @@ impl Drop for ConanServer {
 fn conan(venv: &Path, home: &Path) -> Command {
     let mut cmd = Command::new(venv.join("conan"));
     cmd.env("CONAN_HOME", home)
-        .env("CONAN_LOGIN_USERNAME", "demo")
-        .env("CONAN_PASSWORD", "demo")
         .env("NO_COLOR", "1")
         .current_dir(home);
     cmd
@@ -147,44 +145,67 @@ fn install(venv: &Path, home: &Path, reference: &str) -> (bool, String) {
     outcome(conan(venv, home).args(["install", &format!("--requires={reference}"), "-r", "mc"]))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn conan_installs_past_a_tampered_server_then_from_the_cache_alone() {
-    let Some(python) = crate::fixtures::venv_python(
+/// `liba`, `libb` (requiring it) and `libbad`, created in a throwaway home
+/// and uploaded to each of `servers` (as the servers' user `demo`).
+fn publish(venv: &Path, w: &Path, servers: &[&ConanServer]) {
+    let remotes: Vec<(String, &str)> = servers
+        .iter()
+        .enumerate()
+        .map(|(n, s)| (format!("s{n}"), s.url.as_str()))
+        .collect();
+    let named: Vec<(&str, &str)> = remotes.iter().map(|(n, u)| (n.as_str(), *u)).collect();
+    let builder = home(venv, w, "builder", &named);
+    for (name, requires) in [("liba", None), ("libb", Some("liba/1.0")), ("libbad", None)] {
+        write(&w.join(name).join("conanfile.py"), &recipe(name, requires));
+        run(conan(venv, &builder).arg("create").arg(w.join(name)));
+    }
+    for (remote, _) in &named {
+        run(conan(venv, &builder)
+            .env("CONAN_LOGIN_USERNAME", "demo")
+            .env("CONAN_PASSWORD", "demo")
+            .args(["upload", "*", "-r", remote, "-c"]));
+    }
+}
+
+/// conan_servers named `names`, each with the packages [`publish`]ed, their
+/// logs counting from there (what the uploads asked is not the proxy's).
+fn published(python: &Path, w: &Path, names: &[&str]) -> Vec<ConanServer> {
+    write(&w.join("serve.py"), SERVE);
+    let mut servers: Vec<ConanServer> = names
+        .iter()
+        .map(|name| ConanServer::start(python, w, &format!("server-{name}")))
+        .collect();
+    publish(
+        python.parent().unwrap(),
+        w,
+        &servers.iter().collect::<Vec<_>>(),
+    );
+    for server in &mut servers {
+        server.skip = server.requests().len();
+    }
+    servers
+}
+
+/// The conan venv's python, or None after a loud skip.
+fn conan_python() -> Option<PathBuf> {
+    crate::fixtures::venv_python(
         "MIRRORCACHE_CONAN_VENV",
         "conan-venv",
         "import importlib.metadata as m; print(m.version('conan'), m.version('conan-server'))",
         &format!("{CONAN_VERSION} {CONAN_VERSION}"),
-    ) else {
+    )
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conan_installs_past_a_tampered_server_then_from_the_cache_alone() {
+    let Some(python) = conan_python() else {
         return;
     };
     let venv = python.parent().unwrap().to_path_buf();
     let work = tempfile::tempdir().unwrap();
     let w = work.path();
-    write(&w.join("serve.py"), SERVE);
-    let (mut tampering, mut good) = tokio::task::block_in_place(|| {
-        (
-            ConanServer::start(&python, w, "server-a"),
-            ConanServer::start(&python, w, "server-b"),
-        )
-    });
-
-    // The packages, created and uploaded to both servers.
-    let builder = tokio::task::block_in_place(|| {
-        let builder = home(
-            &venv,
-            w,
-            "builder",
-            &[("a", &tampering.url), ("b", &good.url)],
-        );
-        for (name, requires) in [("liba", None), ("libb", Some("liba/1.0")), ("libbad", None)] {
-            write(&w.join(name).join("conanfile.py"), &recipe(name, requires));
-            run(conan(&venv, &builder).arg("create").arg(w.join(name)));
-        }
-        for remote in ["a", "b"] {
-            run(conan(&venv, &builder).args(["upload", "*", "-r", remote, "-c"]));
-        }
-        builder
-    });
+    let mut servers = tokio::task::block_in_place(|| published(&python, w, &["a", "b"]));
+    let (mut good, mut tampering) = (servers.pop().unwrap(), servers.pop().unwrap());
     let recipes = tampering.data.join("liba/1.0/_/_");
     let rrev = std::fs::read_dir(&recipes)
         .unwrap()
@@ -195,9 +216,6 @@ async fn conan_installs_past_a_tampered_server_then_from_the_cache_alone() {
     let original = std::fs::read(&stored).unwrap();
     std::fs::write(&stored, tampered(&original)).unwrap();
     let conanfile = format!("/v2/conans/liba/1.0/_/_/revisions/{rrev}/files/conanfile.py");
-    // What the uploads asked is not the proxy's.
-    tampering.skip = tampering.requests().len();
-    good.skip = good.requests().len();
 
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"conan\"\nkind = \"conan\"\nmirrors = [\"{}\", \"{}\"]\nstrategy = \"single\"\ndeny = [\"libbad\"]\n",
@@ -245,7 +263,61 @@ async fn conan_installs_past_a_tampered_server_then_from_the_cache_alone() {
     assert_eq!(said.matches("Package installed").count(), 2, "{said}");
     let second = upstream(&tampering, &good) - first;
     assert_eq!(second, 0);
-    drop(builder);
+
     report("conan", CONAN_VERSION, cold, second);
     proxy.stop().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn conan_logs_in_to_a_private_remote_with_a_token() {
+    let Some(python) = conan_python() else {
+        return;
+    };
+    let venv = python.parent().unwrap().to_path_buf();
+    let work = tempfile::tempdir().unwrap();
+    let w = work.path();
+    let mut origin = tokio::task::block_in_place(|| published(&python, w, &["origin"]))
+        .pop()
+        .unwrap();
+    let remotes = format!(
+        "[[remote]]\nname = \"conan\"\nkind = \"conan\"\nmirrors = [\"{}\"]\naccess = [\"ci\"]\n",
+        origin.url
+    );
+    let (running, token) = crate::private::private_proxy(w, &remotes, "").await;
+    let remote = format!("http://{}/conan", running.local_addr);
+
+    // Without credentials (and no one to ask): refused, nothing upstream.
+    let (ok, said) = tokio::task::block_in_place(|| {
+        let anonymous = home(&venv, w, "home1", &[("mc", &remote)]);
+        write(
+            &anonymous.join("global.conf"),
+            "core:non_interactive=True\n",
+        );
+        install(&venv, &anonymous, "libb/1.0")
+    });
+    assert!(!ok, "{said}");
+    assert_eq!(origin.requests().len(), 0);
+    // conan logs in with the token as its password, then sends it as Bearer.
+    let (ok, said) = tokio::task::block_in_place(|| {
+        let client = home(&venv, w, "home2", &[("mc", &remote)]);
+        let mut cmd = conan(&venv, &client);
+        cmd.env("CONAN_LOGIN_USERNAME_MC", "ci")
+            .env("CONAN_PASSWORD_MC", &token)
+            .args(["install", "--requires=libb/1.0", "-r", "mc"]);
+        outcome(&mut cmd)
+    });
+    assert!(ok, "{said}");
+    assert!(
+        said.contains("Authenticated in remote 'mc' with user 'ci'"),
+        "{said}"
+    );
+    assert_eq!(said.matches("Package installed").count(), 2, "{said}");
+    let asked = origin.requests();
+    assert!(
+        asked.iter().all(|p| !p.starts_with("/v2/users/")),
+        "{asked:?}"
+    );
+    println!("PRIVATE-CLIENT conan ({CONAN_VERSION}): token as the login's password: ok; without credentials: refused");
+    origin.stop();
+    drop(running);
 }

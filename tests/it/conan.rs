@@ -197,3 +197,60 @@ async fn warm_fetches_the_recipe_revisions_a_conan_lock_names() {
     assert_eq!(mirror.hits(&format!("/c/{dir}conanfile.py")), 1);
     assert_eq!(mirror.hits(&format!("/c/{dir}conanmanifest.txt")), 1);
 }
+
+#[tokio::test]
+async fn a_private_remotes_login_trades_a_token_for_itself_and_never_reaches_a_mirror() {
+    use crate::access::{basic, tokens, AuthProxy};
+    let mirror = MirrorServer::start().await;
+    let (_, latest) = revisions("2024-01-15T10:20:03.123000+00:00");
+    mirror.put(&format!("/c/{}", recipe("liba", "latest")), latest);
+    mirror.put(
+        "/c/v2/users/authenticate",
+        b"the-remotes-own-token".to_vec(),
+    );
+    let conan = format!(
+        "[[remote]]\nname = \"conan\"\nkind = \"conan\"\nmirrors = [\"{}\"]\naccess = [\"ci\"]\n",
+        mirror.url("/c")
+    );
+    let proxy = AuthProxy::start_with("", &conan).await;
+    let token = tokens::add(&proxy, "ci");
+    let latest = format!("/conan/{}", recipe("liba", "latest"));
+    let (login, whoami) = (
+        "/conan/v2/users/authenticate",
+        "/conan/v2/users/check_credentials",
+    );
+
+    // conan's first request is refused, so it logs in with Basic.
+    let (status, _, _) = proxy.get(&latest, &[]).await;
+    assert_eq!(status, 401);
+    let (status, head, body) = proxy
+        .get(login, &[("authorization", &basic("ci", &token))])
+        .await;
+    assert_eq!((status, &body[..]), (200, token.as_bytes()));
+    assert_eq!(head["cache-control"], "no-store");
+    // A password is not a token: said so, never echoed.
+    let (status, _, body) = proxy
+        .get(login, &[("authorization", &basic("ci", "ci-pass"))])
+        .await;
+    let said = String::from_utf8_lossy(&body);
+    assert_eq!(status, 403);
+    assert!(
+        said.contains("tokens as the password") && !said.contains("ci-pass"),
+        "{said}"
+    );
+    let (status, _, _) = proxy
+        .get(login, &[("authorization", &basic("ci", "wrong"))])
+        .await;
+    assert_eq!(status, 401);
+    // Then the token as Bearer, as conan sends it.
+    let bearer = format!("Bearer {token}");
+    let (status, _, body) = proxy.get(&latest, &[("authorization", &bearer)]).await;
+    assert_eq!(status, 200);
+    assert!(String::from_utf8_lossy(&body).contains(RREV));
+    let (status, _, body) = proxy.get(whoami, &[("authorization", &bearer)]).await;
+    assert_eq!((status, &body[..]), (200, &b"ci"[..]));
+    let (status, _, _) = proxy.get(whoami, &[]).await;
+    assert_eq!(status, 401);
+    assert_eq!(mirror.hits("/c/v2/users/authenticate"), 0);
+    assert_eq!(mirror.hits("/c/v2/users/check_credentials"), 0);
+}

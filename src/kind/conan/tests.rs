@@ -21,8 +21,9 @@ pub(super) fn rows() -> Rows {
         paths: vec![
             ("v1/ping", Class::Mutable),
             ("v2/conans/search?q=liba%2F*", Class::Mutable),
-            ("v2/users/authenticate", Class::Unserved),
-            ("v2/users/check_credentials", Class::Unserved),
+            ("v2/users/authenticate", Class::AnsweredHere),
+            ("v2/users/check_credentials", Class::AnsweredHere),
+            ("v2/users/other", Class::AnsweredHere),
             (at("latest"), Class::Mutable),
             (at("revisions"), Class::Mutable),
             (at(&format!("revisions/{RREV}/files")), Class::Mutable),

@@ -43,16 +43,20 @@ impl Item {
     }
 }
 
-/// Items without the trailing zeros Conan does not count.
 fn items(text: &str) -> Vec<Item> {
-    let mut items: Vec<Item> = text.split('.').map(Item::of).collect();
-    while items.len() > 1 && items.last() == Some(&Item::Number(0)) {
-        items.pop();
+    text.split('.').map(Item::of).collect()
+}
+
+/// `items` without the trailing zeros Conan does not count.
+fn counted(mut items: &[Item]) -> &[Item] {
+    while let [rest @ .., Item::Number(0)] = items {
+        items = rest;
     }
     items
 }
 
 fn order_items(a: &[Item], b: &[Item]) -> Ordering {
+    let (a, b) = (counted(a), counted(b));
     for (x, y) in a.iter().zip(b) {
         match x.order(y) {
             Ordering::Equal => {}
@@ -72,6 +76,12 @@ struct Version {
 impl Version {
     fn parse(text: &str) -> Option<Version> {
         let text = text.trim();
+        if !text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "._-+".contains(c))
+        {
+            return None;
+        }
         let text = text.split_once('+').map_or(text, |(v, _)| v);
         let (main, pre) = match text.split_once('-') {
             Some((main, "")) => (main, Some(Vec::new())),
@@ -156,7 +166,8 @@ impl Range {
 fn condition(expression: &str) -> Option<Vec<Condition>> {
     let at = |holds: fn(Ordering) -> bool, version: Version| Condition { holds, version };
     if expression == "*" {
-        return Some(Vec::new());
+        let any = Version::parse("0")?.before_pre_releases();
+        return Some(vec![at(Ordering::is_ge, any)]);
     }
     let (operator, rest) = match expression.find(|c: char| !"<>=~^".contains(c)) {
         Some(at) => expression.split_at(at),
