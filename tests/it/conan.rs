@@ -3,10 +3,12 @@
 //! files): a revision's `conanfile.py` and `conaninfo.txt` checked against
 //! the md5s its `conanmanifest.txt` declares (read by the proxy itself when
 //! the client asks for the file first), a tampered first mirror passed over,
-//! the archive pinned on first use and served as a hit; logins never
-//! fetched; the search keyed by its query; a denied reference and a
-//! too-young revision refused with the reason; `warm` reading a
-//! `conan.lock`.
+//! the archive pinned on first use and served as a hit; `latest`
+//! revalidated, a revision's files never; the search keyed by its query; a
+//! denied reference and a too-young revision refused with the reason;
+//! `warm` reading a `conan.lock`; the logins answered by the proxy (a
+//! private remote's token handed back for conan to send as `Bearer`),
+//! never by a mirror.
 
 use md5::Digest as _;
 
@@ -253,4 +255,45 @@ async fn a_private_remotes_login_trades_a_token_for_itself_and_never_reaches_a_m
     assert_eq!(status, 401);
     assert_eq!(mirror.hits("/c/v2/users/authenticate"), 0);
     assert_eq!(mirror.hits("/c/v2/users/check_credentials"), 0);
+}
+
+#[tokio::test]
+async fn latest_is_revalidated_and_a_revisions_files_never_are() {
+    let mirror = MirrorServer::start().await;
+    let (_, latest) = revisions("2024-01-15T10:20:03.123000+00:00");
+    let conanfile = test_bytes(500, 85);
+    let dir = recipe("liba", &format!("revisions/{RREV}/files/"));
+    mirror.put(&format!("/c/{}", recipe("liba", "latest")), latest);
+    mirror.put(
+        &format!("/c/{dir}conanmanifest.txt"),
+        manifest(&[("conanfile.py", &conanfile)]),
+    );
+    mirror.put(&format!("/c/{dir}conanfile.py"), conanfile);
+    let proxy = TestProxy::start(&remote(&[&mirror], "revalidate_after = \"0s\"")).await;
+    let client = reqwest::Client::new();
+    let at = |path: &str| proxy.url(&format!("/conan/{path}"));
+
+    for _ in 0..2 {
+        for file in ["conanmanifest.txt", "conanfile.py"] {
+            let (status, _, _) = get(&client, &at(&format!("{dir}{file}"))).await;
+            assert_eq!(status, 200, "{file}");
+        }
+        proxy.settle().await;
+    }
+    assert_eq!(mirror.hits(&format!("/c/{dir}conanfile.py")), 1);
+    assert_eq!(mirror.hits(&format!("/c/{dir}conanmanifest.txt")), 1);
+    // A new revision uploaded: the next `latest` names it.
+    let latest = recipe("liba", "latest");
+    let (status, _, _) = get(&client, &at(&latest)).await;
+    assert_eq!(status, 200);
+    proxy.settle().await;
+    let newer =
+        r#"{"revision": "0123456789abcdef0123456789abcdef", "time": "2024-02-01T00:00:00+00:00"}"#;
+    mirror.put(&format!("/c/{latest}"), newer.to_string());
+    let (status, _, body) = get(&client, &at(&latest)).await;
+    assert_eq!(
+        (status, body.unwrap()),
+        (200, newer.as_bytes().to_vec().into())
+    );
+    assert_eq!(mirror.hits(&format!("/c/{latest}")), 2);
 }
