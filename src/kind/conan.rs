@@ -143,6 +143,17 @@ impl Ecosystem for Conan {
         }
     }
 
+    /// `require_declared_hash` would refuse every archive: the manifest
+    /// lists the files in them, not the archives.
+    fn refuses_key(&self, key: &str) -> Option<String> {
+        match key {
+            "require_declared_hash" => Some(
+                "a conan remote's manifests declare the files conan unpacks, not the archives it downloads, so every archive would be refused; they are pinned on first use".to_string(),
+            ),
+            _ => super::standard_refusal(self.name(), self.digests(), self.packages(), key),
+        }
+    }
+
     /// The ping's answer is its capabilities header.
     fn kept_headers(&self, path: &str) -> &'static [&'static str] {
         match path {

@@ -137,6 +137,10 @@ fn bad_configs_name_the_key_and_line() {
             &[":5:", "version_policy", "conan remotes do not tell snapshots from releases"],
         ),
         (
+            "[[remote]]\nname = \"r\"\nkind = \"conan\"\nmirrors = [\"http://a/x\"]\nrequire_declared_hash = true\n",
+            &[":5:", "require_declared_hash", "every archive would be refused"],
+        ),
+        (
             "[[remote]]\nname = \"r\"\nkind = \"conda\"\nmirrors = [\"http://a/x\"]\ndeny = [\"numpy@~=1.2\"]\n",
             &[":5:", "remote[0].deny[0]", "not a conda version spec"],
         ),
