@@ -15,7 +15,7 @@
 //! lists rather than the archive, are pinned on first use. Logins
 //! (`v2/users/…`) are answered by the proxy from the caller's credentials
 //! ([`AnsweredHere`]), never fetched: a mirror would answer them for the
-//! remote's own. Packages are recipe names as spelt, rules in
+//! remote's own; conan 1's API (`v1/` but the ping) is a 404. Packages are recipe names as spelt, rules in
 //! Conan's version ranges (`conan/version.rs`), publish times each recipe
 //! revision's `time` in the reference's `revisions` list (the newest's for
 //! a path that names none, `latest`). Every path below a reference is that
@@ -116,8 +116,12 @@ fn listed_by_manifest(file: &str) -> bool {
     file != MANIFEST && !file.contains('/') && !file.ends_with(".tgz")
 }
 
-/// What the proxy answers for the logins under `v2/users/`.
-fn login(path: &str) -> Option<AnsweredHere> {
+/// What the proxy answers for the logins under `v2/users/`, and for conan
+/// 1's API (`v1/` but the ping), whose download URLs point at the mirror.
+fn answered_here(path: &str) -> Option<AnsweredHere> {
+    if path.starts_with("v1/") && path != "v1/ping" {
+        return Some(AnsweredHere::NotFound);
+    }
     match path.strip_prefix("v2/users")? {
         "/authenticate" => Some(AnsweredHere::TokenLogin),
         "/check_credentials" => Some(AnsweredHere::Whoami),
@@ -138,7 +142,7 @@ impl Ecosystem for Conan {
         Plan {
             immutable: file_path(bare).is_some(),
             query_in_key: bare == "v2/conans/search",
-            answered_here: login(bare),
+            answered_here: answered_here(bare),
             ..Plan::default()
         }
     }

@@ -59,7 +59,9 @@ pub struct Plan<'p> {
     /// lists). The plan of the path with its query is this plan.
     pub query_in_key: bool,
     /// A path the proxy answers itself and never asks a mirror for: a
-    /// login, which a mirror would answer for the remote's own credentials.
+    /// login, which a mirror would answer for the remote's own credentials,
+    /// or an API the kind does not serve (conan 1's, whose download URLs
+    /// point at the mirror).
     pub answered_here: Option<AnsweredHere>,
 }
 

@@ -20,6 +20,7 @@ pub(super) fn rows() -> Rows {
     Rows {
         paths: vec![
             ("v1/ping", Class::Mutable),
+            ("v1/conans/liba/1.0/_/_/download_urls", Class::AnsweredHere),
             ("v2/conans/search?q=liba%2F*", Class::Mutable),
             ("v2/users/authenticate", Class::AnsweredHere),
             ("v2/users/check_credentials", Class::AnsweredHere),
