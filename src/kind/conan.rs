@@ -19,7 +19,9 @@
 //! Conan's version ranges (`conan/version.rs`), publish times each recipe
 //! revision's `time` in the reference's `revisions` list (the newest's for
 //! a path that names none, `latest`). Every path below a reference is that
-//! reference's: a refused one is a 403 with the reason, which conan prints.
+//! reference's: a refused one is a 403 with the reason, which conan prints;
+//! the search, from which conan resolves a version range, is served
+//! without the refused references.
 
 mod version;
 
@@ -28,7 +30,7 @@ use std::collections::HashMap;
 use axum::http::HeaderMap;
 
 use super::declared::{canonical, Algo, Declared, Document};
-use super::guard::{parse_time, VersionSpec};
+use super::guard::{parse_time, Filtered, Judge, VersionSpec};
 use super::package::Artifact;
 use super::{AnsweredHere, Digests, Ecosystem, Packages, Plan, TimeKey, TimeSource};
 
@@ -36,6 +38,9 @@ pub struct Conan;
 
 /// The manifest of a revision's files.
 const MANIFEST: &str = "conanmanifest.txt";
+
+/// The search of recipes, by name pattern (`?q=liba/*`).
+const SEARCH: &str = "v2/conans/search";
 
 /// The key of a reference's newest revision in its publish times.
 const NEWEST: &str = "latest";
@@ -141,7 +146,7 @@ impl Ecosystem for Conan {
         let bare = path.split_once('?').map_or(path, |(bare, _)| bare);
         Plan {
             immutable: file_path(bare).is_some(),
-            query_in_key: bare == "v2/conans/search",
+            query_in_key: bare == SEARCH,
             answered_here: answered_here(bare),
             ..Plan::default()
         }
@@ -232,6 +237,14 @@ fn revision_time(text: &str) -> Option<i64> {
     }
 }
 
+/// The name and version of a reference as the search lists it
+/// (`name/version[@user/channel][#revision]`).
+fn name_version(reference: &str) -> Option<(&str, &str)> {
+    let reference = reference.split(['@', '#']).next()?;
+    let (name, version) = reference.split_once('/')?;
+    (!name.is_empty() && !version.is_empty()).then_some((name, version))
+}
+
 /// A reference's `revisions` list.
 #[derive(serde::Deserialize)]
 struct RevisionList {
@@ -264,9 +277,39 @@ impl Packages for Conan {
         })
     }
 
-    /// Nothing is filtered: a refused reference is refused at every path.
-    fn document(&self, _path: &str) -> Option<String> {
-        None
+    /// The search (what a version range is resolved from), by its path:
+    /// it lists many references.
+    fn document(&self, path: &str) -> Option<String> {
+        let bare = path.split_once('?').map_or(path, |(bare, _)| bare);
+        (bare == SEARCH).then(|| bare.to_string())
+    }
+
+    /// The search without the references refused.
+    fn filter(
+        &self,
+        judge: &Judge,
+        _name: &str,
+        body: &[u8],
+        _times: &HashMap<String, i64>,
+        _suffix: &str,
+    ) -> Filtered {
+        let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(body) else {
+            return Filtered::Unchanged;
+        };
+        let Some(results) = doc.get_mut("results").and_then(|r| r.as_array_mut()) else {
+            return Filtered::Unchanged;
+        };
+        let before = results.len();
+        results.retain(|found| {
+            let Some((name, version)) = found.as_str().and_then(name_version) else {
+                return true;
+            };
+            judge.refusal(name, version, None).is_none()
+        });
+        if results.len() == before {
+            return Filtered::Unchanged;
+        }
+        serde_json::to_vec(&doc).map_or(Filtered::Unchanged, Filtered::Changed)
     }
 
     /// By recipe revision, and the newest (listed first) under `latest`.

@@ -5,7 +5,8 @@
 //! the client asks for the file first), a tampered first mirror passed over,
 //! the archive pinned on first use and served as a hit; `latest`
 //! revalidated, a revision's files never; the search keyed by its query; a
-//! denied reference and a too-young revision refused with the reason;
+//! denied reference and a too-young revision refused with the reason, the
+//! denied one taken out of the search;
 //! `warm` reading a `conan.lock`; the logins answered by the proxy (a
 //! private remote's token handed back for conan to send as `Bearer`),
 //! never by a mirror.
@@ -147,6 +148,10 @@ async fn a_denied_reference_and_a_too_young_revision_are_refused_with_the_reason
         mirror.put(&format!("/c/{}", recipe(name, "revisions")), list);
         mirror.put(&format!("/c/{}", recipe(name, "latest")), latest);
     }
+    mirror.put(
+        "/c/v2/conans/search?q=libbad%2F%2A",
+        r#"{"results": ["libbad/1.0", "libbad/2.0"]}"#,
+    );
     let extra = "deny = [\"libbad@[>=1.0 <2]\"]\nmin_release_age = \"7d\"";
     let proxy = TestProxy::start(&remote(&[&mirror], extra)).await;
     let client = reqwest::Client::new();
@@ -171,6 +176,12 @@ async fn a_denied_reference_and_a_too_young_revision_are_refused_with_the_reason
         mirror.hits(&format!("/c/{}", recipe("libnew", "latest"))),
         0
     );
+    // A version range is resolved from the search: the denied one is gone.
+    let search = proxy.url("/conan/v2/conans/search?q=libbad%2F%2A");
+    let (status, _, body) = get(&client, &search).await;
+    assert_eq!(status, 200);
+    let listed: serde_json::Value = serde_json::from_slice(&body.unwrap()).unwrap();
+    assert_eq!(listed["results"], serde_json::json!(["libbad/2.0"]));
     let (status, _, body) = get(&client, &at("liba")).await;
     assert_eq!(status, 200);
     assert!(String::from_utf8_lossy(&body.unwrap())

@@ -2,7 +2,7 @@
 //! reference, the md5s a revision's `conanmanifest.txt` declares, publish
 //! times from a `revisions` list, and Conan's version ranges in rules.
 
-use super::super::conformance::{check_rules, Class, Declares, Rows};
+use super::super::conformance::{check_rules, Class, Declares, Expect, Filters, Rows};
 use super::*;
 
 const REF: &str = "v2/conans/liba/1.0/_/_/";
@@ -47,7 +47,10 @@ pub(super) fn rows() -> Rows {
             ("v2/conans/search?q=liba", None),
             ("v1/ping", None),
         ],
-        documents: vec![(at("latest"), None)],
+        documents: vec![
+            (at("latest"), None),
+            ("v2/conans/search?q=liba%2F*", Some("v2/conans/search")),
+        ],
         keys: vec![
             (recipe_file("conanfile.py"), Some(recipe_file("conanfile.py"))),
             (package_file("conan_package.tgz"), Some(package_file("conan_package.tgz"))),
@@ -76,6 +79,13 @@ pub(super) fn rows() -> Rows {
                 )],
             },
         ],
+        filters: vec![Filters {
+            deny: &["liba@>=1.1"],
+            name: "v2/conans/search",
+            suffix: "",
+            body: br#"{"results": ["liba/1.0", "liba/1.1@acme/stable", "libb/2.0"]}"#.to_vec(),
+            expected: Expect::Changed("liba/1.0", "liba/1.1"),
+        }],
         ..Rows::default()
     }
 }
