@@ -17,11 +17,12 @@
 //! ([`AnsweredHere`]), never fetched: a mirror would answer them for the
 //! remote's own; conan 1's API (`v1/` but the ping) is a 404. Packages are recipe names as spelt, rules in
 //! Conan's version ranges (`conan/version.rs`), publish times each recipe
-//! revision's `time` in the reference's `revisions` list (the newest's for
-//! a path that names none, `latest`). Every path below a reference is that
-//! reference's: a refused one is a 403 with the reason, which conan prints;
-//! the search, from which conan resolves a version range, is served
-//! without the refused references.
+//! revision's `time` in the reference's `revisions` list. Every path below a
+//! reference is that reference's: a refused one is a 403 with the reason,
+//! which conan prints; under a cooldown a recipe's `latest` is restated as
+//! its newest revision old enough (refused when none is); the search, from
+//! which conan resolves a version range, is served without the refused
+//! references.
 
 mod version;
 
@@ -32,7 +33,7 @@ use axum::http::HeaderMap;
 use super::declared::{canonical, Algo, Declared, Document};
 use super::guard::{parse_time, Filtered, Judge, VersionSpec};
 use super::package::Artifact;
-use super::{AnsweredHere, Digests, Ecosystem, Packages, Plan, TimeKey, TimeSource};
+use super::{AnsweredHere, Digests, Ecosystem, Packages, Plan, TimeKey, TimeSource, TimesFrom};
 
 pub struct Conan;
 
@@ -237,6 +238,62 @@ fn revision_time(text: &str) -> Option<i64> {
     }
 }
 
+/// `latest` (`{"revision": …, "time": …}`), or the newest revision of
+/// `times` (by revision) that `judge` serves when it refuses that one.
+fn latest_served(
+    judge: &Judge,
+    reference: &Reference<'_>,
+    body: &[u8],
+    times: &HashMap<String, i64>,
+) -> Filtered {
+    let Ok(latest) = serde_json::from_slice::<Revision>(body) else {
+        return Filtered::Unchanged;
+    };
+    let (name, version) = (reference.name, reference.version);
+    let published = times.get(&latest.revision).copied();
+    let Some(reason) = judge.refusal(name, version, published) else {
+        return Filtered::Unchanged;
+    };
+    let mut older: Vec<(&String, i64)> = times
+        .iter()
+        .filter(|(revision, _)| revision.as_str() != NEWEST)
+        .map(|(revision, ms)| (revision, *ms))
+        .collect();
+    older.sort_by_key(|(_, ms)| std::cmp::Reverse(*ms));
+    let Some((revision, ms)) = older
+        .into_iter()
+        .find(|(_, ms)| judge.refusal(name, version, Some(*ms)).is_none())
+    else {
+        return Filtered::Refused(reason);
+    };
+    let at = std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms.max(0) as u64);
+    let time = humantime::format_rfc3339_micros(at).to_string();
+    let time = format!("{}+00:00", time.trim_end_matches('Z'));
+    let restated = serde_json::json!({"revision": revision, "time": time});
+    serde_json::to_vec(&restated).map_or(Filtered::Unchanged, Filtered::Changed)
+}
+
+/// The search without the references `judge` refuses.
+fn search_served(judge: &Judge, body: &[u8]) -> Filtered {
+    let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(body) else {
+        return Filtered::Unchanged;
+    };
+    let Some(results) = doc.get_mut("results").and_then(|r| r.as_array_mut()) else {
+        return Filtered::Unchanged;
+    };
+    let before = results.len();
+    results.retain(|found| {
+        let Some((name, version)) = found.as_str().and_then(name_version) else {
+            return true;
+        };
+        judge.refusal(name, version, None).is_none()
+    });
+    if results.len() == before {
+        return Filtered::Unchanged;
+    }
+    serde_json::to_vec(&doc).map_or(Filtered::Unchanged, Filtered::Changed)
+}
+
 /// The name and version of a reference as the search lists it
 /// (`name/version[@user/channel][#revision]`).
 fn name_version(reference: &str) -> Option<(&str, &str)> {
@@ -277,39 +334,49 @@ impl Packages for Conan {
         })
     }
 
-    /// The search (what a version range is resolved from), by its path:
-    /// it lists many references.
-    fn document(&self, path: &str) -> Option<String> {
-        let bare = path.split_once('?').map_or(path, |(bare, _)| bare);
-        (bare == SEARCH).then(|| bare.to_string())
+    /// A name as rules match it: a reference's path
+    /// (`v2/conans/<name>/<version>/<user>/<channel>/`, which names the
+    /// document of its `latest`) is its recipe's name.
+    fn normalise(&self, name: &str) -> String {
+        reference(name).map_or(name, |r| r.name).to_string()
     }
 
-    /// The search without the references refused.
+    /// A recipe's `latest`, under its reference's path (its `revisions`
+    /// date it), and the search (what a version range is resolved from),
+    /// under its own: it lists many references.
+    fn document(&self, path: &str) -> Option<String> {
+        let bare = path.split_once('?').map_or(path, |(bare, _)| bare);
+        if bare == SEARCH {
+            return Some(bare.to_string());
+        }
+        let reference = reference(bare)?;
+        (reference.rest == NEWEST).then(|| reference.prefix.to_string())
+    }
+
+    /// A recipe's `latest` is dated by its reference's `revisions`.
+    fn times_from(&self, name: &str, _suffix: &str) -> Option<TimesFrom> {
+        let reference = reference(name)?;
+        Some(TimesFrom::Document(format!(
+            "{}revisions",
+            reference.prefix
+        )))
+    }
+
+    /// A recipe's `latest` restated as the newest revision no rule refuses
+    /// (the cooldown, by its `time`), refused when there is none; the
+    /// search without the references refused.
     fn filter(
         &self,
         judge: &Judge,
-        _name: &str,
+        name: &str,
         body: &[u8],
-        _times: &HashMap<String, i64>,
+        times: &HashMap<String, i64>,
         _suffix: &str,
     ) -> Filtered {
-        let Ok(mut doc) = serde_json::from_slice::<serde_json::Value>(body) else {
-            return Filtered::Unchanged;
-        };
-        let Some(results) = doc.get_mut("results").and_then(|r| r.as_array_mut()) else {
-            return Filtered::Unchanged;
-        };
-        let before = results.len();
-        results.retain(|found| {
-            let Some((name, version)) = found.as_str().and_then(name_version) else {
-                return true;
-            };
-            judge.refusal(name, version, None).is_none()
-        });
-        if results.len() == before {
-            return Filtered::Unchanged;
+        match reference(name) {
+            Some(reference) => latest_served(judge, &reference, body, times),
+            None => search_served(judge, body),
         }
-        serde_json::to_vec(&doc).map_or(Filtered::Unchanged, Filtered::Changed)
     }
 
     /// By recipe revision, and the newest (listed first) under `latest`.
@@ -330,9 +397,14 @@ impl Packages for Conan {
         times
     }
 
-    /// The reference's `revisions` list, at the path's recipe revision.
+    /// The reference's `revisions` list, at the path's recipe revision
+    /// (the newest for a path that names none); none for `latest`, which
+    /// is restated rather than refused.
     fn time_source(&self, artifact: &Artifact) -> Option<TimeSource> {
         let reference = reference(&artifact.file)?;
+        if reference.rest == NEWEST {
+            return None;
+        }
         let key = recipe_revision(reference.rest).unwrap_or(NEWEST);
         Some(TimeSource {
             document: format!("{}revisions", reference.prefix),

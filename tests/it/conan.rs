@@ -5,8 +5,9 @@
 //! the client asks for the file first), a tampered first mirror passed over,
 //! the archive pinned on first use and served as a hit; `latest`
 //! revalidated, a revision's files never; the search keyed by its query; a
-//! denied reference and a too-young revision refused with the reason, the
-//! denied one taken out of the search;
+//! denied reference refused with the reason and taken out of the search;
+//! `latest` restated as the newest revision out of its cooldown, a too-young
+//! revision's files refused;
 //! `warm` reading a `conan.lock`; the logins answered by the proxy (a
 //! private remote's token handed back for conan to send as `Bearer`),
 //! never by a mirror.
@@ -132,7 +133,7 @@ async fn revision_files_are_checked_against_their_manifest_and_a_tampered_mirror
 }
 
 #[tokio::test]
-async fn a_denied_reference_and_a_too_young_revision_are_refused_with_the_reason() {
+async fn a_denied_reference_is_refused_and_latest_is_the_newest_revision_out_of_its_cooldown() {
     let mirror = MirrorServer::start().await;
     let young = humantime::format_rfc3339_micros(
         std::time::SystemTime::now() - std::time::Duration::from_secs(3600),
@@ -148,6 +149,17 @@ async fn a_denied_reference_and_a_too_young_revision_are_refused_with_the_reason
         mirror.put(&format!("/c/{}", recipe(name, "revisions")), list);
         mirror.put(&format!("/c/{}", recipe(name, "latest")), latest);
     }
+    // libtwo: a revision from last year, and a newer one an hour old.
+    let newer = "fedcba9876543210fedcba9876543210";
+    let list = format!(
+        "{{\"revisions\": [{{\"revision\": \"{newer}\", \"time\": \"{young}\"}}, \
+         {{\"revision\": \"{RREV}\", \"time\": \"2025-06-01T08:00:00.000000+00:00\"}}]}}"
+    );
+    mirror.put(&format!("/c/{}", recipe("libtwo", "revisions")), list);
+    mirror.put(
+        &format!("/c/{}", recipe("libtwo", "latest")),
+        format!("{{\"revision\": \"{newer}\", \"time\": \"{young}\"}}"),
+    );
     mirror.put(
         "/c/v2/conans/search?q=libbad%2F%2A",
         r#"{"results": ["libbad/1.0", "libbad/2.0"]}"#,
@@ -168,14 +180,23 @@ async fn a_denied_reference_and_a_too_young_revision_are_refused_with_the_reason
         mirror.hits(&format!("/c/{}", recipe("libbad", "latest"))),
         0
     );
+    // Its only revision too young: refused with the reason.
     let (status, _, body) = get(&client, &at("libnew")).await;
     assert_eq!(status, 403);
     let body = String::from_utf8_lossy(&body.unwrap()).into_owned();
     assert!(body.contains("libnew@1.0 was published"), "{body}");
-    assert_eq!(
-        mirror.hits(&format!("/c/{}", recipe("libnew", "latest"))),
-        0
+    // Its newest too young: `latest` is the one before.
+    let (status, _, body) = get(&client, &at("libtwo")).await;
+    assert_eq!(status, 200);
+    let latest: serde_json::Value = serde_json::from_slice(&body.unwrap()).unwrap();
+    assert_eq!(latest["revision"], RREV);
+    assert_eq!(latest["time"], "2025-06-01T08:00:00.000000+00:00");
+    let young_file = format!(
+        "/conan/{}",
+        recipe("libtwo", &format!("revisions/{newer}/files"))
     );
+    let (status, _, _) = get(&client, &proxy.url(&young_file)).await;
+    assert_eq!(status, 403);
     // A version range is resolved from the search: the denied one is gone.
     let search = proxy.url("/conan/v2/conans/search?q=libbad%2F%2A");
     let (status, _, body) = get(&client, &search).await;

@@ -48,7 +48,8 @@ pub(super) fn rows() -> Rows {
             ("v1/ping", None),
         ],
         documents: vec![
-            (at("latest"), None),
+            (at("latest"), Some(REF)),
+            (at("revisions"), None),
             ("v2/conans/search?q=liba%2F*", Some("v2/conans/search")),
         ],
         keys: vec![
@@ -120,8 +121,16 @@ fn publish_times_are_each_revisions_time_and_rules_read_conan_ranges() {
     assert_eq!(times.get("old"), Some(&1_705_314_003_123));
     assert_eq!(times.len(), 3);
     assert!(Conan.publish_times(b"not json").is_empty());
+    // `latest` is dated by its filter, from the revisions list.
     let latest = Conan.artifact(&format!("{REF}latest")).unwrap();
-    let source = Conan.time_source(&latest).unwrap();
+    assert!(Conan.time_source(&latest).is_none());
+    assert_eq!(
+        Conan.times_from(REF, ""),
+        Some(TimesFrom::Document(format!("{REF}revisions")))
+    );
+    assert_eq!(Conan.normalise(REF), "liba");
+    let search = Conan.artifact(&format!("{REF}search")).unwrap();
+    let source = Conan.time_source(&search).unwrap();
     assert_eq!(source.document, format!("{REF}revisions"));
     assert_eq!(source.key, TimeKey::Listed(NEWEST.into()));
     let file = format!("{REF}revisions/{RREV}/{PKG}/files/conaninfo.txt");
@@ -137,4 +146,35 @@ fn publish_times_are_each_revisions_time_and_rules_read_conan_ranges() {
         ],
         ("liba@!1.0", "Conan version range"),
     );
+}
+
+#[test]
+fn latest_under_a_cooldown_is_the_newest_revision_old_enough() {
+    use super::super::conformance::{guard, DAY, NOW};
+    let config = guard("conan", Some(7), &[]);
+    let judge = Judge::new(&config, &Conan, NOW);
+    let times: HashMap<String, i64> = [
+        ("young".to_string(), NOW - DAY),
+        ("old".to_string(), NOW - 30 * DAY),
+        ("older".to_string(), NOW - 60 * DAY),
+        (NEWEST.to_string(), NOW - DAY),
+    ]
+    .into();
+    let body = br#"{"revision": "young", "time": "2027-01-01T00:00:00+00:00"}"#;
+    let Filtered::Changed(restated) = Conan.filter(&judge, REF, body, &times, "") else {
+        panic!("not restated");
+    };
+    let restated: serde_json::Value = serde_json::from_slice(&restated).unwrap();
+    assert_eq!(restated["revision"], "old");
+    let when = restated["time"].as_str().unwrap();
+    assert_eq!(revision_time(when), Some(NOW - 30 * DAY));
+    // Old enough already: as sent; none old enough: refused.
+    let old = br#"{"revision": "old", "time": "x"}"#;
+    assert_eq!(
+        Conan.filter(&judge, REF, old, &times, ""),
+        Filtered::Unchanged
+    );
+    let only_young: HashMap<String, i64> = [("young".to_string(), NOW - DAY)].into();
+    let refused = Conan.filter(&judge, REF, body, &only_young, "");
+    assert!(matches!(refused, Filtered::Refused(r) if r.contains("min_release_age")));
 }
