@@ -15,9 +15,10 @@
 //! lists rather than the archive, are pinned on first use. Logins
 //! (`v2/users/…`) are answered by the proxy from the caller's credentials
 //! ([`AnsweredHere`]), never fetched: a mirror would answer them for the
-//! remote's own; conan 1's API (`v1/` but the ping) is a 404. Packages are recipe names as spelt, rules in
-//! Conan's version ranges (`conan/version.rs`), publish times each recipe
-//! revision's `time` in the reference's `revisions` list. Every path below a
+//! remote's own; conan 1's API (`v1/` but the ping) is a 404. Packages are
+//! recipe names as spelt, rules in Conan's version ranges
+//! (`conan/version.rs`), publish times each recipe revision's `time` in the
+//! reference's `revisions` list. Every path below a
 //! reference is that reference's: a refused one is a 403 with the reason,
 //! which conan prints; under a cooldown a recipe's `latest` is restated as
 //! its newest revision old enough (refused when none is); the search, from
