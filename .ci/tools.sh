@@ -16,6 +16,7 @@
 # for the S3 tests moto's server (PyPI); huggingface_hub in a venv (PyPI);
 # for tests/clients/{cran,hex,conda}.rs Debian's r-base-core and rebar3, and
 # py-rattler in a venv of its own (PyPI).
+# for tests/clients/conan.rs conan and conan-server in a venv of their own (PyPI).
 # npm, pip and cargo come with the machine; redis-server and PostgreSQL are
 # checked by services.sh.
 set -uo pipefail
@@ -105,12 +106,18 @@ RATTLER_VENV="${MIRRORCACHE_RATTLER_VENV:-$HOME/.cache/mirrorcache/rattler-venv}
 "$RATTLER_VENV/bin/python" -c 'import sys, importlib.metadata as m; sys.exit(m.version("py-rattler") != "0.28.0")' 2>/dev/null \
     || { python3 -m venv "$RATTLER_VENV" && "$RATTLER_VENV/bin/python" -m pip install -q --disable-pip-version-check 'py-rattler==0.28.0'; } \
     || echo "WARNING: could not install py-rattler into $RATTLER_VENV"
+# conan with conan-server (tests/clients/conan.rs): pinned, in a venv of its own beside py-rattler's.
+CONAN_VENV="${MIRRORCACHE_CONAN_VENV:-$HOME/.cache/mirrorcache/conan-venv}"
+"$CONAN_VENV/bin/conan" --version 2>/dev/null | grep -q ' 2.33.0$' && [ -x "$CONAN_VENV/bin/conan_server" ] \
+    || { python3 -m venv "$CONAN_VENV" && "$CONAN_VENV/bin/python" -m pip install -q --disable-pip-version-check 'conan==2.33.0' 'conan-server==2.33.0'; } \
+    || echo "WARNING: could not install conan and conan-server into $CONAN_VENV"
 command -v uv >/dev/null || python3 -m pip install -q --disable-pip-version-check uv \
     || echo "WARNING: could not install uv"
 command -v poetry >/dev/null || python3 -m pip install -q --disable-pip-version-check poetry \
     || echo "WARNING: could not install poetry"
 echo "tools: pnpm $(pnpm --version 2>/dev/null || echo absent), yarn $(yarn --version 2>/dev/null || echo absent), $(uv --version 2>/dev/null || echo 'uv absent'), $(poetry --version 2>/dev/null || echo 'poetry absent')"
 echo "tools: $(Rscript --version 2>&1 | head -1 || echo 'Rscript absent'), rebar3 $(rebar3 --version 2>/dev/null | cut -d' ' -f2 || echo absent), py-rattler $("$RATTLER_VENV/bin/python" -c 'import importlib.metadata as m; print(m.version("py-rattler"))' 2>/dev/null || echo absent)"
+echo "tools: $("$CONAN_VENV/bin/conan" --version 2>/dev/null || echo 'conan absent')"
 echo "tools: huggingface_hub $("$HF_VENV/bin/python" -c 'import huggingface_hub as h; print(h.__version__)' 2>/dev/null || echo absent)"
 echo "tools: pip $(pip --version | cut -d' ' -f2), npm $(npm --version), $(cargo --version | cut -d' ' -f1-2), $(apt-get --version | head -1), $(go version 2>/dev/null || echo 'go: absent')"
 echo "tools: $(mvn --version 2>/dev/null | head -1 || echo 'mvn absent'), gradle $(gradle --version 2>/dev/null | grep -m1 '^Gradle' || echo absent)"

@@ -14,6 +14,7 @@ mod complete;
 mod dashboard;
 mod guard;
 mod lfs;
+mod login;
 mod oci;
 mod ops;
 mod pass;
@@ -183,6 +184,12 @@ async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Reque
                     && !crate::kind::oci::is_pull_path(path.path()) =>
                 {
                     Err(ProxyError::NotFound { status: 404 })
+                }
+                // A login, answered from the caller's credentials.
+                None if plan.answered_here.is_some()
+                    && (method == Method::GET || method == Method::HEAD) =>
+                {
+                    login::answer(plan.answered_here, &caller, &headers)
                 }
                 // The checksum database is served here (GOPROXY protocol).
                 None if plan.is_sumdb_supported() && remote.sumdb.is_some() => match method {

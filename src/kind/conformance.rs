@@ -26,6 +26,8 @@ pub enum Class {
     Mutable,
     /// An API route passed through (`post`: also takes POST).
     Pass { post: bool },
+    /// Answered by the proxy itself, never fetched.
+    AnsweredHere,
 }
 
 /// A document and the digests it declares.
@@ -91,6 +93,7 @@ fn urls(list: &[&str]) -> Vec<Url> {
 fn class_of(plan: &Plan<'_>) -> Class {
     match plan.pass_through {
         Some(PassThrough { post }) => Class::Pass { post },
+        None if plan.answered_here.is_some() => Class::AnsweredHere,
         None if plan.immutable => Class::Immutable,
         None if plan.document == Rewrites::Always => Class::Document,
         None => Class::Mutable,

@@ -1,6 +1,6 @@
 //! The package ecosystems: everything a `kind = "…"` means to the proxy, one
 //! module per ecosystem ([`pypi`], [`npm`], [`cargo`], [`apt`], [`go`], [`oci`],
-//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`lfs`], [`cran`], [`hex`], [`conda`], [`terraform`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
+//! [`maven`], [`rpm`], [`rubygems`], [`composer`], [`huggingface`], [`helm`], [`nuget`], [`nix`], [`galaxy`], [`lfs`], [`cran`], [`hex`], [`conda`], [`terraform`], [`conan`], [`generic`]), each implementing [`Ecosystem`] (and, where it has them, the
 //! facets [`Digests`] and [`Packages`]); [`Kind`] is the handle the rest of the
 //! proxy holds, found by name in the registry below. The rest of the code asks
 //! a remote's `Kind` and never matches on which one it is. What a path is
@@ -23,6 +23,7 @@ pub mod advisory;
 pub mod apt;
 pub mod cargo;
 pub mod composer;
+pub mod conan;
 pub mod conda;
 pub mod cran;
 pub mod declared;
@@ -60,7 +61,7 @@ use std::fmt;
 use axum::http::HeaderMap;
 
 pub use facets::{Digests, Packages};
-pub use plan::{Etag, Plan, Respelling, Rewritten};
+pub use plan::{AnsweredHere, Etag, Plan, Respelling, Rewritten};
 pub use values::{
     keep_headers, kept_headers, variant_by_accept, CachedAt, DigestRole, PassThrough, TimeKey,
     TimeSource, TimesFrom, Variant, VersionPolicy,
@@ -301,7 +302,7 @@ fn english_list(items: &[&str]) -> String {
 }
 
 /// The registry: every ecosystem, in the order `check` lists them.
-static ECOSYSTEMS: [&dyn Ecosystem; 21] = [
+static ECOSYSTEMS: [&dyn Ecosystem; 22] = [
     &generic::Generic,
     &pypi::Pypi,
     &npm::Npm,
@@ -323,6 +324,7 @@ static ECOSYSTEMS: [&dyn Ecosystem; 21] = [
     &conda::Conda,
     &terraform::Terraform,
     &lfs::Lfs,
+    &conan::Conan,
 ];
 
 /// A remote's ecosystem: a handle on one registered [`Ecosystem`], with the
@@ -480,7 +482,8 @@ mod tests {
                 "hex",
                 "conda",
                 "terraform",
-                "lfs"
+                "lfs",
+                "conan"
             ]
         );
         for name in names {
@@ -511,7 +514,7 @@ mod tests {
         assert_eq!(refusal("npm", "bearer_token"), None);
         assert_eq!(
             refusal("apt", "deny").unwrap(),
-            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget, galaxy, cran, hex, conda and terraform remotes"
+            "a apt remote cannot tell packages apart; `deny` and `allow` take pypi, npm, cargo, go, maven, rubygems, composer, helm, nuget, galaxy, cran, hex, conda, terraform and conan remotes"
         );
         assert!(refusal("generic", "require_declared_hash").is_some());
         assert!(refusal("go", "require_declared_hash").is_some());

@@ -62,6 +62,27 @@ pub struct Plan<'p> {
     /// network mirror protocol: `{hostname}/{namespace}/{type}/…`): a host
     /// not among the remote's `hostnames` is 404 without asking upstream.
     pub registry_host: Option<&'p str>,
+    /// A path the proxy answers itself and never asks a mirror for: a
+    /// login, which a mirror would answer for the remote's own credentials,
+    /// or an API the kind does not serve (conan 1's, whose download URLs
+    /// point at the mirror).
+    pub answered_here: Option<AnsweredHere>,
+}
+
+/// What the proxy answers itself for a login path ([`Plan::answered_here`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AnsweredHere {
+    /// Nothing there: 404.
+    NotFound,
+    /// A login that trades Basic credentials for a bearer token (conan's
+    /// `v2/users/authenticate`): a caller whose password is one of this
+    /// proxy's tokens gets it back as the token to send, which the proxy
+    /// takes as `Bearer`; a caller with a password is refused (403, saying
+    /// to log in with a token); an anonymous one gets 404.
+    TokenLogin,
+    /// Whether the credentials sent hold (conan's
+    /// `v2/users/check_credentials`): the user's name, else 401.
+    Whoami,
 }
 
 /// Another spelling of a path: its `len` bytes at `at` replaced by `with`.

@@ -13,6 +13,7 @@ mod browser;
 mod bundle;
 mod cargo_registry;
 mod composer;
+mod conan;
 mod conda;
 mod cran;
 mod daemon_fixtures;

@@ -129,6 +129,18 @@ fn bad_configs_name_the_key_and_line() {
             &[":5:", "remote[0].allow[0]", "not an Elixir version requirement"],
         ),
         (
+            "[[remote]]\nname = \"r\"\nkind = \"conan\"\nmirrors = [\"http://a/x\"]\ndeny = [\"zlib@>>1.3\"]\n",
+            &[":5:", "remote[0].deny[0]", "not a Conan version range"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"conan\"\nmirrors = [\"http://a/x\"]\nversion_policy = \"releases\"\n",
+            &[":5:", "version_policy", "conan remotes do not tell snapshots from releases"],
+        ),
+        (
+            "[[remote]]\nname = \"r\"\nkind = \"conan\"\nmirrors = [\"http://a/x\"]\nrequire_declared_hash = true\n",
+            &[":5:", "require_declared_hash", "every archive would be refused"],
+        ),
+        (
             "[[remote]]\nname = \"r\"\nkind = \"conda\"\nmirrors = [\"http://a/x\"]\ndeny = [\"numpy@~=1.2\"]\n",
             &[":5:", "remote[0].deny[0]", "not a conda version spec"],
         ),

@@ -9,6 +9,7 @@ mod bundle;
 mod cache;
 mod commit;
 mod composer;
+mod conan;
 mod conda;
 mod config_check;
 mod cran;

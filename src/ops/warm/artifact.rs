@@ -1,7 +1,7 @@
 //! What a lockfile names, whichever format it is read from: an artifact, where
 //! it lives under the remote and the digest it must have, and how a parse
 //! failure is told (`lockfile` reads the npm, cargo, go and pip formats;
-//! `maven`, `gemfile`, `composer`, `helm`, `nuget`, `galaxy`, `renv`, `hexpm`, `condalock` and `terraform` theirs).
+//! `maven`, `gemfile`, `composer`, `helm`, `nuget`, `galaxy`, `renv`, `hexpm`, `condalock`, `terraform` and `conanlock` theirs).
 
 /// One artifact a lockfile names.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -28,6 +28,7 @@ pub enum Kind {
     MixLock,
     CondaLock,
     TerraformLock,
+    ConanLock,
 }
 
 impl Kind {
@@ -48,6 +49,7 @@ impl Kind {
             "rebar.lock" => Some(Kind::RebarLock),
             "mix.lock" => Some(Kind::MixLock),
             "pixi.lock" | "conda-lock.yml" | "conda-lock.yaml" => Some(Kind::CondaLock),
+            "conan.lock" => Some(Kind::ConanLock),
             name if name.ends_with(".txt") => Some(Kind::Requirements),
             _ => None,
         }
@@ -58,7 +60,7 @@ impl Kind {
 pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
     let shown = path.display();
     let kind = Kind::of(path).ok_or_else(|| {
-        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, packages.lock.json, Chart.lock, requirements.yml, renv.lock, rebar.lock, mix.lock, pixi.lock, conda-lock.yml, .terraform.lock.hcl)")
+        format!("{shown}: not a lockfile warm reads (package-lock.json, Cargo.lock, go.sum, requirements *.txt, pom.xml, gradle.lockfile, Gemfile.lock, composer.lock, packages.lock.json, Chart.lock, requirements.yml, renv.lock, rebar.lock, mix.lock, pixi.lock, conda-lock.yml, .terraform.lock.hcl, conan.lock)")
     })?;
     let text = std::fs::read_to_string(path).map_err(|e| format!("{shown}: {e}"))?;
     let parsed = match kind {
@@ -78,6 +80,7 @@ pub fn read(path: &Path) -> Result<Vec<Artifact>, String> {
         Kind::MixLock => super::hexpm::mix_lock(&text),
         Kind::CondaLock => super::condalock::conda_lock(&text),
         Kind::TerraformLock => super::terraform::lock_hcl(&text),
+        Kind::ConanLock => super::conanlock::conan_lock(&text),
     };
     parsed.map_err(|(line, message)| format!("{shown}:{line}: {message}"))
 }

@@ -13,6 +13,7 @@
 
 mod artifact;
 mod composer;
+mod conanlock;
 mod condalock;
 mod galaxy;
 mod gemfile;

@@ -12,7 +12,7 @@ mod registry_tokens;
 mod rules;
 mod spelling;
 mod tls;
-mod tokens;
+pub mod tokens;
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};

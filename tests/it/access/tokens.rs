@@ -19,7 +19,7 @@ fn token_command(proxy: &AuthProxy, args: &[&str]) -> std::process::Output {
         .unwrap()
 }
 
-fn add(proxy: &AuthProxy, user: &str) -> String {
+pub fn add(proxy: &AuthProxy, user: &str) -> String {
     let out = token_command(proxy, &["add", "--user", user, "--expires", "90d"]);
     assert!(
         out.status.success(),
