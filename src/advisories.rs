@@ -5,6 +5,8 @@
 //! that cannot be used (not a zip, truncated, a malformed record) leaves
 //! the last good index in force and its reason in [`Advisories::status`].
 
+mod refusals;
+
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -16,6 +18,7 @@ use serde::Serialize;
 use crate::clock::now_ms;
 use crate::config::AdvisoryFeed;
 use crate::kind::advisory::{AdvisoryIndex, AdvisorySet, IndexReport};
+pub use refusals::{Refusal, Refusals};
 
 /// The advisory indexes in force and what became of each feed.
 pub struct Advisories {
@@ -27,6 +30,8 @@ pub struct Advisories {
     /// across an await.
     feeds: Mutex<BTreeMap<String, Feed>>,
     dir: PathBuf,
+    /// What the quarantine refused, for the dashboard.
+    pub refusals: Refusals,
 }
 
 struct Feed {
@@ -60,6 +65,7 @@ impl Advisories {
             generation: AtomicU64::new(0),
             feeds: Mutex::new(BTreeMap::new()),
             dir,
+            refusals: Refusals::default(),
         }
     }
 
