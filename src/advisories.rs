@@ -4,13 +4,16 @@
 //! force are swapped whole ([`ArcSwap`]) when a feed is read again. A feed
 //! that cannot be used (not a zip, truncated, a malformed record) leaves
 //! the last good index in force and its reason in [`Advisories::status`].
+//! A saved copy written by another process (`mirrorcache advisories
+//! import`, a bundle's import) is read within [`SAVED_POLL`].
 
 mod refusals;
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
@@ -30,6 +33,10 @@ pub struct Advisories {
     /// across an await.
     feeds: Mutex<BTreeMap<String, Feed>>,
     dir: PathBuf,
+    /// Each saved copy as last read or written here (modified time,
+    /// length), by feed name: a copy that differs was written by another
+    /// process. A `std::sync::Mutex`, held only to update the map.
+    saved: Mutex<HashMap<String, (Option<SystemTime>, u64)>>,
     /// What the quarantine refused, for the dashboard.
     pub refusals: Refusals,
 }
@@ -65,6 +72,7 @@ impl Advisories {
             generation: AtomicU64::new(0),
             feeds: Mutex::new(BTreeMap::new()),
             dir,
+            saved: Mutex::new(HashMap::new()),
             refusals: Refusals::default(),
         }
     }
@@ -85,7 +93,8 @@ impl Advisories {
     }
 
     /// Reads every saved feed (`<name>.zip`: fetched feeds and imported
-    /// files) into force.
+    /// files) that is new or changed since it was last read or written
+    /// here into force.
     pub fn load_saved(&self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
@@ -99,6 +108,14 @@ impl Advisories {
             let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
                 continue;
             };
+            let stamp = stamp(&path);
+            if self.saved.lock().expect("not poisoned").get(name) == Some(&stamp) {
+                continue;
+            }
+            self.saved
+                .lock()
+                .expect("not poisoned")
+                .insert(name.to_string(), stamp);
             match std::fs::read(&path) {
                 Ok(bytes) => {
                     let _ = self.install(name, &bytes, &path.display().to_string());
@@ -205,7 +222,32 @@ impl Advisories {
 
     /// Writes `bytes` as the saved copy of feed `name` (whole, then renamed).
     pub fn save(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-        save(&self.dir, name, bytes)
+        save(&self.dir, name, bytes)?;
+        let stamp = stamp(&self.dir.join(format!("{name}.zip")));
+        let mut saved = self.saved.lock().expect("not poisoned");
+        saved.insert(name.to_string(), stamp);
+        Ok(())
+    }
+}
+
+/// How often the saved copies are looked at for one another process wrote.
+pub const SAVED_POLL: Duration = Duration::from_secs(5);
+
+/// A saved copy's modified time and length, to tell a rewritten one.
+fn stamp(path: &Path) -> (Option<SystemTime>, u64) {
+    std::fs::metadata(path).map_or((None, 0), |m| (m.modified().ok(), m.len()))
+}
+
+/// Reads the saved copies another process wrote (an import beside the
+/// running server) every [`SAVED_POLL`] while `advisories` lives.
+pub async fn watch_saved(advisories: std::sync::Weak<Advisories>) {
+    loop {
+        tokio::time::sleep(SAVED_POLL).await;
+        let Some(advisories) = advisories.upgrade() else {
+            return;
+        };
+        // A large export takes seconds to read: off the async threads.
+        let _ = tokio::task::spawn_blocking(move || advisories.load_saved()).await;
     }
 }
 
@@ -220,22 +262,32 @@ pub fn save(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Checks the OSV zip at `file` and saves it as feed `name` under the
 /// storage path: `mirrorcache advisories import`. A running proxy reads it
-/// at its next start.
+/// within [`SAVED_POLL`].
 pub fn import(storage: &Path, name: &str, file: &Path) -> Result<IndexReport, String> {
-    let name_ok = !name.is_empty()
+    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    import_bytes(storage, name, &bytes).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// Whether `name` is fit for a feed (and its file): letters, digits, `-`,
+/// `_` and `.`, not starting with a dot.
+pub fn valid_feed_name(name: &str) -> bool {
+    !name.is_empty()
         && !name.starts_with('.')
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if !name_ok {
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Checks the OSV zip `bytes` and saves it as feed `name` under the
+/// storage path (an import, or a feed a bundle carries).
+pub fn import_bytes(storage: &Path, name: &str, bytes: &[u8]) -> Result<IndexReport, String> {
+    if !valid_feed_name(name) {
         return Err(format!(
             "{name:?} is not a valid feed name (letters, digits, '-', '_', '.')"
         ));
     }
-    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let (_, report) =
-        AdvisoryIndex::from_zip(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
-    save(&feed_dir(storage), name, &bytes).map_err(|e| e.to_string())?;
+    let (_, report) = AdvisoryIndex::from_zip(bytes)?;
+    save(&feed_dir(storage), name, bytes).map_err(|e| e.to_string())?;
     Ok(report)
 }
 

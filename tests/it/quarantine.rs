@@ -112,6 +112,16 @@ async fn refused_on_dashboard(proxy: &TestProxy) -> Vec<[String; 6]> {
         .collect()
 }
 
+/// `mirrorcache advisories import --config config export`.
+fn import_feed(config: &std::path::Path, export: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(["advisories", "import", "--config"])
+        .arg(config)
+        .arg(export)
+        .output()
+        .unwrap()
+}
+
 async fn feed_status(proxy: &TestProxy, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
     crate::support::osv::feed_status(&proxy.base, name, ready).await
 }
@@ -270,7 +280,8 @@ async fn quarantined_versions_are_deprecated_in_packuments_and_their_tarballs_ge
 }
 
 #[tokio::test]
-async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_status_line() {
+async fn an_offline_import_is_in_force_at_start_and_beside_a_running_server_and_pypi_shows_the_id()
+{
     let dir = tempfile::tempdir().unwrap();
     let (index, files) = (MirrorServer::start().await, MirrorServer::start().await);
     let wheel = |v: &str| format!("mc_lib-{v}-py3-none-any.whl");
@@ -286,7 +297,7 @@ async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_sta
         files.put(&format!("/packages/{}", wheel(v)), format!("wheel {v}"));
     }
     let remotes = format!(
-        "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\nquarantine = [\"critical\"]\nquarantine_since = \"2020-01-01\"\n",
+        "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\nquarantine = [\"critical\", \"malicious\"]\nquarantine_since = \"2020-01-01\"\n",
         index.url(""),
         files.url("")
     );
@@ -298,12 +309,7 @@ async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_sta
     .unwrap();
     let export = dir.path().join("carried.zip");
     std::fs::write(&export, osv_zip(&[vulnerability(), malware()])).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
-        .args(["advisories", "import", "--config"])
-        .arg(&config)
-        .arg(&export)
-        .output()
-        .unwrap();
+    let out = import_feed(&config, &export);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -359,5 +365,19 @@ async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_sta
         get(&proxy.url(&format!("/pypi/~files/packages/{}", wheel("2.2")))).await,
         (200, "wheel 2.2".to_string())
     );
+    // A newer export imported beside the running server is in force
+    // within seconds, without a restart.
+    let mut newer = vec![vulnerability(), malware()];
+    newer.push(malicious("MAL-2025-47030", "PyPI", "mc-lib", &["2.2"]));
+    std::fs::write(&export, osv_zip(&newer)).unwrap();
+    let out = import_feed(&config, &export);
+    assert!(out.status.success());
+    feed_status(&proxy, "imported", |f| f["report"]["records"] == 3).await;
+    let line = status_line(
+        &proxy.base,
+        &format!("/pypi/~files/packages/{}", wheel("2.2")),
+    )
+    .await;
+    assert!(line.contains("MAL-2025-47030 (malicious)"), "{line}");
     proxy.stop().await;
 }
