@@ -57,6 +57,24 @@ pub struct FeedStatus {
     pub report: Option<IndexReport>,
     /// Why the last read failed; the index in force (if any) is older.
     pub error: Option<String>,
+    /// When a refresh last found the feed unchanged (a 304 to its
+    /// validators: nothing downloaded or read again), unix ms.
+    pub unchanged_at_ms: Option<i64>,
+}
+
+/// The validators of the copy in force, for a conditional refresh.
+#[derive(Debug, Clone, Default)]
+pub struct Validators {
+    /// The URL they came from: another URL is asked without them.
+    url: Option<url::Url>,
+    etag: Option<String>,
+    last_modified: Option<String>,
+}
+
+/// A feed's answer.
+enum Fetched {
+    Body(Vec<u8>, Validators),
+    NotModified,
 }
 
 /// Where the saved copies of the feeds are, below the storage path.
@@ -152,6 +170,7 @@ impl Advisories {
                             loaded_at_ms: Some(now_ms()),
                             report: Some(report.clone()),
                             error: None,
+                            unchanged_at_ms: None,
                         },
                     },
                 );
@@ -189,11 +208,27 @@ impl Advisories {
 
     /// Fetches `feed` from the first of its URLs that answers with a usable
     /// zip, puts it in force and saves it; every failure is in the status.
-    pub async fn refresh(&self, client: &reqwest::Client, feed: &AdvisoryFeed) {
+    /// The URL the copy in force came from is asked with its `validators`
+    /// (updated here): a 304 keeps the index as it is.
+    pub async fn refresh(
+        &self,
+        client: &reqwest::Client,
+        feed: &AdvisoryFeed,
+        validators: &mut Validators,
+    ) {
         let mut errors = Vec::new();
         for url in &feed.urls {
-            let bytes = match fetch(client, url).await {
-                Ok(bytes) => bytes,
+            let asked = (validators.url.as_ref() == Some(url)).then_some(&*validators);
+            let (bytes, fresh) = match fetch(client, url, asked).await {
+                Ok(Fetched::Body(bytes, fresh)) => (bytes, fresh),
+                Ok(Fetched::NotModified) => {
+                    let mut feeds = self.feeds.lock().expect("not poisoned");
+                    if let Some(status) = feeds.get_mut(&feed.name).map(|f| &mut f.status) {
+                        status.unchanged_at_ms = Some(now_ms());
+                        status.error = None;
+                    }
+                    return;
+                }
                 Err(e) => {
                     errors.push(format!("{url}: {e}"));
                     continue;
@@ -215,6 +250,10 @@ impl Advisories {
                 tracing::warn!(feed = feed.name, error = %e, "advisory feed not saved");
             }
             let _ = self.put_in_force(&feed.name, read, url.as_str());
+            *validators = Validators {
+                url: Some(url.clone()),
+                ..fresh
+            };
             return;
         }
         self.failed(&feed.name, errors.join("; "));
@@ -295,15 +334,35 @@ pub fn import_bytes(storage: &Path, name: &str, bytes: &[u8]) -> Result<IndexRep
 /// hundred MiB); a larger answer is refused, not held in memory.
 const MAX_FEED: u64 = 2 << 30;
 
-async fn fetch(client: &reqwest::Client, url: &url::Url) -> Result<Vec<u8>, String> {
-    let mut response = client
-        .get(url.clone())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+/// GETs the feed at `url`, conditional on `validators` when given.
+async fn fetch(
+    client: &reqwest::Client,
+    url: &url::Url,
+    validators: Option<&Validators>,
+) -> Result<Fetched, String> {
+    let mut request = client.get(url.clone());
+    if let Some(etag) = validators.and_then(|v| v.etag.as_deref()) {
+        request = request.header(reqwest::header::IF_NONE_MATCH, etag);
+    }
+    if let Some(date) = validators.and_then(|v| v.last_modified.as_deref()) {
+        request = request.header(reqwest::header::IF_MODIFIED_SINCE, date);
+    }
+    let mut response = request.send().await.map_err(|e| e.to_string())?;
+    if response.status() == reqwest::StatusCode::NOT_MODIFIED && validators.is_some() {
+        return Ok(Fetched::NotModified);
+    }
     if !response.status().is_success() {
         return Err(format!("answered {}", response.status()));
     }
+    let header = |name: reqwest::header::HeaderName| {
+        let value = response.headers().get(name)?.to_str().ok()?;
+        Some(value.to_string())
+    };
+    let fresh = Validators {
+        url: None,
+        etag: header(reqwest::header::ETAG),
+        last_modified: header(reqwest::header::LAST_MODIFIED),
+    };
     let too_large = || format!("larger than {}", bytesize::ByteSize(MAX_FEED));
     if response.content_length().is_some_and(|len| len > MAX_FEED) {
         return Err(too_large());
@@ -315,7 +374,7 @@ async fn fetch(client: &reqwest::Client, url: &url::Url) -> Result<Vec<u8>, Stri
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(Fetched::Body(body, fresh))
 }
 
 /// Refreshes `feed` every `feed.refresh` while `advisories` lives.
@@ -331,11 +390,12 @@ pub async fn refresh_loop(advisories: std::sync::Weak<Advisories>, feed: Advisor
             return;
         }
     };
+    let mut validators = Validators::default();
     loop {
         let Some(advisories) = advisories.upgrade() else {
             return;
         };
-        advisories.refresh(&client, &feed).await;
+        advisories.refresh(&client, &feed, &mut validators).await;
         drop(advisories);
         tokio::time::sleep(feed.refresh).await;
     }

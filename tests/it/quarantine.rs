@@ -154,6 +154,10 @@ async fn quarantined_versions_are_deprecated_in_packuments_and_their_tarballs_ge
         1,
         "the first URL was tried first"
     );
+    // Refreshed every second with the validators of the copy in force: a
+    // 304 keeps the index, nothing is downloaded or read again.
+    let unchanged = feed_status(&proxy, "osv-npm", |f| f["unchanged_at_ms"].is_i64()).await;
+    assert_eq!(unchanged["loaded_at_ms"], feed["loaded_at_ms"]);
 
     // Clients resolve to the newest version no advisory names.
     assert_eq!(
