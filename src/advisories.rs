@@ -4,11 +4,16 @@
 //! force are swapped whole ([`ArcSwap`]) when a feed is read again. A feed
 //! that cannot be used (not a zip, truncated, a malformed record) leaves
 //! the last good index in force and its reason in [`Advisories::status`].
+//! A saved copy written by another process (`mirrorcache advisories
+//! import`, a bundle's import) is read within [`SAVED_POLL`].
 
-use std::collections::BTreeMap;
+mod refusals;
+
+use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::{Duration, SystemTime};
 
 use arc_swap::ArcSwap;
 use serde::Serialize;
@@ -16,6 +21,7 @@ use serde::Serialize;
 use crate::clock::now_ms;
 use crate::config::AdvisoryFeed;
 use crate::kind::advisory::{AdvisoryIndex, AdvisorySet, IndexReport};
+pub use refusals::{Refusal, Refusals};
 
 /// The advisory indexes in force and what became of each feed.
 pub struct Advisories {
@@ -27,6 +33,12 @@ pub struct Advisories {
     /// across an await.
     feeds: Mutex<BTreeMap<String, Feed>>,
     dir: PathBuf,
+    /// Each saved copy as last read or written here (modified time,
+    /// length), by feed name: a copy that differs was written by another
+    /// process. A `std::sync::Mutex`, held only to update the map.
+    saved: Mutex<HashMap<String, (Option<SystemTime>, u64)>>,
+    /// What the quarantine refused, for the dashboard.
+    pub refusals: Refusals,
 }
 
 struct Feed {
@@ -45,6 +57,24 @@ pub struct FeedStatus {
     pub report: Option<IndexReport>,
     /// Why the last read failed; the index in force (if any) is older.
     pub error: Option<String>,
+    /// When a refresh last found the feed unchanged (a 304 to its
+    /// validators: nothing downloaded or read again), unix ms.
+    pub unchanged_at_ms: Option<i64>,
+}
+
+/// The validators of the copy in force, for a conditional refresh.
+#[derive(Debug, Clone, Default)]
+pub struct Validators {
+    /// The URL they came from: another URL is asked without them.
+    url: Option<url::Url>,
+    etag: Option<String>,
+    last_modified: Option<String>,
+}
+
+/// A feed's answer.
+enum Fetched {
+    Body(Vec<u8>, Validators),
+    NotModified,
 }
 
 /// Where the saved copies of the feeds are, below the storage path.
@@ -60,6 +90,8 @@ impl Advisories {
             generation: AtomicU64::new(0),
             feeds: Mutex::new(BTreeMap::new()),
             dir,
+            saved: Mutex::new(HashMap::new()),
+            refusals: Refusals::default(),
         }
     }
 
@@ -79,7 +111,8 @@ impl Advisories {
     }
 
     /// Reads every saved feed (`<name>.zip`: fetched feeds and imported
-    /// files) into force.
+    /// files) that is new or changed since it was last read or written
+    /// here into force.
     pub fn load_saved(&self) {
         let Ok(entries) = std::fs::read_dir(&self.dir) else {
             return;
@@ -93,6 +126,14 @@ impl Advisories {
             let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
                 continue;
             };
+            let stamp = stamp(&path);
+            if self.saved.lock().expect("not poisoned").get(name) == Some(&stamp) {
+                continue;
+            }
+            self.saved
+                .lock()
+                .expect("not poisoned")
+                .insert(name.to_string(), stamp);
             match std::fs::read(&path) {
                 Ok(bytes) => {
                     let _ = self.install(name, &bytes, &path.display().to_string());
@@ -129,6 +170,7 @@ impl Advisories {
                             loaded_at_ms: Some(now_ms()),
                             report: Some(report.clone()),
                             error: None,
+                            unchanged_at_ms: None,
                         },
                     },
                 );
@@ -166,11 +208,27 @@ impl Advisories {
 
     /// Fetches `feed` from the first of its URLs that answers with a usable
     /// zip, puts it in force and saves it; every failure is in the status.
-    pub async fn refresh(&self, client: &reqwest::Client, feed: &AdvisoryFeed) {
+    /// The URL the copy in force came from is asked with its `validators`
+    /// (updated here): a 304 keeps the index as it is.
+    pub async fn refresh(
+        &self,
+        client: &reqwest::Client,
+        feed: &AdvisoryFeed,
+        validators: &mut Validators,
+    ) {
         let mut errors = Vec::new();
         for url in &feed.urls {
-            let bytes = match fetch(client, url).await {
-                Ok(bytes) => bytes,
+            let asked = (validators.url.as_ref() == Some(url)).then_some(&*validators);
+            let (bytes, fresh) = match fetch(client, url, asked).await {
+                Ok(Fetched::Body(bytes, fresh)) => (bytes, fresh),
+                Ok(Fetched::NotModified) => {
+                    let mut feeds = self.feeds.lock().expect("not poisoned");
+                    if let Some(status) = feeds.get_mut(&feed.name).map(|f| &mut f.status) {
+                        status.unchanged_at_ms = Some(now_ms());
+                        status.error = None;
+                    }
+                    return;
+                }
                 Err(e) => {
                     errors.push(format!("{url}: {e}"));
                     continue;
@@ -192,6 +250,10 @@ impl Advisories {
                 tracing::warn!(feed = feed.name, error = %e, "advisory feed not saved");
             }
             let _ = self.put_in_force(&feed.name, read, url.as_str());
+            *validators = Validators {
+                url: Some(url.clone()),
+                ..fresh
+            };
             return;
         }
         self.failed(&feed.name, errors.join("; "));
@@ -199,7 +261,32 @@ impl Advisories {
 
     /// Writes `bytes` as the saved copy of feed `name` (whole, then renamed).
     pub fn save(&self, name: &str, bytes: &[u8]) -> std::io::Result<()> {
-        save(&self.dir, name, bytes)
+        save(&self.dir, name, bytes)?;
+        let stamp = stamp(&self.dir.join(format!("{name}.zip")));
+        let mut saved = self.saved.lock().expect("not poisoned");
+        saved.insert(name.to_string(), stamp);
+        Ok(())
+    }
+}
+
+/// How often the saved copies are looked at for one another process wrote.
+pub const SAVED_POLL: Duration = Duration::from_secs(5);
+
+/// A saved copy's modified time and length, to tell a rewritten one.
+fn stamp(path: &Path) -> (Option<SystemTime>, u64) {
+    std::fs::metadata(path).map_or((None, 0), |m| (m.modified().ok(), m.len()))
+}
+
+/// Reads the saved copies another process wrote (an import beside the
+/// running server) every [`SAVED_POLL`] while `advisories` lives.
+pub async fn watch_saved(advisories: std::sync::Weak<Advisories>) {
+    loop {
+        tokio::time::sleep(SAVED_POLL).await;
+        let Some(advisories) = advisories.upgrade() else {
+            return;
+        };
+        // A large export takes seconds to read: off the async threads.
+        let _ = tokio::task::spawn_blocking(move || advisories.load_saved()).await;
     }
 }
 
@@ -214,22 +301,32 @@ pub fn save(dir: &Path, name: &str, bytes: &[u8]) -> std::io::Result<()> {
 
 /// Checks the OSV zip at `file` and saves it as feed `name` under the
 /// storage path: `mirrorcache advisories import`. A running proxy reads it
-/// at its next start.
+/// within [`SAVED_POLL`].
 pub fn import(storage: &Path, name: &str, file: &Path) -> Result<IndexReport, String> {
-    let name_ok = !name.is_empty()
+    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
+    import_bytes(storage, name, &bytes).map_err(|e| format!("{}: {e}", file.display()))
+}
+
+/// Whether `name` is fit for a feed (and its file): letters, digits, `-`,
+/// `_` and `.`, not starting with a dot.
+pub fn valid_feed_name(name: &str) -> bool {
+    !name.is_empty()
         && !name.starts_with('.')
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
-    if !name_ok {
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// Checks the OSV zip `bytes` and saves it as feed `name` under the
+/// storage path (an import, or a feed a bundle carries).
+pub fn import_bytes(storage: &Path, name: &str, bytes: &[u8]) -> Result<IndexReport, String> {
+    if !valid_feed_name(name) {
         return Err(format!(
             "{name:?} is not a valid feed name (letters, digits, '-', '_', '.')"
         ));
     }
-    let bytes = std::fs::read(file).map_err(|e| format!("{}: {e}", file.display()))?;
-    let (_, report) =
-        AdvisoryIndex::from_zip(&bytes).map_err(|e| format!("{}: {e}", file.display()))?;
-    save(&feed_dir(storage), name, &bytes).map_err(|e| e.to_string())?;
+    let (_, report) = AdvisoryIndex::from_zip(bytes)?;
+    save(&feed_dir(storage), name, bytes).map_err(|e| e.to_string())?;
     Ok(report)
 }
 
@@ -237,15 +334,35 @@ pub fn import(storage: &Path, name: &str, file: &Path) -> Result<IndexReport, St
 /// hundred MiB); a larger answer is refused, not held in memory.
 const MAX_FEED: u64 = 2 << 30;
 
-async fn fetch(client: &reqwest::Client, url: &url::Url) -> Result<Vec<u8>, String> {
-    let mut response = client
-        .get(url.clone())
-        .send()
-        .await
-        .map_err(|e| e.to_string())?;
+/// GETs the feed at `url`, conditional on `validators` when given.
+async fn fetch(
+    client: &reqwest::Client,
+    url: &url::Url,
+    validators: Option<&Validators>,
+) -> Result<Fetched, String> {
+    let mut request = client.get(url.clone());
+    if let Some(etag) = validators.and_then(|v| v.etag.as_deref()) {
+        request = request.header(reqwest::header::IF_NONE_MATCH, etag);
+    }
+    if let Some(date) = validators.and_then(|v| v.last_modified.as_deref()) {
+        request = request.header(reqwest::header::IF_MODIFIED_SINCE, date);
+    }
+    let mut response = request.send().await.map_err(|e| e.to_string())?;
+    if response.status() == reqwest::StatusCode::NOT_MODIFIED && validators.is_some() {
+        return Ok(Fetched::NotModified);
+    }
     if !response.status().is_success() {
         return Err(format!("answered {}", response.status()));
     }
+    let header = |name: reqwest::header::HeaderName| {
+        let value = response.headers().get(name)?.to_str().ok()?;
+        Some(value.to_string())
+    };
+    let fresh = Validators {
+        url: None,
+        etag: header(reqwest::header::ETAG),
+        last_modified: header(reqwest::header::LAST_MODIFIED),
+    };
     let too_large = || format!("larger than {}", bytesize::ByteSize(MAX_FEED));
     if response.content_length().is_some_and(|len| len > MAX_FEED) {
         return Err(too_large());
@@ -257,7 +374,7 @@ async fn fetch(client: &reqwest::Client, url: &url::Url) -> Result<Vec<u8>, Stri
         }
         body.extend_from_slice(&chunk);
     }
-    Ok(body)
+    Ok(Fetched::Body(body, fresh))
 }
 
 /// Refreshes `feed` every `feed.refresh` while `advisories` lives.
@@ -273,11 +390,12 @@ pub async fn refresh_loop(advisories: std::sync::Weak<Advisories>, feed: Advisor
             return;
         }
     };
+    let mut validators = Validators::default();
     loop {
         let Some(advisories) = advisories.upgrade() else {
             return;
         };
-        advisories.refresh(&client, &feed).await;
+        advisories.refresh(&client, &feed, &mut validators).await;
         drop(advisories);
         tokio::time::sleep(feed.refresh).await;
     }

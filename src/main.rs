@@ -116,8 +116,8 @@ enum Command {
 enum AdvisoriesCommand {
     /// Check an OSV zip (an export carried to an offline site) and save it
     /// under the storage path as feed NAME (default: the only
-    /// `[[advisories]]` feed, else "imported"); the server reads it at its
-    /// next start.
+    /// `[[advisories]]` feed, else "imported"); a running server reads it
+    /// within seconds.
     Import {
         #[command(flatten)]
         config: ConfigArg,
@@ -217,8 +217,9 @@ fn main() -> ExitCode {
                 .map_err(anyhow::Error::msg)?;
             let packages: usize = report.packages.values().sum();
             Ok(format!(
-                "feed {name:?}: {} records, {packages} packages indexed; in force at the next start",
-                report.records
+                "feed {name:?}: {} records, {packages} packages indexed; a running server reads it within {}s",
+                report.records,
+                mirrorcache::advisories::SAVED_POLL.as_secs()
             ))
         }),
         Command::Export {

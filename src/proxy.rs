@@ -81,6 +81,7 @@ impl Proxy {
         tokio::task::spawn_blocking(move || loading.load_saved())
             .await
             .context("reading the saved advisory feeds")?;
+        tokio::spawn(advisories::watch_saved(Arc::downgrade(&advisories)));
         for feed in &config.advisories {
             tokio::spawn(advisories::refresh_loop(
                 Arc::downgrade(&advisories),

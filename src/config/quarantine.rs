@@ -23,11 +23,7 @@ impl Validator<'_> {
         for (i, feed) in raw.into_iter().enumerate() {
             let feed = feed.into_inner();
             let name = feed.name.get_ref();
-            let name_ok = !name.is_empty()
-                && name
-                    .chars()
-                    .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-                && !name.starts_with('.');
+            let name_ok = crate::advisories::valid_feed_name(name);
             if !name_ok {
                 return self.error(
                     format!("advisories[{i}].name"),

@@ -293,6 +293,7 @@ pub(super) async fn snapshot_for(
         .fills
         .retain(|f| visible(f.key.split('/').next().unwrap_or_default()));
     snapshot.fills_in_progress = snapshot.fills.len();
+    snapshot.quarantine_refusals.retain(|r| visible(&r.remote));
     snapshot
         .recent_errors
         .retain(|e| visible(e.source.split(' ').next().unwrap_or_default()));

@@ -116,6 +116,21 @@ fn page(s: &Snapshot, history: &History) -> Markup {
                         tbody #fills-body { @for fill in &s.fills { (fill_row(fill)) } }
                     }
                 }
+                section #quarantine {
+                    h2 { "Quarantine refusals" }
+                    table {
+                        thead { tr { th { "remote" } th { "package" } th { "version" } th { "advisory" } th { "class" } th { "count" } th { "last" } } }
+                        tbody #quarantine-body {
+                            @for r in &s.quarantine_refusals {
+                                tr {
+                                    td.remote { (r.remote) } td.package { (r.package) } td.version { (r.version) }
+                                    td.advisory { (r.advisory) } td.class { (r.class) } td.count { (r.count) }
+                                    td.last { time { (http_time(r.last_ms)) } }
+                                }
+                            }
+                        }
+                    }
+                }
                 section #errors {
                     h2 { "Recent errors" }
                     ol #errors-list {

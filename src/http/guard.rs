@@ -18,6 +18,7 @@ use crate::cache::Entry;
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::fill::{self, FillState};
+use crate::kind::advisory::Quarantined;
 use crate::kind::guard::{ArtifactCheck, DocumentFilter, Filtered, Judge, Standing};
 use crate::kind::package::Artifact;
 use crate::kind::{Packages, TimeKey, Variant};
@@ -178,8 +179,8 @@ pub(super) async fn check_artifact(
     in_status_line: bool,
 ) -> Result<(), ProxyError> {
     if let Some(reason) = &check.refusal {
-        if let Some(class) = check.quarantine_class {
-            proxy.metrics.quarantine_refusal(&remote.name, class);
+        if let Some(advisory) = &check.quarantined {
+            quarantine_refused(proxy, &remote.name, &check.artifact, advisory);
         }
         return Err(refused(in_status_line, reason.clone()));
     }
@@ -220,14 +221,27 @@ pub(super) async fn check_artifact(
     let advisories = proxy.advisories.current();
     let judge = Judge::new(&remote.config.guard, packages, now).with_advisories(&advisories);
     match judge.verdict(&artifact.name, &artifact.version, published) {
-        Some((reason, class)) => {
-            if let Some(class) = class {
-                proxy.metrics.quarantine_refusal(&remote.name, class);
+        Some((reason, quarantined)) => {
+            if let Some(advisory) = &quarantined {
+                quarantine_refused(proxy, &remote.name, artifact, advisory);
             }
             Err(refused(in_status_line, reason))
         }
         None => Ok(()),
     }
+}
+
+/// Counts a quarantine refusal: by remote and class on `/-/metrics`, by
+/// package, version and advisory on the dashboard.
+fn quarantine_refused(proxy: &Proxy, remote: &str, artifact: &Artifact, advisory: &Quarantined) {
+    proxy.metrics.quarantine_refusal(remote, advisory.class);
+    proxy.advisories.refusals.record(
+        remote,
+        &artifact.name,
+        &artifact.version,
+        advisory,
+        now_ms(),
+    );
 }
 
 /// When `artifact` was published, read from its package's document through

@@ -26,6 +26,8 @@ pub struct Snapshot {
     pub now_ms: i64,
     /// The `[[advisories]]` feeds: what is in force, and why a read failed.
     pub advisories: Vec<crate::advisories::FeedStatus>,
+    /// What the quarantine refused, the latest first.
+    pub quarantine_refusals: Vec<crate::advisories::Refusal>,
 }
 
 #[derive(Debug, Serialize)]
@@ -139,6 +141,7 @@ impl Snapshot {
             recent_errors: proxy.metrics.recent_errors.list(),
             now_ms: now,
             advisories: proxy.advisories.status(),
+            quarantine_refusals: proxy.advisories.refusals.list(),
         }
     }
 }

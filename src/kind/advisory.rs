@@ -292,6 +292,14 @@ pub struct Quarantine {
     pub since_ms: Option<i64>,
 }
 
+/// The advisory a quarantine refusal names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Quarantined {
+    /// The advisory's class (`"listed"` for one without a class named by id).
+    pub class: &'static str,
+    pub id: String,
+}
+
 /// The advisory indexes in force, one per feed, swapped whole.
 pub type AdvisorySet = Arc<Vec<Arc<AdvisoryIndex>>>;
 
@@ -301,8 +309,7 @@ impl Quarantine {
     }
 
     /// Why `version` of `name` (normalised as `normalised`, shown as
-    /// `shown`) is quarantined, and the advisory's class (`"listed"` for
-    /// one without a class named by id), or `None`.
+    /// `shown`) is quarantined, and the advisory that says so, or `None`.
     #[allow(clippy::too_many_arguments)]
     pub fn refusal(
         &self,
@@ -312,7 +319,7 @@ impl Quarantine {
         normalised: &str,
         version: &str,
         published_ms: Option<i64>,
-    ) -> Option<(String, &'static str)> {
+    ) -> Option<(String, Quarantined)> {
         if !self.is_active() {
             return None;
         }
@@ -341,7 +348,8 @@ impl Quarantine {
             "{shown}@{version} is quarantined by this proxy: {} ({class}): {}",
             advisory.id, advisory.summary
         );
-        Some((reason, class))
+        let id = advisory.id.clone();
+        Some((reason, Quarantined { class, id }))
     }
 
     /// Whether any advisory of `set` names package `normalised`.

@@ -298,19 +298,36 @@ fn learn(body: &[u8]) -> Vec<(String, Declared)> {
         .collect()
 }
 
+/// Index files: the lines of refused versions go. A version the
+/// quarantine refuses keeps its line with one more dependency, on
+/// [`quarantine_marker`]: a name no registry can hold, so cargo's resolver
+/// passes over the version for a range (it backtracks from a dependency it
+/// cannot find) and, for an exact `=` pin, fails naming the advisory.
 fn filter(judge: &Judge, body: &[u8]) -> Filtered {
     let mut out = Vec::with_capacity(body.len());
     let (mut kept, mut last_reason) = (0, None);
     for line in body.split_inclusive(|&b| b == b'\n') {
-        let entry = serde_json::from_slice::<Value>(line.trim_ascii()).ok();
+        let mut entry = serde_json::from_slice::<Value>(line.trim_ascii()).ok();
         let verdict = entry.as_ref().and_then(|e| {
             let (name, version) = (e["name"].as_str()?, e["vers"].as_str()?);
             let published = e["pubtime"].as_str().and_then(parse_time);
-            judge.refusal(name, version, published)
+            judge.verdict(name, version, published)
         });
-        match verdict {
-            Some(reason) => last_reason = Some(reason),
-            None => {
+        match (verdict, entry.as_mut()) {
+            (Some((reason, Some(advisory))), Some(entry)) => {
+                last_reason = Some(reason);
+                if let Some(deps) = entry.get_mut("deps").and_then(Value::as_array_mut) {
+                    deps.push(serde_json::json!({
+                        "name": quarantine_marker(&advisory.id), "req": "*", "features": [],
+                        "optional": false, "default_features": true, "target": null,
+                        "kind": "normal"
+                    }));
+                    out.extend_from_slice(&serde_json::to_vec(entry).unwrap_or_default());
+                    out.push(b'\n');
+                }
+            }
+            (Some((reason, _)), _) => last_reason = Some(reason),
+            (None, _) => {
                 if !line.trim_ascii().is_empty() {
                     kept += 1;
                 }
@@ -323,6 +340,25 @@ fn filter(judge: &Judge, body: &[u8]) -> Filtered {
         Some(reason) if kept == 0 => Filtered::Refused(reason),
         Some(_) => Filtered::Changed(out),
     }
+}
+
+/// The dependency a quarantined version's index line gains:
+/// `quarantined.<advisory id>`. Cargo package names hold only letters,
+/// digits, `-` and `_`, so no registry serves one with a dot, and cargo
+/// prints it: "no matching package named `quarantined.MAL-2025-1` found,
+/// required by package `x v1.0.1`".
+pub fn quarantine_marker(id: &str) -> String {
+    let id: String = id
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    format!("quarantined.{id}")
 }
 
 #[cfg(test)]

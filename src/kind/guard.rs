@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use globset::{Glob, GlobMatcher};
 
-use super::advisory::{AdvisoryIndex, Quarantine};
+use super::advisory::{AdvisoryIndex, Quarantine, Quarantined};
 use super::package::Artifact;
 use super::{Packages, Plan, TimesFrom, Variant};
 
@@ -204,8 +204,8 @@ pub struct ArtifactCheck {
     pub artifact: Artifact,
     /// Why a rule refuses it whatever its publish time, if one does.
     pub refusal: Option<String>,
-    /// The advisory class, when the refusal is the quarantine's.
-    pub quarantine_class: Option<&'static str>,
+    /// The advisory, when the refusal is the quarantine's.
+    pub quarantined: Option<Quarantined>,
     /// An advisory names it and `quarantine_since` is set: its publish
     /// time decides.
     pub quarantine_dated: bool,
@@ -246,13 +246,13 @@ pub fn checks(
         let verdict = judge.verdict(&artifact.name, &artifact.version, None);
         // With `quarantine_since`, the publish time decides.
         let dated = guard.quarantine.since_ms.is_some() && matches!(verdict, Some((_, Some(_))));
-        let (refusal, quarantine_class) = match verdict {
+        let (refusal, quarantined) = match verdict {
             Some((reason, class)) if !dated => (Some(reason), class),
             _ => (None, None),
         };
         ArtifactCheck {
             refusal,
-            quarantine_class,
+            quarantined,
             quarantine_dated: dated,
             cooldown: guard.cooldown_for(&packages.normalise(&artifact.name)),
             artifact,
@@ -374,14 +374,14 @@ impl<'a> Judge<'a> {
             .map(|(reason, _)| reason)
     }
 
-    /// [`refusal`](Judge::refusal), with the advisory class when the
-    /// quarantine is what refuses it.
+    /// [`refusal`](Judge::refusal), with the advisory when the quarantine
+    /// is what refuses it.
     pub fn verdict(
         &self,
         name: &str,
         version: &str,
         published_ms: Option<i64>,
-    ) -> Option<(String, Option<&'static str>)> {
+    ) -> Option<(String, Option<Quarantined>)> {
         let normalised = self.packages.normalise(name);
         let name = self.packages.shown_name(name, &normalised);
         if let Some(rule) = self
@@ -408,7 +408,7 @@ impl<'a> Judge<'a> {
                 ));
             }
         }
-        if let Some((reason, class)) = self.guard.quarantine.refusal(
+        if let Some((reason, advisory)) = self.guard.quarantine.refusal(
             self.advisories,
             self.packages,
             name,
@@ -416,7 +416,7 @@ impl<'a> Judge<'a> {
             version,
             published_ms,
         ) {
-            return Some((reason, Some(class)));
+            return Some((reason, Some(advisory)));
         }
         let min_age = self.guard.cooldown_for(&normalised)?;
         let age_ms = self.now_ms - published_ms?;

@@ -265,7 +265,11 @@ fn learn(body: &[u8], document: &Document<'_>) -> Vec<(String, Declared)> {
 }
 
 /// Packuments (full and abbreviated): `versions` and `time` entries of
-/// refused versions go, `dist-tags` move down to the newest version left.
+/// refused versions go, `dist-tags` move down to the newest version left. A
+/// version the quarantine refuses stays, marked `deprecated` with the
+/// reason: npm passes over deprecated versions while another satisfies the
+/// range (`npm-pick-manifest`), so only an exact pin picks it, prints the
+/// reason as a deprecation warning and gets its tarball's 403.
 fn filter(judge: &Judge, name: &str, body: &[u8], times: &HashMap<String, i64>) -> Filtered {
     let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
         return Filtered::Unchanged;
@@ -274,14 +278,15 @@ fn filter(judge: &Judge, name: &str, body: &[u8], times: &HashMap<String, i64>) 
     let Some(versions) = doc.get_mut("versions").and_then(Value::as_object_mut) else {
         return Filtered::Unchanged;
     };
-    let mut refused: Vec<(String, String)> = Vec::new();
+    // (version, reason, quarantined)
+    let mut refused: Vec<(String, String, bool)> = Vec::new();
     for version in versions.keys() {
         let published = own_times[version.as_str()]
             .as_str()
             .and_then(parse_time)
             .or_else(|| times.get(version).copied());
-        if let Some(reason) = judge.refusal(name, version, published) {
-            refused.push((version.clone(), reason));
+        if let Some((reason, advisory)) = judge.verdict(name, version, published) {
+            refused.push((version.clone(), reason, advisory.is_some()));
         }
     }
     if refused.is_empty() {
@@ -291,20 +296,30 @@ fn filter(judge: &Judge, name: &str, body: &[u8], times: &HashMap<String, i64>) 
         let latest = doc["dist-tags"]["latest"].as_str().unwrap_or_default();
         let reason = refused
             .iter()
-            .find(|(v, _)| v == latest)
+            .find(|(v, _, _)| v == latest)
             .unwrap_or(&refused[0]);
         return Filtered::Refused(reason.1.clone());
     }
-    for (version, _) in &refused {
-        versions.remove(version);
+    for (version, reason, quarantined) in &refused {
+        match versions.get_mut(version).and_then(Value::as_object_mut) {
+            Some(manifest) if *quarantined => {
+                manifest.insert("deprecated".to_string(), Value::String(reason.clone()));
+            }
+            _ => {
+                versions.remove(version);
+            }
+        }
     }
     let left: Vec<nodejs_semver::Version> = versions
         .keys()
+        .filter(|v| !refused.iter().any(|(r, _, _)| r == *v))
         .filter_map(|v| nodejs_semver::Version::parse(v).ok())
         .collect();
     if let Some(time) = doc.get_mut("time").and_then(Value::as_object_mut) {
-        for (version, _) in &refused {
-            time.remove(version);
+        for (version, _, quarantined) in &refused {
+            if !quarantined {
+                time.remove(version);
+            }
         }
     }
     if let Some(tags) = doc.get_mut("dist-tags").and_then(Value::as_object_mut) {
@@ -313,7 +328,7 @@ fn filter(judge: &Judge, name: &str, body: &[u8], times: &HashMap<String, i64>) 
             let Some(named) = version.as_str() else {
                 continue;
             };
-            if !refused.iter().any(|(v, _)| v == named) {
+            if !refused.iter().any(|(v, _, _)| v == named) {
                 moved.insert(tag.clone(), version.clone());
                 continue;
             }

@@ -343,6 +343,10 @@ fn learn_json(json: &serde_json::Value, document: &Document<'_>) -> Vec<(String,
         .collect()
 }
 
+/// PEP 691 pages: refused files go; a file the quarantine refuses stays,
+/// marked yanked (PEP 592) with the reason, so pip passes over it for a
+/// range and picks it only for an exact `==` pin, prints the reason and
+/// gets the download's 403.
 fn filter_json(judge: &Judge, name: &str, body: &[u8]) -> Filtered {
     let Ok(mut doc) = serde_json::from_slice::<Value>(body) else {
         return Filtered::Unchanged;
@@ -354,7 +358,7 @@ fn filter_json(judge: &Judge, name: &str, body: &[u8]) -> Filtered {
     for file in files.iter() {
         let artifact = file["filename"].as_str().and_then(|f| Pypi.artifact(f));
         let published = file["upload-time"].as_str().and_then(parse_time);
-        verdicts.push(artifact.and_then(|a| judge.refusal(name, &a.version, published)));
+        verdicts.push(artifact.and_then(|a| judge.verdict(name, &a.version, published)));
     }
     let n_refused = verdicts.iter().filter(|v| v.is_some()).count();
     if n_refused == 0 {
@@ -364,8 +368,17 @@ fn filter_json(judge: &Judge, name: &str, body: &[u8]) -> Filtered {
         // Nothing left: the download's 403 tells pip why.
         return Filtered::Unchanged;
     }
+    for (file, verdict) in files.iter_mut().zip(&verdicts) {
+        if let Some((reason, Some(_))) = verdict {
+            file["yanked"] = Value::String(reason.clone());
+        }
+    }
     let mut verdict = verdicts.iter();
-    files.retain(|_| verdict.next().is_some_and(Option::is_none));
+    files.retain(|_| {
+        verdict
+            .next()
+            .is_some_and(|v| v.as_ref().is_none_or(|(_, advisory)| advisory.is_some()))
+    });
     // API 1.1's `versions`: only those with a file left.
     let left: Vec<String> = files
         .iter()
@@ -459,14 +472,18 @@ fn anchors(text: &str) -> Vec<Anchor> {
     found
 }
 
+/// Simple pages: the anchors of refused files go; a file the quarantine
+/// refuses keeps its anchor, marked `data-yanked` with the reason (as
+/// [`filter_json`] marks it).
 fn filter_html(judge: &Judge, name: &str, text: &str, times: &HashMap<String, i64>) -> Filtered {
     let all = anchors(text);
-    let verdicts: Vec<(Anchor, Option<String>)> = all
+    let verdicts: Vec<(Anchor, Option<(String, bool)>)> = all
         .into_iter()
         .map(|a| {
-            let verdict = Pypi
-                .artifact(&a.file)
-                .and_then(|f| judge.refusal(name, &f.version, times.get(&a.file).copied()));
+            let verdict = Pypi.artifact(&a.file).and_then(|f| {
+                let verdict = judge.verdict(name, &f.version, times.get(&a.file).copied());
+                verdict.map(|(reason, advisory)| (reason, advisory.is_some()))
+            });
             (a, verdict)
         })
         .collect();
@@ -478,13 +495,30 @@ fn filter_html(judge: &Judge, name: &str, text: &str, times: &HashMap<String, i6
     let mut out = String::with_capacity(text.len());
     let mut at = 0;
     for (anchor, verdict) in &verdicts {
-        if verdict.is_some() {
-            out.push_str(&text[at..anchor.start]);
-            at = anchor.end;
+        match verdict {
+            Some((reason, true)) => {
+                let open = anchor.start + "<a".len();
+                out.push_str(&text[at..open]);
+                out.push_str(&format!(" data-yanked=\"{}\"", attribute_value(reason)));
+                at = open;
+            }
+            Some((_, false)) => {
+                out.push_str(&text[at..anchor.start]);
+                at = anchor.end;
+            }
+            None => {}
         }
     }
     out.push_str(&text[at..]);
     Filtered::Changed(out.into_bytes())
+}
+
+/// `text` as an HTML attribute value between double quotes.
+fn attribute_value(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('"', "&quot;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
 }
 
 #[cfg(test)]

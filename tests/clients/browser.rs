@@ -1,7 +1,7 @@
 //! The dashboard in a real browser: Debian's headless Chromium loads `/-/`
 //! while a slow fill runs, its rendered DOM (`--dump-dom`, after the inline
-//! script ran) names the remotes and shows the fill's progress bar, and its
-//! screenshot is not blank. With `MIRRORCACHE_SCREENSHOT=PATH` the
+//! script ran) names the remotes, shows the fill's progress bar and the
+//! quarantine's refusals, and its screenshot is not blank. With `MIRRORCACHE_SCREENSHOT=PATH` the
 //! screenshot is also copied there (how `docs/dashboard.png` is made).
 
 use std::path::Path;
@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use scraper::{Html, Selector};
 
+use crate::support::osv::{feed_status, malicious, osv_zip};
 use crate::support::proxy::get_json;
 use crate::support::{available, test_bytes, wait_until, Fault, MirrorServer, TestProxy};
 use crate::{run, version};
@@ -38,15 +39,24 @@ async fn the_dashboard_renders_in_a_browser_during_a_slow_fill() {
     let (npm, pypi) = (MirrorServer::start().await, MirrorServer::start().await);
     npm.put("/m/left-pad/-/left-pad-1.3.0.tgz", test_bytes(40_000, 1));
     npm.put("/m/big/-/big-1.0.0.tgz", test_bytes(4 << 20, 2));
+    npm.put(
+        "/osv/all.zip",
+        osv_zip(&[malicious("MAL-2025-47040", "npm", "mc-worm", &["1.0.1"])]),
+    );
     let proxy = TestProxy::start(&format!(
-        "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n\n\
+        "[[advisories]]\nname = \"osv\"\nurls = [\"{}\"]\n\n\
+         [[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\nquarantine = [\"malicious\"]\n\n\
          [[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\", \"{}\"]\n",
+        npm.url("/osv/all.zip"),
         npm.url("/m"),
         pypi.url("/a"),
         pypi.url("/b"),
     ))
     .await;
     let client = reqwest::Client::new();
+    feed_status(&proxy.base, "osv", |f| f["report"]["records"] == 1).await;
+    let refused = proxy.url("/npm/mc-worm/-/mc-worm-1.0.1.tgz");
+    assert_eq!(crate::support::proxy::get(&client, &refused).await.0, 403);
     for _ in 0..3 {
         crate::support::proxy::get(&client, &proxy.url("/npm/left-pad/-/left-pad-1.3.0.tgz"))
             .await
@@ -87,6 +97,23 @@ async fn the_dashboard_renders_in_a_browser_during_a_slow_fill() {
         .unwrap_or_else(|| panic!("no fill in {dom}"));
     assert_eq!(bar.value().attr("max"), Some("4194304"));
     assert!(dom.contains("npm/big/-/big-1.0.0.tgz"), "{dom}");
+    let refusal: Vec<String> = html
+        .select(&Selector::parse("#quarantine-body tr td").unwrap())
+        .take(6)
+        .map(|e| e.text().collect())
+        .collect();
+    assert_eq!(
+        refusal,
+        [
+            "npm",
+            "mc-worm",
+            "1.0.1",
+            "MAL-2025-47040",
+            "malicious",
+            "1"
+        ],
+        "{dom}"
+    );
 
     let shot = work.path().join("dashboard.png");
     let blank = work.path().join("blank.png");

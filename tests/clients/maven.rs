@@ -15,12 +15,14 @@ use std::time::SystemTime;
 use crate::support::{available, sha256_hex, tampered, MirrorServer, TestProxy};
 use crate::{client, report, write};
 
-const LANG3_JAR: &str = "org/apache/commons/commons-lang3/3.12.0/commons-lang3-3.12.0.jar";
-const LANG3_POM: &str = "org/apache/commons/commons-lang3/3.12.0/commons-lang3-3.12.0.pom";
+pub(crate) const LANG3_JAR: &str =
+    "org/apache/commons/commons-lang3/3.12.0/commons-lang3-3.12.0.jar";
+pub(crate) const LANG3_POM: &str =
+    "org/apache/commons/commons-lang3/3.12.0/commons-lang3-3.12.0.pom";
 
 /// The fixture repository, built once per test into `dir`; `None` (after a
 /// loud skip) when Debian's plugin packages are missing.
-fn fixture(dir: &Path) -> Option<PathBuf> {
+pub(crate) fn fixture(dir: &Path) -> Option<PathBuf> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/maven/make_fixture.py");
     let repo = dir.join("repo");
     let out = Command::new("python3")
@@ -40,7 +42,7 @@ fn fixture(dir: &Path) -> Option<PathBuf> {
 }
 
 /// Every file of the fixture served at `/m/…`.
-fn serve(mirror: &MirrorServer, repo: &Path) {
+pub(crate) fn serve(mirror: &MirrorServer, repo: &Path) {
     for entry in crate::files_below(repo) {
         let relative = entry
             .strip_prefix(repo)
@@ -52,7 +54,7 @@ fn serve(mirror: &MirrorServer, repo: &Path) {
     }
 }
 
-fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
+pub(crate) fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
     format!(
         "[[remote]]\nname = \"maven\"\nkind = \"maven\"\nmirrors = {}\nstrategy = \"single\"\n{extra}\n",
         crate::support::toml_urls(mirrors, "/m")
@@ -61,7 +63,7 @@ fn remote(mirrors: &[&MirrorServer], extra: &str) -> String {
 
 /// A copy of the project and a settings.xml whose `*` mirror is the proxy;
 /// returns (project, settings, local repository).
-fn workspace(w: &Path, n: usize, proxy_url: &str) -> (PathBuf, PathBuf, PathBuf) {
+pub(crate) fn workspace(w: &Path, n: usize, proxy_url: &str) -> (PathBuf, PathBuf, PathBuf) {
     let project = w.join(format!("project{n}"));
     let source = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/clients/maven/project");
     for file in crate::files_below(&source) {
@@ -82,7 +84,13 @@ fn workspace(w: &Path, n: usize, proxy_url: &str) -> (PathBuf, PathBuf, PathBuf)
     (project, settings, local)
 }
 
-fn mvn(w: &Path, n: usize, project: &Path, settings: &Path, local: &Path) -> std::process::Output {
+pub(crate) fn mvn(
+    w: &Path,
+    n: usize,
+    project: &Path,
+    settings: &Path,
+    local: &Path,
+) -> std::process::Output {
     let home = w.join(format!("home{n}"));
     std::fs::create_dir_all(&home).unwrap();
     Command::new("mvn")
@@ -97,7 +105,7 @@ fn mvn(w: &Path, n: usize, project: &Path, settings: &Path, local: &Path) -> std
         .unwrap()
 }
 
-fn assert_built(out: &std::process::Output, project: &Path) {
+pub(crate) fn assert_built(out: &std::process::Output, project: &Path) {
     let said = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -106,6 +114,52 @@ fn assert_built(out: &std::process::Output, project: &Path) {
     );
     assert!(said.contains("BUILD SUCCESS"), "{said}");
     assert!(project.join("target/fixture-app-1.0.jar").exists());
+}
+
+/// Serves commons-lang3 `version` beside the fixture's 3.12.0 (the same
+/// jar, its pom restated), with sidecars, and the artifact's
+/// `maven-metadata.xml` listing both.
+pub(crate) fn publish_next_lang3(mirror: &MirrorServer, repo: &Path, version: &str) {
+    use sha1::Digest;
+    let dir = "org/apache/commons/commons-lang3";
+    let put = |path: String, bytes: Vec<u8>| {
+        let sha1 = hex::encode(sha1::Sha1::digest(&bytes));
+        let md5 = hex::encode(md5::Md5::digest(&bytes));
+        mirror.put(&format!("/m/{path}.sha1"), sha1);
+        mirror.put(&format!("/m/{path}.md5"), md5);
+        mirror.put(&format!("/m/{path}"), bytes);
+    };
+    let jar = std::fs::read(repo.join(LANG3_JAR)).unwrap();
+    let pom = std::fs::read_to_string(repo.join(LANG3_POM)).unwrap();
+    let pom = pom.replacen(
+        "<version>3.12.0</version>",
+        &format!("<version>{version}</version>"),
+        1,
+    );
+    put(format!("{dir}/{version}/commons-lang3-{version}.jar"), jar);
+    put(
+        format!("{dir}/{version}/commons-lang3-{version}.pom"),
+        pom.into_bytes(),
+    );
+    let metadata = format!(
+        "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<metadata><groupId>org.apache.commons</groupId>\
+         <artifactId>commons-lang3</artifactId><versioning><latest>{version}</latest><release>{version}</release>\
+         <versions><version>3.12.0</version><version>{version}</version></versions>\
+         <lastUpdated>20250908120000</lastUpdated></versioning></metadata>\n"
+    );
+    put(format!("{dir}/maven-metadata.xml"), metadata.into_bytes());
+}
+
+/// The project's commons-lang3 dependency at `version` (or a range).
+pub(crate) fn set_lang3_version(project: &Path, version: &str) {
+    let pom = std::fs::read_to_string(project.join("pom.xml")).unwrap();
+    let pom = pom.replacen(
+        "<artifactId>commons-lang3</artifactId>\n      <version>3.12.0</version>",
+        &format!("<artifactId>commons-lang3</artifactId>\n      <version>{version}</version>"),
+        1,
+    );
+    assert!(pom.contains(version));
+    write(&project.join("pom.xml"), &pom);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -2,7 +2,8 @@
 //! imported into another, whose entries are then HITs with the right bytes
 //! and documents, with every mirror stopped; a damaged or wrongly signed
 //! bundle imports nothing and says what is wrong; an import beside live
-//! traffic keeps what the running cache has.
+//! traffic keeps what the running cache has, and the advisory feeds the
+//! bundle carries are in force on the running server within seconds.
 
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
@@ -13,6 +14,7 @@ use ed25519_dalek::pkcs8::spki::der::pem::LineEnding;
 use ed25519_dalek::pkcs8::{EncodePrivateKey, EncodePublicKey};
 use sha2::Digest as _;
 
+use crate::support::osv::{feed_status, malicious, osv_zip};
 use crate::support::proxy::{config_text, get};
 use crate::support::{sha256_hex, test_bytes, MirrorServer, TestProxy};
 use mirrorcache::config::Config;
@@ -358,9 +360,14 @@ async fn a_corrupted_blob_or_a_bad_signature_imports_nothing_and_says_which() {
 async fn an_import_beside_live_traffic_keeps_what_the_server_has_and_serves_the_rest() {
     let origin = origin().await;
     let a = filled(&origin).await;
+    // A's saved advisory feed travels in the bundle.
+    let feed = osv_zip(&[malicious("MAL-2025-47020", "npm", "p", &["1.0.0"])]);
+    std::fs::create_dir_all(a.dir.join("store/advisories")).unwrap();
+    std::fs::write(a.dir.join("store/advisories/osv.zip"), &feed).unwrap();
     let work = tempfile::tempdir().unwrap();
     let bundle = work.path().join("cache.mcb");
-    export_from(&a, &origin, &bundle, None).await;
+    let exported = export_from(&a, &origin, &bundle, None).await;
+    assert_eq!(exported.advisories, 1, "{exported}");
 
     // B has its own mirrors: one path the bundle also has, with other bytes
     // (B's entry must stay), and a hot file clients keep asking for.
@@ -396,6 +403,13 @@ async fn an_import_beside_live_traffic_keeps_what_the_server_has_and_serves_the_
     traffic.await.unwrap();
     assert_eq!((imported.added, imported.kept), (4, 1), "{imported}");
     assert_eq!(imported.signed, import::Signed::Unsigned);
+    assert_eq!(imported.advisories, 1, "{imported}");
+    assert_eq!(
+        std::fs::read(b.dir.join("store/advisories/osv.zip")).unwrap(),
+        feed
+    );
+    // The running server reads it without a restart.
+    feed_status(&b.base, "osv", |f| f["report"]["records"] == 1).await;
 
     npm_b.stop();
     files_b.stop();

@@ -1,9 +1,10 @@
 //! Advisory quarantine: OSV exports (zips of records written here in the
 //! OSV schema: `MAL-` and `GHSA-` ids, ECOSYSTEM and SEMVER ranges,
 //! `versions` lists, `database_specific`, CVSS vectors) served by a fixture
-//! mirror as `[[advisories]]` feeds. A quarantined version leaves the
-//! packument and its tarball is refused with the advisory id, also after
-//! it was cached; `quarantine_allow` lets one through; a broken feed keeps
+//! mirror as `[[advisories]]` feeds. A quarantined version stays in the
+//! packument marked deprecated (simple pages: yanked) and its tarball is
+//! refused with the advisory id, also after it was cached, and listed on
+//! the dashboard; `quarantine_allow` lets one through; a broken feed keeps
 //! the last good index and says why on `/-/status`; an offline import is
 //! read at start.
 
@@ -73,7 +74,8 @@ async fn get(url: &str) -> (u16, String) {
     (response.status().as_u16(), response.text().await.unwrap())
 }
 
-/// The versions a packument served by the proxy lists, and its `latest`.
+/// The versions a packument served by the proxy offers to a range (those
+/// not marked `deprecated`), and its `latest`.
 async fn listed(proxy: &TestProxy, path: &str) -> (Vec<String>, String) {
     let (status, body) = get(&proxy.url(path)).await;
     assert_eq!(status, 200, "{body}");
@@ -81,13 +83,43 @@ async fn listed(proxy: &TestProxy, path: &str) -> (Vec<String>, String) {
     let versions = doc["versions"]
         .as_object()
         .unwrap()
-        .keys()
-        .cloned()
+        .iter()
+        .filter(|(_, manifest)| manifest.get("deprecated").is_none())
+        .map(|(version, _)| version.clone())
         .collect();
     (
         versions,
         doc["dist-tags"]["latest"].as_str().unwrap().to_string(),
     )
+}
+
+/// The dashboard's quarantine table: remote, package, version, advisory,
+/// class and count of each row.
+async fn refused_on_dashboard(proxy: &TestProxy) -> Vec<[String; 6]> {
+    let (status, page) = get(&proxy.url("/-/")).await;
+    assert_eq!(status, 200);
+    let html = scraper::Html::parse_document(&page);
+    let rows = scraper::Selector::parse("#quarantine-body tr").unwrap();
+    let cell = |name: &str| scraper::Selector::parse(&format!("td.{name}")).unwrap();
+    html.select(&rows)
+        .map(|row| {
+            ["remote", "package", "version", "advisory", "class", "count"].map(|name| {
+                row.select(&cell(name))
+                    .map(|c| c.text().collect::<String>())
+                    .collect()
+            })
+        })
+        .collect()
+}
+
+/// `mirrorcache advisories import --config config export`.
+fn import_feed(config: &std::path::Path, export: &std::path::Path) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(["advisories", "import", "--config"])
+        .arg(config)
+        .arg(export)
+        .output()
+        .unwrap()
 }
 
 async fn feed_status(proxy: &TestProxy, name: &str, ready: impl Fn(&Value) -> bool) -> Value {
@@ -107,7 +139,7 @@ fn remotes(registry: &MirrorServer, feeds: &MirrorServer) -> String {
 }
 
 #[tokio::test]
-async fn quarantined_versions_leave_packuments_and_their_tarballs_get_403() {
+async fn quarantined_versions_are_deprecated_in_packuments_and_their_tarballs_get_403() {
     let (registry, feeds) = (MirrorServer::start().await, MirrorServer::start().await);
     npm_registry(&registry);
     feeds.put("/npm/all.zip", osv_zip(&[malware()]));
@@ -122,6 +154,10 @@ async fn quarantined_versions_leave_packuments_and_their_tarballs_get_403() {
         1,
         "the first URL was tried first"
     );
+    // Refreshed every second with the validators of the copy in force: a
+    // 304 keeps the index, nothing is downloaded or read again.
+    let unchanged = feed_status(&proxy, "osv-npm", |f| f["unchanged_at_ms"].is_i64()).await;
+    assert_eq!(unchanged["loaded_at_ms"], feed["loaded_at_ms"]);
 
     // Clients resolve to the newest version no advisory names.
     assert_eq!(
@@ -138,6 +174,18 @@ async fn quarantined_versions_leave_packuments_and_their_tarballs_get_403() {
     assert_eq!(registry.hits("/mc-worm/-/mc-worm-1.0.1.tgz"), 0);
     let counted = "mirrorcache_quarantine_refusals_total{remote=\"npm\",class=\"malicious\"}";
     assert_eq!(proxy.metric(counted).await, 1.0);
+    let _ = get(&proxy.url("/npm/mc-worm/-/mc-worm-1.0.1.tgz")).await;
+    assert_eq!(
+        refused_on_dashboard(&proxy).await,
+        [[
+            "npm",
+            "mc-worm",
+            "1.0.1",
+            "MAL-2025-47001",
+            "malicious",
+            "2"
+        ]]
+    );
     assert_eq!(
         get(&proxy.url("/npm/mc-worm/-/mc-worm-1.0.0.tgz")).await,
         (200, "mc-worm 1.0.0".to_string())
@@ -236,7 +284,8 @@ async fn quarantined_versions_leave_packuments_and_their_tarballs_get_403() {
 }
 
 #[tokio::test]
-async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_status_line() {
+async fn an_offline_import_is_in_force_at_start_and_beside_a_running_server_and_pypi_shows_the_id()
+{
     let dir = tempfile::tempdir().unwrap();
     let (index, files) = (MirrorServer::start().await, MirrorServer::start().await);
     let wheel = |v: &str| format!("mc_lib-{v}-py3-none-any.whl");
@@ -252,7 +301,7 @@ async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_sta
         files.put(&format!("/packages/{}", wheel(v)), format!("wheel {v}"));
     }
     let remotes = format!(
-        "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\nquarantine = [\"critical\"]\nquarantine_since = \"2020-01-01\"\n",
+        "[[remote]]\nname = \"pypi\"\nkind = \"pypi\"\nmirrors = [\"{}\"]\nfiles = [\"{}\"]\nquarantine = [\"critical\", \"malicious\"]\nquarantine_since = \"2020-01-01\"\n",
         index.url(""),
         files.url("")
     );
@@ -264,12 +313,7 @@ async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_sta
     .unwrap();
     let export = dir.path().join("carried.zip");
     std::fs::write(&export, osv_zip(&[vulnerability(), malware()])).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
-        .args(["advisories", "import", "--config"])
-        .arg(&config)
-        .arg(&export)
-        .output()
-        .unwrap();
+    let out = import_feed(&config, &export);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -293,10 +337,19 @@ async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_sta
     assert_eq!(feed["report"]["packages"]["PyPI"], 1, "{feed}");
     let (status, body) = get(&proxy.url("/pypi/simple/mc-lib/")).await;
     assert_eq!(status, 200);
+    // Listed, yanked with the reason: pip takes them only for an exact pin.
+    for v in ["2.0", "2.1"] {
+        let marked = format!(
+            "<a data-yanked=\"mc-lib@{v} is quarantined by this proxy: GHSA-mc11-mc22-mc33 (critical): Remote code execution in mc-lib\" href=\"{}",
+            proxy.url(&format!("/pypi/~files/packages/{}", wheel(v)))
+        );
+        assert!(body.contains(&marked), "{body}");
+    }
     assert!(
-        body.contains(&wheel("2.2"))
-            && !body.contains(&wheel("2.0"))
-            && !body.contains(&wheel("2.1")),
+        body.contains(&format!(
+            "<a href=\"{}",
+            proxy.url(&format!("/pypi/~files/packages/{}", wheel("2.2")))
+        )),
         "{body}"
     );
     // pip shows only the status line of a failed download.
@@ -316,5 +369,19 @@ async fn an_offline_import_is_in_force_at_start_and_pypi_shows_the_id_in_the_sta
         get(&proxy.url(&format!("/pypi/~files/packages/{}", wheel("2.2")))).await,
         (200, "wheel 2.2".to_string())
     );
+    // A newer export imported beside the running server is in force
+    // within seconds, without a restart.
+    let mut newer = vec![vulnerability(), malware()];
+    newer.push(malicious("MAL-2025-47030", "PyPI", "mc-lib", &["2.2"]));
+    std::fs::write(&export, osv_zip(&newer)).unwrap();
+    let out = import_feed(&config, &export);
+    assert!(out.status.success());
+    feed_status(&proxy, "imported", |f| f["report"]["records"] == 3).await;
+    let line = status_line(
+        &proxy.base,
+        &format!("/pypi/~files/packages/{}", wheel("2.2")),
+    )
+    .await;
+    assert!(line.contains("MAL-2025-47030 (malicious)"), "{line}");
     proxy.stop().await;
 }

@@ -1,7 +1,7 @@
 //! OSV records as the OSV project exports them (one JSON file per advisory
 //! in a zip), read into the parts the index keeps, and the class of an
 //! advisory: `MAL-` ids, `database_specific.severity`, or the band of its
-//! CVSS v3 base score computed from the vector.
+//! CVSS v3 or v4 base score computed from the vector.
 
 use std::io::Read;
 
@@ -116,8 +116,8 @@ pub fn each_record(bytes: &[u8], mut each: impl FnMut(Record)) -> Result<(), Str
 }
 
 /// The class of `record`: malicious for a `MAL-` id (or alias), else the
-/// severity its database states, else the band of its highest CVSS v3
-/// base score; `None` when it gives none of them.
+/// severity its database states, else the band of its highest CVSS v3 or
+/// v4 base score; `None` when it gives none of them.
 pub fn class(record: &Record) -> Option<Class> {
     let malicious = std::iter::once(&record.id)
         .chain(&record.aliases)
@@ -143,8 +143,8 @@ pub fn class(record: &Record) -> Option<Class> {
     let score = record
         .severity
         .iter()
-        .filter(|s| s.kind == "CVSS_V3")
-        .filter_map(|s| cvss3_base_score(&s.score))
+        .filter(|s| s.kind == "CVSS_V3" || s.kind == "CVSS_V4")
+        .filter_map(|s| cvss_base_score(&s.score))
         .fold(None, |best: Option<f64>, s| {
             Some(best.map_or(s, |b| b.max(s)))
         })?;
@@ -157,82 +157,18 @@ pub fn class(record: &Record) -> Option<Class> {
     }
 }
 
-/// The base score of a CVSS v3.0/v3.1 vector
+/// The base score of a CVSS v3.0/v3.1 or v4.0 vector
 /// (`CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H`), as the FIRST
-/// specification computes it; `None` for a vector missing a base metric.
-pub fn cvss3_base_score(vector: &str) -> Option<f64> {
-    let mut metrics = vector.split('/');
-    if !metrics.next()?.starts_with("CVSS:3") {
-        return None;
-    }
-    let value = |name: &str| {
-        vector
-            .split('/')
-            .filter_map(|m| m.split_once(':'))
-            .find(|(k, _)| *k == name)
-            .map(|(_, v)| v)
-    };
-    let changed = match value("S")? {
-        "U" => false,
-        "C" => true,
-        _ => return None,
-    };
-    let av = match value("AV")? {
-        "N" => 0.85,
-        "A" => 0.62,
-        "L" => 0.55,
-        "P" => 0.2,
-        _ => return None,
-    };
-    let ac = match value("AC")? {
-        "L" => 0.77,
-        "H" => 0.44,
-        _ => return None,
-    };
-    let pr = match (value("PR")?, changed) {
-        ("N", _) => 0.85,
-        ("L", false) => 0.62,
-        ("L", true) => 0.68,
-        ("H", false) => 0.27,
-        ("H", true) => 0.5,
-        _ => return None,
-    };
-    let ui = match value("UI")? {
-        "N" => 0.85,
-        "R" => 0.62,
-        _ => return None,
-    };
-    let cia = |name: &str| match value(name)? {
-        "H" => Some(0.56),
-        "L" => Some(0.22),
-        "N" => Some(0.0),
-        _ => None,
-    };
-    let iss = 1.0 - (1.0 - cia("C")?) * (1.0 - cia("I")?) * (1.0 - cia("A")?);
-    let impact = if changed {
-        7.52 * (iss - 0.029) - 3.25 * (iss - 0.02f64).powi(15)
+/// specifications compute it (RustSec's `cvss`: v4 from the
+/// specification's macro-vector table); `None` for a vector that does not
+/// parse.
+pub fn cvss_base_score(vector: &str) -> Option<f64> {
+    if vector.starts_with("CVSS:3") {
+        Some(vector.parse::<cvss::v3::Vector>().ok()?.score().value())
+    } else if vector.starts_with("CVSS:4") {
+        Some(vector.parse::<cvss::v4::Vector>().ok()?.score().value())
     } else {
-        6.42 * iss
-    };
-    if impact <= 0.0 {
-        return Some(0.0);
-    }
-    let exploitability = 8.22 * av * ac * pr * ui;
-    let sum = if changed {
-        1.08 * (impact + exploitability)
-    } else {
-        impact + exploitability
-    };
-    Some(round_up(sum.min(10.0)))
-}
-
-/// CVSS 3.1's `Roundup`: the smallest number of one decimal not below `x`.
-fn round_up(x: f64) -> f64 {
-    let scaled = (x * 100_000.0).round() as i64;
-    if scaled % 10_000 == 0 {
-        scaled as f64 / 100_000.0
-    } else {
-        ((scaled / 10_000) + 1) as f64 / 10.0
+        None
     }
 }
 
@@ -241,14 +177,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn cvss3_scores_match_the_specification() {
-        let score = |v: &str| cvss3_base_score(v).unwrap();
+    fn cvss_scores_match_the_specification() {
+        let score = |v: &str| cvss_base_score(v).unwrap();
         assert_eq!(score("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:H/I:H/A:H"), 9.8);
         assert_eq!(score("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:C/C:H/I:H/A:H"), 10.0);
         assert_eq!(score("CVSS:3.1/AV:N/AC:L/PR:N/UI:R/S:C/C:L/I:L/A:N"), 6.1);
         assert_eq!(score("CVSS:3.1/AV:N/AC:L/PR:L/UI:N/S:U/C:H/I:H/A:H"), 8.8);
         assert_eq!(score("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:L/I:N/A:N"), 5.3);
         assert_eq!(score("CVSS:3.1/AV:N/AC:L/PR:N/UI:N/S:U/C:N/I:N/A:N"), 0.0);
-        assert!(cvss3_base_score("CVSS:4.0/AV:N/AC:L").is_none());
+        // v4.0 (FIRST's calculator): 9.3 critical, 6.9 medium.
+        let v4 = "CVSS:4.0/AV:N/AC:L/AT:N/PR:N/UI:N/VC:H/VI:H/VA:H/SC:N/SI:N/SA:N";
+        assert_eq!(score(v4), 9.3);
+        let v4 = "CVSS:4.0/AV:N/AC:L/AT:N/PR:N/UI:N/VC:L/VI:N/VA:N/SC:N/SI:N/SA:N";
+        assert_eq!(score(v4), 6.9);
+        assert!(cvss_base_score("CVSS:4.0/AV:N/AC:L").is_none());
+        assert!(cvss_base_score("AV:N/AC:L/Au:N/C:P/I:P/A:P").is_none());
+    }
+
+    #[test]
+    fn a_record_with_only_a_cvss_v4_vector_is_classed_by_its_score() {
+        let record: Record = serde_json::from_value(serde_json::json!({
+            "id": "GHSA-v4v4-v4v4-v4v4",
+            "severity": [{"type": "CVSS_V4",
+                          "score": "CVSS:4.0/AV:N/AC:L/AT:N/PR:N/UI:N/VC:H/VI:H/VA:H/SC:N/SI:N/SA:N"}]
+        }))
+        .unwrap();
+        assert_eq!(class(&record), Some(Class::Critical));
     }
 }

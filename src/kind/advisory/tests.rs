@@ -1,6 +1,8 @@
 //! The index and the verdict, from records built here; reading zips
 //! (good and broken) is tested end to end in `tests/it/quarantine.rs`.
 
+use std::collections::HashMap;
+
 use super::*;
 use crate::kind::guard::{GuardConfig, Judge, Standing};
 
@@ -174,6 +176,80 @@ fn cargo_and_maven_ranges_follow_their_own_version_order() {
     assert!(!hit(maven, "org.example:mc-lib", "1.0.1"));
     // A kind without a version order: only listed versions (none here).
     assert!(!hit(&crate::kind::go::Go, "mc-crate", "0.8.9"));
+}
+
+#[test]
+fn quarantined_versions_stay_listed_marked_so_only_an_exact_pin_picks_them() {
+    let record = serde_json::json!({
+        "id": "MAL-2025-47009",
+        "summary": "Malicious code",
+        "affected": [
+            {"package": {"ecosystem": "npm", "name": "mc-worm"}, "versions": ["1.0.1"]},
+            {"package": {"ecosystem": "PyPI", "name": "mc-worm"}, "versions": ["1.1"]},
+            {"package": {"ecosystem": "crates.io", "name": "mc_worm"}, "versions": ["0.1.1"]}
+        ]
+    });
+    let (index, _) = AdvisoryIndex::from_records(vec![serde_json::from_value(record).unwrap()]);
+    let set = vec![Arc::new(index)];
+    let guard = GuardConfig {
+        quarantine: Quarantine {
+            classes: vec![Class::Malicious],
+            ..Quarantine::default()
+        },
+        ..GuardConfig::default()
+    };
+    let changed = |packages: &dyn Packages, body: &str, suffix: &str| {
+        let judge = Judge::new(&guard, packages, 0).with_advisories(&set);
+        match packages.filter(&judge, "mc-worm", body.as_bytes(), &HashMap::new(), suffix) {
+            crate::kind::guard::Filtered::Changed(out) => String::from_utf8(out).unwrap(),
+            other => panic!("{other:?}"),
+        }
+    };
+    // npm: deprecated with the reason; `latest` moves down.
+    let packument = serde_json::json!({"name": "mc-worm", "dist-tags": {"latest": "1.0.1"},
+        "versions": {"1.0.0": {"version": "1.0.0"}, "1.0.1": {"version": "1.0.1"}}});
+    let out: serde_json::Value =
+        serde_json::from_str(&changed(&crate::kind::npm::Npm, &packument.to_string(), "")).unwrap();
+    assert_eq!(out["dist-tags"]["latest"], "1.0.0");
+    let deprecated = out["versions"]["1.0.1"]["deprecated"].as_str().unwrap();
+    assert!(
+        deprecated.contains("MAL-2025-47009 (malicious)"),
+        "{deprecated}"
+    );
+    assert!(out["versions"]["1.0.0"].get("deprecated").is_none());
+    // PyPI: yanked (PEP 592) with the reason, in HTML and JSON.
+    let pypi = &crate::kind::pypi::Pypi;
+    let html = "<a href=\"/p/mc_worm-1.0-py3-none-any.whl\">a</a>\n<a href=\"/p/mc_worm-1.1-py3-none-any.whl\">b</a>\n";
+    let out = changed(pypi, html, "html");
+    assert!(
+        out.contains("<a data-yanked=\"mc-worm@1.1 is quarantined by this proxy: MAL-2025-47009 (malicious): Malicious code\" href=\"/p/mc_worm-1.1"),
+        "{out}"
+    );
+    assert!(out.contains("<a href=\"/p/mc_worm-1.0"), "{out}");
+    let json = serde_json::json!({"files": [{"filename": "mc_worm-1.0-py3-none-any.whl"},
+        {"filename": "mc_worm-1.1-py3-none-any.whl"}]});
+    let out: serde_json::Value =
+        serde_json::from_str(&changed(pypi, &json.to_string(), "json")).unwrap();
+    assert!(out["files"][1]["yanked"]
+        .as_str()
+        .unwrap()
+        .contains("MAL-2025-47009"));
+    // cargo: a dependency no registry can hold names the advisory.
+    let line = |v: &str| {
+        format!("{{\"name\":\"mc_worm\",\"vers\":\"{v}\",\"deps\":[],\"cksum\":\"00\",\"features\":{{}},\"yanked\":false}}\n")
+    };
+    let out = changed(
+        &crate::kind::cargo::Cargo,
+        &(line("0.1.0") + &line("0.1.1")),
+        "",
+    );
+    let lines: Vec<serde_json::Value> = out
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(lines[0]["deps"], serde_json::json!([]));
+    assert_eq!(lines[1]["deps"][0]["name"], "quarantined.MAL-2025-47009");
 }
 
 /// The resident set size of this process, in KiB (Linux).

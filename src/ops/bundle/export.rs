@@ -1,6 +1,6 @@
 //! `mirrorcache export --config C --out BUNDLE [REMOTE[/PREFIX]]… [--since
 //! 30d] [--sign KEY]`: the selected entries' rows and blobs (each blob once)
-//! into one bundle. Safe beside a running server: it only reads the
+//! into one bundle, with the saved advisory feeds. Safe beside a running server: it only reads the
 //! database and opens blobs.
 //!
 //! Blobs are read on the async side (the store's own reads) and handed in
@@ -24,7 +24,10 @@ use bytes::Bytes;
 use futures_util::StreamExt as _;
 use sha2::{Digest as _, Sha256};
 
-use super::{sign, signing_key, BundledBlob, Manifest, Selection, FORMAT, MANIFEST, SIGNATURE};
+use super::{
+    sign, signing_key, BundledBlob, BundledFeed, Manifest, Selection, ADVISORIES, FORMAT, MANIFEST,
+    SIGNATURE,
+};
 use crate::cache::{Cache, Digest};
 use crate::clock::now_ms;
 use crate::config::Config;
@@ -48,6 +51,8 @@ pub struct Exported {
     pub blobs: usize,
     pub blob_bytes: u64,
     pub declared: usize,
+    /// Advisory feeds carried.
+    pub advisories: usize,
     /// The bundle's size on disk.
     pub bundle_bytes: u64,
     pub signed: bool,
@@ -58,11 +63,12 @@ impl std::fmt::Display for Exported {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(
             f,
-            "exported {} entries, {} blobs ({}), {} declared digests: {} bundle{} in {:.1} s ({:.0} MB/s)",
+            "exported {} entries, {} blobs ({}), {} declared digests, {} advisory feeds: {} bundle{} in {:.1} s ({:.0} MB/s)",
             self.entries,
             self.blobs,
             bytesize::ByteSize(self.blob_bytes).display().iec(),
             self.declared,
+            self.advisories,
             bytesize::ByteSize(self.bundle_bytes).display().iec(),
             if self.signed { ", signed" } else { ", unsigned" },
             self.seconds,
@@ -104,7 +110,9 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Exported>
         .await
         .context("opening the cache")?;
 
-    let manifest = manifest(&cache, &selections, since_ms).await?;
+    let mut manifest = manifest(&cache, &selections, since_ms).await?;
+    let feeds = saved_feeds(&crate::advisories::feed_dir(&config.storage.path))?;
+    manifest.advisories = feeds.iter().map(|(feed, _)| feed.clone()).collect();
     let manifest_bytes = serde_json::to_vec_pretty(&manifest)?;
     let signature = key.as_ref().map(|k| sign(k, &manifest_bytes));
     let progress = Progress::with_terminal(
@@ -127,6 +135,7 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Exported>
             file,
             &manifest_bytes,
             signature_bytes.as_deref(),
+            &feeds,
             &blobs,
             &rx,
         )
@@ -159,6 +168,7 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Exported>
         blobs: manifest.blobs.len(),
         blob_bytes: manifest.blob_bytes(),
         declared: manifest.declared.len(),
+        advisories: manifest.advisories.len(),
         bundle_bytes,
         signed: signature.is_some(),
         seconds: started.elapsed().as_secs_f64(),
@@ -213,7 +223,35 @@ async fn manifest(
         entries,
         declared,
         blobs,
+        advisories: Vec::new(),
     })
+}
+
+/// The saved advisory feeds (`<name>.zip` under `dir`), each with its
+/// bytes, by name.
+fn saved_feeds(dir: &Path) -> anyhow::Result<Vec<(BundledFeed, Vec<u8>)>> {
+    let Ok(listing) = std::fs::read_dir(dir) else {
+        return Ok(Vec::new());
+    };
+    let mut paths: Vec<PathBuf> = listing
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.extension().is_some_and(|e| e == "zip"))
+        .collect();
+    paths.sort();
+    let mut feeds = Vec::new();
+    for path in paths {
+        let Some(name) = path.file_stem().and_then(|s| s.to_str()) else {
+            continue;
+        };
+        let bytes = std::fs::read(&path).with_context(|| format!("reading {}", path.display()))?;
+        let feed = BundledFeed {
+            name: name.to_string(),
+            digest: hex::encode(Sha256::digest(&bytes)),
+            size: bytes.len() as u64,
+        };
+        feeds.push((feed, bytes));
+    }
+    Ok(feeds)
 }
 
 /// Streams one blob to the writer.
@@ -258,12 +296,13 @@ async fn send_blob(
     Ok(())
 }
 
-/// The writing thread: manifest, signature, then each blob's chunks as they
-/// come.
+/// The writing thread: manifest, signature, the advisory feeds, then each
+/// blob's chunks as they come.
 fn write_bundle(
     file: File,
     manifest: &[u8],
     signature: Option<&[u8]>,
+    feeds: &[(BundledFeed, Vec<u8>)],
     blobs: &[BundledBlob],
     rx: &Receiver<Piece>,
 ) -> anyhow::Result<()> {
@@ -280,6 +319,10 @@ fn write_bundle(
             mtime,
             signature,
         )?;
+    }
+    for (feed, bytes) in feeds {
+        let name = format!("{ADVISORIES}{}.zip", feed.name);
+        append(&mut tar, &name, feed.size, mtime, bytes.as_slice())?;
     }
     for blob in blobs {
         let mut reader = ChunkReader {

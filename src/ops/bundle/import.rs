@@ -12,7 +12,11 @@
 //!    [`Cache::commit_entry`], the fill's own commit (blob renamed into
 //!    place, fsynced, then its row), so a running server on the same store
 //!    and database sees each entry whole or not at all, and a row that
-//!    appeared meanwhile is kept rather than replaced.
+//!    appeared meanwhile is kept rather than replaced;
+//! 4. the advisory feeds the bundle carries (checked with the manifest in
+//!    step 1: hashed against it, read as OSV exports) are saved as the
+//!    feeds of those names; a running server reads them within
+//!    [`SAVED_POLL`](crate::advisories::SAVED_POLL).
 
 use std::collections::{HashMap, HashSet};
 use std::fs::File;
@@ -25,8 +29,8 @@ use sha2::{Digest as _, Sha256};
 
 use super::rows::{self, BundledEntry};
 use super::{
-    check_signature, verifying_key, BundledBlob, Manifest, SignatureFile, BLOBS, FORMAT, MANIFEST,
-    SIGNATURE,
+    check_signature, verifying_key, BundledBlob, BundledFeed, Manifest, SignatureFile, ADVISORIES,
+    BLOBS, FORMAT, MANIFEST, SIGNATURE,
 };
 use crate::cache::{Cache, ContentStore, Digest, Entry, TempBlob};
 use crate::config::Config;
@@ -65,6 +69,8 @@ pub struct Imported {
     /// Bytes of blobs written to the store.
     pub bytes_written: u64,
     pub declared_added: usize,
+    /// Advisory feeds saved.
+    pub advisories: usize,
     pub signed: Signed,
     pub seconds: f64,
     /// Bytes of blobs read from the bundle.
@@ -83,13 +89,14 @@ impl std::fmt::Display for Imported {
         write!(
             f,
             "imported {} entries ({} already cached and kept, {} of remotes not in this config skipped), \
-             {} blobs checked, {} written, {} declared digests added; {signed}; {:.1} s ({:.0} MB/s)",
+             {} blobs checked, {} written, {} declared digests added, {} advisory feeds saved; {signed}; {:.1} s ({:.0} MB/s)",
             self.added,
             self.kept,
             self.skipped,
             self.blobs_checked,
             bytesize::ByteSize(self.bytes_written).display().iec(),
             self.declared_added,
+            self.advisories,
             self.seconds,
             self.bytes_read as f64 / 1e6 / self.seconds.max(1e-3),
         )
@@ -112,6 +119,12 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
         .context("the manifest is not a bundle manifest")
         .map_err(nothing)?;
     let paths = check_manifest(&manifest).map_err(nothing)?;
+    let feeds = {
+        let (bundle, carried) = (options.bundle.clone(), manifest.advisories.clone());
+        tokio::task::spawn_blocking(move || read_feeds(&bundle, &carried))
+            .await?
+            .map_err(nothing)?
+    };
 
     let cache = Cache::open(config, Arc::new(Metrics::new()))
         .await
@@ -218,8 +231,50 @@ pub async fn run(config: &Config, options: &Options) -> anyhow::Result<Imported>
         .collect();
     imported.declared_added = rows::add_declared_if_absent(&cache.meta, &declared).await?;
     cache.meta.db.close().await;
+    let feed_dir = crate::advisories::feed_dir(&config.storage.path);
+    for (name, bytes) in &feeds {
+        crate::advisories::save(&feed_dir, name, bytes)
+            .with_context(|| format!("saving advisory feed {name:?}"))?;
+    }
+    imported.advisories = feeds.len();
     imported.seconds = started.elapsed().as_secs_f64();
     Ok(imported)
+}
+
+/// The advisory feeds of the bundle (they come before the blobs), each
+/// matching the manifest and read as an OSV export, by name.
+fn read_feeds(bundle: &Path, carried: &[BundledFeed]) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    if carried.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut archive = open_archive(bundle)?;
+    let mut feeds = Vec::new();
+    for entry in archive.entries()? {
+        let entry = entry?;
+        let name = entry.path()?.to_string_lossy().into_owned();
+        if name.starts_with(BLOBS) {
+            break;
+        }
+        let Some(file) = name.strip_prefix(ADVISORIES) else {
+            continue;
+        };
+        let feed = carried
+            .iter()
+            .find(|f| format!("{}.zip", f.name) == file)
+            .filter(|f| crate::advisories::valid_feed_name(&f.name))
+            .ok_or_else(|| anyhow::anyhow!("advisory feed {file:?} is not in the manifest"))?;
+        let bytes = read_limited(entry, feed.size, "an advisory feed")?;
+        if hex::encode(Sha256::digest(&bytes)) != feed.digest {
+            bail!("advisory feed {:?} does not match the manifest", feed.name);
+        }
+        crate::kind::advisory::AdvisoryIndex::from_zip(&bytes)
+            .map_err(|e| anyhow::anyhow!("advisory feed {:?}: {e}", feed.name))?;
+        feeds.push((feed.name.clone(), bytes));
+    }
+    if feeds.len() != carried.len() {
+        bail!("the bundle lacks advisory feeds its manifest lists");
+    }
+    Ok(feeds)
 }
 
 /// The error of a bundle refused before anything was added.
@@ -387,7 +442,7 @@ fn read_blobs(
     for entry in entries {
         let mut entry = entry?;
         let name = entry.path()?.to_string_lossy().into_owned();
-        if name == SIGNATURE {
+        if name == SIGNATURE || name.starts_with(ADVISORIES) {
             continue;
         }
         let Some(hex) = name.strip_prefix(BLOBS) else {

@@ -9,7 +9,9 @@
 //!    with its size;
 //! 2. [`SIGNATURE`] (when exported with `--sign`): the ed25519 signature of
 //!    the manifest's bytes and the public key that made it;
-//! 3. `blobs/<sha256>`, one file per digest, in the manifest's order.
+//! 3. `advisories/<name>.zip`, the saved copy of each advisory feed (the
+//!    manifest lists its name, sha256 and size);
+//! 4. `blobs/<sha256>`, one file per digest, in the manifest's order.
 //!
 //! The manifest comes first so `import` checks the signature before it reads
 //! a blob, then hashes every blob against its name while staging it in the
@@ -37,6 +39,8 @@ pub const MANIFEST: &str = "mirrorcache-bundle.json";
 pub const SIGNATURE: &str = "mirrorcache-bundle.sig";
 /// Where blobs are in the archive: `blobs/<sha256 hex>`.
 pub const BLOBS: &str = "blobs/";
+/// Where advisory feeds are in the archive: `advisories/<name>.zip`.
+pub const ADVISORIES: &str = "advisories/";
 /// The manifest's `format`; a bundle of another format is refused.
 pub const FORMAT: u32 = 1;
 
@@ -50,6 +54,18 @@ pub struct Manifest {
     pub declared: Vec<BundledDeclared>,
     /// Each digest the entries reference, once, in the archive's order.
     pub blobs: Vec<BundledBlob>,
+    /// The advisory feeds carried (OSV zips), in the archive's order.
+    #[serde(default)]
+    pub advisories: Vec<BundledFeed>,
+}
+
+/// One advisory feed's saved copy in a bundle.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BundledFeed {
+    pub name: String,
+    /// sha256 (hex) of the zip.
+    pub digest: String,
+    pub size: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
