@@ -54,28 +54,71 @@ use answer::{answered_root, finish, keyed, refusal, resolve, Answer};
 /// The application router. Tests call it directly with `oneshot`.
 pub fn router(proxy: Arc<Proxy>) -> Router {
     Router::new()
-        .route("/-/", get(dashboard::dashboard))
-        .route("/-/browse", get(browse::browse))
-        .route("/-/browse/", get(browse::browse))
-        .route("/-/browse/{remote}", get(browse::browse))
-        .route("/-/browse/{remote}/", get(browse::browse))
-        .route("/-/browse/{remote}/{*prefix}", get(browse::browse))
-        .route("/-/health", get(ops::health))
-        .route("/-/ready", get(ops::ready))
-        .route("/-/status", get(ops::status))
-        .route("/-/advisories/{remote}/affected", get(affected::affected))
-        .route("/-/metrics", get(ops::metrics))
-        .route("/-/cache/{remote}/purge", post(admin::purge))
-        .route("/-/cache/{remote}/{*path}", delete(admin::delete))
-        .route("/-/pins/{remote}/{*path}", delete(pins::clear))
-        .route("/v2", any(oci::base))
-        .route("/v2/", any(oci::base))
-        .route("/v2/token", get(oci::token::get).post(oci::token::post))
-        .route("/v2/{*rest}", any(oci::pull))
+        .route(own("/-/"), get(dashboard::dashboard))
+        .route(own("/-/browse"), get(browse::browse))
+        .route(own("/-/browse/"), get(browse::browse))
+        .route(own("/-/browse/{remote}"), get(browse::browse))
+        .route(own("/-/browse/{remote}/"), get(browse::browse))
+        .route(own("/-/browse/{remote}/{*prefix}"), get(browse::browse))
+        .route(own("/-/health"), get(ops::health))
+        .route(own("/-/ready"), get(ops::ready))
+        .route(own("/-/status"), get(ops::status))
+        .route(
+            own("/-/advisories/{remote}/affected"),
+            get(affected::affected),
+        )
+        .route(own("/-/metrics"), get(ops::metrics))
+        .route(own("/-/cache/{remote}/purge"), post(admin::purge))
+        .route(own("/-/cache/{remote}/{*path}"), delete(admin::delete))
+        .route(own("/-/pins/{remote}/{*path}"), delete(pins::clear))
+        .route(own("/v2"), any(oci::base))
+        .route(own("/v2/"), any(oci::base))
+        .route(
+            own("/v2/token"),
+            get(oci::token::get).post(oci::token::post),
+        )
+        .route(own("/v2/{*rest}"), any(oci::pull))
         .fallback(artifact)
         .with_state(proxy)
         // A panicking handler answers 500; the connection and server go on.
         .layer(tower_http::catch_panic::CatchPanicLayer::new())
+}
+
+/// Whether `path` may be one of [`router`]'s own routes: the dashboard,
+/// operations and admin routes under `/-/`, the registry API under `/v2`.
+/// Every other path can only end in the router's fallback, so the listener
+/// answers it with [`answer_artifact`] without asking the router.
+pub(crate) fn is_routed(path: &str) -> bool {
+    path.starts_with("/-/") || path == "/v2" || path.starts_with("/v2/")
+}
+
+/// A route of [`router`]'s own, which must lie where [`is_routed`] looks.
+fn own(path: &'static str) -> &'static str {
+    assert!(
+        is_routed(path),
+        "{path}: a route outside /-/ and /v2 would never be asked"
+    );
+    path
+}
+
+/// [`artifact`] for a path no route of the router's matches (see
+/// [`is_routed`]), with the router's guard: a panicking handler answers 500
+/// as `CatchPanicLayer` does.
+pub(crate) async fn answer_artifact(
+    proxy: Arc<Proxy>,
+    request: axum::extract::Request,
+) -> Response {
+    use futures_util::FutureExt as _;
+    use tower_http::catch_panic::{DefaultResponseForPanic, ResponseForPanic as _};
+    match std::panic::AssertUnwindSafe(artifact(State(proxy), request))
+        .catch_unwind()
+        .await
+    {
+        Ok(response) => response,
+        Err(panic) => DefaultResponseForPanic::default()
+            .response_for_panic(panic)
+            .map(axum::body::Body::new),
+    }
 }
 
 /// What the request log says about a served artifact.

@@ -14,7 +14,6 @@ use std::time::{Duration, Instant};
 use anyhow::Context;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
@@ -242,15 +241,29 @@ async fn serve(
         let opened = Instant::now();
         let last_request = is_tls.then(|| Arc::new(AtomicU64::new(0)));
         let stamp = last_request.clone();
-        let service = TowerToHyperService::new(router.clone().map_request(
+        let (router, proxy) = (router.clone(), proxy.clone());
+        // An artifact's path goes straight to its handler; the router
+        // answers only its own routes (`super::is_routed`).
+        let service = hyper::service::service_fn(
             move |mut request: axum::http::Request<hyper::body::Incoming>| {
                 if let Some(stamp) = &stamp {
                     stamp.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
                 }
                 super::access::prepare(&mut request, peer, is_tls, &trusted);
-                request
+                let request = request.map(axum::body::Body::new);
+                let routed = super::is_routed(request.uri().path());
+                let (router, proxy) = (routed.then(|| router.clone()), proxy.clone());
+                async move {
+                    Ok::<_, std::convert::Infallible>(match router {
+                        Some(router) => match router.oneshot(request).await {
+                            Ok(response) => response,
+                            Err(never) => match never {},
+                        },
+                        None => super::answer_artifact(proxy, request).await,
+                    })
+                }
             },
-        ));
+        );
         let stream = SendTimeout::new(stream, config.send_timeout);
         let Some(tls) = &tls else {
             let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
