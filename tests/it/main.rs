@@ -35,6 +35,7 @@ mod nix;
 mod nuget;
 mod oci;
 mod operations;
+mod packs;
 mod path_safety;
 mod pins;
 mod prune;
