@@ -196,6 +196,9 @@ async fn random_lifetimes(pack_below: &str) {
             // A round alone: over the limit it stops at the low-water mark,
             // less one blob at most; under it, it evicts nothing (packs
             // more than half dead are compacted all the same).
+            // After any round the background evictor has under way (a
+            // commit over the limit woke it).
+            drop(cache.evictor.hold_rounds().await);
             let before = cache.size();
             let live = cache.meta.db.stored_bytes().await.unwrap();
             evict::evict(&cache).await.unwrap();
