@@ -82,8 +82,14 @@ impl Blob {
     }
 }
 
-/// `size` bytes of a local file from `start`, read on the blocking pool.
+/// `size` bytes of a local file from `start`: on this thread when the
+/// page cache holds them all (no hop), else on the blocking pool.
 async fn read_local(file: Arc<File>, start: u64, size: u64) -> io::Result<Vec<u8>> {
+    if let Some(bytes) = content::read_cached_at(&file, start, size as usize)? {
+        if bytes.len() as u64 == size {
+            return Ok(Vec::from(bytes));
+        }
+    }
     tokio::task::spawn_blocking(move || {
         content::read_at(&file, start, size as usize).map(Vec::from)
     })

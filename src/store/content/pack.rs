@@ -194,10 +194,16 @@ impl Packs {
                 places.insert(row.digest, place);
             }
         }
+        // A place in a pack that is gone (compacted away since its row was
+        // read, or removed behind the store's back) is not trusted: its
+        // blob's next commit packs it again.
+        let files = self.pack_files()?;
+        (self.places.write().expect("places poisoned"))
+            .retain(|_, place| files.iter().any(|(id, _)| *id == place.pack));
         let mut tallies = self.tallies.lock().expect("tallies poisoned");
         let mut held = self.held.lock().expect("held poisoned");
         let mut cut = 0u64;
-        for (pack, path) in self.pack_files()? {
+        for (pack, path) in files {
             let Ok(file) = OpenOptions::new().read(true).write(adopt).open(&path) else {
                 continue;
             };
