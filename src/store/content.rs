@@ -155,11 +155,6 @@ impl ContentStore {
         let _ = self.packs.rows.set(rows);
     }
 
-    /// Sets the length a pack rolls over at (tests).
-    pub fn set_pack_roll_at(&self, bytes: u64) {
-        self.packs.set_roll_at(bytes);
-    }
-
     /// Bytes of packs that no blob uses any more, until compacted.
     pub fn dead_pack_bytes(&self) -> u64 {
         self.packs.dead_bytes()

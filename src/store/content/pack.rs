@@ -117,7 +117,6 @@ pub(crate) struct Packs {
     dir: PathBuf,
     /// Blobs shorter than this are packed; 0: none (`storage.pack_below`).
     below: AtomicU64,
-    roll_at: AtomicU64,
     /// Every packed blob this process knows of (loaded at start, learned
     /// from the database when another process packed it).
     places: RwLock<HashMap<Digest, Place>>,
@@ -148,7 +147,6 @@ impl Packs {
         Ok(Packs {
             dir,
             below: AtomicU64::new(0),
-            roll_at: AtomicU64::new(ROLL_AT),
             places: RwLock::default(),
             pending: Mutex::default(),
             readers: RwLock::default(),
@@ -163,11 +161,6 @@ impl Packs {
 
     pub(crate) fn set_below(&self, below: u64) {
         self.below.store(below, Ordering::Relaxed);
-    }
-
-    /// Sets the length a pack rolls over at (tests).
-    pub(crate) fn set_roll_at(&self, bytes: u64) {
-        self.roll_at.store(bytes.max(1), Ordering::Relaxed);
     }
 
     /// Whether a blob of `len` bytes is packed.
@@ -362,10 +355,9 @@ impl Packs {
     fn write(&self, bodies: Vec<Bytes>, digests: Option<&[Digest]>) -> io::Result<Vec<Place>> {
         let total: u64 = bodies.iter().map(|b| b.len() as u64).sum();
         let mut writer = self.writer.lock().expect("writer poisoned");
-        let roll_at = self.roll_at.load(Ordering::Relaxed);
         if writer
             .as_ref()
-            .is_none_or(|w| w.len > 0 && w.len + total > roll_at)
+            .is_none_or(|w| w.len > 0 && w.len + total > ROLL_AT)
         {
             *writer = Some(self.create()?);
         }
