@@ -16,7 +16,7 @@ use crate::meta::cluster::Cluster;
 use crate::meta::places::PlaceTable;
 use crate::meta::MetadataStore;
 use crate::metrics::Metrics;
-use crate::store::{BlobStore, Budget, ContentStore, HotBlobs, LocalBlobs, PlaceRows, S3Blobs};
+use crate::store::{BlobStore, Budget, ContentStore, HotBlobs, LocalBlobs, S3Blobs};
 
 /// Rows above which `Cache::open` counts the stored bytes in the background.
 const DEFER_ABOVE_ROWS: usize = 100_000;
@@ -199,12 +199,12 @@ async fn open_packs(
     pack_below: u64,
 ) -> anyhow::Result<()> {
     let table = Arc::new(PlaceTable::new(meta.db.pool.clone()));
-    let rows = table
-        .all()
+    store
+        .read_places(&*table, |_| {})
         .await
         .context("reading the places of packed blobs")?;
     let s = store.clone();
-    tokio::task::spawn_blocking(move || s.load_places(rows))
+    tokio::task::spawn_blocking(move || s.load_places())
         .await?
         .context("opening the packs")?;
     store.attach_place_rows(table);

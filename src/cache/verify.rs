@@ -123,16 +123,15 @@ pub async fn run_observed(
     })
     .await??;
     let places = PlaceTable::new(meta.db.pool.clone());
-    let packed = places
-        .all()
+    let mut packed_digests: Vec<(String, Option<SystemTime>)> = Vec::new();
+    store
+        .read_places(&places, |row| {
+            packed_digests.push((row.digest.to_hex(), None))
+        })
         .await
         .context("reading the places of packed blobs")?;
-    let packed_digests: Vec<(String, Option<SystemTime>)> = packed
-        .iter()
-        .map(|row| (row.digest.to_hex(), None))
-        .collect();
     let s = store.clone();
-    tokio::task::spawn_blocking(move || s.load_places(packed)).await??;
+    tokio::task::spawn_blocking(move || s.load_places()).await??;
     let rows = meta.db.all_rows().await?;
     let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
     for row in &rows {

@@ -13,6 +13,8 @@ use crate::store::{Digest, PlaceRow, PlaceRows};
 
 /// Rows per `INSERT` (4 parameters a row).
 const PLACES_PER_INSERT: usize = 64;
+/// Rows read at a time at start-up.
+const PAGE: i64 = 20_000;
 
 /// The `blob_places` table, on the metadata database's pool.
 pub struct PlaceTable {
@@ -24,14 +26,20 @@ impl PlaceTable {
         PlaceTable { pool }
     }
 
-    /// The rows `filter` (a `WHERE` clause, with `pack` bound as `$1`)
-    /// selects.
-    async fn select(&self, filter: &str, pack: Option<i64>) -> io::Result<Vec<PlaceRow>> {
+    /// The rows `filter` (a `WHERE` clause, with `text` bound as `$1`,
+    /// then `number`) selects.
+    async fn select(
+        &self,
+        filter: &str,
+        text: Option<String>,
+        number: i64,
+    ) -> io::Result<Vec<PlaceRow>> {
         let sql = format!("SELECT digest, pack, start_byte, length FROM blob_places{filter}");
         let mut query = sqlx::query_as::<_, RawPlace>(&sql);
-        if let Some(pack) = pack {
-            query = query.bind(pack);
+        if let Some(text) = text {
+            query = query.bind(text);
         }
+        query = query.bind(number);
         let rows = query.fetch_all(&self.pool).await.map_err(io_error)?;
         Ok(rows.into_iter().filter_map(row_of).collect())
     }
@@ -53,8 +61,13 @@ fn io_error(e: sqlx::Error) -> io::Error {
 }
 
 impl PlaceRows for PlaceTable {
-    fn all(&self) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>> {
-        Box::pin(self.select("", None))
+    fn page(&self, after: Option<Digest>) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>> {
+        let after = after.map_or_else(String::new, |d| d.to_hex());
+        Box::pin(self.select(
+            " WHERE digest > $1 ORDER BY digest LIMIT $2",
+            Some(after),
+            PAGE,
+        ))
     }
 
     fn lookup(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>> {
@@ -71,7 +84,7 @@ impl PlaceRows for PlaceTable {
     }
 
     fn in_pack(&self, pack: i64) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>> {
-        Box::pin(self.select(" WHERE pack = $1 ORDER BY start_byte", Some(pack)))
+        Box::pin(self.select(" WHERE pack = $1 ORDER BY start_byte", None, pack))
     }
 
     fn forget(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>> {

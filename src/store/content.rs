@@ -142,12 +142,31 @@ impl ContentStore {
         self.packs.takes(len)
     }
 
-    /// Takes the places of packed blobs the database holds, and cuts or
+    /// Reads the places of packed blobs from `rows`, a page at a time (no
+    /// copy of them all in memory), calling `seen` with each.
+    pub async fn read_places(
+        &self,
+        rows: &dyn PlaceRows,
+        mut seen: impl FnMut(&PlaceRow),
+    ) -> io::Result<()> {
+        let mut after = None;
+        loop {
+            let page = rows.page(after).await?;
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after = Some(last.digest);
+            page.iter().for_each(&mut seen);
+            self.packs.add(&page);
+        }
+    }
+
+    /// Once the places are read ([`ContentStore::read_places`]): cuts or
     /// removes what no place names in packs no live process writes
     /// (`super::pack`); a store opened only to read changes no pack.
     /// Blocking.
-    pub fn load_places(&self, rows: Vec<PlaceRow>) -> io::Result<()> {
-        self.packs.load(rows, self.owner.is_some())
+    pub fn load_places(&self) -> io::Result<()> {
+        self.packs.load(self.owner.is_some())
     }
 
     /// Where the places of packed blobs are read and deleted from.

@@ -92,7 +92,9 @@ impl PlaceRow {
 /// its second in one transaction, only where the row still names the first,
 /// and says for each whether it did.
 pub trait PlaceRows: Send + Sync {
-    fn all(&self) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
+    /// The next rows by digest after `after` (from the first without),
+    /// a page at a time; none past the last.
+    fn page(&self, after: Option<Digest>) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
     fn lookup(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>>;
     fn in_pack(&self, pack: i64) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
     fn forget(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>>;
@@ -172,20 +174,21 @@ impl Packs {
         self.dir.join(format!("{pack:016x}.pack"))
     }
 
-    /// Takes the places the database holds; then, where `adopt`, each pack
-    /// no live process writes is adopted: cut back to the last byte a
+    /// Takes places the database holds (a page of them).
+    pub(crate) fn add(&self, rows: &[PlaceRow]) {
+        let mut places = self.places.write().expect("places poisoned");
+        places.extend(rows.iter().map(|row| (row.digest, row.place())));
+    }
+
+    /// Once the places are taken ([`Packs::add`]), and where `adopt`, each
+    /// pack no live process writes is adopted: cut back to the last byte a
     /// place names, or removed when none does. Blocking.
-    pub(crate) fn load(&self, rows: Vec<PlaceRow>, adopt: bool) -> io::Result<()> {
+    pub(crate) fn load(&self, adopt: bool) -> io::Result<()> {
         let mut ends: HashMap<u64, (u64, u64)> = HashMap::new();
-        {
-            let mut places = self.places.write().expect("places poisoned");
-            for row in rows {
-                let place = row.place();
-                let (end, live) = ends.entry(place.pack).or_default();
-                *end = (*end).max(place.start + place.len);
-                *live += place.len;
-                places.insert(row.digest, place);
-            }
+        for place in self.places.read().expect("places poisoned").values() {
+            let (end, live) = ends.entry(place.pack).or_default();
+            *end = (*end).max(place.start + place.len);
+            *live += place.len;
         }
         // A place in a pack that is gone (compacted away since its row was
         // read, or removed behind the store's back) is not trusted: its
