@@ -25,9 +25,19 @@
 # `cache/references.rs`), no blob behind it: startup, the load and the idle
 # RSS are measured, the hit rounds are not.
 #
-# Usage: bash bench/many-entries.sh     (as root: installs wrk if missing)
+# With DISTINCT=1 every key has its own 1 KiB bytes and a blob behind it,
+# as in a real cache of distinct artifacts: an nginx origin gives each key
+# its own bytes (`sub_filter` putting the URI in), mirrorcache and the tuned
+# nginx proxy_cache (bench/compare.sh's anchor) are each filled by one miss
+# a key (16 keep-alive clients), mirrorcache is restarted on what it stored
+# (startup, load and RSS as above), and the random-key hits of both over
+# the same keys are measured side by side (nginx's column, and ours ÷
+# nginx's). PACK_BELOW sets `storage.pack_below` ("0": a file a blob, as a
+# store made before packs).
+#
+# Usage: bash bench/many-entries.sh     (as root: installs wrk, and nginx for DISTINCT=1, if missing)
 #   env: SIZES="10000 1000000 5000000" DURATION=7 ROUNDS=3 MC_BIN=path
-#        DIGESTS=one|distinct
+#        DIGESTS=one|distinct DISTINCT=0|1 PACK_BELOW=64KiB
 # Results are recorded in BENCHMARKS.md.
 
 set -euo pipefail
@@ -37,15 +47,17 @@ DURATION=${DURATION:-7}
 ROUNDS=${ROUNDS:-3}
 DIGESTS=${DIGESTS:-one}
 [[ $DIGESTS == distinct ]] && ROUNDS=0
+DISTINCT=${DISTINCT:-0}
+PACK_BELOW=${PACK_BELOW:-64KiB}
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 log() { printf '[many-entries] %s\n' "$*" >&2; }
 
-if ! command -v wrk >/dev/null; then
-    log "installing wrk"
+if ! command -v wrk >/dev/null || { ((DISTINCT)) && ! command -v nginx >/dev/null; }; then
+    log "installing wrk and nginx"
     apt-get update -qq
-    apt-get install -y -qq wrk >/dev/null
+    apt-get install -y -qq wrk nginx-light >/dev/null 2>&1 || apt-get install -y -qq wrk nginx >/dev/null
 fi
 source "$ROOT/bench/lib.sh"
 need_tools "" wrk curl python3 awk ss
@@ -53,6 +65,36 @@ need_tools "" wrk curl python3 awk ss
 release_bin
 
 make_work mc-many
+
+# With DISTINCT=1: the origin, every key its own bytes.
+MIRROR=http://127.0.0.1:9
+if ((DISTINCT)); then
+    mkdir -p "$WORK/origin/www"
+    python3 -c "import os,sys; b=bytearray(os.urandom(1024)); b[100:102]=b'@@'; sys.stdout.buffer.write(bytes(b))" >"$WORK/origin/www/seed.bin"
+    free_port
+    O_PORT=$PORT
+    start_nginx "$WORK/origin" "$O_PORT" '
+    location /k/ { rewrite ^ /seed.bin break; sub_filter "@@" "$request_uri"; sub_filter_once on; sub_filter_types *; }'
+    MIRROR=http://127.0.0.1:$O_PORT
+fi
+
+# fill BASE N: one GET of each key /o/k/0 … N-1 at BASE, 16 keep-alive clients.
+fill() {
+    python3 - "$1" "$2" <<'PY'
+import http.client, sys, threading, urllib.parse
+base, n = urllib.parse.urlparse(sys.argv[1]), int(sys.argv[2])
+def run(w):
+    conn = http.client.HTTPConnection(base.hostname, base.port)
+    for i in range(w, n, 16):
+        conn.request("GET", f"/o/k/{i}")
+        r = conn.getresponse()
+        r.read()
+        assert r.status == 200, (i, r.status)
+threads = [threading.Thread(target=run, args=(w,)) for w in range(16)]
+for t in threads: t.start()
+for t in threads: t.join()
+PY
+}
 
 median_spread() { # values... -> "median (min–max)"
     printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
@@ -71,17 +113,31 @@ for n in $SIZES; do
     free_port
     port=$PORT
     # A closed port: no request goes upstream (each one is a hit).
-    mirrorcache_toml "$dir" "$port" "http://127.0.0.1:9" >"$dir/mirrorcache.toml"
+    storage_keys=""
+    ((DISTINCT)) && storage_keys="pack_below = \"$PACK_BELOW\""
+    mirrorcache_toml "$dir" "$port" "$MIRROR" "$storage_keys" >"$dir/mirrorcache.toml"
     # The cache's own info lines (the index's load), no request lines.
     printf '\n[log]\nlevel = "warn,mirrorcache::cache=info"\n' >>"$dir/mirrorcache.toml"
     # The schema, once.
     "$MC_BIN" serve --config "$dir/mirrorcache.toml" 2>"$dir/first.log" &
     pid=$!
     for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/-/health" && break; sleep 0.1; done
+    if ((DISTINCT)); then
+        log "N=$n: filling mirrorcache and nginx, one miss a key"
+        fill "http://127.0.0.1:$port" "$n"
+        for _ in $(seq 1 600); do
+            curl -s "http://127.0.0.1:$port/-/status" | grep -q '"fills_in_progress":0' && break
+            sleep 0.1
+        done
+        free_port
+        n_port=$PORT
+        start_tuned_proxy "$dir/nginx" "$n_port" "$O_PORT"
+        n_pid=${PIDS[-1]}
+        for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$n_port/" && break; sleep 0.1; done
+        fill "http://127.0.0.1:$n_port" "$n"
+    fi
     kill -TERM "$pid"; wait "$pid" || true
-    log "N=$n: making the rows"
-    t0=$(date +%s.%N)
-    python3 - "$dir" "$n" "$DIGESTS" <<'EOF'
+    ((DISTINCT)) || { log "N=$n: making the rows"; t0=$(date +%s.%N); python3 - "$dir" "$n" "$DIGESTS" <<'EOF'
 import hashlib, os, sqlite3, sys, time
 d, n, digests = sys.argv[1], int(sys.argv[2]), sys.argv[3]
 blob = os.urandom(1024)
@@ -104,7 +160,7 @@ db.commit()
 db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
 db.close()
 EOF
-    log "N=$n: rows made in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"
+        log "N=$n: rows made in $(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }') s"; }
     sync
     t0=$(date +%s.%N)
     "$MC_BIN" serve --config "$dir/mirrorcache.toml" 2>"$dir/mc.log" &
@@ -127,22 +183,33 @@ request = function() return wrk.format("GET", "/o/k/" .. math.random(0, 999)) en
 EOF
     # Warm the hot keys (and the blob in memory).
     ((ROUNDS > 0)) && wrk -t2 -c64 -d2s -s "$dir/hot.lua" "http://127.0.0.1:$port" >/dev/null
-    random=() hot=() ratios=()
+    random=() hot=() ratios=() nginx=() over=()
     for round in $(seq 1 "$ROUNDS"); do
         r=$(rps "$dir/random.lua" "http://127.0.0.1:$port")
         h=$(rps "$dir/hot.lua" "http://127.0.0.1:$port")
-        log "N=$n round $round: random $r req/s, hot $h req/s"
         random+=("$r") hot+=("$h")
         ratios+=("$(awk -v a="$r" -v b="$h" 'BEGIN { printf "%.3f", a / b }')")
+        x=""
+        if ((DISTINCT)); then
+            x=$(rps "$dir/random.lua" "http://127.0.0.1:$n_port")
+            nginx+=("$x")
+            over+=("$(awk -v a="$r" -v b="$x" 'BEGIN { printf "%.3f", a / b }')")
+        fi
+        log "N=$n round $round: random $r req/s, hot $h req/s${x:+, nginx random $x req/s}"
     done
     ((ROUNDS > 0)) || random=(0) hot=(0) ratios=(0)
+    ((DISTINCT && ROUNDS > 0)) || nginx=(0) over=(0)
     peak=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
     errors=$(grep -c ' ERROR ' "$dir/mc.log" || true)
     ratio=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ a[NR] = $1 } END {
         m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
         if (a[1] == a[NR]) printf "%.2f", m; else printf "%.2f (%.2f–%.2f)", m, a[1], a[NR] }')
-    ROWS+=("$n|$startup|$loaded|$rss|$peak|$(median_spread "${random[@]}")|$(median_spread "${hot[@]}")|$ratio|$errors")
+    versus=$(printf '%s\n' "${over[@]}" | sort -g | awk '{ a[NR] = $1 } END {
+        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+        if (a[1] == a[NR]) printf "%.2f", m; else printf "%.2f (%.2f–%.2f)", m, a[1], a[NR] }')
+    ROWS+=("$n|$startup|$loaded|$rss|$peak|$(median_spread "${random[@]}")|$(median_spread "${hot[@]}")|$ratio|$errors|$(median_spread "${nginx[@]}")|$versus")
     kill -TERM "$pid"; wait "$pid" || true
+    if ((DISTINCT)); then kill -TERM "$n_pid"; wait "$n_pid" || true; rm -rf "$dir/nginx"; fi
     rm -rf "$dir/store" "$dir/meta.db"*
 done
 
@@ -150,17 +217,17 @@ base_rss=""
 base_n=""
 {
     echo
-    echo "## bench/many-entries.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c64 -d${DURATION}s, $ROUNDS rounds, digests: $DIGESTS"
+    echo "## bench/many-entries.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c64 -d${DURATION}s, $ROUNDS rounds, digests: $DIGESTS, distinct bytes: $DISTINCT (pack_below $PACK_BELOW)"
     echo
-    echo "| entries | startup to first HIT s | index loaded s | idle RSS MiB | bytes per entry (over the smallest run) | peak RSS MiB | random-key hits req/s | hot-key hits req/s (1,000 keys) | random ÷ hot | errors logged |"
-    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| entries | startup to first HIT s | index loaded s | idle RSS MiB | bytes per entry (over the smallest run) | peak RSS MiB | random-key hits req/s | hot-key hits req/s (1,000 keys) | random ÷ hot | errors logged | nginx random-key hits req/s | random ÷ nginx's random |"
+    echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
     for row in "${ROWS[@]}"; do
-        IFS='|' read -r n startup loaded rss peak random hot ratio errors <<<"$row"
+        IFS='|' read -r n startup loaded rss peak random hot ratio errors nginx versus <<<"$row"
         if [[ -z $base_rss ]]; then
             base_rss=$rss base_n=$n per=-
         else
             per=$(awk -v r="$rss" -v b="$base_rss" -v n="$n" -v bn="$base_n" 'BEGIN { printf "%.0f", (r - b) * 1048576 / (n - bn) }')
         fi
-        echo "| $n | $startup | $loaded | $rss | $per | $peak | $random | $hot | $ratio | $errors |"
+        echo "| $n | $startup | $loaded | $rss | $per | $peak | $random | $hot | $ratio | $errors | $nginx | $versus |"
     done
 }

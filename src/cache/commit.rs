@@ -56,7 +56,7 @@ use super::facade::Cache;
 use crate::error::ProxyError;
 use crate::meta::{Entry, Pin, Ticket};
 use crate::path::ArtifactPath;
-use crate::store::{CommitLock, Digest, TempBlob};
+use crate::store::{read_at, CommitLock, Digest, TempBlob};
 
 /// How long the committer waits after a batch's first commit for others to
 /// join it.
@@ -67,12 +67,24 @@ pub(crate) const MAX_BATCH: usize = 512;
 impl Cache {
     /// Makes a fully written, hashed temp file the entry for `path`, through
     /// the commit queue, and waits until it is durable.
+    /// A temp file of a size the store packs is read back and committed as
+    /// a body kept in memory, so it is packed.
     pub async fn commit_entry(&self, temp: TempBlob, path: &ArtifactPath, entry: Entry) -> Answer {
         let ticket = self.meta.memory.purges.ticket();
+        let body = match self.store.packs_len(entry.size) {
+            true => {
+                let (file, size) = (temp.reader(), entry.size as usize);
+                match self.store_blocking(move |_| read_at(&file, 0, size)).await {
+                    Ok(bytes) => FillBody::Memory(bytes),
+                    Err(_) => FillBody::Temp(temp),
+                }
+            }
+            false => FillBody::Temp(temp),
+        };
         self.commits
             .slot()
             .await?
-            .send(FillBody::Temp(temp), path, (entry, None), ticket)
+            .send(body, path, (entry, None), ticket)
             .durable()
             .await
     }
@@ -151,7 +163,10 @@ impl Cache {
             .iter()
             .filter_map(|(_, _, (_, _, pin))| pin.as_ref())
             .collect();
-        if let Err(error) = self.meta.write_batch(&written, &pins).await {
+        // The places of the blobs this batch packed (or an earlier batch
+        // packed and could not write): in the same transaction.
+        let places = self.blobs.pending_places(&new);
+        if let Err(error) = self.meta.write_batch(&written, &pins, &places).await {
             // The blobs stay, uncounted, as after `fail`: another batch may
             // have found one in place and be about to write its own row for
             // it (its mark is not this batch's to judge), and a transaction
@@ -160,6 +175,7 @@ impl Cache {
             // removed by `verify --remove` after an hour.
             return self.fail(rows, error);
         }
+        self.blobs.places_written(&places);
         for digest in new.iter().filter(|d| !counted.contains(*d)) {
             if !failed.contains_key(digest) {
                 let size = rows

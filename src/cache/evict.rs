@@ -11,7 +11,11 @@
 //! a round never frees more than the last blob below it. A blob being read is
 //! never cut short: on local disk readers hold an open file, and Unix frees a
 //! deleted file's data only on its last close; on S3 the object is deleted
-//! `delete_delay` later ([`crate::store::blobs`]).
+//! `delete_delay` later ([`crate::store::blobs`]). A packed blob's range
+//! is dead once its last row goes, still counted until its pack, more than
+//! half dead, is compacted: each round compacts such packs first, and again
+//! after each packed blob it evicts (so a round may end further below the
+//! low-water mark, by the dead bytes of the pack it compacted last).
 
 use std::sync::Weak;
 use std::time::Duration;
@@ -59,6 +63,9 @@ pub(crate) async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     let _ = tokio::time::timeout(Duration::from_secs(60), cache.meta.memory.index.loaded()).await;
     cache.meta.flush_access_times().await?;
     cache.rederive_size().await?;
+    // Packs more than half dead first: that frees room without losing an
+    // entry.
+    cache.compact_packs().await;
     let budget = &cache.evictor.budget;
     let max = budget.max();
     if budget.total() <= max {
@@ -74,8 +81,13 @@ pub(crate) async fn evict(cache: &Cache) -> Result<(), ProxyError> {
         for row in rows {
             // Releases the digest the delete removed, not the one listed:
             // the row may have been replaced in between.
-            bytes += cache.forget_row(&row.remote, &row.path).await?;
+            let freed = cache.forget_row(&row.remote, &row.path).await?;
+            bytes += freed;
             entries += 1;
+            // A packed blob's range stays until its pack is compacted.
+            if freed == 0 && cache.blobs.dead_bytes() > 0 {
+                cache.compact_packs().await;
+            }
             if budget.total() <= target {
                 break 'rounds;
             }
@@ -92,4 +104,16 @@ pub(crate) async fn evict(cache: &Cache) -> Result<(), ProxyError> {
         "evicted"
     );
     Ok(())
+}
+
+impl Cache {
+    /// Compacts the store's packs that are more than half dead (see
+    /// `crate::store::pack`), holding the size count shared: no
+    /// re-derivation falls between a pack's copies and its removal.
+    pub async fn compact_packs(&self) {
+        let _counting = self.locks.accounting.read().await;
+        if let Err(error) = self.blobs.compact().await {
+            tracing::warn!(%error, "could not compact the packs");
+        }
+    }
 }

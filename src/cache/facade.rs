@@ -38,7 +38,8 @@ impl Cache {
         self.hot.admits(size)
     }
 
-    /// Bytes of committed blobs: each digest the metadata references, once.
+    /// Bytes of committed blobs: each digest the metadata references, once,
+    /// and the dead bytes of packs not yet compacted.
     pub fn size(&self) -> u64 {
         self.budget.committed()
     }
@@ -64,7 +65,9 @@ impl Cache {
     /// instances sharing the database committed and deleted).
     pub async fn rederive_size(&self) -> Result<u64, ProxyError> {
         let _exclusive = self.locks.accounting.write().await;
-        let bytes = self.meta.db.stored_bytes().await?;
+        // What the rows reference, plus what packs hold that nothing
+        // references any more, until compacted: the bytes on disk.
+        let bytes = self.meta.db.stored_bytes().await? + self.blobs.dead_bytes();
         self.budget.set_committed(bytes);
         Ok(bytes)
     }

@@ -13,6 +13,7 @@ use super::locks::Locks;
 use super::{commit, evict, prune};
 use crate::config::Config;
 use crate::meta::cluster::Cluster;
+use crate::meta::places::PlaceTable;
 use crate::meta::MetadataStore;
 use crate::metrics::Metrics;
 use crate::store::{BlobStore, Budget, ContentStore, HotBlobs, LocalBlobs, S3Blobs};
@@ -123,6 +124,9 @@ impl Cache {
         // by the load (see `crate::meta::index`).
         meta.memory.index.begin_load();
         let store = Arc::new(store);
+        if config.storage.s3.is_none() {
+            open_packs(&store, &meta, config.storage.pack_below).await?;
+        }
         let blobs: Arc<dyn BlobStore> = match &config.storage.s3 {
             None => Arc::new(LocalBlobs(store.clone())),
             Some(s3) => Arc::new(
@@ -181,6 +185,31 @@ impl Cache {
         cache.budget.wake_if_over();
         Ok(cache)
     }
+}
+
+/// Opens the store's packs: the places of packed blobs read from the
+/// database (and their rows attached, for what a commit does not write),
+/// each pack no live process writes cut back to its last named byte, and
+/// blobs shorter than `pack_below` packed from now on. Local blobs only:
+/// S3 keeps one object per blob (it has no append, a range is a GET of
+/// its own, and an object is deleted whole).
+async fn open_packs(
+    store: &Arc<ContentStore>,
+    meta: &MetadataStore,
+    pack_below: u64,
+) -> anyhow::Result<()> {
+    let table = Arc::new(PlaceTable::new(meta.db.pool.clone()));
+    store
+        .read_places(&*table, |_| {})
+        .await
+        .context("reading the places of packed blobs")?;
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || s.load_places())
+        .await?
+        .context("opening the packs")?;
+    store.attach_place_rows(table);
+    store.set_pack_below(pack_below);
+    Ok(())
 }
 
 /// A database URL with any password replaced, for logs and errors.

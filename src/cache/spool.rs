@@ -5,7 +5,8 @@
 //! worth: `max_fills` + `MAX_BATCH` bodies of 64 KiB), so no file is made
 //! for them on the request's path; here those become blobs with the rest
 //! of their batch, written into temp files of their own or, where their
-//! digest is fresh, under their own names by the blob store.
+//! digest is fresh, under their own names by the blob store; or appended
+//! to a pack, where the store packs blobs of their size.
 
 use std::collections::{HashMap, HashSet};
 use std::io;
@@ -174,9 +175,12 @@ impl Cache {
         jobs: Vec<(FillBody, Digest)>,
         fresh: &HashSet<Digest>,
     ) -> (Vec<(BatchBody, Digest)>, HashMap<Digest, String>) {
-        let to_write = jobs
-            .iter()
-            .any(|(body, digest)| matches!(body, FillBody::Memory(_)) && !fresh.contains(digest));
+        let to_write = jobs.iter().any(|(body, digest)| match body {
+            FillBody::Memory(bytes) => {
+                !fresh.contains(digest) && !self.store.packs_len(bytes.len() as u64)
+            }
+            FillBody::Temp(_) => false,
+        });
         let written: Vec<_> = if to_write {
             let digests: Vec<Digest> = jobs.iter().map(|(_, digest)| *digest).collect();
             let (store, fresh) = (self.store.clone(), fresh.clone());
@@ -218,6 +222,9 @@ fn batch_body(
     let body = match body {
         FillBody::Temp(temp) => Ok(BatchBody::Temp(temp)),
         FillBody::Memory(bytes) if fresh.contains(&digest) => Ok(BatchBody::Fresh(bytes)),
+        FillBody::Memory(bytes) if store.packs_len(bytes.len() as u64) => {
+            Ok(BatchBody::Packed(bytes))
+        }
         FillBody::Memory(bytes) => store.create_temp_holding(&bytes).map(BatchBody::Temp),
     };
     (body, digest)

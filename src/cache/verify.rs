@@ -20,8 +20,9 @@ use std::time::{Duration, SystemTime};
 use anyhow::Context;
 
 use crate::config::Config;
+use crate::meta::places::PlaceTable;
 use crate::meta::{cluster, MetadataStore, Scope};
-use crate::store::{ContentStore, Digest};
+use crate::store::{ContentStore, Digest, PlaceRows};
 
 #[derive(Debug, Default)]
 pub struct Report {
@@ -121,6 +122,16 @@ pub async fn run_observed(
             .map(|()| all)
     })
     .await??;
+    let places = PlaceTable::new(meta.db.pool.clone());
+    let mut packed_digests: Vec<(String, Option<SystemTime>)> = Vec::new();
+    store
+        .read_places(&places, |row| {
+            packed_digests.push((row.digest.to_hex(), None))
+        })
+        .await
+        .context("reading the places of packed blobs")?;
+    let s = store.clone();
+    tokio::task::spawn_blocking(move || s.load_places()).await??;
     let rows = meta.db.all_rows().await?;
     let mut sizes: BTreeMap<String, u64> = BTreeMap::new();
     for row in &rows {
@@ -146,11 +157,14 @@ pub async fn run_observed(
     }
     let referenced: HashSet<&String> = sizes.keys().collect();
     let now = SystemTime::now();
-    for (hex, modified) in on_disk {
+    // A packed blob's place is written with its rows, in one transaction:
+    // one no row references is left over from a removal cut short, however
+    // recent.
+    for (hex, modified) in on_disk.into_iter().chain(packed_digests) {
         if referenced.contains(&hex) {
             continue;
         }
-        let age = modified.and_then(|m| now.duration_since(m).ok());
+        let age = modified.map_or(Some(UNREFERENCED_GRACE), |m| now.duration_since(m).ok());
         if age.is_some_and(|age| age >= UNREFERENCED_GRACE) {
             report.unreferenced.push(hex);
         } else {
@@ -184,6 +198,7 @@ pub async fn run_observed(
             }
             meta.forget_digest(hex).await?;
             let _lock = store.commit_lock(true, true)?;
+            places.forget(digest).await?;
             store.remove_blob(&digest)?;
         }
         for hex in &report.missing {
@@ -202,6 +217,7 @@ pub async fn run_observed(
                 continue;
             }
             if let Some(digest) = Digest::from_hex(hex) {
+                places.forget(digest).await?;
                 store.remove_blob(&digest)?;
             }
         }

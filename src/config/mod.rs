@@ -132,6 +132,8 @@ pub struct StorageConfig {
     pub memory_cache_size: u64,
     /// Largest blob the in-memory tier holds.
     pub memory_object_max: u64,
+    /// Blobs shorter than this are packed together (0 = none).
+    pub pack_below: u64,
     /// Committed blobs in S3-compatible storage instead of `path/blobs`.
     pub s3: Option<S3Config>,
 }

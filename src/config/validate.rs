@@ -148,6 +148,7 @@ impl Validator<'_> {
                 max_size: raw.storage.max_size.0,
                 memory_cache_size: raw.storage.memory_cache_size.0,
                 memory_object_max: raw.storage.memory_object_max.0,
+                pack_below: raw.storage.pack_below.0,
             },
             metadata: MetadataConfig {
                 url: metadata_url,

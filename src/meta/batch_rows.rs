@@ -12,7 +12,7 @@ use crate::error::ProxyError;
 use crate::kind::declared::Declared;
 use crate::kind::{CachedAt, Kind};
 use crate::path::ArtifactPath;
-use crate::store::Digest;
+use crate::store::{Digest, PlaceRow};
 
 /// Keys per `IN (…)` list of the batch's reads: far below either backend's
 /// parameter limit.
@@ -119,15 +119,16 @@ impl MetadataStore {
         &self,
         rows: &[(&ArtifactPath, &Entry)],
     ) -> Result<(), ProxyError> {
-        self.write_batch(rows, &[]).await
+        self.write_batch(rows, &[], &[]).await
     }
 
-    /// [`MetadataStore::record_batch`], with the batch's pins in the same
-    /// transaction.
+    /// [`MetadataStore::record_batch`], with the batch's pins and the
+    /// places of the blobs it packed in the same transaction.
     pub(crate) async fn write_batch(
         &self,
         rows: &[(&ArtifactPath, &Entry)],
         pins: &[&Pin],
+        places: &[PlaceRow],
     ) -> Result<(), ProxyError> {
         for pin in pins {
             self.memory.declared_keys.add(&pin.remote, &pin.artifact);
@@ -146,7 +147,7 @@ impl MetadataStore {
                 .await
                 .map_err(|e| self.db.failed(e))?;
         }
-        let written = insert_rows(&mut conn, rows, pins).await;
+        let written = insert_rows(&mut conn, rows, pins, places).await;
         if written.is_ok() {
             self.memory.others.wrote();
         }
@@ -163,9 +164,12 @@ async fn insert_rows(
     conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
     rows: &[(&ArtifactPath, &Entry)],
     pins: &[&Pin],
+    places: &[PlaceRow],
 ) -> Result<(), sqlx::Error> {
     use sqlx::Connection as _;
     let mut tx = conn.begin().await?;
+    // First: a row never names a blob whose place is not written.
+    super::places::insert_places(&mut tx, places).await?;
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let sql = format!(
             "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access, kept_headers) \

@@ -111,6 +111,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed(include_str!("../../migrations/0008_registry_keys.sql")),
             false,
         ),
+        Migration::new(
+            9,
+            Cow::Borrowed("blob_places"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0009_blob_places.sql")),
+            false,
+        ),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),

@@ -14,10 +14,12 @@
 //! [`lifetime`]'s; a group commit's are [`batch_rows`]'s. Declared digests
 //! and pins are the `declared` table ([`declared_rows`]), its keys kept in
 //! memory ([`declared_keys`]). Writes by other processes beside a server are
-//! noticed by [`other_writers`]; the browse pages read [`browse`].
+//! noticed by [`other_writers`]; the browse pages read [`browse`]. Where
+//! the store packed a small blob is a row it keeps for the store
+//! ([`places`]), numbers it never reads.
 //!
-//! **Invariant:** this room knows rows, not bytes: it holds digests (the
-//! one thing it takes from [`crate::store`]) and never opens, writes or
+//! **Invariant:** this room knows rows, not bytes: it holds digests and
+//! the store's place rows (all it takes from [`crate::store`]) and never opens, writes or
 //! deletes a blob; whether a blob may go is the façade's
 //! ([`crate::cache`]), which asks [`MetadataStore::digest_referenced`]
 //! under the digest's lock. It imports neither the façade nor `http`,
@@ -39,6 +41,7 @@ mod lookup;
 mod memory;
 mod metadata;
 pub mod other_writers;
+pub mod places;
 mod prepared;
 pub mod purge;
 pub(crate) mod sql;

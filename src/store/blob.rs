@@ -23,6 +23,9 @@ pub enum Blob {
     Memory(Bytes),
     /// An open file: positional reads, and it survives deletion of its path.
     Local(Arc<File>),
+    /// A range of an open pack, from `start` (see `super::pack`): read as
+    /// a local file is, offset.
+    Packed { file: Arc<File>, start: u64 },
     Remote {
         store: Arc<dyn ObjectStore>,
         location: ObjectPath,
@@ -38,6 +41,7 @@ impl Blob {
                 futures_util::stream::once(async move { Ok(part) }).boxed()
             }
             Blob::Local(file) => local_stream(file.clone(), start, len),
+            Blob::Packed { file, start: at } => local_stream(file.clone(), at + start, len),
             Blob::Remote { store, location } => {
                 if len == 0 {
                     return futures_util::stream::empty().boxed();
@@ -64,14 +68,8 @@ impl Blob {
     pub async fn read_all(&self, size: u64) -> io::Result<Vec<u8>> {
         match self {
             Blob::Memory(bytes) => Ok(bytes.to_vec()),
-            Blob::Local(file) => {
-                let file = file.clone();
-                tokio::task::spawn_blocking(move || {
-                    content::read_at(&file, 0, size as usize).map(Vec::from)
-                })
-                .await
-                .map_err(io::Error::other)?
-            }
+            Blob::Local(file) => read_local(file.clone(), 0, size).await,
+            Blob::Packed { file, start } => read_local(file.clone(), *start, size).await,
             Blob::Remote { .. } => {
                 let mut out = Vec::with_capacity(size as usize);
                 let mut stream = self.stream(0, size);
@@ -82,6 +80,21 @@ impl Blob {
             }
         }
     }
+}
+
+/// `size` bytes of a local file from `start`: on this thread when the
+/// page cache holds them all (no hop), else on the blocking pool.
+async fn read_local(file: Arc<File>, start: u64, size: u64) -> io::Result<Vec<u8>> {
+    if let Some(bytes) = content::read_cached_at(&file, start, size as usize)? {
+        if bytes.len() as u64 == size {
+            return Ok(Vec::from(bytes));
+        }
+    }
+    tokio::task::spawn_blocking(move || {
+        content::read_at(&file, start, size as usize).map(Vec::from)
+    })
+    .await
+    .map_err(io::Error::other)?
 }
 
 pub(super) fn local_stream(

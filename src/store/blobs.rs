@@ -23,6 +23,7 @@ use futures_util::future::BoxFuture;
 
 use super::blob::Blob;
 use super::content::batch::BatchBody;
+use super::content::pack::{self, PlaceRow};
 use super::content::{ContentStore, TempBlob};
 use super::digest::Digest;
 
@@ -60,7 +61,9 @@ pub trait BlobStore: Send + Sync {
         Box::pin(futures_util::future::join_all(items.into_iter().map(
             |(body, digest)| match body {
                 BatchBody::Temp(temp) => self.commit(temp, digest),
-                BatchBody::Fresh(bytes) => self.commit_fresh(bytes, digest),
+                BatchBody::Fresh(bytes) | BatchBody::Packed(bytes) => {
+                    self.commit_fresh(bytes, digest)
+                }
             },
         )))
     }
@@ -71,38 +74,33 @@ pub trait BlobStore: Send + Sync {
     fn holds_now(&self, _digest: &Digest) -> Option<bool> {
         None
     }
+    /// Returns the bytes freed on disk: none for a packed blob, whose
+    /// range is dead until its pack is compacted.
     fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>>;
+    /// The places of `digests` this store packed whose rows are still to
+    /// be written (in the batch's transaction, by the caller); none by
+    /// default: a store that packs nothing.
+    fn pending_places(&self, _digests: &[Digest]) -> Vec<PlaceRow> {
+        Vec::new()
+    }
+    /// Those rows are written.
+    fn places_written(&self, _rows: &[PlaceRow]) {}
+    /// Bytes on disk that no blob uses, until compacted (counted against
+    /// `storage.max_size` beside the live blobs).
+    fn dead_bytes(&self) -> u64 {
+        0
+    }
+    /// Reclaims dead bytes; returns the bytes freed and copied. Nothing
+    /// by default.
+    fn compact(&self) -> BoxFuture<'_, io::Result<(u64, u64)>> {
+        Box::pin(async { Ok((0, 0)) })
+    }
 }
 
 /// Blobs on local disk, in the content store itself.
 pub struct LocalBlobs(pub Arc<ContentStore>);
 
-impl BlobStore for LocalBlobs {
-    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
-        let store = self.0.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || store.commit_one(temp, &digest))
-                .await
-                .map_err(io::Error::other)?
-        })
-    }
-
-    fn holds_now(&self, digest: &Digest) -> Option<bool> {
-        Some(self.0.holds(digest))
-    }
-
-    fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
-        let store = self.0.clone();
-        Box::pin(async move {
-            tokio::task::spawn_blocking(move || {
-                let temp = store.create_temp_holding(&bytes)?;
-                store.commit_one(temp, &digest)
-            })
-            .await
-            .map_err(io::Error::other)?
-        })
-    }
-
+impl LocalBlobs {
     /// One blob: its data synced, renamed, its directory synced, in one hop
     /// ([`ContentStore::commit_one`]). A batch of [`SYNCFS_FROM`] or more:
     /// in one hop, the small fresh bodies written under their own names,
@@ -115,7 +113,7 @@ impl BlobStore for LocalBlobs {
     /// (a few small syncs cost less than writing out whatever else is dirty,
     /// a large fill in progress included). A blob already in place costs
     /// only a `stat`.
-    fn commit_batch(
+    fn commit_files(
         &self,
         items: Vec<(BatchBody, Digest)>,
     ) -> BoxFuture<'_, Vec<io::Result<bool>>> {
@@ -126,7 +124,7 @@ impl BlobStore for LocalBlobs {
                 // One blob: its three steps in one hop.
                 return match items.into_iter().next().expect("one item") {
                     (BatchBody::Temp(temp), digest) => vec![self.commit(temp, digest).await],
-                    (BatchBody::Fresh(bytes), digest) => {
+                    (BatchBody::Fresh(bytes) | BatchBody::Packed(bytes), digest) => {
                         vec![self.commit_fresh(bytes, digest).await]
                     }
                 };
@@ -216,23 +214,176 @@ impl BlobStore for LocalBlobs {
             results
         })
     }
+}
 
-    fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>> {
-        let (store, digest) = (self.0.clone(), *digest);
+impl BlobStore for LocalBlobs {
+    fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
+        let store = self.0.clone();
         Box::pin(async move {
-            let file = tokio::task::spawn_blocking(move || store.open_blob(&digest))
+            tokio::task::spawn_blocking(move || store.commit_one(temp, &digest))
                 .await
-                .map_err(io::Error::other)??;
-            Ok(Blob::Local(Arc::new(file)))
+                .map_err(io::Error::other)?
         })
     }
 
+    fn holds_now(&self, digest: &Digest) -> Option<bool> {
+        Some(self.0.holds(digest))
+    }
+
+    fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
+        let store = self.0.clone();
+        Box::pin(async move {
+            tokio::task::spawn_blocking(move || {
+                let temp = store.create_temp_holding(&bytes)?;
+                store.commit_one(temp, &digest)
+            })
+            .await
+            .map_err(io::Error::other)?
+        })
+    }
+
+    /// The small bodies kept in memory ([`ContentStore::packs_len`])
+    /// appended to the current pack in one hop (one `pwrite`, one
+    /// `fdatasync`), beside the others committed as files
+    /// ([`LocalBlobs::commit_files`]).
+    fn commit_batch(
+        &self,
+        items: Vec<(BatchBody, Digest)>,
+    ) -> BoxFuture<'_, Vec<io::Result<bool>>> {
+        let packs = self.0.packs.clone();
+        let (packed, files): (Vec<_>, Vec<_>) =
+            items
+                .into_iter()
+                .enumerate()
+                .partition(|(_, (body, _))| match body {
+                    BatchBody::Fresh(bytes) | BatchBody::Packed(bytes) => {
+                        packs.takes(bytes.len() as u64)
+                    }
+                    BatchBody::Temp(_) => false,
+                });
+        Box::pin(async move {
+            let (file_at, files): (Vec<usize>, Vec<_>) = files.into_iter().unzip();
+            if packed.is_empty() {
+                return self.commit_files(files).await;
+            }
+            let (pack_at, bodies): (Vec<usize>, Vec<(Bytes, Digest)>) = packed
+                .into_iter()
+                .map(|(at, (body, digest))| match body {
+                    BatchBody::Fresh(bytes) | BatchBody::Packed(bytes) => (at, (bytes, digest)),
+                    BatchBody::Temp(_) => unreachable!("only bodies in memory are packed"),
+                })
+                .unzip();
+            let appending = tokio::task::spawn_blocking(move || packs.append(&bodies));
+            let filing = async {
+                match files.is_empty() {
+                    true => Vec::new(),
+                    false => self.commit_files(files).await,
+                }
+            };
+            let (appended, filed) = futures_util::join!(appending, filing);
+            let mut results: Vec<Option<io::Result<bool>>> =
+                (0..file_at.len() + pack_at.len()).map(|_| None).collect();
+            for (at, result) in file_at.into_iter().zip(filed) {
+                results[at] = Some(result);
+            }
+            match appended.map_err(io::Error::other).and_then(|r| r) {
+                Ok(new) => {
+                    for (at, new) in pack_at.into_iter().zip(new) {
+                        results[at] = Some(Ok(new));
+                    }
+                }
+                Err(error) => {
+                    for at in pack_at {
+                        results[at] = Some(Err(io::Error::new(error.kind(), error.to_string())));
+                    }
+                }
+            }
+            results
+                .into_iter()
+                .map(|r| r.expect("a result for each item"))
+                .collect()
+        })
+    }
+
+    /// A packed blob whose pack is open: no hop, no `open`. Otherwise its
+    /// pack or its own file is opened on the blocking pool; a blob neither
+    /// memory nor a file knows may have been packed by another process:
+    /// its place is read from the database.
+    fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>> {
+        let (store, digest) = (self.0.clone(), *digest);
+        Box::pin(async move {
+            if let Some((file, start, _)) = store.packs.open_now(&digest) {
+                return Ok(Blob::Packed { file, start });
+            }
+            match open_or_unlearn(&store, digest).await {
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                opened => return opened,
+            }
+            let Some(rows) = store.packs.rows.get() else {
+                return Err(io::ErrorKind::NotFound.into());
+            };
+            let Some(row) = rows.lookup(digest).await? else {
+                return Err(io::ErrorKind::NotFound.into());
+            };
+            store.packs.learn(row);
+            open_or_unlearn(&store, digest).await
+        })
+    }
+
+    /// A packed blob's row is deleted and its range counted dead (nothing
+    /// freed on disk until its pack is compacted); any other's file is
+    /// unlinked.
     fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>> {
         let (store, digest) = (self.0.clone(), *digest);
         Box::pin(async move {
+            let row = match store.packs.rows.get() {
+                Some(rows) => rows.forget(digest).await?,
+                None => None,
+            };
+            if store.packs.forget(&digest, row) {
+                return Ok(0);
+            }
             tokio::task::spawn_blocking(move || store.remove_blob(&digest))
                 .await
                 .map_err(io::Error::other)?
         })
+    }
+
+    fn pending_places(&self, digests: &[Digest]) -> Vec<PlaceRow> {
+        self.0.packs.pending_rows(digests)
+    }
+
+    fn places_written(&self, rows: &[PlaceRow]) {
+        self.0.packs.written(rows);
+    }
+
+    fn dead_bytes(&self) -> u64 {
+        self.0.packs.dead_bytes()
+    }
+
+    fn compact(&self) -> BoxFuture<'_, io::Result<(u64, u64)>> {
+        Box::pin(pack::compact(self.0.packs.clone()))
+    }
+}
+
+/// [`open_local`] on the blocking pool; a place whose pack is gone
+/// (removed behind the store's back) is forgotten, so the blob's next
+/// commit packs it again.
+async fn open_or_unlearn(store: &Arc<ContentStore>, digest: Digest) -> io::Result<Blob> {
+    let s = store.clone();
+    let opened = tokio::task::spawn_blocking(move || open_local(&s, &digest))
+        .await
+        .map_err(io::Error::other)?;
+    if matches!(&opened, Err(e) if e.kind() == io::ErrorKind::NotFound) {
+        store.packs.unlearn(&digest);
+    }
+    opened
+}
+
+/// A committed blob opened: its range of a pack, or its own file. Blocking.
+fn open_local(store: &ContentStore, digest: &Digest) -> io::Result<Blob> {
+    match store.packs.open_range(digest) {
+        Some(range) => range.map(|(file, start, _)| Blob::Packed { file, start }),
+        None => Ok(Blob::Local(Arc::new(store.open_blob(digest)?))),
     }
 }

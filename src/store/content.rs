@@ -25,6 +25,10 @@ use super::owner::{remove_dead_temp_files, Owner};
 /// The group commit's side of the store: a child, for the one module that
 /// knows a blob's path.
 pub(super) mod batch;
+/// Small blobs packed together: a child too.
+pub(super) mod pack;
+
+use pack::{Packs, PlaceRow, PlaceRows};
 
 /// A directory of the blob tree that a group commit renamed blobs into and
 /// must sync; opaque outside this module, which alone knows blob paths.
@@ -50,6 +54,8 @@ pub struct ContentStore {
     /// Below how many bytes waiting to be written, machine-wide, a small
     /// batch is synced with `syncfs` too ([`ContentStore::commit_synced_if_quiet`]).
     quiet: AtomicU64,
+    /// Small blobs, packed together (`packs/`).
+    pub(crate) packs: Arc<Packs>,
 }
 
 impl ContentStore {
@@ -71,6 +77,7 @@ impl ContentStore {
             tmp,
             next_temp: AtomicU64::new(0),
             owner: Some(owner),
+            packs: Arc::new(Packs::open(root, budget.clone())?),
             budget,
             quiet: AtomicU64::new(QUIET_BYTES),
         })
@@ -80,13 +87,15 @@ impl ContentStore {
     /// live server (`verify`), whose fills own those files.
     pub fn open_existing(root: &Path) -> io::Result<ContentStore> {
         let (blobs, tmp) = dirs(root)?;
+        let budget = Arc::new(Budget::new(u64::MAX));
         Ok(ContentStore {
             layout: Layout::of(&blobs)?,
             blobs,
             tmp,
             next_temp: AtomicU64::new(0),
             owner: None,
-            budget: Arc::new(Budget::new(u64::MAX)),
+            packs: Arc::new(Packs::open(root, budget.clone())?),
+            budget,
             quiet: AtomicU64::new(QUIET_BYTES),
         })
     }
@@ -96,19 +105,78 @@ impl ContentStore {
         self.layout.for_each_blob(&self.blobs, &mut visit)
     }
 
-    /// Bytes of committed blobs on disk, counted by walking them. Blocking.
+    /// Bytes of committed blobs on disk, counted by walking them, packs
+    /// included. Blocking.
     pub fn bytes_on_disk(&self) -> io::Result<u64> {
-        let mut bytes = 0;
+        let mut bytes = self.packs.bytes_on_disk()?;
         self.for_each_blob(|_, meta| bytes += meta.len())?;
         Ok(bytes)
     }
 
-    /// Re-reads a blob and returns the sha256 of what is on disk. Blocking.
+    /// Re-reads a blob (its range, when packed) and returns the sha256 of
+    /// what is on disk. Blocking.
     pub fn rehash(&self, digest: &Digest) -> io::Result<Digest> {
-        let mut file = File::open(self.blob_path(digest))?;
         let mut hasher = Sha256::new();
-        io::copy(&mut file, &mut hasher)?;
+        match self.packs.open_range(digest) {
+            Some(range) => {
+                let (file, start, len) = range?;
+                hasher.update(read_at(&file, start, len as usize)?);
+            }
+            None => {
+                let mut file = File::open(self.blob_path(digest))?;
+                io::copy(&mut file, &mut hasher)?;
+            }
+        }
         Ok(Digest(hasher.finalize().into()))
+    }
+
+    /// Packs blobs shorter than `below` bytes from now on (0: none);
+    /// packed blobs stay readable either way.
+    pub fn set_pack_below(&self, below: u64) {
+        self.packs.set_below(below);
+    }
+
+    /// Whether a blob of `len` bytes is packed (shorter than
+    /// `storage.pack_below`).
+    pub fn packs_len(&self, len: u64) -> bool {
+        self.packs.takes(len)
+    }
+
+    /// Reads the places of packed blobs from `rows`, a page at a time (no
+    /// copy of them all in memory), calling `seen` with each.
+    pub async fn read_places(
+        &self,
+        rows: &dyn PlaceRows,
+        mut seen: impl FnMut(&PlaceRow),
+    ) -> io::Result<()> {
+        let mut after = None;
+        loop {
+            let page = rows.page(after).await?;
+            let Some(last) = page.last() else {
+                return Ok(());
+            };
+            after = Some(last.digest);
+            page.iter().for_each(&mut seen);
+            self.packs.add(&page);
+        }
+    }
+
+    /// Once the places are read ([`ContentStore::read_places`]): cuts or
+    /// removes what no place names in packs no live process writes
+    /// (`super::pack`); a store opened only to read changes no pack.
+    /// Blocking.
+    pub fn load_places(&self) -> io::Result<()> {
+        self.packs.load(self.owner.is_some())
+    }
+
+    /// Where the places of packed blobs are read and deleted from.
+    pub fn attach_place_rows(&self, rows: Arc<dyn PlaceRows>) {
+        let _ = self.packs.rows.set(rows);
+    }
+
+    /// Bytes of packs that no blob uses any more, until compacted.
+    pub fn dead_pack_bytes(&self) -> u64 {
+        self.packs.dead_bytes()
     }
 
     fn blob_path(&self, digest: &Digest) -> PathBuf {
@@ -180,7 +248,7 @@ impl ContentStore {
     /// Whether a file names the blob `digest` (no hash: for a blob a row
     /// references, synced before that row). Blocking, one `stat`.
     pub fn holds(&self, digest: &Digest) -> bool {
-        self.blob_path(digest).is_file()
+        self.packs.holds(digest) || self.blob_path(digest).is_file()
     }
 
     /// How many temp files this store has made.

@@ -6,6 +6,8 @@
 //! [`layout`]; a batch of them made durable at once, the group commit's
 //! side). [`BlobStore`] is where committed blobs live: [`LocalBlobs`] (the
 //! content store itself) or [`S3Blobs`]; either opens a [`Blob`] to stream.
+//! Small blobs are packed together (`content::pack`): a range of a shared file,
+//! its place kept in the metadata database for the store ([`PlaceRow`]).
 //! [`HotBlobs`] keeps small hot blobs in memory. [`Budget`] counts committed
 //! and in-progress bytes against `storage.max_size` and wakes the evictor.
 //!
@@ -28,6 +30,7 @@ pub use blob::Blob;
 pub use blobs::{BlobStore, LocalBlobs};
 pub use budget::Budget;
 pub use content::batch::BatchBody;
+pub use content::pack::{PlaceRow, PlaceRows};
 pub use content::{read_at, CommitLock, ContentStore, TempBlob};
 pub use digest::Digest;
 pub use hot::HotBlobs;

@@ -224,6 +224,16 @@ async fn export_then_import_into_an_empty_store_serves_every_entry_as_a_hit_with
         "{imported}"
     );
     assert_eq!(imported.signed, import::Signed::ByTrustedKey);
+    // The small blobs (the packument, the tarball) were read from A's packs
+    // and packed again in B's.
+    let pack_bytes = |dir: &Path| -> u64 {
+        let packs = std::fs::read_dir(dir.join("store/packs"))
+            .unwrap()
+            .flatten();
+        packs.map(|pack| pack.metadata().unwrap().len()).sum()
+    };
+    assert!(pack_bytes(&a.dir) > 30_000);
+    assert_eq!(pack_bytes(b_dir.path()), pack_bytes(&a.dir));
     let b = TestProxy::start_in(b_dir.path(), &remotes(&origin.npm, &origin.files)).await;
     let client = reqwest::Client::new();
     for (path, bytes) in &origin.artifacts {

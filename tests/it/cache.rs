@@ -95,9 +95,12 @@ async fn a_row_whose_blob_is_gone_is_a_miss() {
     get(&client, &proxy.url("/r/gone.bin")).await.2.unwrap();
     proxy.stop().await;
 
-    // Remove every blob behind the proxy's back, as a crash or an operator might.
-    std::fs::remove_dir_all(dir.path().join("store/blobs")).unwrap();
-    std::fs::create_dir_all(dir.path().join("store/blobs")).unwrap();
+    // Remove every blob (and pack) behind the proxy's back, as a crash or
+    // an operator might.
+    for place in ["store/blobs", "store/packs"] {
+        std::fs::remove_dir_all(dir.path().join(place)).unwrap();
+        std::fs::create_dir_all(dir.path().join(place)).unwrap();
+    }
 
     let proxy = TestProxy::start_in(dir.path(), &remotes).await;
     let (status, cache, bytes) = get(&client, &proxy.url("/r/gone.bin")).await;

@@ -454,7 +454,10 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
     mirror.put("/m/b", shared.clone());
     mirror.put("/m/own", test_bytes(3000, 22));
     let dir = tempfile::tempdir().unwrap();
-    let running = start_text(&config_text(dir.path(), &remote(&mirror))).await;
+    // Blob files, whose removal shows (packed blobs: `packs.rs`).
+    let text = config_text(dir.path(), &remote(&mirror))
+        .replace("[storage]\n", "[storage]\npack_below = \"0\"\n");
+    let running = start_text(&text).await;
     let cache = &running.proxy.cache;
     cache.meta.memory.index.loaded().await;
     assert!(cache.meta.memory.index.is_complete());

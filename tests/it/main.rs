@@ -37,6 +37,7 @@ mod nix;
 mod nuget;
 mod oci;
 mod operations;
+mod packs;
 mod path_safety;
 mod pins;
 mod prune;

@@ -429,12 +429,9 @@ async fn verify_finds_and_removes_corrupt_blobs() {
     }
     proxy.stop().await;
 
-    // Flip one byte of f1's blob on disk.
+    // Flip one byte of f1's blob on disk (in its pack).
     let hex = sha256_hex(&test_bytes(10_000, 1));
-    let blob = dir.path().join("store/blobs").join(&hex[0..2]).join(&hex);
-    let mut bytes = std::fs::read(&blob).unwrap();
-    bytes[5000] ^= 0xff;
-    std::fs::write(&blob, bytes).unwrap();
+    damage(&dir.path().join("store"), &test_bytes(10_000, 1), 5000);
 
     let config_path = dir.path().join("c.toml");
     std::fs::write(&config_path, config_text(dir.path(), &remotes)).unwrap();
@@ -470,6 +467,27 @@ async fn verify_finds_and_removes_corrupt_blobs() {
     proxy.stop().await;
 }
 
+/// Flips byte `at` of the blob `body` where the store keeps it: its own
+/// file, or its range of a pack.
+fn damage(store: &std::path::Path, body: &[u8], at: usize) {
+    let hex = sha256_hex(body);
+    let file = store.join("blobs").join(&hex[0..2]).join(&hex);
+    let mut packs = std::fs::read_dir(store.join("packs")).unwrap().flatten();
+    let (path, start) = match file.exists() {
+        true => (file, 0),
+        false => packs
+            .find_map(|pack| {
+                let bytes = std::fs::read(pack.path()).unwrap();
+                let start = bytes.windows(body.len()).position(|w| w == body)?;
+                Some((pack.path(), start))
+            })
+            .expect("the blob's file or pack"),
+    };
+    let mut bytes = std::fs::read(&path).unwrap();
+    bytes[start + at] ^= 0xff;
+    std::fs::write(&path, bytes).unwrap();
+}
+
 /// A small blob damaged on disk is caught when it is first read into memory:
 /// the client gets the right bytes, fetched again, never the damaged ones.
 #[tokio::test]
@@ -485,10 +503,7 @@ async fn a_blob_damaged_on_disk_is_never_served() {
     proxy.stop().await;
 
     let hex = sha256_hex(&body);
-    let blob = dir.path().join("store/blobs").join(&hex[0..2]).join(&hex);
-    let mut bytes = std::fs::read(&blob).unwrap();
-    bytes[10] ^= 1;
-    std::fs::write(&blob, bytes).unwrap();
+    damage(&dir.path().join("store"), &body, 10);
 
     let proxy = TestProxy::start_in(dir.path(), &remotes).await;
     let (status, cache, got) = get(&client, &proxy.url("/r/x")).await;

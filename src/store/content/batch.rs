@@ -211,7 +211,7 @@ impl ContentStore {
     pub(crate) fn temp_of(&self, body: BatchBody) -> io::Result<TempBlob> {
         match body {
             BatchBody::Temp(temp) => Ok(temp),
-            BatchBody::Fresh(bytes) => self.create_temp_holding(&bytes),
+            BatchBody::Fresh(bytes) | BatchBody::Packed(bytes) => self.create_temp_holding(&bytes),
         }
     }
 
@@ -221,6 +221,9 @@ impl ContentStore {
     /// hashed before it is trusted. A larger one was renamed into place
     /// after its bytes were synced. Blocking.
     fn in_place(&self, digest: &Digest) -> bool {
+        if self.packs.holds(digest) {
+            return true;
+        }
         match fs::metadata(self.blob_path(digest)) {
             Ok(meta) if meta.is_file() => {
                 meta.len() > IN_PLACE_MAX || self.rehash(digest).is_ok_and(|d| d == *digest)
@@ -310,6 +313,10 @@ pub enum BatchBody {
     /// written (the committer marks it): a store may write it under the
     /// blob's own name, once, with no temp file.
     Fresh(bytes::Bytes),
+    /// A small body kept in memory, of a size the store packs
+    /// ([`ContentStore::packs_len`]): appended to a pack unless packed
+    /// already, never written under a name of its own.
+    Packed(bytes::Bytes),
 }
 
 /// A batch body on its way through [`ContentStore::commit_synced`].
