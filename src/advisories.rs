@@ -307,15 +307,7 @@ pub fn import(storage: &Path, name: &str, file: &Path) -> Result<IndexReport, St
     import_bytes(storage, name, &bytes).map_err(|e| format!("{}: {e}", file.display()))
 }
 
-/// Whether `name` is fit for a feed (and its file): letters, digits, `-`,
-/// `_` and `.`, not starting with a dot.
-pub fn valid_feed_name(name: &str) -> bool {
-    !name.is_empty()
-        && !name.starts_with('.')
-        && name
-            .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-}
+pub use crate::config::valid_feed_name;
 
 /// Checks the OSV zip `bytes` and saves it as feed `name` under the
 /// storage path (an import, or a feed a bundle carries).

@@ -12,7 +12,9 @@ use serde::Deserialize;
 use url::Url;
 
 mod auth;
+mod mirror_urls;
 mod quarantine;
+pub use quarantine::valid_feed_name;
 mod raw;
 mod rules;
 mod upstream_credentials;

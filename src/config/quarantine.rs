@@ -23,7 +23,7 @@ impl Validator<'_> {
         for (i, feed) in raw.into_iter().enumerate() {
             let feed = feed.into_inner();
             let name = feed.name.get_ref();
-            let name_ok = crate::advisories::valid_feed_name(name);
+            let name_ok = valid_feed_name(name);
             if !name_ok {
                 return self.error(
                     format!("advisories[{i}].name"),
@@ -171,4 +171,14 @@ fn looks_like_id(text: &str) -> bool {
             && !rest.is_empty()
             && !rest.contains('@')
     })
+}
+
+/// Whether `name` is fit for a feed (and its file): letters, digits, `-`,
+/// `_` and `.`, not starting with a dot.
+pub fn valid_feed_name(name: &str) -> bool {
+    !name.is_empty()
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
 }

@@ -508,81 +508,6 @@ impl Validator<'_> {
         }
         Ok(hostnames)
     }
-
-    /// A list of mirrors that may be absent (then `default`) or empty (none).
-    pub(super) fn optional_mirror_list(
-        &self,
-        key: &str,
-        list: Option<&Spanned<Vec<Spanned<String>>>>,
-        default: &[&str],
-    ) -> Result<Vec<Url>, ConfigError> {
-        match list {
-            Some(list) if list.get_ref().is_empty() => Ok(Vec::new()),
-            Some(list) => self.mirror_list(key, list),
-            None => Ok(default
-                .iter()
-                .map(|u| Url::parse(u).expect("default URLs parse"))
-                .collect()),
-        }
-    }
-
-    fn mirror_list(
-        &self,
-        key: &str,
-        list: &Spanned<Vec<Spanned<String>>>,
-    ) -> Result<Vec<Url>, ConfigError> {
-        let raw = list.get_ref();
-        if raw.is_empty() {
-            return self.error(key, list.span(), "lists no mirror; give at least one URL");
-        }
-        if raw.len() > MAX_MIRRORS {
-            return self.error(
-                key,
-                list.span(),
-                format!(
-                    "lists {} mirrors; at most {MAX_MIRRORS} are supported",
-                    raw.len()
-                ),
-            );
-        }
-        // `remote[N]`, where the credentials keys are.
-        let remote = key.split('.').next().unwrap_or_default();
-        let mut urls: Vec<Url> = Vec::with_capacity(raw.len());
-        for (j, m) in raw.iter().enumerate() {
-            let key = format!("{key}[{j}]");
-            // The value is not echoed: it may hold a password.
-            let url = match Url::parse(m.get_ref().trim_end_matches('/')) {
-                Ok(u) => u,
-                Err(e) => return self.error(key, m.span(), format!("not a URL: {e}")),
-            };
-            if has_userinfo(&url) {
-                return self.error(
-                    key,
-                    m.span(),
-                    format!(
-                        "must not carry credentials (`user:password@`), which would show in \
-                         /-/status, metrics and logs; give them as `{remote}.username` and \
-                         `{remote}.password_env` (or `password`, or `bearer_token_env`)"
-                    ),
-                );
-            }
-            if !matches!(url.scheme(), "http" | "https") || url.host_str().is_none() {
-                return self.error(
-                    key,
-                    m.span(),
-                    "must be an http:// or https:// URL with a host",
-                );
-            }
-            if url.query().is_some() || url.fragment().is_some() {
-                return self.error(key, m.span(), "must not have a query or fragment");
-            }
-            if urls.contains(&url) {
-                return self.error(key, m.span(), "is listed twice");
-            }
-            urls.push(url);
-        }
-        Ok(urls)
-    }
 }
 
 /// A host, perhaps with a port: what containerd sends as `?ns=`.
@@ -596,6 +521,6 @@ fn is_registry_host(host: &str) -> bool {
 /// Whether `url` has a user name or password (`https://user:pass@host`).
 /// Credentials in a URL travel with it into every place the URL is shown;
 /// they have keys of their own instead.
-fn has_userinfo(url: &Url) -> bool {
+pub(super) fn has_userinfo(url: &Url) -> bool {
     !url.username().is_empty() || url.password().is_some()
 }
