@@ -53,25 +53,11 @@ for label in "${LABELS[@]}"; do
     done
 done
 
-run_wrk() {
-    wrk -t2 -c64 -d"${DURATION}s" --latency "$1" | awk '
-        function ms(v) {
-            if (v ~ /us$/) return v / 1000
-            if (v ~ /ms$/) return v + 0
-            if (v ~ /s$/) return v * 1000
-            return v
-        }
-        /Requests\/sec/ { rps = $2 }
-        /^ +99%/ { p99 = ms($2) }
-        /Non-2xx/ { bad = 1 }
-        END { printf "%.0f %.2f %d\n", rps, p99, bad }'
-}
 
 # cpu_ticks PID: the process's user + system time so far, in clock ticks.
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$1/stat"; }
 TICK_US=$((1000000 / $(getconf CLK_TCK)))
 
-median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 echo "| size | variant | req/s (median) | p99 ms (median) | req/s ÷ ${LABELS[0]} (median of rounds) | CPU µs a request (median) |"
 echo "|---|---|---:|---:|---:|---:|"
@@ -87,7 +73,7 @@ for size in $SIZES; do
                     awk '{ printf "%.0f", $1 / 1048576 }')
                 p99=0 bad=0
             else
-                read -r rps p99 bad < <(run_wrk "${URL[$label]}/$size.bin")
+                read -r rps p99 bad < <(wrk_rps_p99 "${URL[$label]}/$size.bin")
             fi
             ((bad == 0)) || echo "warning: non-2xx answers from $label" >&2
             RPS[$label,$round]=$rps
@@ -103,12 +89,12 @@ for size in $SIZES; do
         done
     done
     for label in "${LABELS[@]}"; do
-        rps=$(for r in $(seq 1 "$ROUNDS"); do echo "${RPS[$label,$r]}"; done | median)
-        p99=$(for r in $(seq 1 "$ROUNDS"); do echo "${P99[$label,$r]}"; done | median)
-        cpu=$(for r in $(seq 1 "$ROUNDS"); do echo "${CPU[$label,$r]}"; done | median)
+        rps=$(for r in $(seq 1 "$ROUNDS"); do echo "${RPS[$label,$r]}"; done | median_lines)
+        p99=$(for r in $(seq 1 "$ROUNDS"); do echo "${P99[$label,$r]}"; done | median_lines)
+        cpu=$(for r in $(seq 1 "$ROUNDS"); do echo "${CPU[$label,$r]}"; done | median_lines)
         ratio=$(for r in $(seq 1 "$ROUNDS"); do
             awk -v a="${RPS[$label,$r]}" -v b="${RPS[${LABELS[0]},$r]}" 'BEGIN { printf "%.3f\n", a / b }'
-        done | median)
+        done | median_lines)
         [[ $size == 256m ]] && cpu=-
         echo "| $size | $label | $rps | $p99 | $(awk -v r="$ratio" 'BEGIN { printf "%.2f", r }') | $cpu |"
     done

@@ -133,12 +133,11 @@ done
 rps() {
     wrk -t2 -c64 -d"${DURATION}s" "$1" | awk '/Requests\/sec/ { printf "%.0f\n", $2 } /Non-2xx/ { print "non-2xx" > "/dev/stderr" }'
 }
-median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 declare -A R=()
 for round in $(seq 1 "$ROUNDS"); do
     for variant in on off; do R[$variant]+="$(rps "${BASE[$variant]}/o/1k.bin") "; done
 done
-m() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median; }
+m() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median_lines; }
 on=$(m on) off=$(m off)
 echo
 echo "1 KiB hits, $ROUNDS rounds of ${DURATION}s: history on ${R[on]}; off ${R[off]}"

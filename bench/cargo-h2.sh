@@ -101,7 +101,6 @@ fetch() { # HOME_DIR MULTIPLEXING: seconds of one `cargo fetch`
     end=$(date +%s.%N)
     echo "$end - $start" | bc -l
 }
-median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 fetch "$WORK/warm" true >/dev/null   # warms the proxy's cache (and writes Cargo.lock)
 H2=() H1=()
@@ -109,8 +108,8 @@ for round in $(seq 1 "$ROUNDS"); do
     H2+=("$(fetch "$WORK/h2-$round" true)")
     H1+=("$(fetch "$WORK/h1-$round" false)")
 done
-h2=$(printf '%s\n' "${H2[@]}" | median)
-h1=$(printf '%s\n' "${H1[@]}" | median)
+h2=$(printf '%s\n' "${H2[@]}" | median_lines)
+h1=$(printf '%s\n' "${H1[@]}" | median_lines)
 echo "| crates | HTTP/2 (multiplexed) s | HTTP/1.1 s | HTTP/1.1 ÷ HTTP/2 |"
 echo "|---:|---:|---:|---:|"
 printf "| %s | %.2f | %.2f | %.2f× |\n" "$CRATES" "$h2" "$h1" "$(echo "$h1 / $h2" | bc -l)"

@@ -223,3 +223,23 @@ start_variants() {
         MC_PIDS[$label]=$MC_PID
     done
 }
+
+# wrk_rps_p99 URL: one wrk run (2 threads, 64 connections, DURATION
+# seconds); prints "req/s p99_ms non2xx" (non2xx: 1 if any answer was not
+# a 2xx).
+wrk_rps_p99() {
+    wrk -t2 -c64 -d"${DURATION}s" --latency "$1" | awk '
+        function ms(v) {
+            if (v ~ /us$/) return v / 1000
+            if (v ~ /ms$/) return v + 0
+            if (v ~ /s$/) return v * 1000
+            return v
+        }
+        /Requests\/sec/ { rps = $2 }
+        /^ +99%/ { p99 = ms($2) }
+        /Non-2xx/ { bad = 1 }
+        END { printf "%.0f %.2f %d\n", rps, p99, bad }'
+}
+
+# median_lines: the median of the numbers on standard input, one a line.
+median_lines() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

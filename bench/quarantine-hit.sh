@@ -115,20 +115,6 @@ for remote in plain q; do
     done
 done
 
-run_wrk() {
-    wrk -t2 -c64 -d"${DURATION}s" --latency "$1" | awk '
-        function ms(v) {
-            if (v ~ /us$/) return v / 1000
-            if (v ~ /ms$/) return v + 0
-            if (v ~ /s$/) return v * 1000
-            return v
-        }
-        /Requests\/sec/ { rps = $2 }
-        /^ +99%/ { p99 = ms($2) }
-        /Non-2xx/ { bad = 1 }
-        END { printf "%.0f %.2f %d\n", rps, p99, bad }'
-}
-median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 echo "| hit | remote | req/s (median) | p99 ms (median) | req/s ÷ plain (median of rounds) |"
 echo "|---|---|---:|---:|---:|"
@@ -138,7 +124,7 @@ for path in "${PATHS[@]}"; do
     for round in $(seq 1 "$ROUNDS"); do
         for i in 0 1; do
             remote=${REMOTES[$(((i + round) % 2))]}
-            read -r rps p99 bad < <(run_wrk "$BASE/$remote/$path")
+            read -r rps p99 bad < <(wrk_rps_p99 "$BASE/$remote/$path")
             ((bad == 0)) || echo "warning: non-2xx answers from $remote/$path" >&2
             RPS[$remote,$round]=$rps
             P99[$remote,$round]=$p99
@@ -146,11 +132,11 @@ for path in "${PATHS[@]}"; do
         done
     done
     for remote in "${REMOTES[@]}"; do
-        rps=$(for r in $(seq 1 "$ROUNDS"); do echo "${RPS[$remote,$r]}"; done | median)
-        p99=$(for r in $(seq 1 "$ROUNDS"); do echo "${P99[$remote,$r]}"; done | median)
+        rps=$(for r in $(seq 1 "$ROUNDS"); do echo "${RPS[$remote,$r]}"; done | median_lines)
+        p99=$(for r in $(seq 1 "$ROUNDS"); do echo "${P99[$remote,$r]}"; done | median_lines)
         ratio=$(for r in $(seq 1 "$ROUNDS"); do
             awk -v a="${RPS[$remote,$r]}" -v b="${RPS[plain,$r]}" 'BEGIN { printf "%.3f\n", a / b }'
-        done | median)
+        done | median_lines)
         echo "| $path | $remote | $rps | $p99 | $(awk -v r="$ratio" 'BEGIN { printf "%.2f", r }') |"
     done
 done

@@ -127,7 +127,6 @@ rps() { # URL [HEADER]
     [[ -n ${2:-} ]] && args+=(-H "$2")
     wrk "${args[@]}" "$1" | awk '/Requests\/sec/ { printf "%.0f\n", $2 } /Non-2xx/ { print "non-2xx" > "/dev/stderr" }'
 }
-median() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
 
 echo "| size | nginx TLS req/s | mirrorcache TLS req/s | TLS ratio | auth off req/s | auth on req/s | auth ratio |"
 echo "|---|---:|---:|---:|---:|---:|---:|"
@@ -139,7 +138,7 @@ for size in $SIZES; do
         R[plain]+="$(rps "${BASE[plain]}/o/$size.bin") "
         R[auth]+="$(rps "${BASE[auth]}/o/$size.bin" "$AUTH") "
     done
-    m() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median; }
+    m() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median_lines; }
     n=$(m nginx) t=$(m tls) p=$(m plain) a=$(m auth)
     printf "| %s | %s | %s | %.2f× | %s | %s | %.2f× |\n" "$size" "$n" "$t" "$(echo "$t / $n" | bc -l)" "$p" "$a" "$(echo "$a / $p" | bc -l)"
 done
