@@ -131,12 +131,6 @@ impl fmt::Display for Millis {
     }
 }
 
-impl fmt::Debug for Millis {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
 /// Writes each field as the default format's visitor does: the message
 /// bare, then ` name=value`, strings quoted and escaped as `Debug` does.
 struct Fields<'w, W> {
