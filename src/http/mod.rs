@@ -216,11 +216,11 @@ async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Reque
             caller = admitted;
             let varies = !plan.variants.is_empty();
             let api = plan.pass_through;
+            let protocol = remote.config.kind.ecosystem().protocol();
             let result = match api {
                 // A registry is asked for its pull endpoints only (after the
                 // access check: a refusal does not depend on the path).
-                _ if remote.config.kind.ecosystem().protocol()
-                    == crate::kind::Protocol::Registry
+                _ if protocol == crate::kind::Protocol::Registry
                     && !crate::kind::oci::is_pull_path(path.path()) =>
                 {
                     Err(ProxyError::NotFound { status: 404 })
@@ -240,9 +240,7 @@ async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Reque
                     _ => Err(refusal(&method)),
                 },
                 // The batch API and its objects.
-                _ if remote.config.kind.ecosystem().protocol()
-                    == crate::kind::Protocol::LfsActions =>
-                {
+                _ if protocol == crate::kind::Protocol::LfsActions => {
                     let incoming = lfs::Incoming {
                         path: &path,
                         plan,
