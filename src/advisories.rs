@@ -5,7 +5,9 @@
 //! that cannot be used (not a zip, truncated, a malformed record) leaves
 //! the last good index in force and its reason in [`Advisories::status`].
 //! A saved copy written by another process (`mirrorcache advisories
-//! import`, a bundle's import) is read within [`SAVED_POLL`].
+//! import`, a bundle's import) is read within [`SAVED_POLL`]. The feeds'
+//! bytes come through the cache (`http::feeds` asks each feed's remote);
+//! this room only reads them.
 
 mod refusals;
 
@@ -19,8 +21,8 @@ use arc_swap::ArcSwap;
 use serde::Serialize;
 
 use crate::clock::now_ms;
-use crate::config::AdvisoryFeed;
 use crate::kind::advisory::{AdvisoryIndex, AdvisorySet, IndexReport};
+use crate::store::Digest;
 pub use refusals::{Refusal, Refusals};
 
 /// The advisory indexes in force and what became of each feed.
@@ -43,6 +45,8 @@ pub struct Advisories {
 
 struct Feed {
     index: Option<Arc<AdvisoryIndex>>,
+    /// The sha256 of the export the index in force was read from.
+    digest: Option<Digest>,
     status: FeedStatus,
 }
 
@@ -54,27 +58,15 @@ pub struct FeedStatus {
     pub source: Option<String>,
     /// When it was put in force (unix ms).
     pub loaded_at_ms: Option<i64>,
+    /// The sha256 of the export in force (hex).
+    pub sha256: Option<String>,
     pub report: Option<IndexReport>,
     /// Why the last read failed; the index in force (if any) is older.
     pub error: Option<String>,
-    /// When a refresh last found the feed unchanged (a 304 to its
-    /// validators: nothing downloaded or read again), unix ms.
+    /// When a refresh last found the feed unchanged (its cached copy
+    /// fresh, or revalidated upstream, and the bytes in force: nothing
+    /// downloaded or read again), unix ms.
     pub unchanged_at_ms: Option<i64>,
-}
-
-/// The validators of the copy in force, for a conditional refresh.
-#[derive(Debug, Clone, Default)]
-pub struct Validators {
-    /// The URL they came from: another URL is asked without them.
-    url: Option<url::Url>,
-    etag: Option<String>,
-    last_modified: Option<String>,
-}
-
-/// A feed's answer.
-enum Fetched {
-    Body(Vec<u8>, Validators),
-    NotModified,
 }
 
 /// Where the saved copies of the feeds are, below the storage path.
@@ -146,7 +138,8 @@ impl Advisories {
     /// Puts the OSV zip `bytes` in force as feed `name`; on a feed that
     /// cannot be used, keeps its last good index and records why.
     pub fn install(&self, name: &str, bytes: &[u8], source: &str) -> Result<IndexReport, String> {
-        self.put_in_force(name, AdvisoryIndex::from_zip(bytes), source)
+        let read = AdvisoryIndex::from_zip(bytes);
+        self.put_in_force(name, read, Digest::of(bytes), source)
     }
 
     /// Puts `read` (an index and its report, or why the feed cannot be
@@ -155,6 +148,7 @@ impl Advisories {
         &self,
         name: &str,
         read: Result<(AdvisoryIndex, IndexReport), String>,
+        digest: Digest,
         source: &str,
     ) -> Result<IndexReport, String> {
         match read {
@@ -164,10 +158,12 @@ impl Advisories {
                     name.to_string(),
                     Feed {
                         index: Some(Arc::new(index)),
+                        digest: Some(digest),
                         status: FeedStatus {
                             name: name.to_string(),
                             source: Some(source.to_string()),
                             loaded_at_ms: Some(now_ms()),
+                            sha256: Some(digest.to_hex()),
                             report: Some(report.clone()),
                             error: None,
                             unchanged_at_ms: None,
@@ -193,11 +189,13 @@ impl Advisories {
         }
     }
 
-    fn failed(&self, name: &str, error: String) {
+    /// Records why feed `name` could not be read; its index in force stays.
+    pub fn failed(&self, name: &str, error: String) {
         tracing::warn!(feed = name, %error, "advisory feed not used; the last good index stays");
         let mut feeds = self.feeds.lock().expect("not poisoned");
         let feed = feeds.entry(name.to_string()).or_insert_with(|| Feed {
             index: None,
+            digest: None,
             status: FeedStatus {
                 name: name.to_string(),
                 ..FeedStatus::default()
@@ -206,57 +204,51 @@ impl Advisories {
         feed.status.error = Some(error);
     }
 
-    /// Fetches `feed` from the first of its URLs that answers with a usable
-    /// zip, puts it in force and saves it; every failure is in the status.
-    /// The URL the copy in force came from is asked with its `validators`
-    /// (updated here): a 304 keeps the index as it is.
-    pub async fn refresh(
-        &self,
-        client: &reqwest::Client,
-        feed: &AdvisoryFeed,
-        validators: &mut Validators,
-    ) {
-        let mut errors = Vec::new();
-        for url in &feed.urls {
-            let asked = (validators.url.as_ref() == Some(url)).then_some(&*validators);
-            let (bytes, fresh) = match fetch(client, url, asked).await {
-                Ok(Fetched::Body(bytes, fresh)) => (bytes, fresh),
-                Ok(Fetched::NotModified) => {
-                    let mut feeds = self.feeds.lock().expect("not poisoned");
-                    if let Some(status) = feeds.get_mut(&feed.name).map(|f| &mut f.status) {
-                        status.unchanged_at_ms = Some(now_ms());
-                        status.error = None;
-                    }
-                    return;
-                }
-                Err(e) => {
-                    errors.push(format!("{url}: {e}"));
-                    continue;
-                }
-            };
-            // Reading a large export takes seconds: off the async threads.
-            let (read, bytes) = tokio::task::spawn_blocking(move || {
-                let read = AdvisoryIndex::from_zip(&bytes);
-                (read, bytes)
-            })
-            .await
-            .map_err(|e| e.to_string())
-            .unwrap_or_else(|e| (Err(e), Vec::new()));
-            if let Err(e) = &read {
-                errors.push(format!("{url}: {e}"));
-                continue;
-            }
-            if let Err(e) = self.save(&feed.name, &bytes) {
-                tracing::warn!(feed = feed.name, error = %e, "advisory feed not saved");
-            }
-            let _ = self.put_in_force(&feed.name, read, url.as_str());
-            *validators = Validators {
-                url: Some(url.clone()),
-                ..fresh
-            };
-            return;
+    /// The sha256 of the export feed `name`'s index in force was read from.
+    pub fn digest_in_force(&self, name: &str) -> Option<Digest> {
+        let feeds = self.feeds.lock().expect("not poisoned");
+        feeds.get(name).and_then(|f| f.digest)
+    }
+
+    /// Notes that feed `name` was found unchanged: nothing read again.
+    pub fn unchanged(&self, name: &str) {
+        let mut feeds = self.feeds.lock().expect("not poisoned");
+        if let Some(status) = feeds.get_mut(name).map(|f| &mut f.status) {
+            status.unchanged_at_ms = Some(now_ms());
+            status.error = None;
         }
-        self.failed(&feed.name, errors.join("; "));
+    }
+
+    /// Reads the OSV zip `bytes` (sha256 `digest`, from `source`) as feed
+    /// `name` off the async threads; a usable one is saved and put in
+    /// force, else the last good index stays and the error is recorded and
+    /// returned.
+    pub async fn take(
+        &self,
+        name: &str,
+        bytes: bytes::Bytes,
+        digest: Digest,
+        source: &str,
+    ) -> Result<IndexReport, String> {
+        let (dir, owned) = (self.dir.clone(), name.to_string());
+        // Reading a large export takes seconds.
+        let read = tokio::task::spawn_blocking(move || {
+            let read = AdvisoryIndex::from_zip(&bytes);
+            let saved = read.is_ok().then(|| save(&dir, &owned, &bytes));
+            (read, saved)
+        })
+        .await;
+        let (read, saved) = read.unwrap_or_else(|e| (Err(e.to_string()), None));
+        match saved {
+            Some(Ok(())) => {
+                let stamp = stamp(&self.dir.join(format!("{name}.zip")));
+                let mut saved = self.saved.lock().expect("not poisoned");
+                saved.insert(name.to_string(), stamp);
+            }
+            Some(Err(e)) => tracing::warn!(feed = name, error = %e, "advisory feed not saved"),
+            None => {}
+        }
+        self.put_in_force(name, read, digest, source)
     }
 
     /// Writes `bytes` as the saved copy of feed `name` (whole, then renamed).
@@ -320,75 +312,4 @@ pub fn import_bytes(storage: &Path, name: &str, bytes: &[u8]) -> Result<IndexRep
     let (_, report) = AdvisoryIndex::from_zip(bytes)?;
     save(&feed_dir(storage), name, bytes).map_err(|e| e.to_string())?;
     Ok(report)
-}
-
-/// The largest feed read (OSV's largest per-ecosystem export is a few
-/// hundred MiB); a larger answer is refused, not held in memory.
-const MAX_FEED: u64 = 2 << 30;
-
-/// GETs the feed at `url`, conditional on `validators` when given.
-async fn fetch(
-    client: &reqwest::Client,
-    url: &url::Url,
-    validators: Option<&Validators>,
-) -> Result<Fetched, String> {
-    let mut request = client.get(url.clone());
-    if let Some(etag) = validators.and_then(|v| v.etag.as_deref()) {
-        request = request.header(reqwest::header::IF_NONE_MATCH, etag);
-    }
-    if let Some(date) = validators.and_then(|v| v.last_modified.as_deref()) {
-        request = request.header(reqwest::header::IF_MODIFIED_SINCE, date);
-    }
-    let mut response = request.send().await.map_err(|e| e.to_string())?;
-    if response.status() == reqwest::StatusCode::NOT_MODIFIED && validators.is_some() {
-        return Ok(Fetched::NotModified);
-    }
-    if !response.status().is_success() {
-        return Err(format!("answered {}", response.status()));
-    }
-    let header = |name: reqwest::header::HeaderName| {
-        let value = response.headers().get(name)?.to_str().ok()?;
-        Some(value.to_string())
-    };
-    let fresh = Validators {
-        url: None,
-        etag: header(reqwest::header::ETAG),
-        last_modified: header(reqwest::header::LAST_MODIFIED),
-    };
-    let too_large = || format!("larger than {}", bytesize::ByteSize(MAX_FEED));
-    if response.content_length().is_some_and(|len| len > MAX_FEED) {
-        return Err(too_large());
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response.chunk().await.map_err(|e| e.to_string())? {
-        if (body.len() + chunk.len()) as u64 > MAX_FEED {
-            return Err(too_large());
-        }
-        body.extend_from_slice(&chunk);
-    }
-    Ok(Fetched::Body(body, fresh))
-}
-
-/// Refreshes `feed` every `feed.refresh` while `advisories` lives.
-pub async fn refresh_loop(advisories: std::sync::Weak<Advisories>, feed: AdvisoryFeed) {
-    let client = match reqwest::Client::builder()
-        .connect_timeout(std::time::Duration::from_secs(10))
-        .timeout(std::time::Duration::from_secs(600))
-        .build()
-    {
-        Ok(client) => client,
-        Err(e) => {
-            tracing::error!(feed = feed.name, error = %e, "no HTTP client for the advisory feed");
-            return;
-        }
-    };
-    let mut validators = Validators::default();
-    loop {
-        let Some(advisories) = advisories.upgrade() else {
-            return;
-        };
-        advisories.refresh(&client, &feed, &mut validators).await;
-        drop(advisories);
-        tokio::time::sleep(feed.refresh).await;
-    }
 }

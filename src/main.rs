@@ -259,7 +259,8 @@ fn main() -> ExitCode {
                 for warning in &c.warnings {
                     eprintln!("warning: {warning}");
                 }
-                println!("{}: ok ({} remotes)", path.display(), c.remotes.len());
+                let remotes = c.remotes.iter().filter(|r| !r.feed).count();
+                println!("{}: ok ({remotes} remotes)", path.display());
                 ExitCode::SUCCESS
             }
             Err(code) => code,

@@ -82,12 +82,6 @@ impl Proxy {
             .await
             .context("reading the saved advisory feeds")?;
         tokio::spawn(advisories::watch_saved(Arc::downgrade(&advisories)));
-        for feed in &config.advisories {
-            tokio::spawn(advisories::refresh_loop(
-                Arc::downgrade(&advisories),
-                feed.clone(),
-            ));
-        }
         let proxy = Arc::new(Proxy {
             server: ArcSwap::from_pointee(config.server.clone()),
             remotes: ArcSwap::from_pointee(remotes),
@@ -243,7 +237,7 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
         ("log.buffer", o.log.buffer != n.log.buffer),
         ("log.flush", o.log.flush != n.log.flush),
         ("storage.path", o.storage.path != n.storage.path),
-        // Feeds are fetched by tasks started with the proxy.
+        // Feeds are refreshed by tasks started with the listener.
         ("advisories", o.advisories != n.advisories),
         ("storage.max_size", o.storage.max_size != n.storage.max_size),
         (

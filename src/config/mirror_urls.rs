@@ -1,5 +1,5 @@
 //! Lists of mirror URLs (`mirrors`, `files`, `sumdb`, `token_realms`,
-//! `credentials_for`): each an http(s) URL with a host, no query, no
+//! `credentials_for`, an advisory feed's `urls`): each an http(s) URL with a host, no query, no
 //! credentials in it, none twice, at most [`MAX_MIRRORS`].
 
 use toml::Spanned;
@@ -55,6 +55,14 @@ impl Validator<'_> {
                 Ok(u) => u,
                 Err(e) => return self.error(key, m.span(), format!("not a URL: {e}")),
             };
+            if has_userinfo(&url) && remote.starts_with("advisories") {
+                return self.error(
+                    key,
+                    m.span(),
+                    "must not carry credentials (`user:password@`), which would show in \
+                     /-/status, metrics and logs",
+                );
+            }
             if has_userinfo(&url) {
                 return self.error(
                     key,

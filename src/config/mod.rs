@@ -53,12 +53,24 @@ pub struct Config {
 }
 
 /// One `[[advisories]]` feed: an OSV export (a zip of records) fetched
-/// from the first of `urls` that answers, every `refresh`.
+/// through the cache as [`AdvisoryFeed::PATH`] of its own remote
+/// ([`AdvisoryFeed::remote_name`], whose mirrors are `urls`), every `refresh`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AdvisoryFeed {
     pub name: String,
     pub urls: Vec<Url>,
     pub refresh: Duration,
+}
+
+impl AdvisoryFeed {
+    /// The path the feed is cached under in its remote.
+    pub const PATH: &'static str = "all.zip";
+
+    /// The remote the feed is fetched and cached through, one of
+    /// [`Config::remotes`] with [`RemoteConfig::feed`] set.
+    pub fn remote_name(&self) -> String {
+        format!("advisories.{}", self.name)
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -240,6 +252,10 @@ pub struct RemoteConfig {
     pub access: RemoteAccess,
     /// An lfs remote's batch rules (defaults elsewhere, where unused).
     pub lfs: LfsConfig,
+    /// The remote of an `[[advisories]]` feed: each mirror URL is the
+    /// feed's file itself (asked for as it is, no path appended), and no
+    /// client request reaches it.
+    pub feed: bool,
 }
 
 /// An lfs remote's batch rules: `lfs_uploads` and `lfs_grant_ttl`.

@@ -3,11 +3,10 @@
 //! tell packages apart.
 
 use toml::Spanned;
-use url::Url;
 
 use super::raw::{RawAdvisories, RawRemote};
 use super::validate::Validator;
-use super::{AdvisoryFeed, ConfigError};
+use super::{AdvisoryFeed, ConfigError, RemoteConfig};
 use crate::kind::advisory::{Class, Quarantine};
 use crate::kind::guard::parse_time;
 use crate::kind::Kind;
@@ -45,19 +44,8 @@ impl Validator<'_> {
                     "lists no URL; give at least one",
                 );
             }
-            let mut urls = Vec::new();
-            for (j, url) in feed.urls.get_ref().iter().enumerate() {
-                match Url::parse(url.get_ref()) {
-                    Ok(u) if matches!(u.scheme(), "http" | "https") => urls.push(u),
-                    _ => {
-                        return self.error(
-                            format!("advisories[{i}].urls[{j}]"),
-                            url.span(),
-                            format!("{:?} is not an http(s) URL", url.get_ref()),
-                        )
-                    }
-                }
-            }
+            // The URLs are the mirrors of the feed's remote: checked as mirrors are.
+            let urls = self.mirror_list(&format!("advisories[{i}].urls"), &feed.urls)?;
             feeds.push(AdvisoryFeed {
                 name: name.clone(),
                 urls,
@@ -65,6 +53,58 @@ impl Validator<'_> {
             });
         }
         Ok(feeds)
+    }
+
+    /// The remote each feed is fetched through ([`AdvisoryFeed::remote_name`]):
+    /// a `generic` remote whose mirrors are the feed's URLs, revalidated
+    /// every `refresh`, with every other key at its default, refused when a
+    /// `[[remote]]` has its name.
+    pub(super) fn feed_remotes(
+        &self,
+        feeds: &[AdvisoryFeed],
+        remotes: &[RemoteConfig],
+    ) -> Result<Vec<RemoteConfig>, ConfigError> {
+        let mut built = Vec::with_capacity(feeds.len());
+        for (i, feed) in feeds.iter().enumerate() {
+            let name = feed.remote_name();
+            if let Some(j) = remotes.iter().position(|r| r.name == name) {
+                return self.error(
+                    format!("remote[{j}].name"),
+                    0..0,
+                    format!(
+                        "{name:?} is the name of advisory feed {:?}'s cache; rename the remote",
+                        feed.name
+                    ),
+                );
+            }
+            // A parsed URL and a feed name hold no `"` nor `\`.
+            let quoted = |text: &str| format!("\"{text}\"");
+            let mirrors: Vec<String> = feed.urls.iter().map(|u| quoted(u.as_str())).collect();
+            let table = format!(
+                "name = {}\nmirrors = [{}]\nrevalidate_after = \"{}ms\"\n\
+                 max_body_size = \"2GiB\"\npin_on_first_use = false\n",
+                quoted(&name),
+                mirrors.join(", "),
+                feed.refresh.as_millis(),
+            );
+            // Read as a `[[remote]]` table is, so its keys take their
+            // defaults. OSV's largest export is a few hundred MiB.
+            let internal = Validator {
+                text: &table,
+                origin: self.origin,
+            };
+            let remote = toml::from_str::<RawRemote>(&table)
+                .map_err(|e| e.to_string())
+                .and_then(|raw| internal.remote(i, raw).map_err(|e| e.message));
+            match remote {
+                Ok(remote) => built.push(RemoteConfig {
+                    feed: true,
+                    ..remote
+                }),
+                Err(message) => return self.error(format!("advisories[{i}]"), 0..0, message),
+            }
+        }
+        Ok(built)
     }
 
     /// `quarantine`, `quarantine_allow` and `quarantine_since` of remote `i`.

@@ -70,6 +70,8 @@ impl Validator<'_> {
         let auth = self.auth_table(raw.auth)?;
         let advisories = self.advisories(raw.advisories)?;
         let warnings = self.access_needs_users(&remotes, auth.as_ref())?;
+        let feed_remotes = self.feed_remotes(&advisories, &remotes)?;
+        remotes.extend(feed_remotes);
         let redis = match raw.redis {
             None => None,
             Some(r) => {
@@ -215,7 +217,7 @@ impl Validator<'_> {
         })
     }
 
-    fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
+    pub(super) fn remote(&self, i: usize, raw: RawRemote) -> Result<RemoteConfig, ConfigError> {
         let auth = self.auth(i, &raw)?;
         let guard = self.guard(i, &raw)?;
         let access = self.access(i, raw.access.as_ref())?;
@@ -403,6 +405,7 @@ impl Validator<'_> {
             guard,
             access,
             lfs,
+            feed: false,
         })
     }
 

@@ -111,8 +111,10 @@ pub(super) fn resolve(
         ));
     }
     let path = ArtifactPath::parse(uri.path())?;
+    // An advisory feed's remote is asked only by the feed's own refresh.
     let remote = proxy
         .remote(path.remote())
+        .filter(|remote| !remote.config.feed)
         .ok_or_else(|| ProxyError::UnknownRemote(path.remote().to_string()))?;
     Ok((remote, path))
 }

@@ -12,6 +12,7 @@ mod charts;
 mod checksum;
 mod complete;
 mod dashboard;
+mod feeds;
 mod follow;
 mod guard;
 mod lfs;

@@ -64,6 +64,12 @@ impl Running {
             None => None,
         };
         let proxy = Proxy::build(config).await?;
+        // Each advisory feed is a request through the proxy, asked here
+        // where the requests are answered.
+        for feed in &config.advisories {
+            let proxy = Arc::downgrade(&proxy);
+            tokio::spawn(super::feeds::refresh_loop(proxy, feed.clone()));
+        }
         let listener = TcpListener::bind(config.server.listen)
             .await
             .with_context(|| format!("binding {}", config.server.listen))?;

@@ -134,9 +134,14 @@ impl Remote {
     /// (proxy.golang.org serves the checksum database that way too). A path
     /// the ecosystem answers from another upstream document
     /// ([`Ecosystem::upstream_path`]) asks the index mirrors for that one.
+    /// An advisory feed's remote asks its mirrors' URLs as they are.
     ///
     /// [`Ecosystem::upstream_path`]: crate::kind::Ecosystem::upstream_path
     pub fn route<'p>(&self, path: &'p str) -> (&MirrorSet, Cow<'p, str>) {
+        if self.config.feed {
+            // An advisory feed's mirrors are URLs of the file itself.
+            return (&self.index, Cow::Borrowed(""));
+        }
         if let (Some(files), Some(rest)) = (&self.files, path.strip_prefix(FILES_PREFIX)) {
             return (files, Cow::Borrowed(rest));
         }

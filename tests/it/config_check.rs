@@ -38,6 +38,15 @@ fn bad_configs_name_the_key_and_line() {
             "[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\nrevalidate_after = \"ten minutes\"\n",
             &[":4:", "invalid duration"],
         ),
+        // A feed's URLs are its remote's mirrors; its remote's name is taken.
+        (
+            "[[advisories]]\nname = \"osv\"\nurls = [\"https://u:secret@osv.example/all.zip\"]\n[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\n",
+            &[":3:", "advisories[0].urls[0]", "must not carry credentials"],
+        ),
+        (
+            "[[advisories]]\nname = \"osv\"\nurls = [\"https://osv.example/all.zip\"]\n[[remote]]\nname = \"advisories.osv\"\nmirrors = [\"http://a/x\"]\n",
+            &["remote[0].name", "advisory feed \"osv\""],
+        ),
         ("[storage]\nmax_size = \"lots\"\n", &[":2:", "invalid size"]),
         (
             "[log]\nbuffer = \"8KiB\"\nflush = \"0s\"\n[[remote]]\nname = \"r\"\nmirrors = [\"http://a/x\"]\n",

@@ -4,6 +4,7 @@
 mod support;
 
 mod access;
+mod advisory_feeds;
 mod browse;
 mod bundle;
 mod cache;

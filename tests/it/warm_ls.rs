@@ -246,21 +246,7 @@ async fn ls_lists_entries_with_hit_counts_written_in_batches() {
     assert_eq!(get(&client, &proxy.url("/npm/pkg/a-1.tgz")).await.1, "HIT");
     proxy.stop().await;
 
-    let ls = |args: &[&str]| {
-        let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
-            .arg("ls")
-            .arg("--config")
-            .arg(&config_path)
-            .args(args)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).unwrap()
-    };
+    let ls = |args: &[&str]| crate::support::binary::ls(&config_path, args);
     let json: serde_json::Value = serde_json::from_str(&ls(&["npm/pkg/", "--json"])).unwrap();
     let rows = json.as_array().unwrap();
     assert_eq!(rows.len(), 2);

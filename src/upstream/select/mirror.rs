@@ -37,8 +37,12 @@ impl Mirror {
         &self.base
     }
 
-    /// The upstream URL of `path` (no leading slash) on this mirror.
+    /// The upstream URL of `path` (no leading slash) on this mirror; the
+    /// mirror's URL itself for an empty `path` (an advisory feed's file).
     pub fn url_for(&self, path: &str) -> String {
+        if path.is_empty() {
+            return self.base.clone();
+        }
         let mut s = String::with_capacity(self.base.len() + 1 + path.len());
         s.push_str(&self.base);
         s.push('/');

@@ -107,3 +107,20 @@ pub fn assert_check_passes(config_text: &str) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// What `mirrorcache ls --config config args…` prints, once it succeeded.
+pub fn ls(config: &Path, args: &[&str]) -> String {
+    let out = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .arg("ls")
+        .arg("--config")
+        .arg(config)
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).unwrap()
+}

@@ -75,6 +75,8 @@ pub struct MirrorState {
     fault: Mutex<Fault>,
     hits: Mutex<HashMap<String, usize>>,
     total: AtomicUsize,
+    /// Requests answered 304 (their `If-None-Match` matched).
+    not_modified: AtomicUsize,
     last: Mutex<Option<Received>>,
     /// Bodies that sent their first part under `StallAfter` and wait.
     stalled: AtomicUsize,
@@ -108,6 +110,7 @@ impl MirrorServer {
             fault: Mutex::new(Fault::None),
             hits: Mutex::default(),
             total: AtomicUsize::new(0),
+            not_modified: AtomicUsize::new(0),
             last: Mutex::default(),
             stalled: AtomicUsize::new(0),
             released: tokio::sync::watch::Sender::new(false),
@@ -217,6 +220,11 @@ impl MirrorServer {
     /// The last request received, with its method, query string, headers and body.
     pub fn last_request(&self) -> Option<Received> {
         self.state.last.lock().unwrap().clone()
+    }
+
+    /// Requests answered 304 in all.
+    pub fn not_modified(&self) -> usize {
+        self.state.not_modified.load(Ordering::SeqCst)
     }
 
     /// Requests received in all.
@@ -360,6 +368,7 @@ async fn handle(
         .and_then(|v| v.to_str().ok())
         == Some(etag.as_str())
     {
+        state.not_modified.fetch_add(1, Ordering::SeqCst);
         return Response::builder()
             .status(304)
             .header(header::ETAG, etag)

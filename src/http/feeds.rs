@@ -1,0 +1,118 @@
+//! The advisory feeds' refresh: every `refresh`, each `[[advisories]]` feed
+//! is asked of its own remote (`advisories.{name}`, whose mirrors are the
+//! feed's URLs) as a client's GET is asked ([`serve`]): a hit while the
+//! cached copy is fresh, else the fill with its selection, health, hedging,
+//! failover and outbound settings, and a conditional request upstream for
+//! a stale copy. The request carries the digest this loop last read as
+//! `If-None-Match`, so an unchanged export is answered 304 and read again
+//! by nobody. New bytes go to [`Advisories::take`]; bytes that are no
+//! usable export are purged from the cache, so they are never served
+//! again as the feed.
+//!
+//! [`Advisories::take`]: crate::advisories::Advisories::take
+
+use std::sync::{Arc, Weak};
+
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+
+use super::serve;
+use crate::cache::Digest;
+use crate::cache::Scope;
+use crate::config::AdvisoryFeed;
+use crate::metrics::CacheStatus;
+use crate::path::ArtifactPath;
+use crate::proxy::Proxy;
+
+/// Refreshes `feed` at once, then every `feed.refresh`, while `proxy` lives.
+pub async fn refresh_loop(proxy: Weak<Proxy>, feed: AdvisoryFeed) {
+    // The export in force at start (the saved copy) is not read again
+    // when the cache holds the same bytes.
+    let mut seen = proxy
+        .upgrade()
+        .and_then(|p| p.advisories.digest_in_force(&feed.name));
+    loop {
+        let Some(proxy) = proxy.upgrade() else {
+            return;
+        };
+        if let Err(error) = refresh(&proxy, &feed, &mut seen).await {
+            proxy.advisories.failed(&feed.name, error);
+        }
+        drop(proxy);
+        tokio::time::sleep(feed.refresh).await;
+    }
+}
+
+/// One refresh of `feed`: what its remote answers, read when its digest
+/// is not `seen` (then updated). An error says why nothing was put in
+/// force.
+async fn refresh(
+    proxy: &Arc<Proxy>,
+    feed: &AdvisoryFeed,
+    seen: &mut Option<Digest>,
+) -> Result<(), String> {
+    let name = feed.remote_name();
+    let remote = proxy
+        .remote(&name)
+        .ok_or_else(|| format!("no remote {name:?}"))?;
+    let path = ArtifactPath::parse(&format!("/{name}/{}", AdvisoryFeed::PATH))
+        .map_err(|e| e.to_string())?;
+    let mut headers = HeaderMap::new();
+    if let Some(digest) = seen {
+        let tag = HeaderValue::from_str(&format!("\"{}\"", digest.to_hex()));
+        headers.insert(header::IF_NONE_MATCH, tag.expect("hex is a valid header"));
+    }
+    let served = serve(proxy, &remote, &path, &Method::GET, &headers)
+        .await
+        .map_err(|e| format!("{}: {e}", path.key()))?;
+    let status = served.response.status();
+    tracing::info!(
+        feed = feed.name,
+        cache = served.cache.as_str(),
+        status = status.as_u16(),
+        mirror = served.mirror,
+        "advisory feed asked"
+    );
+    if served.cache == CacheStatus::Stale {
+        // Every URL failed: what the cache kept is not newer than the
+        // index in force (and may be older than an import).
+        return Err(format!(
+            "{}: no URL answered; the index in force stays",
+            path.key()
+        ));
+    }
+    if status == StatusCode::NOT_MODIFIED {
+        proxy.advisories.unchanged(&feed.name);
+        return Ok(());
+    }
+    if !status.is_success() {
+        return Err(format!("{}: answered {status}", path.key()));
+    }
+    let body = served.response.into_body();
+    let bytes = axum::body::to_bytes(body, remote.config.max_body_size as usize)
+        .await
+        .map_err(|e| format!("{}: {e}", path.key()))?;
+    let digest = Digest::of(&bytes);
+    if *seen == Some(digest) {
+        proxy.advisories.unchanged(&feed.name);
+        return Ok(());
+    }
+    let source = served
+        .mirror
+        .unwrap_or_else(|| format!("the cache ({})", path.key()));
+    match proxy
+        .advisories
+        .take(&feed.name, bytes, digest, &source)
+        .await
+    {
+        Ok(_) => {
+            *seen = Some(digest);
+            Ok(())
+        }
+        // Recorded by `take`. Bytes that are no export leave the cache, so
+        // the next refresh asks upstream again.
+        Err(_) => {
+            let _ = proxy.fills.purge(&Scope::Key(path.key().to_string())).await;
+            Ok(())
+        }
+    }
+}

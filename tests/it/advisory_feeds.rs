@@ -1,0 +1,159 @@
+//! Advisory feeds fetched through the cache: each `[[advisories]]` feed is
+//! `all.zip` of its own remote (`advisories.{name}`, whose mirrors are the
+//! feed's URLs, each a full URL of the export): failover across the URLs,
+//! a cache entry `ls` lists, read from the cache after a restart without
+//! asking upstream, revalidated (304) rather than downloaded again, and a
+//! broken export purged from the cache rather than revalidated.
+
+use std::path::Path;
+
+use serde_json::Value;
+
+use crate::support::mirror::Fault;
+use crate::support::osv::{feed_status, malicious, osv_zip};
+use crate::support::proxy::config_text;
+use crate::support::{wait_until, MirrorServer, TestProxy};
+
+/// The rows `mirrorcache ls --json` lists for `filter`.
+fn listed(config: &Path, filter: &str) -> Vec<Value> {
+    serde_json::from_str(&crate::support::binary::ls(config, &[filter, "--json"])).unwrap()
+}
+
+/// An npm remote quarantining malware, and feed `osv-npm` at `urls`.
+fn remotes(urls: &[String], refresh: &str) -> String {
+    let urls: Vec<String> = urls.iter().map(|u| format!("\"{u}\"")).collect();
+    format!(
+        "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"http://127.0.0.1:1\"]\nquarantine = [\"malicious\"]\n\n\
+         [[advisories]]\nname = \"osv-npm\"\nurls = [{}]\nrefresh = \"{refresh}\"\n",
+        urls.join(", ")
+    )
+}
+
+#[tokio::test]
+async fn a_feed_fails_over_to_its_next_url_is_cached_and_after_a_restart_comes_from_the_cache() {
+    let dir = tempfile::tempdir().unwrap();
+    let (down, failing, good) = (
+        MirrorServer::start().await,
+        MirrorServer::start().await,
+        MirrorServer::start().await,
+    );
+    down.stop();
+    failing.set_fault(Fault::Status(500));
+    let export = osv_zip(&[malicious("MAL-2025-47001", "npm", "mc-worm", &["1.0.1"])]);
+    failing.put("/npm/all.zip", export.clone());
+    // Each URL is the export itself, whatever its path on its host.
+    good.put("/mirror/osv/npm/all.zip", export.clone());
+    let urls = [
+        down.url("/npm/all.zip"),
+        failing.url("/npm/all.zip"),
+        good.url("/mirror/osv/npm/all.zip"),
+    ];
+    let remotes = remotes(&urls, "1h");
+    let config = dir.path().join("test.toml");
+    std::fs::write(&config, config_text(dir.path(), &remotes)).unwrap();
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let feed = feed_status(&proxy.base, "osv-npm", |f| f["report"]["records"] == 1).await;
+    assert!(
+        feed["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("/mirror/osv/npm/all.zip"),
+        "{feed}"
+    );
+    // Connection refused, then a 500, then the export: one request each.
+    assert_eq!(failing.hits("/npm/all.zip"), 1);
+    assert_eq!(good.hits("/mirror/osv/npm/all.zip"), 1);
+    assert_eq!(good.total(), 1);
+    // A cache entry like any other, which clients cannot ask for.
+    proxy.settle().await;
+    let rows = listed(&config, "advisories.osv-npm");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["path"], "all.zip");
+    assert_eq!(rows[0]["size"], export.len() as u64);
+    let response = reqwest::get(proxy.url("/advisories.osv-npm/all.zip"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 404);
+    assert_eq!(good.total(), 1);
+    proxy.stop().await;
+
+    // Restarted without the saved copy: the feed comes from the cache,
+    // no URL is asked, and the saved copy is written again.
+    std::fs::remove_dir_all(dir.path().join("store/advisories")).unwrap();
+    let (failing_before, good_before) = (failing.total(), good.total());
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let feed = feed_status(&proxy.base, "osv-npm", |f| f["report"]["records"] == 1).await;
+    assert_eq!(
+        feed["source"], "the cache (advisories.osv-npm/all.zip)",
+        "{feed}"
+    );
+    assert_eq!(
+        (failing.total(), good.total()),
+        (failing_before, good_before)
+    );
+    let response = reqwest::get(proxy.url("/npm/mc-worm/-/mc-worm-1.0.1.tgz"))
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 403);
+    assert_eq!(
+        std::fs::read(dir.path().join("store/advisories/osv-npm.zip")).unwrap(),
+        export
+    );
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn an_unchanged_feed_is_revalidated_not_downloaded_and_a_broken_one_is_not_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let feeds = MirrorServer::start().await;
+    let first = osv_zip(&[malicious("MAL-2025-47001", "npm", "mc-worm", &["1.0.1"])]);
+    feeds.put("/npm/all.zip", first);
+    let remotes = remotes(&[feeds.url("/npm/all.zip")], "1s");
+    let config = dir.path().join("test.toml");
+    std::fs::write(&config, config_text(dir.path(), &remotes)).unwrap();
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let feed = feed_status(&proxy.base, "osv-npm", |f| f["report"]["records"] == 1).await;
+    // Every refresh after the first download is a conditional request the
+    // feed's host answers 304: nothing downloaded or read again.
+    wait_until("two refreshes answered 304", async || {
+        let answered_304 = feeds.not_modified();
+        answered_304 >= 2 && feeds.hits("/npm/all.zip") == answered_304 + 1
+    })
+    .await;
+    let unchanged = feed_status(&proxy.base, "osv-npm", |f| f["unchanged_at_ms"].is_i64()).await;
+    assert_eq!(unchanged["loaded_at_ms"], feed["loaded_at_ms"]);
+
+    // A broken export: the index in force stays, and its bytes leave the
+    // cache, so the next refreshes download again instead of revalidating.
+    feeds.put("/npm/all.zip", b"<html>maintenance</html>".to_vec());
+    feed_status(&proxy.base, "osv-npm", |f| {
+        f["error"]
+            .as_str()
+            .is_some_and(|e| e.contains("not a readable zip"))
+    })
+    .await;
+    let (asked, answered_304) = (feeds.hits("/npm/all.zip"), feeds.not_modified());
+    wait_until("two more refreshes", async || {
+        feeds.hits("/npm/all.zip") >= asked + 2
+    })
+    .await;
+    assert_eq!(feeds.not_modified(), answered_304);
+    let feed = feed_status(&proxy.base, "osv-npm", |f| f["error"].is_string()).await;
+    assert_eq!(feed["report"]["records"], 1, "{feed}");
+
+    // A good export again: in force, and the cache entry is its bytes.
+    let second = osv_zip(&[
+        malicious("MAL-2025-47001", "npm", "mc-worm", &["1.0.1"]),
+        malicious("MAL-2025-47002", "npm", "mc-evil", &["1.0.0"]),
+    ]);
+    feeds.put("/npm/all.zip", second.clone());
+    feed_status(&proxy.base, "osv-npm", |f| {
+        f["report"]["records"] == 2 && f["error"].is_null()
+    })
+    .await;
+    proxy.settle().await;
+    let rows = listed(&config, "advisories.osv-npm");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["size"], second.len() as u64);
+    proxy.stop().await;
+}
