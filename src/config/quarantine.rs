@@ -80,15 +80,22 @@ impl Validator<'_> {
             // A parsed URL and a feed name hold no `"` nor `\`.
             let quoted = |text: &str| format!("\"{text}\"");
             let mirrors: Vec<String> = feed.urls.iter().map(|u| quoted(u.as_str())).collect();
+            // Read as a `[[remote]]` table is, so its other keys take their
+            // defaults. OSV's largest export is a few hundred MiB. A URL
+            // that fails (or sends no export) is ejected at once, for one
+            // `refresh` at most; a 404 is not remembered (the next refresh
+            // asks again whatever it is).
+            let ms = |d: std::time::Duration| d.min(feed.refresh).as_millis();
             let table = format!(
                 "name = {}\nmirrors = [{}]\nrevalidate_after = \"{}ms\"\n\
-                 max_body_size = \"2GiB\"\npin_on_first_use = false\n",
+                 max_body_size = \"2GiB\"\npin_on_first_use = false\nnegative_ttl = \"0s\"\n\
+                 eject_after = 1\neject_cooldown = \"{}ms\"\neject_cooldown_max = \"{}ms\"\n",
                 quoted(&name),
                 mirrors.join(", "),
                 feed.refresh.as_millis(),
+                ms(std::time::Duration::from_secs(10)),
+                ms(std::time::Duration::from_secs(300)),
             );
-            // Read as a `[[remote]]` table is, so its keys take their
-            // defaults. OSV's largest export is a few hundred MiB.
             let internal = Validator {
                 text: &table,
                 origin: self.origin,

@@ -7,7 +7,8 @@
 //! `If-None-Match`, so an unchanged export is answered 304 and read again
 //! by nobody. New bytes go to [`Advisories::take`]; bytes that are no
 //! usable export are purged from the cache, so they are never served
-//! again as the feed.
+//! again as the feed, and count against the URL that sent them, so the
+//! next URL is asked.
 //!
 //! [`Advisories::take`]: crate::advisories::Advisories::take
 
@@ -22,6 +23,8 @@ use crate::config::AdvisoryFeed;
 use crate::metrics::CacheStatus;
 use crate::path::ArtifactPath;
 use crate::proxy::Proxy;
+use crate::upstream::fetch::record_failure;
+use crate::upstream::Remote;
 
 /// Refreshes `feed` at once, then every `feed.refresh`, while `proxy` lives.
 pub async fn refresh_loop(proxy: Weak<Proxy>, feed: AdvisoryFeed) {
@@ -43,8 +46,11 @@ pub async fn refresh_loop(proxy: Weak<Proxy>, feed: AdvisoryFeed) {
 }
 
 /// One refresh of `feed`: what its remote answers, read when its digest
-/// is not `seen` (then updated). An error says why nothing was put in
-/// force.
+/// is not `seen` (then updated). A body that is no usable export is
+/// purged from the cache and counts as a failure of the URL that sent it
+/// (a feed's remote ejects a URL at its first failure), so the feed is
+/// asked again and the next URL answers: each URL once at most. An error
+/// says why nothing was put in force.
 async fn refresh(
     proxy: &Arc<Proxy>,
     feed: &AdvisoryFeed,
@@ -56,12 +62,46 @@ async fn refresh(
         .ok_or_else(|| format!("no remote {name:?}"))?;
     let path = ArtifactPath::parse(&format!("/{name}/{}", AdvisoryFeed::PATH))
         .map_err(|e| e.to_string())?;
+    for _ in 0..remote.index.mirrors.len() {
+        let Some(Unusable { mirror, error }) = ask(proxy, &remote, &path, feed, seen).await? else {
+            return Ok(());
+        };
+        let _ = proxy.fills.purge(&Scope::Key(path.key().to_string())).await;
+        let set = &remote.index;
+        // Bytes from the cache (another instance's fill) blame no URL: the
+        // purge alone makes the next ask go upstream.
+        if let Some(mirror_idx) =
+            mirror.and_then(|m| set.mirrors.iter().position(|x| x.base() == m))
+        {
+            record_failure(&remote, set, mirror_idx, &error);
+        }
+    }
+    Ok(())
+}
+
+/// Bytes a feed's URL sent that are no usable export (already recorded in
+/// the feed's status).
+struct Unusable {
+    /// The URL that sent them; `None` when they came from the cache.
+    mirror: Option<String>,
+    error: String,
+}
+
+/// Asks `feed`'s remote for it once, puts new bytes in force, and says
+/// whether they were unusable.
+async fn ask(
+    proxy: &Arc<Proxy>,
+    remote: &Arc<Remote>,
+    path: &ArtifactPath,
+    feed: &AdvisoryFeed,
+    seen: &mut Option<Digest>,
+) -> Result<Option<Unusable>, String> {
     let mut headers = HeaderMap::new();
     if let Some(digest) = seen {
         let tag = HeaderValue::from_str(&format!("\"{}\"", digest.to_hex()));
         headers.insert(header::IF_NONE_MATCH, tag.expect("hex is a valid header"));
     }
-    let served = serve(proxy, &remote, &path, &Method::GET, &headers)
+    let served = serve(proxy, remote, path, &Method::GET, &headers)
         .await
         .map_err(|e| format!("{}: {e}", path.key()))?;
     let status = served.response.status();
@@ -82,7 +122,7 @@ async fn refresh(
     }
     if status == StatusCode::NOT_MODIFIED {
         proxy.advisories.unchanged(&feed.name);
-        return Ok(());
+        return Ok(None);
     }
     if !status.is_success() {
         return Err(format!("{}: answered {status}", path.key()));
@@ -94,10 +134,11 @@ async fn refresh(
     let digest = Digest::of(&bytes);
     if *seen == Some(digest) {
         proxy.advisories.unchanged(&feed.name);
-        return Ok(());
+        return Ok(None);
     }
     let source = served
         .mirror
+        .clone()
         .unwrap_or_else(|| format!("the cache ({})", path.key()));
     match proxy
         .advisories
@@ -106,13 +147,11 @@ async fn refresh(
     {
         Ok(_) => {
             *seen = Some(digest);
-            Ok(())
+            Ok(None)
         }
-        // Recorded by `take`. Bytes that are no export leave the cache, so
-        // the next refresh asks upstream again.
-        Err(_) => {
-            let _ = proxy.fills.purge(&Scope::Key(path.key().to_string())).await;
-            Ok(())
-        }
+        Err(error) => Ok(Some(Unusable {
+            mirror: served.mirror,
+            error,
+        })),
     }
 }

@@ -29,9 +29,22 @@ fn remotes(urls: &[String], refresh: &str) -> String {
     )
 }
 
+/// A proxy in a fresh dir with feed `osv-npm` at `urls`, its config
+/// written for `ls`: (dir, config file, remotes, proxy).
+async fn started(
+    urls: &[String],
+    refresh: &str,
+) -> (tempfile::TempDir, std::path::PathBuf, String, TestProxy) {
+    let dir = tempfile::tempdir().unwrap();
+    let remotes = remotes(urls, refresh);
+    let config = dir.path().join("test.toml");
+    std::fs::write(&config, config_text(dir.path(), &remotes)).unwrap();
+    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    (dir, config, remotes, proxy)
+}
+
 #[tokio::test]
 async fn a_feed_fails_over_to_its_next_url_is_cached_and_after_a_restart_comes_from_the_cache() {
-    let dir = tempfile::tempdir().unwrap();
     let (down, failing, good) = (
         MirrorServer::start().await,
         MirrorServer::start().await,
@@ -48,10 +61,7 @@ async fn a_feed_fails_over_to_its_next_url_is_cached_and_after_a_restart_comes_f
         failing.url("/npm/all.zip"),
         good.url("/mirror/osv/npm/all.zip"),
     ];
-    let remotes = remotes(&urls, "1h");
-    let config = dir.path().join("test.toml");
-    std::fs::write(&config, config_text(dir.path(), &remotes)).unwrap();
-    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let (dir, config, remotes, proxy) = started(&urls, "1h").await;
     let feed = feed_status(&proxy.base, "osv-npm", |f| f["report"]["records"] == 1).await;
     assert!(
         feed["source"]
@@ -104,14 +114,10 @@ async fn a_feed_fails_over_to_its_next_url_is_cached_and_after_a_restart_comes_f
 
 #[tokio::test]
 async fn an_unchanged_feed_is_revalidated_not_downloaded_and_a_broken_one_is_not_kept() {
-    let dir = tempfile::tempdir().unwrap();
     let feeds = MirrorServer::start().await;
     let first = osv_zip(&[malicious("MAL-2025-47001", "npm", "mc-worm", &["1.0.1"])]);
     feeds.put("/npm/all.zip", first);
-    let remotes = remotes(&[feeds.url("/npm/all.zip")], "1s");
-    let config = dir.path().join("test.toml");
-    std::fs::write(&config, config_text(dir.path(), &remotes)).unwrap();
-    let proxy = TestProxy::start_in(dir.path(), &remotes).await;
+    let (_dir, config, _, proxy) = started(&[feeds.url("/npm/all.zip")], "1s").await;
     let feed = feed_status(&proxy.base, "osv-npm", |f| f["report"]["records"] == 1).await;
     // Every refresh after the first download is a conditional request the
     // feed's host answers 304: nothing downloaded or read again.
@@ -155,5 +161,34 @@ async fn an_unchanged_feed_is_revalidated_not_downloaded_and_a_broken_one_is_not
     let rows = listed(&config, "advisories.osv-npm");
     assert_eq!(rows.len(), 1, "{rows:?}");
     assert_eq!(rows[0]["size"], second.len() as u64);
+    proxy.stop().await;
+}
+
+#[tokio::test]
+async fn a_url_answering_something_else_than_an_export_gives_way_to_the_next_and_is_not_kept() {
+    let (maintenance, good) = (MirrorServer::start().await, MirrorServer::start().await);
+    maintenance.put("/npm/all.zip", b"<html>maintenance</html>".to_vec());
+    let export = osv_zip(&[malicious("MAL-2025-47001", "npm", "mc-worm", &["1.0.1"])]);
+    good.put("/osv/npm/all.zip", export.clone());
+    let urls = [
+        maintenance.url("/npm/all.zip"),
+        good.url("/osv/npm/all.zip"),
+    ];
+    let (_dir, config, _, proxy) = started(&urls, "1h").await;
+    let feed = feed_status(&proxy.base, "osv-npm", |f| f["report"]["records"] == 1).await;
+    assert!(
+        feed["source"]
+            .as_str()
+            .unwrap()
+            .ends_with("/osv/npm/all.zip"),
+        "{feed}"
+    );
+    assert!(feed["error"].is_null(), "{feed}");
+    assert_eq!((maintenance.total(), good.total()), (1, 1));
+    // The entry is the export's bytes, not the page's.
+    proxy.settle().await;
+    let rows = listed(&config, "advisories.osv-npm");
+    assert_eq!(rows.len(), 1, "{rows:?}");
+    assert_eq!(rows[0]["size"], export.len() as u64);
     proxy.stop().await;
 }
