@@ -14,8 +14,9 @@
 
 use std::sync::{Arc, Weak};
 
-use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode};
+use axum::http::{header, HeaderMap, HeaderValue, Method, StatusCode, Uri};
 
+use super::record::Answered;
 use super::serve;
 use crate::cache::Digest;
 use crate::cache::Scope;
@@ -101,17 +102,22 @@ async fn ask(
         let tag = HeaderValue::from_str(&format!("\"{}\"", digest.to_hex()));
         headers.insert(header::IF_NONE_MATCH, tag.expect("hex is a valid header"));
     }
+    let started = std::time::Instant::now();
     let served = serve(proxy, remote, path, &Method::GET, &headers)
         .await
         .map_err(|e| format!("{}: {e}", path.key()))?;
     let status = served.response.status();
-    tracing::info!(
-        feed = feed.name,
-        cache = served.cache.as_str(),
-        status = status.as_u16(),
-        mirror = served.mirror,
-        "advisory feed asked"
-    );
+    // Logged and counted against the feed's remote as a client's request is.
+    let answered = Answered {
+        remote: Some(remote),
+        cache: Some(served.cache),
+        mirror: served.mirror.as_deref(),
+        error: None,
+        user: None,
+        peer: None,
+    };
+    let uri = Uri::try_from(format!("/{}", path.key())).map_err(|e| e.to_string())?;
+    answered.record(proxy, &Method::GET, &uri, started, &served.response);
     if served.cache == CacheStatus::Stale {
         // Every URL failed: what the cache kept is not newer than the
         // index in force (and may be older than an import).

@@ -101,6 +101,9 @@ async fn a_feed_fails_over_to_its_next_url_is_cached_and_after_a_restart_comes_f
         (failing.total(), good.total()),
         (failing_before, good_before)
     );
+    // Counted as a request of the feed's remote, as a client's is.
+    let hits = "mirrorcache_requests_total{remote=\"advisories.osv-npm\",cache=\"HIT\"}";
+    assert_eq!(proxy.metric(hits).await, 1.0);
     let response = reqwest::get(proxy.url("/npm/mc-worm/-/mc-worm-1.0.1.tgz"))
         .await
         .unwrap();
