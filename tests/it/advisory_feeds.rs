@@ -1,8 +1,8 @@
 //! Advisory feeds fetched through the cache: each `[[advisories]]` feed is
 //! `all.zip` of its own remote (`advisories.{name}`, whose mirrors are the
 //! feed's URLs, each a full URL of the export): failover across the URLs,
-//! a cache entry `ls` lists, read from the cache after a restart without
-//! asking upstream, revalidated (304) rather than downloaded again, and a
+//! a cache entry `ls` lists and bundles carry, read from the cache after a
+//! restart without asking upstream, revalidated (304) rather than downloaded again, and a
 //! broken export purged from the cache rather than revalidated.
 
 use std::path::Path;
@@ -44,7 +44,8 @@ async fn started(
 }
 
 #[tokio::test]
-async fn a_feed_fails_over_to_its_next_url_is_cached_and_after_a_restart_comes_from_the_cache() {
+async fn a_feed_fails_over_to_its_next_url_is_cached_and_after_a_restart_or_in_a_bundle_comes_from_the_cache(
+) {
     let (down, failing, good) = (
         MirrorServer::start().await,
         MirrorServer::start().await,
@@ -113,6 +114,48 @@ async fn a_feed_fails_over_to_its_next_url_is_cached_and_after_a_restart_comes_f
         export
     );
     proxy.stop().await;
+
+    // A bundle carries the entry (and the saved copy) to an offline site
+    // with the same feed: in force there, no URL asked.
+    let bundle = dir.path().join("feeds.mcb");
+    let out = mirrorcache(&["export", "--out"], &bundle, &config, "advisories.osv-npm");
+    assert!(out.contains("exported 1 entries"), "{out}");
+    let asked = (failing.total(), good.total());
+    failing.stop();
+    good.stop();
+    let offline = tempfile::tempdir().unwrap();
+    let offline_config = offline.path().join("test.toml");
+    std::fs::write(&offline_config, config_text(offline.path(), &remotes)).unwrap();
+    let out = mirrorcache(&["import"], &bundle, &offline_config, "");
+    assert!(out.contains("imported 1 entries"), "{out}");
+    let rows = listed(&offline_config, "advisories.osv-npm");
+    assert_eq!(rows[0]["size"], export.len() as u64);
+    let proxy = TestProxy::start_in(offline.path(), &remotes).await;
+    feed_status(&proxy.base, "osv-npm", |f| {
+        f["report"]["records"] == 1 && f["unchanged_at_ms"].is_i64()
+    })
+    .await;
+    assert_eq!((failing.total(), good.total()), asked);
+    proxy.stop().await;
+}
+
+/// `mirrorcache ARGS… FILE --config CONFIG [LAST]`'s output, once it succeeded.
+fn mirrorcache(args: &[&str], file: &Path, config: &Path, last: &str) -> String {
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
+        .args(args)
+        .arg(file)
+        .arg("--config")
+        .arg(config)
+        .args([last].into_iter().filter(|l| !l.is_empty()))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    stdout
 }
 
 #[tokio::test]
