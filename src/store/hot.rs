@@ -2,13 +2,17 @@
 
 use bytes::Bytes;
 
+use super::blob::FileAt;
 use super::digest::Digest;
 
 /// The in-memory tier: small hot blobs kept whole, bounded by total bytes.
 /// A hit on one is served from memory with no file open, no read and no
-/// blocking-pool hop. Keyed by digest, so an entry is never stale.
+/// blocking-pool hop. Keyed by digest, so an entry is never stale. A blob
+/// of [`super::blob::SENDFILE_MIN`] bytes or more keeps its file open beside
+/// it (at most `total / SENDFILE_MIN` descriptors, none for packed blobs,
+/// which share their pack's), so a plain-HTTP hit sends it from there.
 pub struct HotBlobs {
-    cache: moka::sync::Cache<Digest, Bytes>,
+    cache: moka::sync::Cache<Digest, (Bytes, Option<FileAt>)>,
     max_object: u64,
     /// Taken while a blob is read into the tier (striped by digest): the
     /// first hits of one blob, arriving together, read it once.
@@ -26,7 +30,9 @@ impl HotBlobs {
     pub fn new(total: u64, max_object: u64) -> HotBlobs {
         HotBlobs {
             cache: moka::sync::Cache::builder()
-                .weigher(|_: &Digest, bytes: &Bytes| u32::try_from(bytes.len()).unwrap_or(u32::MAX))
+                .weigher(|_: &Digest, (bytes, _): &(Bytes, Option<FileAt>)| {
+                    u32::try_from(bytes.len()).unwrap_or(u32::MAX)
+                })
                 .max_capacity(total)
                 .build(),
             max_object: if total == 0 { 0 } else { max_object },
@@ -48,7 +54,7 @@ impl HotBlobs {
         self.loads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn get(&self, digest: &Digest) -> Option<Bytes> {
+    pub fn get(&self, digest: &Digest) -> Option<(Bytes, Option<FileAt>)> {
         self.cache.get(digest)
     }
 
@@ -57,10 +63,10 @@ impl HotBlobs {
         size <= self.max_object
     }
 
-    pub fn insert(&self, digest: Digest, bytes: Bytes) {
+    pub fn insert(&self, digest: Digest, bytes: Bytes, file: Option<FileAt>) {
         self.loads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.cache.insert(digest, bytes);
+        self.cache.insert(digest, (bytes, file));
     }
 
     pub fn remove(&self, digest: &Digest) {

@@ -52,6 +52,7 @@ mod rubygems;
 mod s3;
 mod scaleout;
 mod security;
+mod sendfile;
 mod service;
 mod supply_chain;
 mod terraform;
