@@ -79,7 +79,7 @@ struct Workload {
 
 impl Workload {
     fn new(pair: Pair, n_keys: usize) -> Workload {
-        let cache = entry_cache(CAPACITY);
+        let cache = entry_cache(CAPACITY, CAPACITY * 4096);
         let keys: Vec<String> = (0..n_keys)
             .map(|i| format!("debian/pool/main/p/pkg{i}/pkg{i}_1.0_amd64.deb"))
             .collect();

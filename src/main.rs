@@ -8,6 +8,12 @@ use clap::{Parser, Subcommand};
 use mirrorcache::config::{Config, LogConfig, LogFormat};
 use mirrorcache::http::server::Running;
 
+/// jemalloc, not glibc's allocator: the server allocates on its Tokio
+/// workers, its blocking pool and SQLite's threads and frees elsewhere, and
+/// glibc's per-thread arenas kept what was freed (BENCHMARKS.md, "Peak RSS").
+#[global_allocator]
+static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
+
 #[derive(Parser)]
 #[command(
     name = "mirrorcache",

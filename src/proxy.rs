@@ -268,6 +268,10 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
             "metadata.cache_entries",
             o.metadata.cache_entries != n.metadata.cache_entries,
         ),
+        (
+            "metadata.cache_memory",
+            o.metadata.cache_memory != n.metadata.cache_memory,
+        ),
         ("redis.url", differs(o_redis, n_redis, |r| &r.url)),
         ("redis.timeout", differs(o_redis, n_redis, |r| &r.timeout)),
         ("redis.lock_ttl", differs(o_redis, n_redis, |r| &r.lock_ttl)),

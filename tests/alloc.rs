@@ -1,5 +1,7 @@
-//! Selection allocates nothing: a counting global allocator around
-//! `Selector::order` and `order_accepting` for every strategy.
+//! What a counting global allocator can tell: selection allocates nothing
+//! (`Selector::order` and `order_accepting` for every strategy), and the
+//! in-memory tiers (the entry cache, the blob tier) hold no more bytes than
+//! their bounds.
 //!
 //! Its own test target without the libtest harness (`harness = false`): the
 //! allocator counts every thread of the process, so nothing may run beside
@@ -9,9 +11,14 @@
 use std::alloc::System;
 use std::hint::black_box;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, SystemTime};
 
+use axum::http::HeaderValue;
+use bytes::Bytes;
+use mirrorcache::cache::Digest;
 use mirrorcache::config::Strategy;
+use mirrorcache::meta::{entry_cache, Entry};
+use mirrorcache::store::HotBlobs;
 use mirrorcache::upstream::select::{DecayWindow, GaugeRegistry, Mirror, Selection, Selector};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
 
@@ -26,6 +33,111 @@ const CALLS: usize = 1000;
 fn main() {
     selection_allocates_nothing();
     println!("test selection_allocates_nothing ... ok");
+    the_entry_cache_holds_no_more_than_its_memory();
+    println!("test the_entry_cache_holds_no_more_than_its_memory ... ok");
+    the_blob_tier_holds_no_more_than_its_size();
+    println!("test the_blob_tier_holds_no_more_than_its_size ... ok");
+}
+
+/// Bytes allocated and not freed since `region` began.
+fn held(region: &Region<'_, System>) -> i64 {
+    let change = region.change();
+    // A reallocation's growth is counted in `bytes_allocated` already.
+    change.bytes_allocated as i64 - change.bytes_deallocated as i64
+}
+
+/// Many more entries than fit, each with what a hit keeps in it (the
+/// front end's three header values over one buffer, as `http::respond`
+/// builds them): what the cache holds stays within its memory, and the
+/// weigher counts no less than an entry really takes.
+fn the_entry_cache_holds_no_more_than_its_memory() {
+    const MEMORY: u64 = 4 << 20;
+    const OFFERED: usize = 40_000;
+    let entry = |i: usize| {
+        let entry = Entry::new(
+            Digest([i as u8; 32]),
+            1024,
+            Some("application/octet-stream".into()),
+            Some(format!("\"{i:x}-400\"")),
+            Some("Tue, 01 Dec 2026 10:00:00 GMT".into()),
+            0,
+        );
+        entry.prepared.get_or_init(|| {
+            let text = Bytes::from(format!(
+                "\"{}\"Tue, 01 Dec 2026 10:00:00 GMTapplication/octet-stream",
+                "ab".repeat(32)
+            ));
+            let value = |a, b| HeaderValue::from_maybe_shared(text.slice(a..b)).unwrap();
+            let values = (value(0, 66), value(66, 95), value(95, 119));
+            // A hit's clone makes the buffer's count shared.
+            drop(values.0.clone());
+            (values, SystemTime::UNIX_EPOCH)
+        });
+        Arc::new(entry)
+    };
+    let key = |i: usize| format!("npm/left-pad/-/left-pad-1.{i}.0.tgz");
+
+    // What one entry really takes (no eviction: room for all).
+    let roomy = entry_cache(1_000, 1 << 30);
+    let region = Region::new(GLOBAL);
+    for i in 0..1_000 {
+        roomy.insert(key(i), entry(i));
+    }
+    roomy.run_pending_tasks();
+    let per_entry = held(&region) / 1_000;
+    println!("an entry of the entry cache takes {per_entry} bytes (allocations' headers aside)");
+    let counted = entry(7).cached_bytes(&key(7)) as i64;
+    assert!(
+        counted >= per_entry,
+        "an entry takes {per_entry} bytes, the weigher counts {counted}"
+    );
+    drop(roomy);
+
+    let region = Region::new(GLOBAL);
+    let cache = entry_cache(1_000_000, MEMORY);
+    for i in 0..OFFERED {
+        cache.insert(key(i), entry(i));
+        if i % 512 == 0 {
+            cache.run_pending_tasks();
+        }
+    }
+    cache.run_pending_tasks();
+    let (count, weighed) = (cache.entry_count(), cache.weighted_size());
+    assert!(weighed <= MEMORY, "{weighed} weighed");
+    assert!(count as usize > OFFERED / 20, "{count} kept");
+    // The cache's own tables (its hash table's buckets, the frequency
+    // sketch) besides the entries: a few hundred KiB.
+    let bytes = held(&region);
+    assert!(
+        bytes <= (MEMORY + MEMORY / 8) as i64,
+        "{count} entries hold {bytes} bytes, {MEMORY} allowed"
+    );
+    // The count bound still holds for entries far under the memory's share.
+    let few = entry_cache(10, 1 << 30);
+    for i in 0..1_000 {
+        few.insert(key(i), entry(i));
+    }
+    few.run_pending_tasks();
+    assert!(few.entry_count() <= 10, "{} kept", few.entry_count());
+}
+
+/// 1 KiB blobs, many more than fit: the tier holds no more than its size,
+/// its bookkeeping included.
+fn the_blob_tier_holds_no_more_than_its_size() {
+    const SIZE: u64 = 2 << 20;
+    let region = Region::new(GLOBAL);
+    let tier = HotBlobs::new(SIZE, 1 << 20);
+    for i in 0..10_000u32 {
+        let mut digest = [0u8; 32];
+        digest[..4].copy_from_slice(&i.to_le_bytes());
+        tier.insert(Digest(digest), Bytes::from(vec![i as u8; 1024]), None);
+    }
+    tier.run_pending_tasks();
+    let bytes = held(&region);
+    assert!(
+        bytes <= (SIZE + SIZE / 8) as i64,
+        "{bytes} bytes held, {SIZE} allowed"
+    );
 }
 
 fn selection_allocates_nothing() {

@@ -101,14 +101,18 @@ impl Cache {
                         config.storage.path.display()
                     )
                 })?;
-        let meta = MetadataStore::connect(&config.metadata.url, config.metadata.cache_entries)
-            .await
-            .with_context(|| {
-                format!(
-                    "opening the metadata database {}",
-                    redact_url(&config.metadata.url)
-                )
-            })?;
+        let meta = MetadataStore::connect(
+            &config.metadata.url,
+            config.metadata.cache_entries,
+            config.metadata.cache_memory,
+        )
+        .await
+        .with_context(|| {
+            format!(
+                "opening the metadata database {}",
+                redact_url(&config.metadata.url)
+            )
+        })?;
         // Complete once loaded only where no other instance writes rows the
         // server must see at once (another process's import tells the
         // server: `crate::meta::other_writers`).

@@ -108,7 +108,7 @@ pub async fn run_observed(
     }
     let root = config.storage.path.clone();
     let store = tokio::task::spawn_blocking(move || ContentStore::open_existing(&root)).await??;
-    let meta = MetadataStore::connect(&config.metadata.url, 1)
+    let meta = MetadataStore::connect(&config.metadata.url, 1, config.metadata.cache_memory)
         .await
         .context("opening the metadata database")?;
     let store = std::sync::Arc::new(store);

@@ -172,6 +172,8 @@ pub struct MetadataConfig {
     pub url: String,
     /// Entries held by the in-memory metadata cache in front of the database.
     pub cache_entries: u64,
+    /// Bytes that cache holds at most (`meta::Entry::cached_bytes`).
+    pub cache_memory: u64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -168,6 +168,7 @@ impl Default for RawStorage {
 pub(super) struct RawMetadata {
     pub(super) url: Spanned<String>,
     pub(super) cache_entries: u64,
+    pub(super) cache_memory: HumanSize,
 }
 
 impl Default for RawMetadata {
@@ -175,6 +176,7 @@ impl Default for RawMetadata {
         RawMetadata {
             url: Spanned::new(0..0, "sqlite://data/meta.db".to_string()),
             cache_entries: 100_000,
+            cache_memory: HumanSize(32 * 1024 * 1024),
         }
     }
 }

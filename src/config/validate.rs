@@ -155,6 +155,7 @@ impl Validator<'_> {
             metadata: MetadataConfig {
                 url: metadata_url,
                 cache_entries: raw.metadata.cache_entries.max(1),
+                cache_memory: raw.metadata.cache_memory.0.max(1),
             },
             remotes,
             auth,

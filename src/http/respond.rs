@@ -39,20 +39,34 @@ struct Validators {
 
 fn validators(entry: &Entry) -> &Validators {
     entry.prepared.get_or_init(|| {
-        let etag = HeaderValue::from_str(&format!("\"{}\"", entry.digest.to_hex()))
-            .expect("hex is a valid header");
         let fetched = UNIX_EPOCH + Duration::from_millis(entry.fetched_at_ms.max(0) as u64);
         let modified = entry
             .upstream_last_modified
             .as_deref()
             .and_then(|s| httpdate::parse_http_date(s).ok())
             .unwrap_or(fetched);
-        let text = httpdate::fmt_http_date(modified);
+        let date = httpdate::fmt_http_date(modified);
+        // The three values are slices of one buffer: one allocation (and
+        // one shared count) an entry, not three, in the entry cache's memory.
+        let typed = entry
+            .content_type
+            .as_deref()
+            .filter(|t| HeaderValue::from_str(t).is_ok());
+        let mut text = format!("\"{}\"{date}", entry.digest.to_hex());
+        let (etag_end, date_end) = (text.len() - date.len(), text.len());
+        text.push_str(typed.unwrap_or_default());
+        let text = Bytes::from(text);
+        let value = |range: std::ops::Range<usize>| {
+            HeaderValue::from_maybe_shared(text.slice(range)).expect("checked header text")
+        };
         Validators {
-            modified: httpdate::parse_http_date(&text).unwrap_or(modified),
-            last_modified: HeaderValue::from_str(&text).expect("http dates are valid headers"),
-            etag,
-            content_type: content_type(entry.content_type.as_deref()),
+            modified: httpdate::parse_http_date(&date).unwrap_or(modified),
+            etag: value(0..etag_end),
+            last_modified: value(etag_end..date_end),
+            content_type: match typed {
+                Some(_) => value(date_end..text.len()),
+                None => content_type(None),
+            },
         }
     })
 }
@@ -437,5 +451,42 @@ fn requested_range(
         }
         Ok(_) => RangeAnswer::Full,
         Err(_) => RangeAnswer::Unsatisfiable,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_entrys_header_values_fit_the_room_the_entry_cache_counts() {
+        let mut entry = Entry::new(
+            Digest([0xab; 32]),
+            1024,
+            Some("application/vnd.debian.binary-package".into()),
+            None,
+            Some("Tue, 01 Dec 2026 10:00:00 GMT".into()),
+            0,
+        );
+        let made = validators(&entry);
+        assert_eq!(
+            made.etag.as_bytes(),
+            format!("\"{}\"", "ab".repeat(32)).as_bytes()
+        );
+        assert_eq!(made.last_modified, "Tue, 01 Dec 2026 10:00:00 GMT");
+        assert_eq!(made.content_type, "application/vnd.debian.binary-package");
+        // The `Arc` and its value, the one buffer and its shared count, and
+        // the allocator's header of each.
+        let text = made.etag.len() + made.last_modified.len() + made.content_type.len();
+        let held = 16 + std::mem::size_of::<Validators>() + text + 32 + 3 * 16;
+        assert!(
+            held <= crate::meta::PREPARED_BYTES,
+            "{held} bytes held, {} counted",
+            crate::meta::PREPARED_BYTES
+        );
+        // A content type that is no header value: the default.
+        entry.content_type = Some("bad\ntype".into());
+        entry.prepared = Default::default();
+        assert_eq!(validators(&entry).content_type, "application/octet-stream");
     }
 }

@@ -112,9 +112,52 @@ impl Entry {
 /// costs far more than the query it would save.
 pub type EntryCache = moka::sync::Cache<String, Arc<Entry>>;
 
-/// The entry cache as the hit path builds it (also used by `benches/cache_ops.rs`).
-pub fn entry_cache(max_entries: u64) -> EntryCache {
-    moka::sync::Cache::new(max_entries)
+/// Bytes an entry of the entry cache holds besides its key's and its
+/// strings' bytes: the [`Entry`] behind its `Arc` (216), moka's records of
+/// it (its bucket, value, policy record, deque node and the key's `Arc`:
+/// about 380), the allocator's headers of each, and the front end's
+/// prepared header values (up to [`PREPARED_BYTES`]). `tests/alloc.rs`
+/// checks it against what an entry really takes.
+pub const ENTRY_FIXED_BYTES: usize = 1040;
+
+/// Room the entry cache counts for what the front end keeps in an entry's
+/// [`Prepared`] slot (`http::respond` checks its values fit).
+pub const PREPARED_BYTES: usize = 400;
+
+/// A string's bytes with the allocator's header (none when empty or absent).
+fn text_bytes(text: Option<&str>) -> usize {
+    text.map_or(0, |t| if t.is_empty() { 0 } else { t.len() + 16 })
+}
+
+impl Entry {
+    /// Bytes this entry takes in the entry cache under `key`: what the
+    /// cache's weigher counts against `metadata.cache_memory`.
+    pub fn cached_bytes(&self, key: &str) -> usize {
+        ENTRY_FIXED_BYTES
+            + text_bytes(Some(key))
+            + text_bytes(self.content_type.as_deref())
+            + text_bytes(self.upstream_etag.as_deref())
+            + text_bytes(self.upstream_last_modified.as_deref())
+            + text_bytes(self.kept_headers.as_deref())
+    }
+}
+
+/// The entry cache as the hit path builds it (also used by
+/// `benches/cache_ops.rs` and `tests/alloc.rs`): at most `max_bytes` of
+/// entries by [`Entry::cached_bytes`], and at most `max_entries` however
+/// small they are (each weighs at least `max_bytes / max_entries`).
+pub fn entry_cache(max_entries: u64, max_bytes: u64) -> EntryCache {
+    let floor = u32::try_from(max_bytes / max_entries.max(1))
+        .unwrap_or(u32::MAX)
+        .max(1);
+    moka::sync::Cache::builder()
+        .max_capacity(max_bytes)
+        .weigher(move |key: &String, entry: &Arc<Entry>| {
+            u32::try_from(entry.cached_bytes(key))
+                .unwrap_or(u32::MAX)
+                .max(floor)
+        })
+        .build()
 }
 
 /// What every mirror answered last time a path was not found: (status, unix ms).

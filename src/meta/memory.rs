@@ -39,11 +39,17 @@ pub struct Memory {
 }
 
 impl Memory {
-    /// Room for `cache_entries` entries and an index sized for `rows`;
-    /// `file`, the SQLite file other processes may write.
-    pub(crate) fn new(cache_entries: u64, rows: usize, file: Option<PathBuf>) -> Memory {
+    /// Room for `cache_entries` entries of at most `cache_memory` bytes
+    /// in all, and an index sized for `rows`; `file`, the SQLite file other
+    /// processes may write.
+    pub(crate) fn new(
+        cache_entries: u64,
+        cache_memory: u64,
+        rows: usize,
+        file: Option<PathBuf>,
+    ) -> Memory {
         Memory {
-            cache: entry_cache(cache_entries),
+            cache: entry_cache(cache_entries, cache_memory),
             // Kept a day at most: long enough to answer a known 404 while every
             // mirror is down, short enough not to matter for memory.
             negative: moka::sync::Cache::builder()

@@ -46,11 +46,22 @@ impl MetadataStore {
 
     /// Connects (creating a SQLite file and its directory if needed) and applies
     /// the embedded migrations, again while SQLite says the database is
-    /// locked (a server or a command beside this process writes it).
-    pub async fn connect(url: &str, cache_entries: u64) -> Result<MetadataStore, sqlx::Error> {
+    /// locked (a server or a command beside this process writes it). The
+    /// entry cache holds at most `cache_entries` entries and `cache_memory`
+    /// bytes of them.
+    pub async fn connect(
+        url: &str,
+        cache_entries: u64,
+        cache_memory: u64,
+    ) -> Result<MetadataStore, sqlx::Error> {
         super::sqlite::retrying_busy(|| async {
             let db = Database::connect(url).await?;
-            let memory = Memory::new(cache_entries, db.rows_at_start, db.file.clone());
+            let memory = Memory::new(
+                cache_entries,
+                cache_memory,
+                db.rows_at_start,
+                db.file.clone(),
+            );
             Ok(MetadataStore { db, memory })
         })
         .await

@@ -49,7 +49,7 @@ pub(crate) mod sqlite;
 mod touched;
 
 pub use batch_rows::Pin;
-pub use entry::{entry_cache, Entry, EntryCache};
+pub use entry::{entry_cache, Entry, EntryCache, PREPARED_BYTES};
 pub use index::Index;
 pub use memory::Memory;
 pub use metadata::MetadataStore;

@@ -73,7 +73,7 @@ pub fn parse_filter(filter: Option<&str>) -> (Option<&str>, &str) {
 
 /// Reads the entries `filter` selects.
 pub async fn list(config: &Config, filter: Option<&str>) -> anyhow::Result<Vec<Listed>> {
-    let meta = MetadataStore::connect(&config.metadata.url, 1)
+    let meta = MetadataStore::connect(&config.metadata.url, 1, config.metadata.cache_memory)
         .await
         .context("opening the metadata database")?;
     let (remote, prefix) = parse_filter(filter);

@@ -14,7 +14,7 @@ use crate::config::Config;
 use crate::meta::MetadataStore;
 
 async fn open(config: &Config) -> anyhow::Result<MetadataStore> {
-    MetadataStore::connect(&config.metadata.url, 1)
+    MetadataStore::connect(&config.metadata.url, 1, config.metadata.cache_memory)
         .await
         .context("opening the metadata database")
 }

@@ -507,6 +507,7 @@ async fn digest_questions_answered_from_memory_free_a_blob_with_its_last_row() {
     let other = mirrorcache::cache::MetadataStore::connect(
         &format!("sqlite://{}/meta.db", dir.path().display()),
         1,
+        1 << 20,
     )
     .await
     .unwrap();

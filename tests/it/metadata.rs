@@ -90,7 +90,7 @@ fn entry(byte: u8, size: u64, at: i64) -> Entry {
 
 /// The same operations, the same answers, on either backend.
 async fn exercise(url: &str) {
-    let meta = MetadataStore::connect(url, 100).await.unwrap();
+    let meta = MetadataStore::connect(url, 100, 1 << 20).await.unwrap();
     let a = ArtifactPath::parse("/r/a/file.bin").unwrap();
     let b = ArtifactPath::parse("/r/b").unwrap().with_variant("json");
     let c = ArtifactPath::parse("/other/c").unwrap();
@@ -151,7 +151,7 @@ async fn exercise(url: &str) {
     assert!(meta.db.ping().await);
     meta.db.close().await;
     // Migrations are idempotent: a second start on the same database is fine.
-    MetadataStore::connect(url, 10)
+    MetadataStore::connect(url, 10, 1 << 20)
         .await
         .unwrap()
         .db

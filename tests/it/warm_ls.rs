@@ -389,7 +389,7 @@ async fn listing(url: &str) {
     use mirrorcache::cache::{Digest, Entry, MetadataStore};
     use mirrorcache::ops::ls::entries;
     use mirrorcache::path::ArtifactPath;
-    let meta = MetadataStore::connect(url, 100).await.unwrap();
+    let meta = MetadataStore::connect(url, 100, 1 << 20).await.unwrap();
     for (n, path) in [
         "/r/a_b/1.tgz",
         "/r/a_b/2.tgz",
