@@ -63,8 +63,18 @@ async fn refresh(
         .ok_or_else(|| format!("no remote {name:?}"))?;
     let path = ArtifactPath::parse(&format!("/{name}/{}", AdvisoryFeed::PATH))
         .map_err(|e| e.to_string())?;
+    // Why each URL's bytes were unusable: kept in the error of a later
+    // ask that fails, so the status still says what was wrong with them.
+    let mut unusable: Vec<String> = Vec::new();
     for _ in 0..remote.index.mirrors.len() {
-        let Some(Unusable { mirror, error }) = ask(proxy, &remote, &path, feed, seen).await? else {
+        let asked = match ask(proxy, &remote, &path, feed, seen).await {
+            Ok(asked) => asked,
+            Err(error) => {
+                unusable.push(error);
+                return Err(unusable.join("; then "));
+            }
+        };
+        let Some(Unusable { mirror, error }) = asked else {
             return Ok(());
         };
         let _ = proxy.fills.purge(&Scope::Key(path.key().to_string())).await;
@@ -76,6 +86,7 @@ async fn refresh(
         {
             record_failure(&remote, set, mirror_idx, &error);
         }
+        unusable.push(error);
     }
     Ok(())
 }
