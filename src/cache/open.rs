@@ -194,7 +194,7 @@ impl Cache {
 /// Opens the store's packs: the places of packed blobs read from the
 /// database (and their rows attached, for what a commit does not write),
 /// each pack no live process writes cut back to its last named byte, and
-/// blobs shorter than `pack_below` packed from now on. Local blobs only:
+/// blobs of at most `pack_below` bytes packed from now on. Local blobs only:
 /// S3 keeps one object per blob (it has no append, a range is a GET of
 /// its own, and an object is deleted whole).
 async fn open_packs(

@@ -31,7 +31,7 @@ async fn open_with(dir: &std::path::Path, memory: &str) -> Arc<Cache> {
     open_packing(dir, memory, "0").await
 }
 
-/// [`open_with`], blobs shorter than `pack_below` packed.
+/// [`open_with`], blobs of at most `pack_below` bytes packed.
 async fn open_packing(dir: &std::path::Path, memory: &str, pack_below: &str) -> Arc<Cache> {
     let text = format!(
         "[storage]\npath = \"{d}/store\"\nmax_size = \"{MAX}\"\nmemory_cache_size = \"{memory}\"\n\

@@ -4,10 +4,12 @@
 
 use std::collections::{HashMap, HashSet};
 
+use sqlx::any::AnyArguments;
+
 use super::entry::Entry;
 use super::index::Found;
 use super::metadata::MetadataStore;
-use super::sql::{db_error, placeholders, value_rows};
+use super::sql::{db_error, placeholders, value_rows_from};
 use crate::error::ProxyError;
 use crate::kind::declared::Declared;
 use crate::kind::{CachedAt, Kind};
@@ -147,7 +149,13 @@ impl MetadataStore {
                 .await
                 .map_err(|e| self.db.failed(e))?;
         }
-        let written = insert_rows(&mut conn, rows, pins, places).await;
+        // On SQLite's durable connection the transaction is one text.
+        let script = self.db.durable.is_some();
+        let statements = batch_statements(rows, pins, places, script);
+        let written = match script {
+            true => run_script(&mut conn, statements).await,
+            false => insert_rows(&mut conn, statements).await,
+        };
         if written.is_ok() {
             self.memory.others.wrote();
         }
@@ -160,16 +168,39 @@ impl MetadataStore {
     }
 }
 
-async fn insert_rows(
-    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+/// A value of one of a batch's statements.
+enum Value {
+    Text(String),
+    MaybeText(Option<String>),
+    Int(i64),
+}
+
+/// The statements of a batch's transaction, in order, each with its
+/// values: the places first (a row never names a blob whose place is not
+/// written), then the rows, then the pins. `script`: their parameters
+/// numbered on across them, to be sent as one text; else from `$1` each.
+fn batch_statements(
     rows: &[(&ArtifactPath, &Entry)],
     pins: &[&Pin],
     places: &[PlaceRow],
-) -> Result<(), sqlx::Error> {
-    use sqlx::Connection as _;
-    let mut tx = conn.begin().await?;
-    // First: a row never names a blob whose place is not written.
-    super::places::insert_places(&mut tx, places).await?;
+    script: bool,
+) -> Vec<(String, Vec<Value>)> {
+    use Value::{Int, MaybeText, Text};
+    let mut next = 1;
+    let mut first = |values: usize| {
+        let at = if script { next } else { 1 };
+        next += values;
+        at
+    };
+    let mut statements = Vec::new();
+    for chunk in places.chunks(super::places::PLACES_PER_INSERT) {
+        let sql = super::places::insert_sql(first(chunk.len() * 4), chunk.len());
+        let values = chunk.iter().flat_map(|place| {
+            let digest = Text(place.digest.to_hex());
+            [digest, Int(place.pack), Int(place.start), Int(place.length)]
+        });
+        statements.push((sql, values.collect()));
+    }
     for chunk in rows.chunks(ROWS_PER_INSERT) {
         let sql = format!(
             "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access, kept_headers) \
@@ -178,38 +209,90 @@ async fn insert_rows(
              content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
              upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
              last_access = excluded.last_access, kept_headers = excluded.kept_headers",
-            value_rows(chunk.len(), 10)
+            value_rows_from(first(chunk.len() * 10), chunk.len(), 10)
         );
-        let mut insert = sqlx::query(&sql);
-        for (path, entry) in chunk {
-            insert = insert
-                .bind(path.remote())
-                .bind(path.stored_path())
-                .bind(entry.digest.to_hex())
-                .bind(entry.size as i64)
-                .bind(entry.content_type.clone())
-                .bind(entry.upstream_etag.clone())
-                .bind(entry.upstream_last_modified.clone())
-                .bind(entry.fetched_at_ms)
-                .bind(entry.fetched_at_ms)
-                .bind(entry.kept_headers.clone());
-        }
-        insert.execute(&mut *tx).await?;
+        let values = chunk.iter().flat_map(|(path, entry)| {
+            [
+                Text(path.remote().to_string()),
+                Text(path.stored_path().to_string()),
+                Text(entry.digest.to_hex()),
+                Int(entry.size as i64),
+                MaybeText(entry.content_type.clone()),
+                MaybeText(entry.upstream_etag.clone()),
+                MaybeText(entry.upstream_last_modified.clone()),
+                Int(entry.fetched_at_ms),
+                Int(entry.fetched_at_ms),
+                MaybeText(entry.kept_headers.clone()),
+            ]
+        });
+        statements.push((sql, values.collect()));
     }
     let now = crate::clock::now_ms();
     for chunk in pins.chunks(ROWS_PER_INSERT) {
-        let sql = super::declared_rows::upsert_sql(chunk.len());
-        let mut insert = sqlx::query(&sql);
-        for pin in chunk {
-            insert = insert
-                .bind(pin.remote.as_str())
-                .bind(pin.artifact.as_str())
-                .bind(pin.declared.to_string())
-                .bind(now);
-        }
-        insert.execute(&mut *tx).await?;
+        let sql = super::declared_rows::upsert_sql(first(chunk.len() * 4), chunk.len());
+        let values = chunk.iter().flat_map(|pin| {
+            let (remote, artifact) = (pin.remote.clone(), pin.artifact.clone());
+            [
+                Text(remote),
+                Text(artifact),
+                Text(pin.declared.to_string()),
+                Int(now),
+            ]
+        });
+        statements.push((sql, values.collect()));
+    }
+    statements
+}
+
+/// `sql` with `values` bound in order.
+fn bound(sql: &str, values: Vec<Value>) -> sqlx::query::Query<'_, sqlx::Any, AnyArguments<'_>> {
+    values
+        .into_iter()
+        .fold(sqlx::query(sql), |query, value| match value {
+            Value::Text(text) => query.bind(text),
+            Value::MaybeText(text) => query.bind(text),
+            Value::Int(int) => query.bind(int),
+        })
+}
+
+/// The statements in a transaction, one after another.
+async fn insert_rows(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+    statements: Vec<(String, Vec<Value>)>,
+) -> Result<(), sqlx::Error> {
+    use sqlx::Connection as _;
+    let mut tx = conn.begin().await?;
+    for (sql, values) in statements {
+        bound(&sql, values).execute(&mut *tx).await?;
     }
     tx.commit().await
+}
+
+/// The statements as one text, `BEGIN` to `COMMIT`, on SQLite's durable
+/// connection: its worker thread is woken once a batch, not once a
+/// statement (each a wake-up of that thread and one back, tens of µs on
+/// a small VM). A text that fails part-way is rolled back; a connection
+/// that cannot be is closed, never handed on inside a transaction. The
+/// prepared text is kept only for a batch of one `INSERT` of each kind
+/// (a few shapes), not for the many of larger ones.
+async fn run_script(
+    conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
+    statements: Vec<(String, Vec<Value>)>,
+) -> Result<(), sqlx::Error> {
+    let keep = statements.len() <= 3;
+    let mut sql = String::from("BEGIN;\n");
+    let mut all = Vec::new();
+    for (text, values) in statements {
+        sql.push_str(&text);
+        sql.push_str(";\n");
+        all.extend(values);
+    }
+    sql.push_str("COMMIT;");
+    let done = bound(&sql, all).persistent(keep).execute(&mut **conn).await;
+    if done.is_err() && sqlx::query("ROLLBACK").execute(&mut **conn).await.is_err() {
+        conn.close_on_drop();
+    }
+    done.map(|_| ())
 }
 
 impl Pin {

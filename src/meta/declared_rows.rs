@@ -9,7 +9,7 @@ use futures_util::TryStreamExt as _;
 
 use super::database::Database;
 use super::memory::Memory;
-use super::sql::{db_error, placeholders, value_rows};
+use super::sql::{db_error, placeholders, value_rows_from};
 use crate::error::ProxyError;
 use crate::kind::declared::Declared;
 use crate::kind::CachedAt;
@@ -107,7 +107,7 @@ impl Declarations<'_> {
             if fresh.is_empty() {
                 continue;
             }
-            let sql = upsert_sql(fresh.len());
+            let sql = upsert_sql(1, fresh.len());
             let mut insert = sqlx::query(&sql);
             for (artifact, declared) in &fresh {
                 self.memory.declared_keys.add(remote, artifact);
@@ -162,13 +162,13 @@ impl Declarations<'_> {
 }
 
 /// The statement that stores `rows` declared digests (each row's
-/// parameters: remote, artifact, digest, learned_at), replacing what was
-/// declared before.
-pub(crate) fn upsert_sql(rows: usize) -> String {
+/// parameters, numbered from `$first`: remote, artifact, digest,
+/// learned_at), replacing what was declared before.
+pub(crate) fn upsert_sql(first: usize, rows: usize) -> String {
     format!(
         "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES {} \
          ON CONFLICT (remote, artifact) DO UPDATE SET digest = excluded.digest, \
          learned_at = excluded.learned_at",
-        value_rows(rows, 4)
+        value_rows_from(first, rows, 4)
     )
 }

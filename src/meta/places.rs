@@ -8,11 +8,11 @@ use std::io;
 use futures_util::future::BoxFuture;
 use sqlx::AnyPool;
 
-use super::sql::value_rows;
+use super::sql::value_rows_from;
 use crate::store::{Digest, PlaceRow, PlaceRows};
 
 /// Rows per `INSERT` (4 parameters a row).
-const PLACES_PER_INSERT: usize = 64;
+pub(super) const PLACES_PER_INSERT: usize = 64;
 /// Rows read at a time at start-up.
 const PAGE: i64 = 20_000;
 
@@ -126,29 +126,15 @@ impl PlaceRows for PlaceTable {
     }
 }
 
-/// Writes the rows of places a batch packed, in its transaction: a row
-/// already there for the digest (its blob packed again after a row
-/// deletion that failed) names the new place, whose bytes were just synced.
-pub(super) async fn insert_places(
-    tx: &mut sqlx::Transaction<'_, sqlx::Any>,
-    places: &[PlaceRow],
-) -> Result<(), sqlx::Error> {
-    for chunk in places.chunks(PLACES_PER_INSERT) {
-        let sql = format!(
-            "INSERT INTO blob_places (digest, pack, start_byte, length) VALUES {} \
-             ON CONFLICT (digest) DO UPDATE SET pack = excluded.pack, \
-             start_byte = excluded.start_byte, length = excluded.length",
-            value_rows(chunk.len(), 4)
-        );
-        let mut insert = sqlx::query(&sql);
-        for place in chunk {
-            insert = insert
-                .bind(place.digest.to_hex())
-                .bind(place.pack)
-                .bind(place.start)
-                .bind(place.length);
-        }
-        insert.execute(&mut **tx).await?;
-    }
-    Ok(())
+/// The `INSERT` of `rows` places a batch packed, parameters numbered from
+/// `$first` (4 a row): a row already there for the digest (its blob packed
+/// again after a row deletion that failed) names the new place, whose
+/// bytes were just synced.
+pub(super) fn insert_sql(first: usize, rows: usize) -> String {
+    format!(
+        "INSERT INTO blob_places (digest, pack, start_byte, length) VALUES {} \
+         ON CONFLICT (digest) DO UPDATE SET pack = excluded.pack, \
+         start_byte = excluded.start_byte, length = excluded.length",
+        value_rows_from(first, rows, 4)
+    )
 }

@@ -12,10 +12,12 @@ pub(crate) fn placeholders(first: usize, n: usize) -> String {
         .join(", ")
 }
 
-/// `($1, …, $columns), ($columns+1, …), …`: the `VALUES` of `rows` rows.
-pub(crate) fn value_rows(rows: usize, columns: usize) -> String {
+/// `($first, …), ($first+columns, …), …`: the `VALUES` of `rows` rows,
+/// numbered from `$first` (`$1` for a statement of its own; on from the
+/// last statement's in a text of several).
+pub(crate) fn value_rows_from(first: usize, rows: usize, columns: usize) -> String {
     (0..rows)
-        .map(|row| format!("({})", placeholders(row * columns + 1, columns)))
+        .map(|row| format!("({})", placeholders(first + row * columns, columns)))
         .collect::<Vec<_>>()
         .join(", ")
 }
@@ -30,6 +32,10 @@ mod tests {
     #[test]
     fn lists_number_their_parameters_from_where_they_start() {
         assert_eq!(super::placeholders(3, 2), "$3, $4");
-        assert_eq!(super::value_rows(2, 3), "($1, $2, $3), ($4, $5, $6)");
+        assert_eq!(
+            super::value_rows_from(1, 2, 3),
+            "($1, $2, $3), ($4, $5, $6)"
+        );
+        assert_eq!(super::value_rows_from(5, 1, 2), "($5, $6)");
     }
 }

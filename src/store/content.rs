@@ -130,13 +130,13 @@ impl ContentStore {
         Ok(Digest(hasher.finalize().into()))
     }
 
-    /// Packs blobs shorter than `below` bytes from now on (0: none);
+    /// Packs blobs of at most `below` bytes from now on (0: none);
     /// packed blobs stay readable either way.
     pub fn set_pack_below(&self, below: u64) {
         self.packs.set_below(below);
     }
 
-    /// Whether a blob of `len` bytes is packed (shorter than
+    /// Whether a blob of `len` bytes is packed (at most
     /// `storage.pack_below`).
     pub fn packs_len(&self, len: u64) -> bool {
         self.packs.takes(len)

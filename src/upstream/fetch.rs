@@ -175,7 +175,13 @@ pub async fn fetch_avoiding<'r>(
                     let request = request_for(remote, set, mirror_idx, path, validators, accept);
                     running.push(attempt(remote, set, mirror_idx, path, request, validators));
                     started.push((mirror_idx, Instant::now()));
-                    hedge_at = hedge::delay(remote, set, mirror_idx)
+                    // No timer when no other mirror could be started beside
+                    // this one (a set of one mirror): nothing to hedge with.
+                    let another = (0..set.mirrors.len())
+                        .any(|i| !avoid.contains(&i) && !started.iter().any(|&(s, _)| s == i));
+                    hedge_at = another
+                        .then(|| hedge::delay(remote, set, mirror_idx))
+                        .flatten()
                         .map(|delay| tokio::time::Instant::now() + delay);
                 }
                 None if running.is_empty() => break,

@@ -125,6 +125,12 @@ async fn small_blobs_are_packed_and_served_whole_and_by_range_across_a_restart()
     }
     let large = test_bytes(100 * 1024, 600);
     mirror.put("/m/large", large.clone());
+    // The largest body a fill keeps whole in memory is packed; one byte
+    // more is a file of its own.
+    let edge = test_bytes(64 * 1024, 601);
+    mirror.put("/m/edge", edge.clone());
+    let over = test_bytes(64 * 1024 + 1, 602);
+    mirror.put("/m/over", over.clone());
     let dir = tempfile::tempdir().unwrap();
     let text = packing_config(dir.path(), &mirror, "");
     let store = dir.path().join("store");
@@ -141,11 +147,14 @@ async fn small_blobs_are_packed_and_served_whole_and_by_range_across_a_restart()
             assert_eq!(status, 200, "round {round}");
             assert_eq!(sha256_hex(&body.unwrap()), sha256_hex(&bodies[i]));
         }
-        let (status, _, body) = get(&client, &format!("{base}/r/large")).await;
-        assert_eq!(
-            (status, sha256_hex(&body.unwrap())),
-            (200, sha256_hex(&large))
-        );
+        for (name, bytes) in [("large", &large), ("edge", &edge), ("over", &over)] {
+            let (status, _, body) = get(&client, &format!("{base}/r/{name}")).await;
+            assert_eq!(
+                (status, sha256_hex(&body.unwrap())),
+                (200, sha256_hex(bytes)),
+                "{name}, round {round}"
+            );
+        }
         running.proxy.fills.wait_idle().await;
         let ranged = client
             .get(format!("{base}/r/small-7"))
@@ -155,27 +164,32 @@ async fn small_blobs_are_packed_and_served_whole_and_by_range_across_a_restart()
             .unwrap();
         assert_eq!(ranged.status(), 206);
         assert_eq!(&ranged.bytes().await.unwrap()[..], &bodies[7][100..300]);
-        // The small ones in one pack, the large one a file of its own.
+        // The small ones and the 64 KiB one in one pack, the larger ones
+        // files of their own.
         assert_eq!(
             packs(&store).values().sum::<u64>(),
-            40 * 1024,
+            40 * 1024 + 64 * 1024,
             "round {round}"
         );
-        assert_eq!(blob_files(&store), 1, "round {round}");
+        assert_eq!(blob_files(&store), 2, "round {round}");
         running.shutdown().await;
     }
     // The second round read every blob from the store.
     assert_eq!(mirror.hits("/m/small-7"), 1);
     assert_eq!(mirror.hits("/m/large"), 1);
+    assert_eq!(mirror.hits("/m/edge"), 1);
     let rows = place_rows(&dir.path().join("meta.db")).await;
-    assert_eq!(rows.len(), 40);
-    assert_eq!(assert_places_tile_their_packs(&store, &rows), 40 * 1024);
+    assert_eq!(rows.len(), 41);
+    assert_eq!(
+        assert_places_tile_their_packs(&store, &rows),
+        40 * 1024 + 64 * 1024
+    );
     let config = mirrorcache::config::Config::parse(&text, "test").unwrap();
     let report = mirrorcache::cache::verify::run(&config, false)
         .await
         .unwrap();
     assert!(report.is_clean(), "{report}");
-    assert_eq!(report.checked, 41, "{report}");
+    assert_eq!(report.checked, 43, "{report}");
 }
 
 /// A pack more than half dead is rewritten into a new one: the rows that

@@ -117,7 +117,7 @@ struct Tally {
 
 pub(crate) struct Packs {
     dir: PathBuf,
-    /// Blobs shorter than this are packed; 0: none (`storage.pack_below`).
+    /// Blobs of at most this size are packed; 0: none (`storage.pack_below`).
     below: AtomicU64,
     /// Every packed blob this process knows of (loaded at start, learned
     /// from the database when another process packed it).
@@ -165,9 +165,10 @@ impl Packs {
         self.below.store(below, Ordering::Relaxed);
     }
 
-    /// Whether a blob of `len` bytes is packed.
+    /// Whether a blob of `len` bytes is packed (at most `below`: 64 KiB, all a fill holds in memory).
     pub(crate) fn takes(&self, len: u64) -> bool {
-        len < self.below.load(Ordering::Relaxed)
+        let below = self.below.load(Ordering::Relaxed);
+        below > 0 && len <= below
     }
 
     fn path(&self, pack: u64) -> PathBuf {
