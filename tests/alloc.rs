@@ -130,7 +130,7 @@ fn the_blob_tier_holds_no_more_than_its_size() {
     for i in 0..10_000u32 {
         let mut digest = [0u8; 32];
         digest[..4].copy_from_slice(&i.to_le_bytes());
-        tier.insert(Digest(digest), Bytes::from(vec![i as u8; 1024]), None);
+        tier.insert(Digest(digest), Bytes::from(vec![i as u8; 1024]));
     }
     tier.run_pending_tasks();
     let bytes = held(&region);

@@ -6,7 +6,7 @@
 use super::facade::Cache;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
-use crate::store::{Blob, Digest, SENDFILE_MIN};
+use crate::store::{Blob, Digest};
 
 impl Cache {
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
@@ -14,16 +14,16 @@ impl Cache {
     /// served from memory after that; first hits arriving together read it
     /// once (the others wait for that read and take it from the tier).
     pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
-        if let Some((bytes, file)) = self.hot.get(digest) {
-            return Ok(Blob::Memory(bytes, file));
+        if let Some(bytes) = self.hot.get(digest) {
+            return Ok(Blob::Memory(bytes));
         }
         let blob = self.blobs.open(digest).await?;
         if !self.hot.admits(size) {
             return Ok(blob);
         }
         let _loading = self.hot.loading(digest).await;
-        if let Some((bytes, file)) = self.hot.get(digest) {
-            return Ok(Blob::Memory(bytes, file));
+        if let Some(bytes) = self.hot.get(digest) {
+            return Ok(Blob::Memory(bytes));
         }
         let bytes = bytes::Bytes::from(blob.read_all(size).await?);
         // Read whole anyway, so check it: a blob damaged on disk is never
@@ -38,13 +38,8 @@ impl Cache {
             }
             return Err(std::io::ErrorKind::NotFound.into());
         }
-        let file = if size >= SENDFILE_MIN {
-            blob.file_at()
-        } else {
-            None
-        };
-        self.hot.insert(*digest, bytes.clone(), file.clone());
-        Ok(Blob::Memory(bytes, file))
+        self.hot.insert(*digest, bytes.clone());
+        Ok(Blob::Memory(bytes))
     }
 
     /// Deletes the blob if no metadata row references it any more; returns

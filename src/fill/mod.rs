@@ -55,7 +55,7 @@ pub use reader::{body, body_range, passthrough, Passthrough, Recent};
 /// whole body in memory, so one of the two is always there.
 pub fn complete_blob(file: Option<Arc<File>>, recent: Option<&Recent>, size: u64) -> Blob {
     match (recent.and_then(|r| r.whole(size)), file) {
-        (Some(bytes), _) => Blob::Memory(bytes, None),
+        (Some(bytes), _) => Blob::Memory(bytes),
         (None, Some(file)) => Blob::Local(file),
         (None, None) => unreachable!("a body without a temp file is held whole in memory"),
     }

@@ -289,7 +289,7 @@ impl Spool {
     fn blob(&self) -> Blob {
         match self {
             Spool::File(_, file) => Blob::Local(file.clone()),
-            Spool::Memory(bytes) => Blob::Memory(bytes.clone(), None),
+            Spool::Memory(bytes) => Blob::Memory(bytes.clone()),
         }
     }
 

@@ -24,7 +24,6 @@ mod pins;
 mod record;
 mod respond;
 mod send_timeout;
-mod sendfile;
 pub mod server;
 pub mod snapshot;
 mod stale;

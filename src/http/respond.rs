@@ -12,9 +12,6 @@ use bytes::Bytes;
 use crate::cache::{Blob, Digest, Entry};
 use crate::fill::Head;
 use crate::metrics::CacheStatus;
-use crate::store::SENDFILE_MIN;
-
-use super::sendfile::FileRange;
 
 /// A constant name: inserting a `&str` name parses it on every response.
 pub const X_CACHE_STATUS: HeaderName = HeaderName::from_static("x-cache-status");
@@ -110,18 +107,9 @@ pub fn from_entry(
         *response.body_mut() = match blob {
             // One frame of known length: hyper writes head and body together
             // and knows the body has ended without polling it again.
-            Blob::Memory(bytes, _) => {
-                Body::from(bytes.slice(start as usize..(start + len) as usize))
-            }
+            Blob::Memory(bytes) => Body::from(bytes.slice(start as usize..(start + len) as usize)),
             _ => Body::from_stream(blob.stream(start, len)),
         };
-        // A plain-HTTP/1 connection sends these bytes from the file instead.
-        if len >= SENDFILE_MIN {
-            if let Some(at) = blob.file_at() {
-                let range = FileRange::new(at.file, at.start + start, len);
-                response.extensions_mut().insert(range);
-            }
-        }
     }
     response
 }

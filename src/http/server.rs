@@ -20,7 +20,6 @@ use tokio::task::JoinHandle;
 use tower::ServiceExt as _;
 
 use super::send_timeout::SendTimeout;
-use super::sendfile::{FileRange, PlainStream, Sends};
 use super::tls::Tls;
 use crate::config::{Config, IpBlock};
 use crate::proxy::Proxy;
@@ -208,10 +207,6 @@ async fn serve(
     http.timer(TokioTimer::new())
         .header_read_timeout(config.header_read_timeout)
         .max_header_size(MAX_REQUEST_HEAD);
-    // Plain connections: every body chunk its own buffer, as `PlainStream`
-    // needs to tell its stand-ins (`super::sendfile`).
-    let mut plain = http.clone();
-    plain.writev(true);
     let mut h2 = hyper::server::conn::http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new())
         .max_concurrent_streams(H2_MAX_CONCURRENT_STREAMS)
@@ -253,9 +248,6 @@ async fn serve(
         let last_request = is_tls.then(|| Arc::new(AtomicU64::new(0)));
         let stamp = last_request.clone();
         let (router, proxy) = (router.clone(), proxy.clone());
-        // A plain connection sends file-backed bodies with `sendfile`.
-        let sends = (!is_tls).then(Sends::default);
-        let stream_sends = sends.clone();
         // An artifact's path goes straight to its handler; the router
         // answers only its own routes (`super::is_routed`).
         let service = hyper::service::service_fn(
@@ -267,28 +259,20 @@ async fn serve(
                 let request = request.map(axum::body::Body::new);
                 let routed = super::is_routed(request.uri().path());
                 let (router, proxy) = (routed.then(|| router.clone()), proxy.clone());
-                let sends = sends.clone();
                 async move {
-                    let mut response = match router {
+                    Ok::<_, std::convert::Infallible>(match router {
                         Some(router) => match router.oneshot(request).await {
                             Ok(response) => response,
                             Err(never) => match never {},
                         },
                         None => super::answer_artifact(proxy, request).await,
-                    };
-                    if let Some(sends) = sends {
-                        if let Some(range) = response.extensions_mut().remove::<FileRange>() {
-                            *response.body_mut() = sends.body(range);
-                        }
-                    }
-                    Ok::<_, std::convert::Infallible>(response)
+                    })
                 }
             },
         );
+        let stream = SendTimeout::new(stream, config.send_timeout);
         let Some(tls) = &tls else {
-            let sends = stream_sends.expect("kept for every plain connection");
-            let stream = SendTimeout::new(PlainStream::new(stream, sends), config.send_timeout);
-            let connection = graceful.watch(plain.serve_connection(TokioIo::new(stream), service));
+            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
             tokio::spawn(async move {
                 if let Err(error) = connection.await {
                     tracing::debug!(%peer, %error, "connection ended with an error");
@@ -297,7 +281,6 @@ async fn serve(
             });
             continue;
         };
-        let stream = SendTimeout::new(stream, config.send_timeout);
         let (acceptor, watcher) = (tls.acceptor.clone(), graceful.watcher());
         let closing = closing_rx.clone();
         let (http, h2, handshake_timeout) = (http.clone(), h2.clone(), config.header_read_timeout);

@@ -17,26 +17,10 @@ use super::content;
 /// memory target.
 const FILE_CHUNK: usize = 256 * 1024;
 
-/// Bodies from this many bytes are worth sending from their file with
-/// `sendfile` (no copy through user space) where the connection allows it;
-/// the in-memory tier keeps such a blob's file open beside its bytes.
-pub const SENDFILE_MIN: u64 = 32 * 1024;
-
-/// Where a blob's bytes lie in an open file. Those bytes never change
-/// while a handle is open: a blob's own file is written once before it is
-/// complete, a pack only appended to (its tail cut at start-up only where
-/// no place names it), so a `sendfile` from here sends the blob's bytes.
-#[derive(Clone)]
-pub struct FileAt {
-    pub file: Arc<File>,
-    pub start: u64,
-}
-
 /// A committed blob, opened for reading.
 pub enum Blob {
-    /// A small hot blob, held in memory (see [`HotBlobs`]), with its file
-    /// when it is large enough to be sent from there ([`SENDFILE_MIN`]).
-    Memory(Bytes, Option<FileAt>),
+    /// A small hot blob, held in memory (see [`HotBlobs`]).
+    Memory(Bytes),
     /// An open file: positional reads, and it survives deletion of its path.
     Local(Arc<File>),
     /// A range of an open pack, from `start` (see `super::pack`): read as
@@ -49,26 +33,10 @@ pub enum Blob {
 }
 
 impl Blob {
-    /// The file the blob's bytes lie in, and where, when it has one.
-    pub fn file_at(&self) -> Option<FileAt> {
-        match self {
-            Blob::Memory(_, at) => at.clone(),
-            Blob::Local(file) => Some(FileAt {
-                file: file.clone(),
-                start: 0,
-            }),
-            Blob::Packed { file, start } => Some(FileAt {
-                file: file.clone(),
-                start: *start,
-            }),
-            Blob::Remote { .. } => None,
-        }
-    }
-
     /// `len` bytes from `start`, streamed: one chunk in memory at a time.
     pub fn stream(&self, start: u64, len: u64) -> BoxStream<'static, io::Result<Bytes>> {
         match self {
-            Blob::Memory(bytes, _) => {
+            Blob::Memory(bytes) => {
                 let part = bytes.slice(start as usize..(start + len) as usize);
                 futures_util::stream::once(async move { Ok(part) }).boxed()
             }
@@ -99,7 +67,7 @@ impl Blob {
     /// The whole blob in memory (index documents, capped by the caller).
     pub async fn read_all(&self, size: u64) -> io::Result<Vec<u8>> {
         match self {
-            Blob::Memory(bytes, _) => Ok(bytes.to_vec()),
+            Blob::Memory(bytes) => Ok(bytes.to_vec()),
             Blob::Local(file) => read_local(file.clone(), 0, size).await,
             Blob::Packed { file, start } => read_local(file.clone(), *start, size).await,
             Blob::Remote { .. } => {

@@ -2,18 +2,14 @@
 
 use bytes::Bytes;
 
-use super::blob::FileAt;
 use super::digest::Digest;
 
 /// The in-memory tier: small hot blobs kept whole, bounded by total bytes
 /// (each blob's and [`BLOB_FIXED_BYTES`]). A hit on one is served from
 /// memory with no file open, no read and no blocking-pool hop. Keyed by
-/// digest, so an entry is never stale. A blob of
-/// [`super::blob::SENDFILE_MIN`] bytes or more keeps its file open beside it
-/// (at most `total / SENDFILE_MIN` descriptors, none for packed blobs,
-/// which share their pack's), so a plain-HTTP hit sends it from there.
+/// digest, so an entry is never stale.
 pub struct HotBlobs {
-    cache: moka::sync::Cache<Digest, (Bytes, Option<FileAt>)>,
+    cache: moka::sync::Cache<Digest, Bytes>,
     max_object: u64,
     /// Taken while a blob is read into the tier (striped by digest): the
     /// first hits of one blob, arriving together, read it once.
@@ -38,7 +34,7 @@ impl HotBlobs {
     pub fn new(total: u64, max_object: u64) -> HotBlobs {
         HotBlobs {
             cache: moka::sync::Cache::builder()
-                .weigher(|_: &Digest, (bytes, _): &(Bytes, Option<FileAt>)| {
+                .weigher(|_: &Digest, bytes: &Bytes| {
                     u32::try_from(bytes.len() as u64 + BLOB_FIXED_BYTES).unwrap_or(u32::MAX)
                 })
                 .max_capacity(total)
@@ -62,7 +58,7 @@ impl HotBlobs {
         self.loads.load(std::sync::atomic::Ordering::Relaxed)
     }
 
-    pub fn get(&self, digest: &Digest) -> Option<(Bytes, Option<FileAt>)> {
+    pub fn get(&self, digest: &Digest) -> Option<Bytes> {
         self.cache.get(digest)
     }
 
@@ -71,10 +67,10 @@ impl HotBlobs {
         size <= self.max_object
     }
 
-    pub fn insert(&self, digest: Digest, bytes: Bytes, file: Option<FileAt>) {
+    pub fn insert(&self, digest: Digest, bytes: Bytes) {
         self.loads
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.cache.insert(digest, (bytes, file));
+        self.cache.insert(digest, bytes);
     }
 
     /// Applies pending insertions and evictions now (for tests that

@@ -26,7 +26,7 @@ mod layout;
 mod owner;
 mod s3;
 
-pub use blob::{Blob, FileAt, SENDFILE_MIN};
+pub use blob::Blob;
 pub use blobs::{BlobStore, LocalBlobs};
 pub use budget::Budget;
 pub use content::batch::BatchBody;

@@ -52,7 +52,6 @@ mod rubygems;
 mod s3;
 mod scaleout;
 mod security;
-mod sendfile;
 mod service;
 mod supply_chain;
 mod terraform;
