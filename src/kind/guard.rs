@@ -103,6 +103,21 @@ pub trait VersionSet: Send + Sync {
     fn contains(&self, version: &str) -> bool;
 }
 
+/// The comparison a clause of a version requirement starts with: the
+/// operator of the first of `spellings` (longer spellings before their
+/// prefixes) that `clause` starts with, and the rest of it; `bare`, and the
+/// whole clause, when none does (`1.2` meaning `= 1.2`).
+pub fn leading_operator<'c, O: Copy>(
+    clause: &'c str,
+    spellings: &[(&str, O)],
+    bare: O,
+) -> (O, &'c str) {
+    spellings
+        .iter()
+        .find_map(|&(spelt, op)| Some((op, clause.strip_prefix(spelt)?)))
+        .unwrap_or((bare, clause))
+}
+
 impl VersionSpec {
     pub fn new(set: impl VersionSet + 'static) -> VersionSpec {
         VersionSpec(Arc::new(set))

@@ -10,7 +10,7 @@
 
 use std::cmp::Ordering;
 
-use super::super::guard::VersionSet;
+use super::super::guard::{leading_operator, VersionSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 enum Stability {
@@ -208,19 +208,20 @@ fn one(word: &str) -> Option<Vec<Bound>> {
         let (low, written) = Version::parse(stem)?;
         return Some(range(low, bumped(&low.numbers, written - 1)));
     }
-    let (op, rest) = [
-        (">=", Op::Ge),
-        ("<=", Op::Le),
-        ("!=", Op::Ne),
-        ("<>", Op::Ne),
-        ("==", Op::Eq),
-        (">", Op::Gt),
-        ("<", Op::Lt),
-        ("=", Op::Eq),
-    ]
-    .into_iter()
-    .find_map(|(text, op)| word.strip_prefix(text).map(|rest| (op, rest)))
-    .unwrap_or((Op::Eq, word));
+    let (op, rest) = leading_operator(
+        word,
+        &[
+            (">=", Op::Ge),
+            ("<=", Op::Le),
+            ("!=", Op::Ne),
+            ("<>", Op::Ne),
+            ("==", Op::Eq),
+            (">", Op::Gt),
+            ("<", Op::Lt),
+            ("=", Op::Eq),
+        ],
+        Op::Eq,
+    );
     let (mut version, _) = Version::parse(rest)?;
     let has_stability = rest
         .trim_start_matches(['v', 'V'])

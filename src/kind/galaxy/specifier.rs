@@ -8,7 +8,7 @@
 
 use std::cmp::Ordering;
 
-use super::super::guard::VersionSet;
+use super::super::guard::{leading_operator, VersionSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -67,18 +67,19 @@ impl Specifier {
         let mut requirements = Vec::new();
         for item in text.split(',') {
             let item = item.trim();
-            let (op, rest) = [
-                ("==", Op::Eq),
-                ("!=", Op::Ne),
-                (">=", Op::Ge),
-                ("<=", Op::Le),
-                ("=", Op::Eq),
-                (">", Op::Gt),
-                ("<", Op::Lt),
-            ]
-            .into_iter()
-            .find_map(|(spelt, op)| item.strip_prefix(spelt).map(|rest| (op, rest)))
-            .unwrap_or((Op::Eq, item));
+            let (op, rest) = leading_operator(
+                item,
+                &[
+                    ("==", Op::Eq),
+                    ("!=", Op::Ne),
+                    (">=", Op::Ge),
+                    ("<=", Op::Le),
+                    ("=", Op::Eq),
+                    (">", Op::Gt),
+                    ("<", Op::Lt),
+                ],
+                Op::Eq,
+            );
             if rest.trim() == "*" {
                 continue;
             }

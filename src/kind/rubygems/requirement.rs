@@ -5,7 +5,7 @@
 
 use std::cmp::Ordering;
 
-use super::super::guard::VersionSet;
+use super::super::guard::{leading_operator, VersionSet};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Segment {
@@ -103,18 +103,19 @@ impl Requirement {
         let mut clauses = Vec::new();
         for clause in text.split(',') {
             let clause = clause.trim();
-            let (op, rest) = [
-                ("~>", Op::Pessimistic),
-                (">=", Op::Ge),
-                ("<=", Op::Le),
-                ("!=", Op::Ne),
-                (">", Op::Gt),
-                ("<", Op::Lt),
-                ("=", Op::Eq),
-            ]
-            .iter()
-            .find_map(|(spelt, op)| Some((*op, clause.strip_prefix(spelt)?)))
-            .unwrap_or((Op::Eq, clause));
+            let (op, rest) = leading_operator(
+                clause,
+                &[
+                    ("~>", Op::Pessimistic),
+                    (">=", Op::Ge),
+                    ("<=", Op::Le),
+                    ("!=", Op::Ne),
+                    (">", Op::Gt),
+                    ("<", Op::Lt),
+                    ("=", Op::Eq),
+                ],
+                Op::Eq,
+            );
             let version = segments(rest).ok_or_else(|| {
                 format!("{text:?} is not a RubyGems requirement (`~> 1.2`, `>= 1.0, < 2`)")
             })?;

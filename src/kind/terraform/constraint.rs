@@ -5,7 +5,7 @@
 
 use nodejs_semver::Version;
 
-use crate::kind::guard::VersionSet;
+use crate::kind::guard::{leading_operator, VersionSet};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Op {
@@ -49,18 +49,19 @@ impl Constraint {
         let mut comparisons = Vec::new();
         for part in text.split(',') {
             let part = part.trim();
-            let (op, rest) = [
-                ("~>", Op::Pessimistic(0)),
-                (">=", Op::Ge),
-                ("<=", Op::Le),
-                ("!=", Op::Ne),
-                (">", Op::Gt),
-                ("<", Op::Lt),
-                ("=", Op::Eq),
-            ]
-            .into_iter()
-            .find_map(|(sign, op)| part.strip_prefix(sign).map(|rest| (op, rest)))
-            .unwrap_or((Op::Eq, part));
+            let (op, rest) = leading_operator(
+                part,
+                &[
+                    ("~>", Op::Pessimistic(0)),
+                    (">=", Op::Ge),
+                    ("<=", Op::Le),
+                    ("!=", Op::Ne),
+                    (">", Op::Gt),
+                    ("<", Op::Lt),
+                    ("=", Op::Eq),
+                ],
+                Op::Eq,
+            );
             let (version, parts) =
                 read(rest).ok_or_else(|| format!("{:?} is not a version", rest.trim()))?;
             let op = match op {
