@@ -23,7 +23,9 @@
 //!   htpasswd users and the token table, cached, failures limited per peer;
 //!   `http::access` is the one place a request is let through or refused.
 //! - [`proxy`] wires the rooms together from a validated [`config`];
-//!   [`metrics`], [`error`], [`path`] and [`clock`] are leaves every room may use,
+//!   [`metrics`], [`error`], [`path`], [`clock`] and [`dense`] (the
+//!   record table of the entry index and the packs' places) are leaves
+//!   every room may use,
 //!   and [`history`] the dashboard's per-minute rings the proxy samples into;
 //!   [`logline`] is the text log format (with a fast request line), and
 //!   [`logbuf`] the buffer the server's log lines wait in; [`documents`]
@@ -40,6 +42,7 @@ pub mod advisories;
 pub mod cache;
 pub mod clock;
 pub mod config;
+pub mod dense;
 pub mod documents;
 pub mod error;
 pub mod fill;

@@ -1,7 +1,8 @@
 //! What a counting global allocator can tell: selection allocates nothing
-//! (`Selector::order` and `order_accepting` for every strategy), and the
+//! (`Selector::order` and `order_accepting` for every strategy), the
 //! in-memory tiers (the entry cache, the blob tier) hold no more bytes than
-//! their bounds.
+//! their bounds, and the entry index grown row by row holds about a
+//! record's bytes a row.
 //!
 //! Its own test target without the libtest harness (`harness = false`): the
 //! allocator counts every thread of the process, so nothing may run beside
@@ -17,7 +18,7 @@ use axum::http::HeaderValue;
 use bytes::Bytes;
 use mirrorcache::cache::Digest;
 use mirrorcache::config::Strategy;
-use mirrorcache::meta::{entry_cache, Entry};
+use mirrorcache::meta::{entry_cache, Entry, Index};
 use mirrorcache::store::HotBlobs;
 use mirrorcache::upstream::select::{DecayWindow, GaugeRegistry, Mirror, Selection, Selector};
 use stats_alloc::{Region, StatsAlloc, INSTRUMENTED_SYSTEM};
@@ -37,6 +38,8 @@ fn main() {
     println!("test the_entry_cache_holds_no_more_than_its_memory ... ok");
     the_blob_tier_holds_no_more_than_its_size();
     println!("test the_blob_tier_holds_no_more_than_its_size ... ok");
+    the_entry_index_grown_by_commits_holds_little_more_than_its_records();
+    println!("test the_entry_index_grown_by_commits_holds_little_more_than_its_records ... ok");
 }
 
 /// Bytes allocated and not freed since `region` began.
@@ -119,6 +122,38 @@ fn the_entry_cache_holds_no_more_than_its_memory() {
     }
     few.run_pending_tasks();
     assert!(few.entry_count() <= 10, "{} kept", few.entry_count());
+}
+
+/// Rows added one at a time, as commits add them, each naming its own
+/// digest, to just past the point where the index's 64 shards outgrow
+/// their tables (64 × 3,584 records): a hash table holding the 72-byte
+/// records whole is then half empty (160 bytes a row); the index holds its
+/// records, their numbers and the digests' counts in at most 120.
+fn the_entry_index_grown_by_commits_holds_little_more_than_its_records() {
+    const ROWS: usize = 240_000;
+    let index = Index::new();
+    let region = Region::new(GLOBAL);
+    let mut key = String::new();
+    for i in 0..ROWS {
+        let mut digest = [0u8; 32];
+        digest[..8].copy_from_slice(&(i as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15).to_le_bytes());
+        let entry = Entry::new(
+            Digest(digest),
+            1024,
+            Some("application/octet-stream".into()),
+            None,
+            None,
+            1_700_000_000_000,
+        );
+        key.clear();
+        key.push_str("r/artifact-");
+        key.push_str(&i.to_string());
+        index.insert(&key, &entry);
+    }
+    let per_row = held(&region) / ROWS as i64;
+    assert_eq!(index.len(), ROWS);
+    println!("the entry index takes {per_row} bytes a row at {ROWS} rows");
+    assert!(per_row <= 120, "{per_row} bytes a row");
 }
 
 /// 1 KiB blobs, many more than fit: the tier holds no more than its size,

@@ -3,13 +3,15 @@
 //! database however many entries the cache holds (the entry cache in front
 //! of it keeps only the hot ones, with what their responses derive).
 //!
-//! A record is 56 bytes plus its 16-byte key, the key being a 128-bit
+//! A record is 72 bytes with its 16-byte key, the key being a 128-bit
 //! keyed hash of `remote/path` (SipHash with two random keys per process:
 //! no one can make two keys collide without knowing them): the digest, the
 //! size, when the body was fetched, the mirror's `Last-Modified` as unix
 //! seconds, and the content type and remote as numbers of small interning
 //! tables. The mirror's `ETag` is not kept: an entry built from a record says
-//! so (`Entry::from_index`), and a revalidation reads the row for it.
+//! so (`Entry::from_index`), and a revalidation reads the row for it. The
+//! records are kept in shards of [`crate::dense`] tables: chunks of records
+//! behind a hash table of their numbers, about 82 bytes a row at any count.
 //!
 //! On SQLite without a cluster the index is **complete** once loaded: the
 //! request path takes a key it does not list to have no row (a cold miss
@@ -43,6 +45,7 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::digest_counts::References;
 use super::entry::Entry;
 use super::hashing::{layout, BuildIdentity};
+use crate::dense::{Dense, Keyed};
 use crate::store::Digest;
 
 /// A key: two 64-bit keyed hashes of `remote/path`.
@@ -53,7 +56,7 @@ pub type Key = (u64, u64);
 /// is listed, and its entry read from the database.
 const ASK: u16 = u16::MAX;
 
-/// One row, compactly.
+/// One row, compactly (the part of [`Slot`] after its key).
 #[derive(Debug, Clone, Copy)]
 pub struct Record {
     digest: [u8; 32],
@@ -64,6 +67,24 @@ pub struct Record {
     /// Number in the content-type table; 0 for none.
     content_type: u16,
     remote: u16,
+}
+
+/// A record with its key, as a shard's table holds it.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    key: Key,
+    record: Record,
+}
+
+impl Keyed for Slot {
+    type Key = Key;
+    fn key(&self) -> &Key {
+        &self.key
+    }
+    /// The key's second half: the first picks the shard.
+    fn hash(key: &Key) -> u64 {
+        key.1
+    }
 }
 
 /// What the index says about a key.
@@ -131,7 +152,7 @@ pub struct Index {
         std::collections::hash_map::RandomState,
         std::collections::hash_map::RandomState,
     ),
-    shards: Box<[RwLock<HashMap<Key, Record, BuildIdentity>>]>,
+    shards: Box<[RwLock<Dense<Slot>>]>,
     content_types: RwLock<Names>,
     remotes: RwLock<Names>,
     /// How many records name each digest, changed with them.
@@ -165,7 +186,7 @@ impl Changed {
 
 /// Bytes a record takes in its table, key included (the table adds its
 /// control byte and spare capacity: BENCHMARKS.md measures the whole).
-pub const RECORD_BYTES: usize = std::mem::size_of::<(Key, Record)>();
+pub const RECORD_BYTES: usize = std::mem::size_of::<Slot>();
 
 impl Default for Index {
     fn default() -> Index {
@@ -201,12 +222,7 @@ impl Index {
             idle: tokio::sync::watch::Sender::new(true),
             hashers: Default::default(),
             shards: (0..shards)
-                .map(|_| {
-                    RwLock::new(HashMap::with_capacity_and_hasher(
-                        if expected == 0 { 0 } else { room },
-                        BuildIdentity,
-                    ))
-                })
+                .map(|_| RwLock::new(Dense::with_capacity(if expected == 0 { 0 } else { room })))
                 .collect(),
             content_types: RwLock::default(),
             remotes: RwLock::default(),
@@ -276,7 +292,7 @@ impl Index {
         (a.hash_one(key), b.hash_one(key))
     }
 
-    fn shard(&self, key: Key) -> &RwLock<HashMap<Key, Record, BuildIdentity>> {
+    fn shard(&self, key: Key) -> &RwLock<Dense<Slot>> {
         &self.shards[key.0 as usize % self.shards.len()]
     }
 
@@ -326,11 +342,14 @@ impl Index {
             c.keys.insert(hashed);
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
-        let old = shard.get(&hashed).map(|r| r.digest);
+        let old = shard.get(&hashed).map(|s| s.record.digest);
         if old.is_some_and(|d| d != record.digest) {
             return false;
         }
-        shard.insert(hashed, record);
+        shard.insert(Slot {
+            key: hashed,
+            record,
+        });
         self.references.replace(old.as_ref(), &record.digest);
         true
     }
@@ -346,7 +365,10 @@ impl Index {
             return;
         };
         let mut shard = self.shard(hashed).write().expect("index poisoned");
-        if shard.get(&hashed).is_some_and(|r| r.digest == digest.0) {
+        if shard
+            .get(&hashed)
+            .is_some_and(|s| s.record.digest == digest.0)
+        {
             shard.remove(&hashed);
             self.references.sub(&digest.0);
         }
@@ -355,9 +377,9 @@ impl Index {
     /// Puts `record` in its shard, the digests' counts changed with it.
     fn put(&self, key: Key, record: Record) {
         let mut shard = self.shard(key).write().expect("index poisoned");
-        let old = shard.insert(key, record);
+        let old = shard.insert(Slot { key, record });
         self.references
-            .replace(old.as_ref().map(|o| &o.digest), &record.digest);
+            .replace(old.as_ref().map(|o| &o.record.digest), &record.digest);
     }
 
     /// Whether some record names `digest`: whether a row references it,
@@ -417,7 +439,7 @@ impl Index {
             .read()
             .expect("index poisoned")
             .get(&hashed)
-            .copied();
+            .map(|s| s.record);
         let Some(record) = record else {
             return if self.is_complete() {
                 Found::Absent
@@ -454,7 +476,7 @@ impl Index {
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
         if let Some(old) = shard.remove(&hashed) {
-            self.references.sub(&old.digest);
+            self.references.sub(&old.record.digest);
         }
     }
 
@@ -466,7 +488,8 @@ impl Index {
         };
         self.note(|c| c.remotes.push(n));
         for shard in self.shards.iter() {
-            shard.write().expect("index poisoned").retain(|_, r| {
+            shard.write().expect("index poisoned").retain(|s| {
+                let r = &s.record;
                 let keep = r.remote != n;
                 if !keep {
                     self.references.sub(&r.digest);
@@ -487,7 +510,8 @@ impl Index {
         };
         self.note(|c| c.digests.push((remote, digest.0)));
         for shard in self.shards.iter() {
-            shard.write().expect("index poisoned").retain(|_, r| {
+            shard.write().expect("index poisoned").retain(|s| {
+                let r = &s.record;
                 let keep = r.digest != digest.0 || remote.is_some_and(|n| n != r.remote);
                 if !keep {
                     self.references.sub(&r.digest);

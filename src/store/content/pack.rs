@@ -14,7 +14,8 @@
 //! descriptors that hold it.
 //!
 //! Each pack's length and dead bytes (ranges no place names any more) are
-//! tallied as places come and go; a pack more than half dead is compacted:
+//! tallied as places come and go; a pack more than half dead is compacted
+//! (`compact`):
 //! its live blobs are appended to the current pack, their places moved in
 //! one transaction each chunk, and the old pack unlinked. A process holds
 //! an exclusive `flock` on every pack it writes (or adopts from a dead
@@ -36,16 +37,16 @@ use bytes::Bytes;
 use futures_util::future::BoxFuture;
 use rustix::fs::{flock, FlockOperation};
 
+use crate::dense::{Dense, Keyed};
 use crate::store::budget::Budget;
+
+mod compact;
 use crate::store::digest::Digest;
+pub(crate) use compact::compact;
 
 /// The length past which a pack is rolled over: the next append starts a
 /// new one.
 pub(crate) const ROLL_AT: u64 = 256 * 1024 * 1024;
-
-/// Live bytes copied per step of a compaction: a commit waits at most for
-/// one step's append.
-const COMPACT_STEP: u64 = 8 * 1024 * 1024;
 
 /// Where a packed blob lies: a byte range of one pack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -101,6 +102,22 @@ pub trait PlaceRows: Send + Sync {
     fn moved(&self, moves: Vec<(PlaceRow, PlaceRow)>) -> BoxFuture<'_, io::Result<Vec<bool>>>;
 }
 
+/// A packed blob's digest and place, as the table of places holds them.
+#[derive(Debug, Clone, Copy)]
+struct Placed(Digest, Place);
+
+impl Keyed for Placed {
+    type Key = Digest;
+    fn key(&self) -> &Digest {
+        &self.0
+    }
+    fn hash(digest: &Digest) -> u64 {
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&digest.0[..8]);
+        u64::from_le_bytes(first)
+    }
+}
+
 /// The pack being appended to.
 struct Writer {
     id: u64,
@@ -120,8 +137,10 @@ pub(crate) struct Packs {
     /// Blobs of at most this size are packed; 0: none (`storage.pack_below`).
     below: AtomicU64,
     /// Every packed blob this process knows of (loaded at start, learned
-    /// from the database when another process packed it).
-    places: RwLock<HashMap<Digest, Place>>,
+    /// from the database when another process packed it), in a dense table:
+    /// 56 bytes a blob and its number, where a map held twice that while it
+    /// grew.
+    places: RwLock<Dense<Placed>>,
     /// Places appended here whose rows are not written yet.
     pending: Mutex<HashMap<Digest, Place>>,
     /// Open packs, for readers. This is a `std` lock and not a Tokio one
@@ -178,7 +197,9 @@ impl Packs {
     /// Takes places the database holds (a page of them).
     pub(crate) fn add(&self, rows: &[PlaceRow]) {
         let mut places = self.places.write().expect("places poisoned");
-        places.extend(rows.iter().map(|row| (row.digest, row.place())));
+        for row in rows {
+            places.insert(Placed(row.digest, row.place()));
+        }
     }
 
     /// Once the places are taken ([`Packs::add`]), and where `adopt`, each
@@ -186,7 +207,7 @@ impl Packs {
     /// place names, or removed when none does. Blocking.
     pub(crate) fn load(&self, adopt: bool) -> io::Result<()> {
         let mut ends: HashMap<u64, (u64, u64)> = HashMap::new();
-        for place in self.places.read().expect("places poisoned").values() {
+        for Placed(_, place) in self.places.read().expect("places poisoned").iter() {
             let (end, live) = ends.entry(place.pack).or_default();
             *end = (*end).max(place.start + place.len);
             *live += place.len;
@@ -196,7 +217,7 @@ impl Packs {
         // blob's next commit packs it again.
         let files = self.pack_files()?;
         (self.places.write().expect("places poisoned"))
-            .retain(|_, place| files.iter().any(|(id, _)| *id == place.pack));
+            .retain(|p| files.iter().any(|(id, _)| *id == p.1.pack));
         let mut tallies = self.tallies.lock().expect("tallies poisoned");
         let mut held = self.held.lock().expect("held poisoned");
         let mut cut = 0u64;
@@ -269,7 +290,7 @@ impl Packs {
             .read()
             .expect("places poisoned")
             .get(digest)
-            .copied()
+            .map(|p| p.1)
     }
 
     /// Whether `digest` is packed (as far as this process knows).
@@ -280,7 +301,7 @@ impl Packs {
     /// Learns a place another process wrote (from its row).
     pub(crate) fn learn(&self, row: PlaceRow) {
         let mut places = self.places.write().expect("places poisoned");
-        places.insert(row.digest, row.place());
+        places.insert(Placed(row.digest, row.place()));
     }
 
     /// Forgets a place whose pack is gone, unless its row is still to be
@@ -389,7 +410,7 @@ impl Packs {
             let mut known = self.places.write().expect("places poisoned");
             let mut pending = self.pending.lock().expect("pending poisoned");
             for (digest, place) in digests.iter().zip(&places) {
-                known.insert(*digest, *place);
+                known.insert(Placed(*digest, *place));
                 pending.insert(*digest, *place);
             }
         }
@@ -461,7 +482,9 @@ impl Packs {
     /// names when its row was deleted, else in the one memory knew).
     /// Whether it was packed.
     pub(crate) fn forget(&self, digest: &Digest, row: Option<PlaceRow>) -> bool {
-        let known = self.places.write().expect("places poisoned").remove(digest);
+        let known = (self.places.write().expect("places poisoned"))
+            .remove(digest)
+            .map(|p| p.1);
         let pending = self
             .pending
             .lock()
@@ -480,121 +503,4 @@ impl Packs {
         let mut tallies = self.tallies.lock().expect("tallies poisoned");
         tallies.entry(pack).or_default().dead += len;
     }
-
-    /// The packs to compact: held here, more than half dead, and with no
-    /// place still waiting for its row. The current pack, if it is one, is
-    /// rolled over first (the next append starts a new one).
-    pub(crate) fn compactable(&self) -> Vec<u64> {
-        // The writer first: no append is between its write and its places
-        // becoming pending.
-        let mut writer = self.writer.lock().expect("writer poisoned");
-        let waiting: Vec<u64> = (self.pending.lock().expect("pending poisoned").values())
-            .map(|p| p.pack)
-            .collect();
-        let wanted = {
-            let held = self.held.lock().expect("held poisoned");
-            let tallies = self.tallies.lock().expect("tallies poisoned");
-            (held.keys().copied())
-                .filter(|id| !waiting.contains(id))
-                .filter(|id| tallies.get(id).is_some_and(|t| t.dead * 2 > t.len))
-                .collect::<Vec<u64>>()
-        };
-        if writer.as_ref().is_some_and(|w| wanted.contains(&w.id)) {
-            *writer = None;
-        }
-        wanted
-    }
-
-    /// Copies the blobs of `rows` (all in one pack) to the current pack:
-    /// one append; their new places. Blocking.
-    fn copy(&self, rows: &[PlaceRow]) -> io::Result<Vec<PlaceRow>> {
-        let mut bodies = Vec::with_capacity(rows.len());
-        for row in rows {
-            let place = row.place();
-            let file = self.reader(place.pack)?;
-            bodies.push(super::read_at(&file, place.start, place.len as usize)?);
-        }
-        let placed = self.write(bodies, None)?;
-        Ok((rows.iter().zip(placed))
-            .map(|(row, place)| PlaceRow::of(row.digest, place))
-            .collect())
-    }
-
-    /// After a step's rows moved: memory follows each moved row (unless
-    /// its blob was forgotten meanwhile); the copy of one that was not is
-    /// dead.
-    fn settle(&self, moves: &[(PlaceRow, PlaceRow)], moved: &[bool]) {
-        let mut places = self.places.write().expect("places poisoned");
-        for ((from, to), moved) in moves.iter().zip(moved) {
-            if !moved {
-                drop(places);
-                self.count_dead(to.pack as u64, to.length as u64);
-                places = self.places.write().expect("places poisoned");
-                continue;
-            }
-            if places.get(&from.digest) == Some(&from.place()) {
-                places.insert(from.digest, to.place());
-            }
-        }
-        self.budget
-            .add_committed(moves.iter().map(|(_, to)| to.length as u64).sum());
-    }
-
-    /// Unlinks a compacted pack; open readers keep their descriptor.
-    /// Returns its length.
-    fn retire(&self, pack: u64) -> io::Result<u64> {
-        fs::remove_file(self.path(pack))?;
-        self.readers
-            .write()
-            .expect("readers poisoned")
-            .remove(&pack);
-        self.held.lock().expect("held poisoned").remove(&pack);
-        let tally = self.tallies.lock().expect("tallies poisoned").remove(&pack);
-        let len = tally.unwrap_or_default().len;
-        self.budget.sub_committed(len);
-        Ok(len)
-    }
-}
-
-/// Compacts every pack more than half dead ([`Packs::compactable`]): its
-/// live blobs copied into the current pack a step at a time, their rows
-/// moved in one transaction a step, then the pack unlinked. Returns the
-/// bytes of the packs unlinked and of the blobs copied. Commits append
-/// between steps; readers keep reading the old pack's descriptor.
-pub(crate) async fn compact(packs: Arc<Packs>) -> io::Result<(u64, u64)> {
-    let Some(rows) = packs.rows.get().cloned() else {
-        return Ok((0, 0));
-    };
-    let _one = packs.compacting.lock().await;
-    let (mut freed, mut copied) = (0, 0);
-    for pack in packs.compactable() {
-        let live = rows.in_pack(pack as i64).await?;
-        let mut at = 0;
-        while at < live.len() {
-            let mut end = at;
-            let mut bytes = 0;
-            while end < live.len() && (end == at || bytes < COMPACT_STEP) {
-                bytes += live[end].length as u64;
-                end += 1;
-            }
-            let step: Vec<PlaceRow> = live[at..end].to_vec();
-            at = end;
-            let p = packs.clone();
-            let to = tokio::task::spawn_blocking(move || p.copy(&step).map(|to| (step, to)))
-                .await
-                .map_err(io::Error::other)??;
-            let moves: Vec<(PlaceRow, PlaceRow)> = to.0.into_iter().zip(to.1).collect();
-            let moved = rows.moved(moves.clone()).await?;
-            packs.settle(&moves, &moved);
-            copied += bytes;
-        }
-        let p = packs.clone();
-        freed += tokio::task::spawn_blocking(move || p.retire(pack))
-            .await
-            .map_err(io::Error::other)??;
-    }
-    if freed > 0 {
-        tracing::info!(freed, copied, "compacted packs");
-    }
-    Ok((freed, copied))
 }

@@ -1,0 +1,136 @@
+//! Compaction: a pack more than half dead has its live blobs copied into
+//! the current pack a step at a time, their rows moved in one transaction
+//! a step, and is unlinked.
+
+use std::fs;
+use std::io;
+use std::sync::Arc;
+
+use super::{Packs, PlaceRow, Placed};
+
+/// Live bytes copied per step of a compaction: a commit waits at most for
+/// one step's append.
+const COMPACT_STEP: u64 = 8 * 1024 * 1024;
+
+impl Packs {
+    /// The packs to compact: held here, more than half dead, and with no
+    /// place still waiting for its row. The current pack, if it is one, is
+    /// rolled over first (the next append starts a new one).
+    pub(crate) fn compactable(&self) -> Vec<u64> {
+        // The writer first: no append is between its write and its places
+        // becoming pending.
+        let mut writer = self.writer.lock().expect("writer poisoned");
+        let waiting: Vec<u64> = (self.pending.lock().expect("pending poisoned").values())
+            .map(|p| p.pack)
+            .collect();
+        let wanted = {
+            let held = self.held.lock().expect("held poisoned");
+            let tallies = self.tallies.lock().expect("tallies poisoned");
+            (held.keys().copied())
+                .filter(|id| !waiting.contains(id))
+                .filter(|id| tallies.get(id).is_some_and(|t| t.dead * 2 > t.len))
+                .collect::<Vec<u64>>()
+        };
+        if writer.as_ref().is_some_and(|w| wanted.contains(&w.id)) {
+            *writer = None;
+        }
+        wanted
+    }
+
+    /// Copies the blobs of `rows` (all in one pack) to the current pack:
+    /// one append; their new places. Blocking.
+    fn copy(&self, rows: &[PlaceRow]) -> io::Result<Vec<PlaceRow>> {
+        let mut bodies = Vec::with_capacity(rows.len());
+        for row in rows {
+            let place = row.place();
+            let file = self.reader(place.pack)?;
+            bodies.push(super::super::read_at(
+                &file,
+                place.start,
+                place.len as usize,
+            )?);
+        }
+        let placed = self.write(bodies, None)?;
+        Ok((rows.iter().zip(placed))
+            .map(|(row, place)| PlaceRow::of(row.digest, place))
+            .collect())
+    }
+
+    /// After a step's rows moved: memory follows each moved row (unless
+    /// its blob was forgotten meanwhile); the copy of one that was not is
+    /// dead.
+    fn settle(&self, moves: &[(PlaceRow, PlaceRow)], moved: &[bool]) {
+        let mut places = self.places.write().expect("places poisoned");
+        for ((from, to), moved) in moves.iter().zip(moved) {
+            if !moved {
+                drop(places);
+                self.count_dead(to.pack as u64, to.length as u64);
+                places = self.places.write().expect("places poisoned");
+                continue;
+            }
+            if places.get(&from.digest).map(|p| p.1) == Some(from.place()) {
+                places.insert(Placed(from.digest, to.place()));
+            }
+        }
+        self.budget
+            .add_committed(moves.iter().map(|(_, to)| to.length as u64).sum());
+    }
+
+    /// Unlinks a compacted pack; open readers keep their descriptor.
+    /// Returns its length.
+    fn retire(&self, pack: u64) -> io::Result<u64> {
+        fs::remove_file(self.path(pack))?;
+        self.readers
+            .write()
+            .expect("readers poisoned")
+            .remove(&pack);
+        self.held.lock().expect("held poisoned").remove(&pack);
+        let tally = self.tallies.lock().expect("tallies poisoned").remove(&pack);
+        let len = tally.unwrap_or_default().len;
+        self.budget.sub_committed(len);
+        Ok(len)
+    }
+}
+
+/// Compacts every pack more than half dead ([`Packs::compactable`]): its
+/// live blobs copied into the current pack a step at a time, their rows
+/// moved in one transaction a step, then the pack unlinked. Returns the
+/// bytes of the packs unlinked and of the blobs copied. Commits append
+/// between steps; readers keep reading the old pack's descriptor.
+pub(crate) async fn compact(packs: Arc<Packs>) -> io::Result<(u64, u64)> {
+    let Some(rows) = packs.rows.get().cloned() else {
+        return Ok((0, 0));
+    };
+    let _one = packs.compacting.lock().await;
+    let (mut freed, mut copied) = (0, 0);
+    for pack in packs.compactable() {
+        let live = rows.in_pack(pack as i64).await?;
+        let mut at = 0;
+        while at < live.len() {
+            let mut end = at;
+            let mut bytes = 0;
+            while end < live.len() && (end == at || bytes < COMPACT_STEP) {
+                bytes += live[end].length as u64;
+                end += 1;
+            }
+            let step: Vec<PlaceRow> = live[at..end].to_vec();
+            at = end;
+            let p = packs.clone();
+            let to = tokio::task::spawn_blocking(move || p.copy(&step).map(|to| (step, to)))
+                .await
+                .map_err(io::Error::other)??;
+            let moves: Vec<(PlaceRow, PlaceRow)> = to.0.into_iter().zip(to.1).collect();
+            let moved = rows.moved(moves.clone()).await?;
+            packs.settle(&moves, &moved);
+            copied += bytes;
+        }
+        let p = packs.clone();
+        freed += tokio::task::spawn_blocking(move || p.retire(pack))
+            .await
+            .map_err(io::Error::other)??;
+    }
+    if freed > 0 {
+        tracing::info!(freed, copied, "compacted packs");
+    }
+    Ok((freed, copied))
+}
