@@ -67,7 +67,7 @@ impl Cache {
         let _exclusive = self.locks.accounting.write().await;
         // What the rows reference, plus what packs hold that nothing
         // references any more, until compacted: the bytes on disk.
-        let bytes = self.meta.db.stored_bytes().await? + self.blobs.dead_bytes();
+        let bytes = self.meta.stored_bytes().await? + self.blobs.dead_bytes();
         self.budget.set_committed(bytes);
         Ok(bytes)
     }

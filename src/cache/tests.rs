@@ -97,6 +97,9 @@ async fn release(cache: &Cache, path: u64) {
     cache.forget_entry(&path).await.unwrap();
 }
 
+/// How often [`views`] found the index's sum in force and checked it.
+static SUMS_CHECKED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
 /// What the three views say at a quiet moment: (count, database, disk).
 /// Every change holds `accounting` shared (the background evictor's too), so
 /// holding it exclusively makes the moment quiet.
@@ -105,11 +108,14 @@ async fn release(cache: &Cache, path: u64) {
 async fn views(cache: &Cache) -> (u64, u64, u64) {
     let _quiet = cache.locks.accounting.write().await;
     let disk = cache.local_size().unwrap();
-    (
-        cache.size(),
-        cache.meta.db.stored_bytes().await.unwrap() + cache.blobs.dead_bytes(),
-        disk,
-    )
+    let rows = cache.meta.db.stored_bytes().await.unwrap();
+    // The index's running sum, which the evictor takes instead once the
+    // index is loaded, is the rows'.
+    if cache.meta.memory.digests_in_memory() {
+        assert_eq!(cache.meta.memory.index.stored_bytes(), rows);
+        SUMS_CHECKED.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    }
+    (cache.size(), rows + cache.blobs.dead_bytes(), disk)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -170,6 +176,7 @@ async fn random_lifetimes(pack_below: &str) {
                 task.await.unwrap();
             }
             let (count, truth, disk) = views(&cache).await;
+            assert!(!serving || SUMS_CHECKED.load(std::sync::atomic::Ordering::Relaxed) > 0);
             assert_eq!(
                 (count, count),
                 (truth, disk),

@@ -17,6 +17,7 @@
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Mutex;
 
 /// The first 48 bits of a digest.
@@ -77,6 +78,12 @@ pub(crate) struct References {
     /// What a count holds past `u16::MAX` (one digest under that many
     /// names).
     many: Mutex<HashMap<Prefix, u64>>,
+    /// The sizes of the digests counted, each once: what the rows
+    /// reference, as the database's `stored_bytes` sums it. Added when a
+    /// count starts, taken off when it ends (two digests sharing a prefix
+    /// count once, by the size of the one that came first, and are taken
+    /// off by the size of the one that goes last).
+    bytes: AtomicU64,
 }
 
 impl References {
@@ -92,6 +99,7 @@ impl References {
                 })
                 .collect(),
             many: Mutex::default(),
+            bytes: AtomicU64::new(0),
         }
     }
 
@@ -101,11 +109,14 @@ impl References {
         &self.shards[n % self.shards.len()]
     }
 
-    /// One more record names `digest`.
-    pub(crate) fn add(&self, digest: &[u8; 32]) {
+    /// One more record names `digest`, of `size` bytes.
+    pub(crate) fn add(&self, digest: &[u8; 32], size: u64) {
         let prefix = Prefix::of(digest);
         let mut shard = self.shard(digest).lock().expect("references poisoned");
         let count = shard.entry(prefix).or_insert(0);
+        if *count == 0 {
+            self.bytes.fetch_add(size, Ordering::Relaxed);
+        }
         if *count == u16::MAX {
             *self
                 .many
@@ -118,8 +129,8 @@ impl References {
         }
     }
 
-    /// One record fewer names `digest`.
-    pub(crate) fn sub(&self, digest: &[u8; 32]) {
+    /// One record fewer names `digest`, of `size` bytes.
+    pub(crate) fn sub(&self, digest: &[u8; 32], size: u64) {
         let prefix = Prefix::of(digest);
         let mut shard = self.shard(digest).lock().expect("references poisoned");
         let Some(count) = shard.get_mut(&prefix) else {
@@ -139,18 +150,27 @@ impl References {
         *count -= 1;
         if *count == 0 {
             shard.remove(&prefix);
+            let _ = (self.bytes).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(size))
+            });
         }
     }
 
-    /// `old` no longer named by a record, `new` named instead.
-    pub(crate) fn replace(&self, old: Option<&[u8; 32]>, new: &[u8; 32]) {
-        if old == Some(new) {
+    /// `old` no longer named by a record, `new` named instead (each a
+    /// digest and its size).
+    pub(crate) fn replace(&self, old: Option<(&[u8; 32], u64)>, new: (&[u8; 32], u64)) {
+        if old.is_some_and(|(d, _)| d == new.0) {
             return;
         }
-        self.add(new);
-        if let Some(old) = old {
-            self.sub(old);
+        self.add(new.0, new.1);
+        if let Some((old, size)) = old {
+            self.sub(old, size);
         }
+    }
+
+    /// The sizes of the digests counted, each once.
+    pub(crate) fn bytes(&self) -> u64 {
+        self.bytes.load(Ordering::Relaxed)
     }
 
     /// Whether some record names `digest` (or a digest with its prefix).
@@ -167,6 +187,7 @@ impl References {
             shard.lock().expect("references poisoned").clear();
         }
         self.many.lock().expect("references poisoned").clear();
+        self.bytes.store(0, Ordering::Relaxed);
     }
 
     /// How many prefixes are counted.
@@ -193,16 +214,19 @@ mod tests {
         let refs = References::with_room(10);
         let (a, b) = (digest(1, 0), digest(2, 0));
         assert!(!refs.any(&a));
-        refs.add(&a);
-        refs.add(&a);
-        refs.replace(Some(&a), &b);
+        refs.add(&a, 10);
+        refs.add(&a, 10);
+        assert_eq!(refs.bytes(), 10);
+        refs.replace(Some((&a, 10)), (&b, 300));
         assert!(refs.any(&a) && refs.any(&b));
-        refs.replace(Some(&b), &b);
-        refs.sub(&a);
+        assert_eq!(refs.bytes(), 310);
+        refs.replace(Some((&b, 300)), (&b, 300));
+        refs.sub(&a, 10);
         assert!(!refs.any(&a) && refs.any(&b));
-        assert_eq!(refs.len(), 1);
+        assert_eq!((refs.len(), refs.bytes()), (1, 300));
         refs.clear();
         assert!(!refs.any(&b));
+        assert_eq!(refs.bytes(), 0);
         assert_eq!(COUNT_BYTES, 8);
     }
 
@@ -212,24 +236,26 @@ mod tests {
         let a = digest(7, 1);
         let n = u32::from(u16::MAX) + 5;
         for _ in 0..n {
-            refs.add(&a);
+            refs.add(&a, 7);
         }
         for _ in 1..n {
-            refs.sub(&a);
+            refs.sub(&a, 7);
         }
         assert!(refs.any(&a));
-        refs.sub(&a);
+        assert_eq!(refs.bytes(), 7);
+        refs.sub(&a, 7);
         assert!(!refs.any(&a));
+        assert_eq!(refs.bytes(), 0);
         // Two digests with one prefix (bytes past the sixth differ): one
         // count, so each stays referenced while the other is.
         let x = digest(9, 3);
         let mut y2 = x;
         y2[10] = 0xff;
-        refs.add(&x);
-        refs.add(&y2);
-        refs.sub(&x);
+        refs.add(&x, 5);
+        refs.add(&y2, 5);
+        refs.sub(&x, 5);
         assert!(refs.any(&x) && refs.any(&y2));
-        refs.sub(&y2);
+        refs.sub(&y2, 5);
         assert!(!refs.any(&x));
     }
 }

@@ -342,15 +342,18 @@ impl Index {
             c.keys.insert(hashed);
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
-        let old = shard.get(&hashed).map(|s| s.record.digest);
-        if old.is_some_and(|d| d != record.digest) {
+        let old = shard.get(&hashed).map(|s| (s.record.digest, s.record.size));
+        if old.is_some_and(|(d, _)| d != record.digest) {
             return false;
         }
         shard.insert(Slot {
             key: hashed,
             record,
         });
-        self.references.replace(old.as_ref(), &record.digest);
+        self.references.replace(
+            old.as_ref().map(|(d, size)| (d, *size)),
+            (&record.digest, record.size),
+        );
         true
     }
 
@@ -369,8 +372,9 @@ impl Index {
             .get(&hashed)
             .is_some_and(|s| s.record.digest == digest.0)
         {
-            shard.remove(&hashed);
-            self.references.sub(&digest.0);
+            if let Some(old) = shard.remove(&hashed) {
+                self.references.sub(&digest.0, old.record.size);
+            }
         }
     }
 
@@ -378,14 +382,22 @@ impl Index {
     fn put(&self, key: Key, record: Record) {
         let mut shard = self.shard(key).write().expect("index poisoned");
         let old = shard.insert(Slot { key, record });
-        self.references
-            .replace(old.as_ref().map(|o| &o.record.digest), &record.digest);
+        self.references.replace(
+            old.as_ref().map(|o| (&o.record.digest, o.record.size)),
+            (&record.digest, record.size),
+        );
     }
 
     /// Whether some record names `digest`: whether a row references it,
     /// when the index is complete.
     pub fn references(&self, digest: &Digest) -> bool {
         self.references.any(&digest.0)
+    }
+
+    /// Bytes of the digests the records name, each counted once: the
+    /// rows' `stored_bytes` when the index is complete.
+    pub fn stored_bytes(&self) -> u64 {
+        self.references.bytes()
     }
 
     /// How many digests (by their first 48 bits) the records name.
@@ -476,7 +488,7 @@ impl Index {
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
         if let Some(old) = shard.remove(&hashed) {
-            self.references.sub(&old.record.digest);
+            self.references.sub(&old.record.digest, old.record.size);
         }
     }
 
@@ -492,7 +504,7 @@ impl Index {
                 let r = &s.record;
                 let keep = r.remote != n;
                 if !keep {
-                    self.references.sub(&r.digest);
+                    self.references.sub(&r.digest, r.size);
                 }
                 keep
             });
@@ -514,7 +526,7 @@ impl Index {
                 let r = &s.record;
                 let keep = r.digest != digest.0 || remote.is_some_and(|n| n != r.remote);
                 if !keep {
-                    self.references.sub(&r.digest);
+                    self.references.sub(&r.digest, r.size);
                 }
                 keep
             });

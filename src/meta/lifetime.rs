@@ -16,6 +16,18 @@ impl MetadataStore {
         self.forget_row_of(remote, path, None).await.map(drop)
     }
 
+    /// Bytes of the blobs the rows reference, each digest counted once:
+    /// summed as the records come and go where the entry index's counts
+    /// are the rows' (`digests_in_memory`), else by the database, which
+    /// reads every row (0.75–0.95 s a million on SQLite, while commits wait
+    /// for the size's lock).
+    pub async fn stored_bytes(&self) -> Result<u64, ProxyError> {
+        if self.memory.digests_in_memory() {
+            return Ok(self.memory.index.stored_bytes());
+        }
+        self.db.stored_bytes().await
+    }
+
     /// Whether any row still references the blob `digest` (hex).
     pub async fn digest_referenced(&self, digest: &str) -> Result<bool, ProxyError> {
         if let Some(parsed) = Digest::from_hex(digest) {

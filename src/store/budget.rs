@@ -3,8 +3,10 @@
 //!
 //! The committed count is a copy of one source of truth, the metadata
 //! database (the sum of the sizes of the distinct digests its rows
-//! reference, `MetadataStore::stored_bytes` in `crate::meta`): it is
-//! re-derived at start-up and by every eviction round, and in between moved by exactly the
+//! reference, `MetadataStore::stored_bytes` in `crate::meta`, which the
+//! entry index keeps as a running sum where its counts are the rows'): it
+//! is re-derived at start-up and by every eviction round, and in between
+//! moved by exactly the
 //! changes this instance makes while it holds the digest's lock (a digest's
 //! first row adds its size, the deletion of its blob subtracts it), so two
 //! commits of one digest count it once and nothing can wrap below zero.
