@@ -19,7 +19,7 @@ use crate::metrics::Metrics;
 use crate::store::{BlobStore, Budget, ContentStore, HotBlobs, LocalBlobs, S3Blobs};
 
 /// Rows above which `Cache::open` counts the stored bytes in the background.
-const DEFER_ABOVE_ROWS: usize = 100_000;
+pub(super) const DEFER_ABOVE_ROWS: usize = 100_000;
 
 /// Loads memory (the entry index, the declared keys) while the server
 /// answers (from the database, meanwhile), then marks it complete if it
@@ -27,16 +27,15 @@ const DEFER_ABOVE_ROWS: usize = 100_000;
 /// the database (see `crate::meta::other_writers`).
 async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
     let started = std::time::Instant::now();
-    if size_first {
-        match cache.rederive_size().await {
-            Ok(bytes) => tracing::info!(bytes, took = ?started.elapsed(), "stored bytes counted"),
-            Err(error) => {
-                tracing::warn!(%error, "could not count the stored bytes; the evictor will")
-            }
-        }
-        cache.budget.wake_if_over();
+    // Where the index will be complete its digest counts sum the sizes as
+    // they load: no query reads every row for them.
+    if size_first && !complete {
+        count_stored_bytes(&cache, started).await;
     }
     load_memory(&cache, complete, started).await;
+    if size_first && complete {
+        count_stored_bytes(&cache, started).await;
+    }
     if !complete {
         return;
     }
@@ -51,6 +50,17 @@ async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
         cache.meta.memory.index.begin_load();
         load_memory(&cache, true, std::time::Instant::now()).await;
     }
+}
+
+/// The store's size from the source of truth, at start-up.
+async fn count_stored_bytes(cache: &Cache, started: std::time::Instant) {
+    match cache.rederive_size().await {
+        Ok(bytes) => tracing::info!(bytes, took = ?started.elapsed(), "stored bytes counted"),
+        Err(error) => {
+            tracing::warn!(%error, "could not count the stored bytes; the evictor will")
+        }
+    }
+    cache.budget.wake_if_over();
 }
 
 /// One load of memory (the caller began the index's). Complete only if no
@@ -158,10 +168,12 @@ impl Cache {
         });
         tokio::spawn(commit::run(Arc::downgrade(&cache), queued));
         // Summing the blobs' sizes reads every row (about 0.6 s a million
-        // on SQLite): with many rows it is done beside the index's load,
-        // and until then the store counts only what commits add (fills are
-        // not held back by the limit meanwhile; commits wait while the sum
-        // runs, which holds the count's lock, then it is exact).
+        // on SQLite): with many rows it is done beside the index's load
+        // (after it, from the index's own sum, where the index will be
+        // complete), and until then the store counts only what commits add
+        // (fills are not held back by the limit meanwhile; commits wait
+        // while the sum is taken, which holds the count's lock, then it is
+        // exact).
         let deferred = cache.meta.db.rows_at_start > DEFER_ABOVE_ROWS;
         if !deferred {
             cache

@@ -231,6 +231,50 @@ async fn random_lifetimes(pack_below: &str) {
     }
 }
 
+/// A store of more rows than are summed before the index loads: its size
+/// is counted after the load, from the index's own sum, and is the rows'.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_store_takes_its_size_from_the_loaded_index() {
+    use sqlx::ConnectOptions as _;
+    const BULK: usize = super::open::DEFER_ABOVE_ROWS + 1;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open(dir.path()).await;
+    for n in 0..3 {
+        commit(&cache, n, n).await;
+    }
+    let expected: u64 = (0..3).map(|n| body(n).len() as u64).sum();
+    cache.meta.db.close().await;
+    drop(cache);
+    // Many more names of the first blob, written behind the store's back.
+    let url = format!("sqlite://{}/meta.db", dir.path().display());
+    let options: sqlx::sqlite::SqliteConnectOptions = url.parse().unwrap();
+    let mut conn = options.connect().await.unwrap();
+    sqlx::query(
+        "INSERT INTO entries (remote, path, digest, size, fetched_at, last_access)          WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < $1)          SELECT 'r', 'bulk/' || i, $2, $3, 0, 0 FROM n",
+    )
+    .bind(BULK as i64)
+    .bind(Digest::of(&body(0)).to_hex())
+    .bind(body(0).len() as i64)
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    drop(conn);
+    let cache = open(dir.path()).await;
+    cache.meta.memory.others.serve();
+    cache.meta.memory.index.loaded().await;
+    for _ in 0..200 {
+        if cache.size() == expected {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+    assert_eq!(cache.meta.memory.index.len(), BULK + 3);
+    assert!(cache.meta.memory.digests_in_memory());
+    assert_eq!(cache.meta.memory.index.stored_bytes(), expected);
+    assert_eq!(cache.meta.db.stored_bytes().await.unwrap(), expected);
+    assert_eq!(cache.size(), expected);
+}
+
 /// The first hits of one small blob, arriving together, read it into the
 /// in-memory tier once (the others wait for that read), and each gets the
 /// blob's bytes.

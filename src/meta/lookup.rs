@@ -154,6 +154,11 @@ impl MetadataStore {
             async move {
                 let from = low + part * step;
                 let mut conn = options.connect().await?;
+                // One pass over the rows: a page read is not read again, so
+                // no page cache (its 2 MB stayed with the C allocator).
+                sqlx::query("PRAGMA cache_size = 16")
+                    .execute(&mut conn)
+                    .await?;
                 let mut rows = sqlx::query(sql)
                     .bind(from)
                     .bind(from + step - 1)
