@@ -48,6 +48,27 @@ fn recipe(name: &str, requires: Option<&str>) -> String {
     )
 }
 
+/// Whether `port` answers `GET /v1/ping` as a conan_server does (with its
+/// capabilities header).
+fn is_conan_server(port: u16) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return false;
+    };
+    let _ = stream.set_read_timeout(Some(std::time::Duration::from_secs(5)));
+    if stream
+        .write_all(b"GET /v1/ping HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n")
+        .is_err()
+    {
+        return false;
+    }
+    let mut answer = String::new();
+    let _ = stream.read_to_string(&mut answer);
+    answer
+        .to_ascii_lowercase()
+        .contains("x-conan-server-capabilities")
+}
+
 /// A conan_server of the test's own; stopped (by its PID) when dropped.
 struct ConanServer {
     child: Child,
@@ -60,34 +81,44 @@ struct ConanServer {
 impl ConanServer {
     fn start(python: &Path, w: &Path, name: &str) -> ConanServer {
         let home = w.join(name);
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
         let log = w.join(format!("{name}.log"));
-        let child = Command::new(python)
-            .arg(w.join("serve.py"))
-            .arg(&home)
-            .arg(port.to_string())
-            .env("CONAN_SERVER_USERS", "demo:demo")
-            .stdout(Stdio::null())
-            .stderr(std::fs::File::create(&log).unwrap())
-            .spawn()
-            .unwrap();
-        let url = format!("http://127.0.0.1:{port}");
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
-            assert!(std::time::Instant::now() < deadline, "{name} did not start");
-            std::thread::sleep(std::time::Duration::from_millis(100));
+        // A port found free may be taken by another test's server before
+        // conan_server binds it (then it exits): ready only once the port
+        // answers as a conan_server, a new port if the child exited.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let mut child = Command::new(python)
+                .arg(w.join("serve.py"))
+                .arg(&home)
+                .arg(port.to_string())
+                .env("CONAN_SERVER_USERS", "demo:demo")
+                .stdout(Stdio::null())
+                .stderr(std::fs::File::create(&log).unwrap())
+                .spawn()
+                .unwrap();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+            loop {
+                if is_conan_server(port) {
+                    return ConanServer {
+                        child,
+                        url: format!("http://127.0.0.1:{port}"),
+                        data: home.join("data"),
+                        log,
+                        skip: 0,
+                    };
+                }
+                if child.try_wait().unwrap().is_some() {
+                    break;
+                }
+                assert!(std::time::Instant::now() < deadline, "{name} did not start");
+                std::thread::sleep(std::time::Duration::from_millis(100));
+            }
         }
-        ConanServer {
-            child,
-            url,
-            data: home.join("data"),
-            log,
-            skip: 0,
-        }
+        panic!("{name} found no free port in 5 tries");
     }
 
     /// The requests it answered since the first `skip`, from wsgiref's log
