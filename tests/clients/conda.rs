@@ -57,14 +57,20 @@ for subdir, packages in (("noarch", records), ("linux-64", {})):
     json.dump(doc, open(os.path.join(root, subdir, "repodata.json"), "w"))
 "#;
 
-/// Solves `spec` from `channel` for linux-64 and noarch and installs it.
+/// Solves `spec` from `channel` for linux-64 and noarch and installs it,
+/// then leaves without the interpreter's finalization: py-rattler's
+/// threads were seen to abort it (`PyGILState_Release`, SIGABRT) after
+/// the install had finished.
 const SOLVE_AND_INSTALL: &str = r#"
-import asyncio, sys, rattler
+import asyncio, os, sys, rattler
 async def main(channel, spec, prefix, cache):
     records = await rattler.solve(sources=[rattler.Channel(channel)], specs=[spec],
                                   platforms=["linux-64", "noarch"])
     await rattler.install(records, target_prefix=prefix, cache_dir=cache)
 asyncio.run(main(*sys.argv[1:]))
+sys.stdout.flush()
+sys.stderr.flush()
+os._exit(0)
 "#;
 
 /// rattler solving and installing `spec` into `w/env{n}`, with a home and
