@@ -72,11 +72,8 @@ impl MetadataStore {
                     |(path, digest, size, fetched_at_ms, last_access_ms, hits)| {
                         // Hits and the access time the hit path kept in memory
                         // and has not flushed yet.
-                        let (pending, in_memory) = self
-                            .memory
-                            .cache
-                            .get(&format!("{remote}/{path}"))
-                            .map_or((0, 0), |entry| entry.unflushed());
+                        let (pending, in_memory) =
+                            self.memory.unflushed(&format!("{remote}/{path}"));
                         Browsed {
                             path,
                             digest,

@@ -36,6 +36,10 @@ pub struct Entry {
     /// (`upstream_etag` is `None` whatever the row says): a revalidation
     /// reads the row first.
     pub from_index: bool,
+    /// Put in the entry cache from the index ([`super::Memory::promote`]):
+    /// its hits are counted in it, as a database row's are, not in
+    /// `touched`.
+    pub(super) held: bool,
 }
 
 impl Clone for Entry {
@@ -53,6 +57,7 @@ impl Clone for Entry {
             flushed_access_ms: AtomicI64::new(self.flushed_access_ms.load(Ordering::Relaxed)),
             pending_hits: AtomicU64::new(self.pending_hits.load(Ordering::Relaxed)),
             from_index: self.from_index,
+            held: self.held,
         }
     }
 }
@@ -79,6 +84,7 @@ impl Entry {
             flushed_access_ms: AtomicI64::new(fetched_at_ms),
             pending_hits: AtomicU64::new(0),
             from_index: false,
+            held: false,
         }
     }
 

@@ -357,6 +357,18 @@ impl Index {
         true
     }
 
+    /// Whether the record of `key` is still the one `entry` was built
+    /// from (its bytes, and when they were fetched).
+    pub(crate) fn holds(&self, key: &str, entry: &Entry) -> bool {
+        let hashed = self.key(key);
+        let shard = self.shard(hashed).read().expect("index poisoned");
+        shard.get(&hashed).is_some_and(|s| {
+            s.record.digest == entry.digest.0
+                && s.record.size == entry.size
+                && s.record.fetched_at_ms == entry.fetched_at_ms
+        })
+    }
+
     /// Takes the record of `key` away if it names `digest` (the row it
     /// stood for was deleted); with `None`, only notes the key for a load.
     pub(crate) fn remove_named(&self, key: &str, digest: Option<&Digest>) {

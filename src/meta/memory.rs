@@ -17,6 +17,10 @@ use super::touched::Touched;
 use crate::path::ArtifactPath;
 use crate::store::Digest;
 
+/// How soon a second hit on a key served from the index puts its entry in
+/// the entry cache ([`Memory::promote`]).
+pub const PROMOTE_WITHIN_MS: i64 = 100;
+
 pub struct Memory {
     /// Entries by `remote/path`, in front of the database.
     pub(crate) cache: EntryCache,
@@ -142,12 +146,39 @@ impl Memory {
 
     /// Puts `entry`, the row just written (a commit's, under its locks),
     /// in memory for `path` unless a purge covering it came after
-    /// `ticket`; returns whether it did.
+    /// `ticket`; returns whether it did. It goes in the index; in the entry
+    /// cache only in place of an entry held for the key (a revalidated hot
+    /// entry): a fresh row enters it on its hits ([`Memory::promote`]), so
+    /// a run of misses never read again does not fill it.
     pub(crate) fn remember(&self, path: &ArtifactPath, entry: &Arc<Entry>, ticket: Ticket) -> bool {
         self.purges.if_current(path.key(), ticket, || {
             self.index.insert(path.key(), entry);
-            self.cache.insert(path.key().to_string(), entry.clone());
+            if self.cache.contains_key(path.key()) {
+                self.cache.insert(path.key().to_string(), entry.clone());
+            }
         })
+    }
+
+    /// Puts `entry`, built from the index at `ticket` for a hit on `path`,
+    /// in the entry cache if the key was hit within the last
+    /// [`PROMOTE_WITHIN_MS`] (so a hot key is served from the entry cache
+    /// from its second hit, while keys hit now and then are served from
+    /// their records without an insertion and the eviction it causes), no
+    /// purge or deletion of the key came after `ticket`, and the index
+    /// still names the same row.
+    pub(crate) fn promote(&self, path: &ArtifactPath, entry: &Entry, ticket: Ticket, now_ms: i64) {
+        let key = path.key();
+        if !self.touched.noted_since(key, now_ms - PROMOTE_WITHIN_MS) {
+            return;
+        }
+        let mut held = entry.clone();
+        held.held = true;
+        let held = Arc::new(held);
+        self.purges.if_read_current(key, ticket, || {
+            if self.index.holds(key, &held) {
+                self.cache.insert(key.to_string(), held);
+            }
+        });
     }
 
     /// [`MetadataStore::remember`] for a row read (or revalidated) a while
@@ -203,13 +234,21 @@ impl Memory {
 
     /// Notes a hit on `entry` (of `path`) now, for the evictor's flush of
     /// access times and hit counts: in the entry itself when the entry
-    /// cache holds it, else in `touched`.
+    /// cache holds it, else in `touched` (which [`Memory::promote`] asks).
     pub fn touch(&self, path: &ArtifactPath, entry: &Entry, now_ms: i64) {
-        if entry.from_index {
+        if entry.from_index && !entry.held {
             self.touched.note(path.key(), now_ms);
         } else {
             entry.touch(now_ms);
         }
+    }
+
+    /// Hits on `key` not flushed to its row yet, and the last one's time:
+    /// those its held entry counted and those `touched` did.
+    pub(crate) fn unflushed(&self, key: &str) -> (u64, i64) {
+        let (held, held_at) = self.cache.get(key).map_or((0, 0), |e| e.unflushed());
+        let (noted, noted_at) = self.touched.pending(key);
+        (held + noted, held_at.max(noted_at))
     }
 
     /// Remembers that every mirror answered `status` (404/410) for `path`

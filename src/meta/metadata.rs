@@ -4,6 +4,7 @@
 //! step by the writers here (a row recorded, revalidated, its access times
 //! flushed) and in [`super::lifetime`], read by [`super::lookup`].
 
+use std::collections::HashMap;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 
@@ -134,21 +135,26 @@ impl MetadataStore {
             }
         }
         // Taken now: a failed flush loses them (as it would lose nothing of
-        // the entry cache's, which keeps its counts pending).
+        // the entry cache's, which keeps its counts pending). A key hit
+        // from its record and then from its held entry is one row.
+        let mut rows: HashMap<&str, (i64, u64)> = HashMap::new();
         let from_index = self.memory.touched.take();
-        if touched.is_empty() && from_index.is_empty() {
+        let held = touched
+            .iter()
+            .map(|(key, _, last, hits)| (key.as_str(), *last, *hits));
+        let noted = from_index
+            .iter()
+            .map(|(key, last, hits)| (key.as_str(), *last, *hits));
+        for (key, last, hits) in held.chain(noted) {
+            let row = rows.entry(key).or_default();
+            *row = (row.0.max(last), row.1 + hits);
+        }
+        if rows.is_empty() {
             return Ok(0);
         }
-        let rows = touched
-            .iter()
-            .map(|(key, _, last, hits)| (key.as_str(), *last, *hits))
-            .chain(
-                from_index
-                    .iter()
-                    .map(|(key, last, hits)| (key.as_str(), *last, *hits)),
-            );
+        let updated = rows.len();
         let mut tx = self.db.pool.begin().await.map_err(db_error)?;
-        for (key, last, hits) in rows {
+        for (key, (last, hits)) in rows {
             let (remote, path) = key.split_once('/').unwrap_or((key, ""));
             sqlx::query(
                 "UPDATE entries SET hits = hits + $2, \
@@ -169,7 +175,7 @@ impl MetadataStore {
             // Hits counted while the transaction ran stay pending.
             entry.pending_hits.fetch_sub(*hits, Ordering::Relaxed);
         }
-        Ok(touched.len() + from_index.len())
+        Ok(updated)
     }
 }
 

@@ -25,19 +25,36 @@ impl Touched {
         }
     }
 
-    pub(crate) fn note(&self, key: &str, now_ms: i64) {
+    fn shard(&self, key: &str) -> &std::sync::Mutex<TouchedShard> {
         // FNV-1a: any spread will do.
         let hash = key.bytes().fold(0xcbf2_9ce4_8422_2325u64, |h, b| {
             (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3)
         });
-        let shard = &self.shards[hash as usize % TOUCHED_SHARDS];
-        let mut touched = shard.lock().expect("touched poisoned");
+        &self.shards[hash as usize % TOUCHED_SHARDS]
+    }
+
+    pub(crate) fn note(&self, key: &str, now_ms: i64) {
+        let mut touched = self.shard(key).lock().expect("touched poisoned");
         if let Some((last, hits)) = touched.get_mut(key) {
             *hits += 1;
             *last = (*last).max(now_ms);
         } else if touched.len() < self.room {
             touched.insert(key.to_string(), (now_ms, 1));
         }
+    }
+
+    /// Hits on `key` noted since the last flush, and the last one's time.
+    pub(crate) fn pending(&self, key: &str) -> (u64, i64) {
+        let touched = self.shard(key).lock().expect("touched poisoned");
+        touched
+            .get(key)
+            .map_or((0, 0), |(last, hits)| (*hits, *last))
+    }
+
+    /// Whether a hit on `key` was noted at `since_ms` or later.
+    pub(crate) fn noted_since(&self, key: &str, since_ms: i64) -> bool {
+        let touched = self.shard(key).lock().expect("touched poisoned");
+        touched.get(key).is_some_and(|(last, _)| *last >= since_ms)
     }
 
     /// Everything noted since the last call: (key, last access, hits).

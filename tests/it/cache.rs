@@ -246,6 +246,59 @@ async fn stale_entries_are_revalidated_and_replaced_when_changed() {
     proxy.stop().await;
 }
 
+/// A fresh row goes into the entry index only: a run of misses never read
+/// again does not fill the entry cache. Hit again soon, the entry enters
+/// the entry cache; a commit of new bytes for its key replaces it there, so
+/// the next hit serves the new bytes.
+#[tokio::test]
+async fn an_entry_enters_the_entry_cache_on_its_hits_and_leaves_with_its_row() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/repo/index.json", b"version 1".to_vec());
+    let proxy = TestProxy::start(&remote("r", &[&mirror], "revalidate_after = \"1s\"")).await;
+    let memory = &proxy.running.proxy.cache.meta.memory;
+    let path = mirrorcache::path::ArtifactPath::parse("/r/index.json").unwrap();
+    let client = reqwest::Client::new();
+    let url = proxy.url("/r/index.json");
+
+    assert_eq!(get(&client, &url).await.1, "MISS");
+    proxy.settle().await;
+    assert!(
+        memory.lookup_in_memory(&path).is_none(),
+        "held on its commit"
+    );
+    let mut hits = 0;
+    while memory.lookup_in_memory(&path).is_none() {
+        let (status, cache, bytes) = get(&client, &url).await;
+        assert_eq!(
+            (status, cache.as_str(), &bytes.unwrap()[..]),
+            (200, "HIT", &b"version 1"[..])
+        );
+        hits += 1;
+        assert!(hits < 50, "never held after {hits} hits");
+    }
+    let held = memory.lookup_in_memory(&path).unwrap();
+    assert_eq!(held.digest.to_hex(), sha256_hex(b"version 1"));
+
+    mirror.put("/repo/index.json", b"version 2".to_vec());
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    let (_, cache, bytes) = get(&client, &url).await;
+    assert_eq!(
+        (cache.as_str(), &bytes.unwrap()[..]),
+        ("MISS", &b"version 2"[..])
+    );
+    proxy.settle().await;
+    if let Some(entry) = memory.lookup_in_memory(&path) {
+        assert_eq!(entry.digest.to_hex(), sha256_hex(b"version 2"));
+    }
+    let (status, cache, bytes) = get(&client, &url).await;
+    assert_eq!(
+        (status, cache.as_str(), &bytes.unwrap()[..]),
+        (200, "HIT", &b"version 2"[..])
+    );
+    assert_eq!(mirror.hits("/repo/index.json"), 2);
+    proxy.stop().await;
+}
+
 #[tokio::test]
 async fn fresh_entries_are_not_revalidated() {
     let mirror = MirrorServer::start().await;
