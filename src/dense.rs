@@ -3,8 +3,8 @@
 //! holds two copies of its records, nor room for as many again, as a hash
 //! map's doubling does), a hash table of their 4-byte numbers in front.
 //!
-//! A million 72-byte records take 72 MB and about 10 MB of numbers here,
-//! where a hash map holding them whole takes between 82 and 165 MB by how
+//! A million 64-byte records take 64 MB and about 10 MB of numbers here,
+//! where a hash map holding them whole takes between 73 and 146 MB by how
 //! full its buckets are, and half as much again while it doubles (the
 //! entry index's tables and the packs' places: BENCHMARKS.md, "Peak RSS").
 //!

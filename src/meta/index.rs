@@ -3,15 +3,17 @@
 //! database however many entries the cache holds (the entry cache in front
 //! of it keeps only the hot ones, with what their responses derive).
 //!
-//! A record is 72 bytes with its 16-byte key, the key being a 128-bit
-//! keyed hash of `remote/path` (SipHash with two random keys per process:
-//! no one can make two keys collide without knowing them): the digest, the
-//! size, when the body was fetched, the mirror's `Last-Modified` as unix
-//! seconds, and the content type and remote as numbers of small interning
-//! tables. The mirror's `ETag` is not kept: an entry built from a record says
+//! A record is 64 bytes with its 12-byte key, the key being a 96-bit
+//! keyed hash of `remote/path` (two SipHashes with random keys per process:
+//! no one can make two keys collide without knowing them, and the chance
+//! that two of ten million keys do is below 10⁻¹⁵): the digest, the size
+//! and when the body was fetched (48 bits each: a body of 256 TiB or more,
+//! or a time past the year 10000, makes a record that says to ask the
+//! database), the mirror's `Last-Modified` as unix seconds, and the
+//! content type and remote as numbers of small interning tables. The mirror's `ETag` is not kept: an entry built from a record says
 //! so (`Entry::from_index`), and a revalidation reads the row for it. The
 //! records are kept in shards of [`crate::dense`] tables: chunks of records
-//! behind a hash table of their numbers, about 82 bytes a row at any count.
+//! behind a hash table of their numbers, about 74 bytes a row at any count.
 //!
 //! On SQLite without a cluster the index is **complete** once loaded: the
 //! request path takes a key it does not list to have no row (a cold miss
@@ -48,25 +50,64 @@ use super::hashing::{layout, BuildIdentity};
 use crate::dense::{Dense, Keyed};
 use crate::store::Digest;
 
-/// A key: two 64-bit keyed hashes of `remote/path`.
-pub type Key = (u64, u64);
+/// A key: 96 bits of two keyed hashes of `remote/path`; the first 64
+/// place it in its shard's table, the last 32 pick the shard.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key([u32; 3]);
+
+impl Key {
+    fn in_shard(&self) -> u64 {
+        u64::from(self.0[0]) | (u64::from(self.0[1]) << 32)
+    }
+}
+
+impl std::hash::Hash for Key {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_u64(self.in_shard());
+    }
+}
+
+/// The largest size and time a record holds (48 bits).
+const U48_MAX: u64 = (1 << 48) - 1;
+
+/// `n` in 48 bits, saturated.
+fn u48(n: u64) -> [u16; 3] {
+    let n = n.min(U48_MAX);
+    [n as u16, (n >> 16) as u16, (n >> 32) as u16]
+}
+
+fn from_u48(n: [u16; 3]) -> u64 {
+    u64::from(n[0]) | (u64::from(n[1]) << 16) | (u64::from(n[2]) << 32)
+}
 
 /// The content type number of a record the index cannot hold whole (a
 /// content-type table full, a `Last-Modified` that is not a date): the key
 /// is listed, and its entry read from the database.
 const ASK: u16 = u16::MAX;
 
-/// One row, compactly (the part of [`Slot`] after its key).
+/// One row, compactly (the part of [`Slot`] after its key). Its fields
+/// are aligned to 4 bytes at most, so a slot takes 64.
 #[derive(Debug, Clone, Copy)]
 pub struct Record {
     digest: [u8; 32],
-    size: u64,
-    fetched_at_ms: i64,
+    size: [u16; 3],
+    /// Unix ms.
+    fetched_at_ms: [u16; 3],
     /// Unix seconds of the mirror's `Last-Modified`; 0 for none.
     last_modified_s: u32,
     /// Number in the content-type table; 0 for none.
     content_type: u16,
     remote: u16,
+}
+
+impl Record {
+    fn size(&self) -> u64 {
+        from_u48(self.size)
+    }
+
+    fn fetched_at_ms(&self) -> i64 {
+        from_u48(self.fetched_at_ms) as i64
+    }
 }
 
 /// A record with its key, as a shard's table holds it.
@@ -81,9 +122,8 @@ impl Keyed for Slot {
     fn key(&self) -> &Key {
         &self.key
     }
-    /// The key's second half: the first picks the shard.
     fn hash(key: &Key) -> u64 {
-        key.1
+        key.in_shard()
     }
 }
 
@@ -288,12 +328,12 @@ impl Index {
     }
 
     pub fn key(&self, key: &str) -> Key {
-        let (a, b) = (&self.hashers.0, &self.hashers.1);
-        (a.hash_one(key), b.hash_one(key))
+        let (a, b) = (self.hashers.0.hash_one(key), self.hashers.1.hash_one(key));
+        Key([a as u32, (a >> 32) as u32, b as u32])
     }
 
     fn shard(&self, key: Key) -> &RwLock<Dense<Slot>> {
-        &self.shards[key.0 as usize % self.shards.len()]
+        &self.shards[key.0[2] as usize % self.shards.len()]
     }
 
     pub fn len(&self) -> usize {
@@ -342,7 +382,9 @@ impl Index {
             c.keys.insert(hashed);
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
-        let old = shard.get(&hashed).map(|s| (s.record.digest, s.record.size));
+        let old = shard
+            .get(&hashed)
+            .map(|s| (s.record.digest, s.record.size()));
         if old.is_some_and(|(d, _)| d != record.digest) {
             return false;
         }
@@ -352,7 +394,7 @@ impl Index {
         });
         self.references.replace(
             old.as_ref().map(|(d, size)| (d, *size)),
-            (&record.digest, record.size),
+            (&record.digest, record.size()),
         );
         true
     }
@@ -364,8 +406,8 @@ impl Index {
         let shard = self.shard(hashed).read().expect("index poisoned");
         shard.get(&hashed).is_some_and(|s| {
             s.record.digest == entry.digest.0
-                && s.record.size == entry.size
-                && s.record.fetched_at_ms == entry.fetched_at_ms
+                && s.record.size() == entry.size
+                && s.record.fetched_at_ms() == entry.fetched_at_ms
         })
     }
 
@@ -385,7 +427,7 @@ impl Index {
             .is_some_and(|s| s.record.digest == digest.0)
         {
             if let Some(old) = shard.remove(&hashed) {
-                self.references.sub(&digest.0, old.record.size);
+                self.references.sub(&digest.0, old.record.size());
             }
         }
     }
@@ -395,8 +437,8 @@ impl Index {
         let mut shard = self.shard(key).write().expect("index poisoned");
         let old = shard.insert(Slot { key, record });
         self.references.replace(
-            old.as_ref().map(|o| (&o.record.digest, o.record.size)),
-            (&record.digest, record.size),
+            old.as_ref().map(|o| (&o.record.digest, o.record.size())),
+            (&record.digest, record.size()),
         );
     }
 
@@ -427,11 +469,14 @@ impl Index {
 
     /// The record of a row of `remote`. One that cannot hold it (a content
     /// type past the table's room, a `Last-Modified` that is not a date,
-    /// headers kept with the row: the hub's) says to ask the database.
+    /// headers kept with the row: the hub's; a size or time past 48 bits)
+    /// says to ask the database.
     pub fn record(&self, remote: &str, row: &Fields<'_>) -> Record {
         let remote = self.remote_number(remote).unwrap_or(0);
         let exact = || {
-            if row.kept || remote == 0 {
+            let held = |n: u64| n <= U48_MAX;
+            let fetched = u64::try_from(row.fetched_at_ms).ok().filter(|&t| held(t));
+            if row.kept || remote == 0 || !held(row.size) || fetched.is_none() {
                 return None;
             }
             let content_type = match row.content_type {
@@ -447,8 +492,8 @@ impl Index {
         let (content_type, last_modified_s) = exact().unwrap_or((ASK, 0));
         Record {
             digest: row.digest.0,
-            size: row.size,
-            fetched_at_ms: row.fetched_at_ms,
+            size: u48(row.size),
+            fetched_at_ms: u48(row.fetched_at_ms.max(0) as u64),
             last_modified_s,
             content_type,
             remote,
@@ -483,11 +528,11 @@ impl Index {
             (record.last_modified_s != 0).then(|| crate::clock::http_date(record.last_modified_s));
         let mut entry = Entry::new(
             Digest(record.digest),
-            record.size,
+            record.size(),
             content_type,
             None,
             last_modified,
-            record.fetched_at_ms,
+            record.fetched_at_ms(),
         );
         entry.from_index = true;
         Found::Entry(entry)
@@ -500,7 +545,7 @@ impl Index {
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
         if let Some(old) = shard.remove(&hashed) {
-            self.references.sub(&old.record.digest, old.record.size);
+            self.references.sub(&old.record.digest, old.record.size());
         }
     }
 
@@ -516,7 +561,7 @@ impl Index {
                 let r = &s.record;
                 let keep = r.remote != n;
                 if !keep {
-                    self.references.sub(&r.digest, r.size);
+                    self.references.sub(&r.digest, r.size());
                 }
                 keep
             });
@@ -538,7 +583,7 @@ impl Index {
                 let r = &s.record;
                 let keep = r.digest != digest.0 || remote.is_some_and(|n| n != r.remote);
                 if !keep {
-                    self.references.sub(&r.digest, r.size);
+                    self.references.sub(&r.digest, r.size());
                 }
                 keep
             });
@@ -601,13 +646,24 @@ mod tests {
         // Not a date: listed, and asked of the database.
         index.insert("r/c", &entry(3, Some("yesterday")));
         assert!(matches!(index.get("r/c"), Found::Unknown));
+        // Past 48 bits: listed, and asked of the database.
+        let mut huge = entry(4, None);
+        huge.size = 1 << 48;
+        index.insert("r/huge", &huge);
+        assert!(matches!(index.get("r/huge"), Found::Unknown));
+        let mut before_1970 = entry(4, None);
+        before_1970.fetched_at_ms = -1;
+        index.insert("r/old", &before_1970);
+        assert!(matches!(index.get("r/old"), Found::Unknown));
+        index.remove("r/huge");
+        index.remove("r/old");
         index.remove_digest(Some("r"), &Digest([1; 32]));
         assert!(matches!(index.get("r/a"), Found::Absent));
         assert!(matches!(index.get("s/a"), Found::Entry(_)));
         index.remove_remote("r");
         assert!(matches!(index.get("r/b"), Found::Absent));
         assert_eq!(index.len(), 1);
-        assert_eq!(RECORD_BYTES, 72);
+        assert_eq!(RECORD_BYTES, 64);
         // Tables nearly full at start-up, whatever the count.
         for expected in [10_000, 1_000_000, 1 << 20, 5_000_000] {
             let (shards, room) = layout(expected);
