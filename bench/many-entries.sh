@@ -173,12 +173,17 @@ EOF
     sleep 1
     rss=$(rss_mib "$pid")
     log "N=$n: first hit after $startup s; index loaded after $loaded s; idle RSS $rss MiB"
+    # Each wrk thread seeds its own sequence (seeded by the second alone,
+    # both threads would ask for the same keys at the same moments).
+    seeded='local threads = 0
+function setup(thread) thread:set("id", threads); threads = threads + 1 end
+function init(args) math.randomseed(os.time() * 1000 + id) end'
     cat >"$dir/random.lua" <<EOF
-math.randomseed(os.time())
+$seeded
 request = function() return wrk.format("GET", "/o/k/" .. math.random(0, $((n - 1)))) end
 EOF
     cat >"$dir/hot.lua" <<EOF
-math.randomseed(os.time())
+$seeded
 request = function() return wrk.format("GET", "/o/k/" .. math.random(0, 999)) end
 EOF
     # Warm the hot keys (and the blob in memory).

@@ -235,5 +235,5 @@ written_back=""
         echo "mirrorcache, $conns clients: same bytes ÷ distinct bytes = $(ratio "$(median "${s[@]}")" "$(median "${d[@]}")")"
     done
     echo
-    echo "mirrorcache peak RSS: $(awk '/^VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$M_PID/status")"
+    echo "mirrorcache peak RSS: $(awk '/^VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$M_PID/status"), with $(rows_now) rows and $(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM blob_places').fetchone()[0])" "$M_DIR/meta.db") packed blobs"
 }

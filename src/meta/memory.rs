@@ -19,7 +19,7 @@ use crate::store::Digest;
 
 /// How soon a second hit on a key served from the index puts its entry in
 /// the entry cache ([`Memory::promote`]).
-pub const PROMOTE_WITHIN_MS: i64 = 100;
+pub const PROMOTE_WITHIN_MS: i64 = 10;
 
 pub struct Memory {
     /// Entries by `remote/path`, in front of the database.
