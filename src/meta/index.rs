@@ -39,14 +39,15 @@
 //! `lifetime` (records
 //! added under the purge lock, like the entry cache: see `super::purge`).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashSet;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, RwLock};
+use std::sync::{Mutex, RwLock};
 
 use super::digest_counts::References;
 use super::entry::Entry;
 use super::hashing::{layout, BuildIdentity};
+use super::names::Names;
 use crate::dense::{Dense, Keyed};
 use crate::store::Digest;
 
@@ -137,45 +138,6 @@ pub enum Found {
     Unknown,
 }
 
-/// Interns short strings as numbers (content types, remote names).
-#[derive(Default)]
-struct Names {
-    names: Vec<Arc<str>>,
-    numbers: HashMap<Arc<str>, u16>,
-}
-
-impl Names {
-    /// The number of `name` (from 1), or `None` when the table is full.
-    fn number(&mut self, name: &str) -> Option<u16> {
-        if let Some(&n) = self.numbers.get(name) {
-            return Some(n);
-        }
-        let n = u16::try_from(self.names.len() + 1).ok()?;
-        let name: Arc<str> = Arc::from(name);
-        self.names.push(name.clone());
-        self.numbers.insert(name, n);
-        Some(n)
-    }
-
-    fn name(&self, n: u16) -> Option<&Arc<str>> {
-        self.names.get(usize::from(n).checked_sub(1)?)
-    }
-}
-
-/// The number of `name` in `table`, interned if new (`None`: the table is full).
-fn number(table: &RwLock<Names>, name: &str) -> Option<u16> {
-    let known = table
-        .read()
-        .expect("index poisoned")
-        .numbers
-        .get(name)
-        .copied();
-    match known {
-        Some(n) => Some(n),
-        None => table.write().expect("index poisoned").number(name),
-    }
-}
-
 pub struct Index {
     /// Whether a key the index does not list has no row: set once every row
     /// is loaded, on a database no one else writes.
@@ -193,8 +155,8 @@ pub struct Index {
         std::collections::hash_map::RandomState,
     ),
     shards: Box<[RwLock<Dense<Slot>>]>,
-    content_types: RwLock<Names>,
-    remotes: RwLock<Names>,
+    content_types: Names,
+    remotes: Names,
     /// How many records name each digest, changed with them.
     references: References,
 }
@@ -264,8 +226,8 @@ impl Index {
             shards: (0..shards)
                 .map(|_| RwLock::new(Dense::with_capacity(if expected == 0 { 0 } else { room })))
                 .collect(),
-            content_types: RwLock::default(),
-            remotes: RwLock::default(),
+            content_types: Names::default(),
+            remotes: Names::default(),
             references: References::with_room(expected),
         }
     }
@@ -460,11 +422,11 @@ impl Index {
     }
 
     fn remote_number(&self, remote: &str) -> Option<u16> {
-        number(&self.remotes, remote)
+        self.remotes.number(remote)
     }
 
     fn content_type_number(&self, name: &str) -> Option<u16> {
-        number(&self.content_types, name)
+        self.content_types.number(name)
     }
 
     /// The record of a row of `remote`. One that cannot hold it (a content
@@ -519,8 +481,8 @@ impl Index {
         let content_type = match record.content_type {
             0 => None,
             ASK => return Found::Unknown,
-            n => match self.content_types.read().expect("index poisoned").name(n) {
-                Some(name) => Some(name.to_string()),
+            n => match self.content_types.name(n) {
+                Some(name) => Some(name),
                 None => return Found::Unknown,
             },
         };

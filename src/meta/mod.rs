@@ -40,6 +40,7 @@ mod lifetime;
 mod lookup;
 mod memory;
 mod metadata;
+mod names;
 pub mod other_writers;
 pub mod places;
 mod prepared;
