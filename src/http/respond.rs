@@ -37,12 +37,18 @@ struct Validators {
 fn validators(entry: &Entry) -> &Validators {
     entry.prepared.get_or_init(|| {
         let fetched = UNIX_EPOCH + Duration::from_millis(entry.fetched_at_ms.max(0) as u64);
-        let modified = entry
+        let upstream = entry
             .upstream_last_modified
             .as_deref()
-            .and_then(|s| httpdate::parse_http_date(s).ok())
-            .unwrap_or(fetched);
-        let date = httpdate::fmt_http_date(modified);
+            .and_then(|s| Some((s, httpdate::parse_http_date(s).ok()?)));
+        let modified = upstream.map_or(fetched, |(_, time)| time);
+        // An IMF-fixdate (29 bytes; the other two forms HTTP allows are
+        // longer or shorter) is sent as it came: the entry index's records
+        // give one back with every hit they serve.
+        let date = match upstream {
+            Some((text, _)) if text.len() == 29 => text.to_string(),
+            _ => httpdate::fmt_http_date(modified),
+        };
         // The three values are slices of one buffer: one allocation (and
         // one shared count) an entry, not three, in the entry cache's memory.
         let typed = entry
@@ -57,7 +63,13 @@ fn validators(entry: &Entry) -> &Validators {
             HeaderValue::from_maybe_shared(text.slice(range)).expect("checked header text")
         };
         Validators {
-            modified: httpdate::parse_http_date(&date).unwrap_or(modified),
+            // At whole seconds, as the date is.
+            modified: UNIX_EPOCH
+                + Duration::from_secs(
+                    modified
+                        .duration_since(UNIX_EPOCH)
+                        .map_or(0, |since| since.as_secs()),
+                ),
             etag: value(0..etag_end),
             last_modified: value(etag_end..date_end),
             content_type: match typed {
