@@ -36,7 +36,7 @@ pub struct Entry {
     /// (`upstream_etag` is `None` whatever the row says): a revalidation
     /// reads the row first.
     pub from_index: bool,
-    /// Put in the entry cache from the index ([`super::Memory::promote`]):
+    /// Put in the entry cache from the index (`Memory::promote`, on a hit):
     /// its hits are counted in it, as a database row's are, not in
     /// `touched`.
     pub(super) held: bool,

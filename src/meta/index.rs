@@ -10,8 +10,9 @@
 //! and when the body was fetched (48 bits each: a body of 256 TiB or more,
 //! or a time past the year 10000, makes a record that says to ask the
 //! database), the mirror's `Last-Modified` as unix seconds, and the
-//! content type and remote as numbers of small interning tables. The mirror's `ETag` is not kept: an entry built from a record says
-//! so (`Entry::from_index`), and a revalidation reads the row for it. The
+//! content type and remote as numbers of small interning tables. The
+//! mirror's `ETag` is not kept: an entry built from a record says so
+//! (`Entry::from_index`), and a revalidation reads the row for it. The
 //! records are kept in shards of [`crate::dense`] tables: chunks of records
 //! behind a hash table of their numbers, about 74 bytes a row at any count.
 //!
@@ -436,9 +437,9 @@ impl Index {
     pub fn record(&self, remote: &str, row: &Fields<'_>) -> Record {
         let remote = self.remote_number(remote).unwrap_or(0);
         let exact = || {
-            let held = |n: u64| n <= U48_MAX;
-            let fetched = u64::try_from(row.fetched_at_ms).ok().filter(|&t| held(t));
-            if row.kept || remote == 0 || !held(row.size) || fetched.is_none() {
+            let fits = |n: u64| n <= U48_MAX;
+            let fetched_fits = u64::try_from(row.fetched_at_ms).is_ok_and(fits);
+            if row.kept || remote == 0 || !fits(row.size) || !fetched_fits {
                 return None;
             }
             let content_type = match row.content_type {
@@ -482,8 +483,8 @@ impl Index {
             0 => None,
             ASK => return Found::Unknown,
             n => match self.content_types.name(n) {
-                Some(name) => Some(name),
                 None => return Found::Unknown,
+                name => name,
             },
         };
         let last_modified =

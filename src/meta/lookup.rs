@@ -55,15 +55,10 @@ impl MetadataStore {
         // comes before it is.
         let ticket = self.memory.purges.ticket();
         match self.memory.index.get(path.key()) {
-            // Put in the entry cache only if hit again soon: an insertion
-            // (and the eviction it causes) costs a random hit more than
-            // building the entry again; its hits are counted in `touched`
-            // (`Memory::touch`).
-            Found::Entry(entry) => {
-                self.memory
-                    .promote(path, &entry, ticket, crate::clock::now_ms());
-                return Ok(Some(Arc::new(entry)));
-            }
+            // Put in the entry cache only if hit again soon
+            // (`Memory::touch`): an insertion (and the eviction it causes)
+            // costs a random hit more than building the entry again.
+            Found::Entry(entry) => return Ok(Some(Arc::new(entry))),
             Found::Absent if trust_index => return Ok(None),
             Found::Absent | Found::Unknown => {}
         }

@@ -159,22 +159,16 @@ impl Memory {
         })
     }
 
-    /// Puts `entry`, built from the index at `ticket` for a hit on `path`,
-    /// in the entry cache if the key was hit within the last
-    /// [`PROMOTE_WITHIN_MS`] (so a hot key is served from the entry cache
-    /// from its second hit, while keys hit now and then are served from
-    /// their records without an insertion and the eviction it causes), no
-    /// purge or deletion of the key came after `ticket`, and the index
-    /// still names the same row.
-    pub(crate) fn promote(&self, path: &ArtifactPath, entry: &Entry, ticket: Ticket, now_ms: i64) {
+    /// Puts `entry`, built from the index for a hit on `path`, in the
+    /// entry cache if the index still names the row it was built from,
+    /// checked under the purge lock: a purge or deletion of the key since
+    /// took the record (and a row committed again has another fetch time).
+    fn promote(&self, path: &ArtifactPath, entry: &Entry) {
         let key = path.key();
-        if !self.touched.noted_since(key, now_ms - PROMOTE_WITHIN_MS) {
-            return;
-        }
         let mut held = entry.clone();
         held.held = true;
         let held = Arc::new(held);
-        self.purges.if_read_current(key, ticket, || {
+        self.purges.under_lock(|| {
             if self.index.holds(key, &held) {
                 self.cache.insert(key.to_string(), held);
             }
@@ -234,10 +228,18 @@ impl Memory {
 
     /// Notes a hit on `entry` (of `path`) now, for the evictor's flush of
     /// access times and hit counts: in the entry itself when the entry
-    /// cache holds it, else in `touched` (which [`Memory::promote`] asks).
+    /// cache holds it, else in `touched`. An entry built from the index
+    /// goes into the entry cache when its key was hit within the last
+    /// [`PROMOTE_WITHIN_MS`] ([`Memory::promote`]): a hot key is served
+    /// from the entry cache from its second hit, while keys hit now and
+    /// then are served from their records without an insertion and the
+    /// eviction it causes.
     pub fn touch(&self, path: &ArtifactPath, entry: &Entry, now_ms: i64) {
         if entry.from_index && !entry.held {
-            self.touched.note(path.key(), now_ms);
+            let before = self.touched.note(path.key(), now_ms);
+            if before.is_some_and(|last| last >= now_ms - PROMOTE_WITHIN_MS) {
+                self.promote(path, entry);
+            }
         } else {
             entry.touch(now_ms);
         }

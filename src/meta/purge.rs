@@ -129,6 +129,13 @@ impl Purges {
         )
     }
 
+    /// Runs `visible` under the lock a purge takes to record itself, so a
+    /// purge comes wholly before or wholly after it.
+    pub(crate) fn under_lock(&self, visible: impl FnOnce()) {
+        let _records = self.records.lock().expect("purges poisoned");
+        visible();
+    }
+
     /// Runs `visible` under the records' lock unless the clock moved past
     /// `ticket` and the records say it is no longer `current`.
     fn if_records(

@@ -33,14 +33,20 @@ impl Touched {
         &self.shards[hash as usize % TOUCHED_SHARDS]
     }
 
-    pub(crate) fn note(&self, key: &str, now_ms: i64) {
+    /// Counts a hit on `key` at `now_ms`; returns the last one noted before
+    /// it since the last flush, if any.
+    pub(crate) fn note(&self, key: &str, now_ms: i64) -> Option<i64> {
         let mut touched = self.shard(key).lock().expect("touched poisoned");
         if let Some((last, hits)) = touched.get_mut(key) {
+            let before = *last;
             *hits += 1;
-            *last = (*last).max(now_ms);
-        } else if touched.len() < self.room {
+            *last = before.max(now_ms);
+            return Some(before);
+        }
+        if touched.len() < self.room {
             touched.insert(key.to_string(), (now_ms, 1));
         }
+        None
     }
 
     /// Hits on `key` noted since the last flush, and the last one's time.
@@ -49,12 +55,6 @@ impl Touched {
         touched
             .get(key)
             .map_or((0, 0), |(last, hits)| (*hits, *last))
-    }
-
-    /// Whether a hit on `key` was noted at `since_ms` or later.
-    pub(crate) fn noted_since(&self, key: &str, since_ms: i64) -> bool {
-        let touched = self.shard(key).lock().expect("touched poisoned");
-        touched.get(key).is_some_and(|(last, _)| *last >= since_ms)
     }
 
     /// Everything noted since the last call: (key, last access, hits).
