@@ -119,7 +119,8 @@ run() { # base_url kind connections round
         /Socket errors/ { gsub(/,/, ""); err += $4 + $6 + $8 + $10 }
         END { ok = total - err; printf "%.0f %.4f %d\n", ok / d, (total > 0 ? err / total : 0), total }'
 }
-rows_now() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM entries').fetchone()[0])" "$M_DIR/meta.db"; }
+# rows_now [TABLE]: the rows of TABLE (entries) in mirrorcache's database.
+rows_now() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM ' + sys.argv[2]).fetchone()[0])" "$M_DIR/meta.db" "${1:-entries}"; }
 settle() {
     local i
     for i in $(seq 1 200); do
@@ -235,5 +236,5 @@ written_back=""
         echo "mirrorcache, $conns clients: same bytes ÷ distinct bytes = $(ratio "$(median "${s[@]}")" "$(median "${d[@]}")")"
     done
     echo
-    echo "mirrorcache peak RSS: $(awk '/^VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$M_PID/status"), with $(rows_now) rows and $(python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM blob_places').fetchone()[0])" "$M_DIR/meta.db") packed blobs"
+    echo "mirrorcache peak RSS: $(awk '/^VmHWM/ { printf "%.1f MiB", $2 / 1024 }' "/proc/$M_PID/status"), with $(rows_now) rows and $(rows_now blob_places) packed blobs"
 }
