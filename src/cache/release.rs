@@ -10,15 +10,16 @@ use crate::store::{Blob, Digest};
 
 impl Cache {
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
-    /// small one is read whole into the in-memory tier on its first hit and
-    /// served from memory after that; first hits arriving together read it
-    /// once (the others wait for that read and take it from the tier).
+    /// small one opened again within [`crate::store::ADMIT_WITHIN_MS`] is
+    /// read whole into the in-memory tier, checked, and served from memory
+    /// after that; opens arriving together read it once (the others wait
+    /// for that read and take it from the tier).
     pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
         if let Some(bytes) = self.hot.get(digest) {
             return Ok(Blob::Memory(bytes));
         }
         let blob = self.blobs.open(digest).await?;
-        if !self.hot.admits(size) {
+        if !self.hot.admits(size) || !self.hot.wanted(digest, crate::clock::now_ms()) {
             return Ok(blob);
         }
         let _loading = self.hot.loading(digest).await;

@@ -280,12 +280,23 @@ async fn a_large_store_takes_its_size_from_the_loaded_index() {
 
 /// The first hits of one small blob, arriving together, read it into the
 /// in-memory tier once (the others wait for that read), and each gets the
-/// blob's bytes.
+/// blob's bytes; a blob hit once is read from the store, not into the tier.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn first_hits_arriving_together_read_a_small_blob_once() {
     let dir = tempfile::tempdir().unwrap();
     let cache = open_with(dir.path(), "4MiB").await;
     commit(&cache, 0, 3).await;
+    commit(&cache, 1, 4).await;
+    let once = body(4);
+    let blob = cache.open_blob(&Digest::of(&once), once.len() as u64).await;
+    let blob = blob.unwrap();
+    assert!(
+        !matches!(blob, crate::store::Blob::Memory(_)),
+        "one hit, from the store"
+    );
+    assert_eq!(blob.read_all(once.len() as u64).await.unwrap(), once);
+    assert_eq!(cache.hot.loads(), 0, "blobs read into the in-memory tier");
+
     let bytes = body(3);
     let (digest, len) = (Digest::of(&bytes), bytes.len() as u64);
     let hits: Vec<_> = (0..32)

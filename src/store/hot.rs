@@ -1,5 +1,7 @@
 //! [`HotBlobs`]: the in-memory tier of small hot blobs.
 
+use std::sync::atomic::{AtomicU64, Ordering};
+
 use bytes::Bytes;
 
 use super::digest::Digest;
@@ -8,9 +10,20 @@ use super::digest::Digest;
 /// (each blob's and [`BLOB_FIXED_BYTES`]). A hit on one is served from
 /// memory with no file open, no read and no blocking-pool hop. Keyed by
 /// digest, so an entry is never stale.
+///
+/// A blob enters on its second open within [`ADMIT_WITHIN_MS`]
+/// ([`HotBlobs::wanted`]): blobs opened now and then are read from the
+/// store (a packed one with one read, no `open`), not read whole, hashed
+/// and inserted on every open only to evict another, as a cache of many
+/// more small blobs than the tier holds would on each random hit.
 pub struct HotBlobs {
     cache: moka::sync::Cache<Digest, Bytes>,
     max_object: u64,
+    /// The last open of a blob the tier did not hold, a slot per digest
+    /// prefix: the digest's next 32 bits and the unix ms (low 32 bits),
+    /// packed in one word (a digest sharing the slot overwrites it, which
+    /// only delays an admission).
+    opened: Box<[AtomicU64]>,
     /// Taken while a blob is read into the tier (striped by digest): the
     /// first hits of one blob, arriving together, read it once.
     loading: Box<[tokio::sync::Mutex<()>]>,
@@ -28,6 +41,14 @@ pub const BLOB_FIXED_BYTES: u64 = 320;
 /// Stripes of [`HotBlobs::loading`].
 const LOADING_STRIPES: usize = 256;
 
+/// A blob the tier does not hold enters it when it is opened again within
+/// this many milliseconds: from its second hit for a blob hit 100 times a
+/// second or more (as an entry enters the entry cache).
+pub const ADMIT_WITHIN_MS: u32 = 10;
+
+/// Slots of [`HotBlobs::opened`] (8 bytes each, 32 KiB).
+const OPENED_SLOTS: usize = 4096;
+
 impl HotBlobs {
     /// `total` bytes at most, objects of at most `max_object` bytes; `total`
     /// 0 turns the tier off.
@@ -40,6 +61,7 @@ impl HotBlobs {
                 .max_capacity(total)
                 .build(),
             max_object: if total == 0 { 0 } else { max_object },
+            opened: (0..OPENED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             loading: (0..LOADING_STRIPES).map(|_| Default::default()).collect(),
             loads: Default::default(),
         }
@@ -55,7 +77,7 @@ impl HotBlobs {
 
     /// How many blobs were put into the tier (for tests).
     pub fn loads(&self) -> u64 {
-        self.loads.load(std::sync::atomic::Ordering::Relaxed)
+        self.loads.load(Ordering::Relaxed)
     }
 
     pub fn get(&self, digest: &Digest) -> Option<Bytes> {
@@ -67,9 +89,19 @@ impl HotBlobs {
         size <= self.max_object
     }
 
+    /// Notes an open of `digest` (not in the tier) at `now_ms`; true when
+    /// the last one came within [`ADMIT_WITHIN_MS`]: the blob belongs in
+    /// memory now.
+    pub fn wanted(&self, digest: &Digest, now_ms: i64) -> bool {
+        let bits = u64::from_le_bytes(digest.0[..8].try_into().expect("8 bytes"));
+        let slot = &self.opened[bits as usize % OPENED_SLOTS];
+        let (tag, now) = (bits >> 32, now_ms as u32);
+        let last = slot.swap(tag << 32 | u64::from(now), Ordering::Relaxed);
+        last >> 32 == tag && now.wrapping_sub(last as u32) <= ADMIT_WITHIN_MS
+    }
+
     pub fn insert(&self, digest: Digest, bytes: Bytes) {
-        self.loads
-            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.loads.fetch_add(1, Ordering::Relaxed);
         self.cache.insert(digest, bytes);
     }
 
@@ -81,5 +113,38 @@ impl HotBlobs {
 
     pub fn remove(&self, digest: &Digest) {
         self.cache.invalidate(digest);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A blob is wanted in memory on its second open within
+    /// [`ADMIT_WITHIN_MS`], counted from the open before; another digest
+    /// in its slot takes its note.
+    #[test]
+    fn a_blob_is_wanted_on_its_second_open_within_the_window() {
+        let tier = HotBlobs::new(1 << 20, 1 << 10);
+        let digest = |first: u8, tag: u8| {
+            let mut d = [0u8; 32];
+            (d[0], d[4]) = (first, tag);
+            Digest(d)
+        };
+        let (a, b) = (digest(1, 1), digest(2, 1));
+        let at = 1_000_000;
+        assert!(!tier.wanted(&a, at), "first open");
+        assert!(tier.wanted(&a, at + 10), "second, within the window");
+        assert!(!tier.wanted(&a, at + 21), "11 ms after the last");
+        assert!(!tier.wanted(&b, at + 22), "another slot, first open");
+        // The same slot (a digest equal to `a` in its first 4 bytes).
+        let c = digest(1, 2);
+        assert!(!tier.wanted(&c, at + 23), "another digest in a's slot");
+        assert!(!tier.wanted(&a, at + 24), "a's note was taken");
+        assert!(tier.wanted(&a, at + 25));
+        // The unix ms wrap in 32 bits.
+        let wrap = (u32::MAX as i64) - 3;
+        assert!(!tier.wanted(&b, wrap));
+        assert!(tier.wanted(&b, wrap + 8));
     }
 }

@@ -33,5 +33,5 @@ pub use content::batch::BatchBody;
 pub use content::pack::{PlaceRow, PlaceRows};
 pub use content::{read_at, CommitLock, ContentStore, TempBlob};
 pub use digest::Digest;
-pub use hot::HotBlobs;
+pub use hot::{HotBlobs, ADMIT_WITHIN_MS};
 pub use s3::S3Blobs;
