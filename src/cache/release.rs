@@ -10,25 +10,32 @@ use crate::store::{Blob, Digest};
 
 impl Cache {
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
-    /// small one opened again within [`crate::store::ADMIT_WITHIN_MS`] is
-    /// read whole into the in-memory tier, checked, and served from memory
-    /// after that; opens arriving together read it once (the others wait
+    /// small one is read whole and checked on each open the in-memory tier
+    /// does not answer (a blob damaged on disk is never served: it is
+    /// dropped with its rows and fetched again). It is kept in the tier
+    /// when it was opened within [`crate::store::ADMIT_WITHIN_MS`] before,
+    /// so a blob opened now and then is not inserted only to evict another;
+    /// opens arriving together read it into the tier once (the others wait
     /// for that read and take it from the tier).
     pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
         if let Some(bytes) = self.hot.get(digest) {
             return Ok(Blob::Memory(bytes));
         }
         let blob = self.blobs.open(digest).await?;
-        if !self.hot.admits(size) || !self.hot.wanted(digest, crate::clock::now_ms()) {
+        if !self.hot.admits(size) {
             return Ok(blob);
         }
-        let _loading = self.hot.loading(digest).await;
-        if let Some(bytes) = self.hot.get(digest) {
-            return Ok(Blob::Memory(bytes));
-        }
-        let bytes = bytes::Bytes::from(blob.read_all(size).await?);
-        // Read whole anyway, so check it: a blob damaged on disk is never
-        // served from memory; it is dropped and fetched again.
+        let loading = match self.hot.wanted(digest, crate::clock::now_ms()) {
+            true => {
+                let loading = self.hot.loading(digest).await;
+                if let Some(bytes) = self.hot.get(digest) {
+                    return Ok(Blob::Memory(bytes));
+                }
+                Some(loading)
+            }
+            false => None,
+        };
+        let bytes = blob.read_whole(size).await?;
         if Digest::of(&bytes) != *digest {
             tracing::error!(?digest, "corrupt blob on disk; dropping it and its rows");
             self.hot.remove(digest);
@@ -39,7 +46,9 @@ impl Cache {
             }
             return Err(std::io::ErrorKind::NotFound.into());
         }
-        self.hot.insert(*digest, bytes.clone());
+        if loading.is_some() {
+            self.hot.insert(*digest, bytes.clone());
+        }
         Ok(Blob::Memory(bytes))
     }
 

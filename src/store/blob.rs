@@ -66,8 +66,13 @@ impl Blob {
 
     /// The whole blob in memory (index documents, capped by the caller).
     pub async fn read_all(&self, size: u64) -> io::Result<Vec<u8>> {
+        self.read_whole(size).await.map(Vec::from)
+    }
+
+    /// [`Blob::read_all`] as one buffer a body can share.
+    pub async fn read_whole(&self, size: u64) -> io::Result<Bytes> {
         match self {
-            Blob::Memory(bytes) => Ok(bytes.to_vec()),
+            Blob::Memory(bytes) => Ok(bytes.clone()),
             Blob::Local(file) => read_local(file.clone(), 0, size).await,
             Blob::Packed { file, start } => read_local(file.clone(), *start, size).await,
             Blob::Remote { .. } => {
@@ -76,7 +81,7 @@ impl Blob {
                 while let Some(chunk) = stream.next().await {
                     out.extend_from_slice(&chunk?);
                 }
-                Ok(out)
+                Ok(out.into())
             }
         }
     }
@@ -84,17 +89,15 @@ impl Blob {
 
 /// `size` bytes of a local file from `start`: on this thread when the
 /// page cache holds them all (no hop), else on the blocking pool.
-async fn read_local(file: Arc<File>, start: u64, size: u64) -> io::Result<Vec<u8>> {
+async fn read_local(file: Arc<File>, start: u64, size: u64) -> io::Result<Bytes> {
     if let Some(bytes) = content::read_cached_at(&file, start, size as usize)? {
         if bytes.len() as u64 == size {
-            return Ok(Vec::from(bytes));
+            return Ok(bytes);
         }
     }
-    tokio::task::spawn_blocking(move || {
-        content::read_at(&file, start, size as usize).map(Vec::from)
-    })
-    .await
-    .map_err(io::Error::other)?
+    tokio::task::spawn_blocking(move || content::read_at(&file, start, size as usize))
+        .await
+        .map_err(io::Error::other)?
 }
 
 pub(super) fn local_stream(
