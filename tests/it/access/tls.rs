@@ -154,3 +154,38 @@ async fn sighup_reload_swaps_the_certificate_and_a_broken_one_keeps_the_old() {
     assert!(mirrorcache::config::Config::parse(&proxy.config_text, "t.toml").is_err());
     assert_eq!(status_via(&ca_b, addr, &url).await, 200);
 }
+
+/// An OpenSSL client, which lists AES-256-GCM first (as pip's, curl's and
+/// wrk's do), gets AES-128-GCM over TLS 1.3 and 1.2: the server's order.
+#[tokio::test]
+async fn an_openssl_client_gets_aes_128_gcm_in_tls_1_3_and_1_2() {
+    let certs = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificate("c");
+    write(certs.path(), &cert, &key);
+    std::fs::write(certs.path().join("ca.pem"), &ca).unwrap();
+    let proxy = tls_proxy(certs.path(), "").await;
+    let addr = proxy.running.local_addr;
+    for (version, suite) in [
+        ("-tls1_3", "TLS_AES_128_GCM_SHA256"),
+        ("-tls1_2", "ECDHE-ECDSA-AES128-GCM-SHA256"),
+    ] {
+        let mut openssl = std::process::Command::new("openssl");
+        openssl
+            .args(["s_client", "-brief", version, "-servername", "localhost"])
+            .arg("-connect")
+            .arg(addr.to_string())
+            .arg("-CAfile")
+            .arg(certs.path().join("ca.pem"))
+            .stdin(std::process::Stdio::null());
+        // Off the runtime's thread, which serves the proxy too.
+        let out = tokio::task::spawn_blocking(move || openssl.output())
+            .await
+            .unwrap()
+            .expect("openssl (.ci/tools.sh installs it)");
+        let text = String::from_utf8_lossy(&out.stderr) + String::from_utf8_lossy(&out.stdout);
+        assert!(
+            text.contains("Verification: OK") && text.contains(&format!("Ciphersuite: {suite}")),
+            "{version}: {text}"
+        );
+    }
+}
