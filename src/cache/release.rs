@@ -13,8 +13,9 @@ impl Cache {
     /// small one is read whole and checked on each open the in-memory tier
     /// does not answer (a blob damaged on disk is never served: it is
     /// dropped with its rows and fetched again). It is kept in the tier
-    /// when it was opened within [`crate::store::ADMIT_WITHIN_MS`] before,
-    /// so a blob opened now and then is not inserted only to evict another;
+    /// when it was opened within [`crate::store::ADMIT_WITHIN_MS`] before
+    /// (an S3 object always), so a local blob opened now and then is not
+    /// inserted only to evict another;
     /// opens arriving together read it into the tier once (the others wait
     /// for that read and take it from the tier).
     pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
@@ -25,15 +26,18 @@ impl Cache {
         if !self.hot.admits(size) {
             return Ok(blob);
         }
-        let loading = match self.hot.wanted(digest, crate::clock::now_ms()) {
-            true => {
-                let loading = self.hot.loading(digest).await;
-                if let Some(bytes) = self.hot.get(digest) {
-                    return Ok(Blob::Memory(bytes));
-                }
-                Some(loading)
+        // An S3 object is kept from its first open: the tier saves it a
+        // request to the bucket, not a read of the page cache.
+        let keep =
+            matches!(blob, Blob::Remote { .. }) || self.hot.wanted(digest, crate::clock::now_ms());
+        let loading = if keep {
+            let loading = self.hot.loading(digest).await;
+            if let Some(bytes) = self.hot.get(digest) {
+                return Ok(Blob::Memory(bytes));
             }
-            false => None,
+            Some(loading)
+        } else {
+            None
         };
         let bytes = blob.read_whole(size).await?;
         if Digest::of(&bytes) != *digest {
