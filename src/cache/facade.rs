@@ -55,6 +55,11 @@ impl Cache {
         self.store.bytes_on_disk()
     }
 
+    /// How many blobs were read into the in-memory tier (for tests).
+    pub fn memory_loads(&self) -> u64 {
+        self.hot.loads()
+    }
+
     /// `storage.max_size`.
     pub fn max_size(&self) -> u64 {
         self.budget.max()

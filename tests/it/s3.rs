@@ -13,6 +13,8 @@ async fn blobs_live_in_s3_and_hits_and_ranges_stream_from_it() {
     let mirror = MirrorServer::start().await;
     let body = test_bytes(3 * 1024 * 1024, 3);
     mirror.put("/m/a.bin", body.clone());
+    let small = test_bytes(10_000, 4);
+    mirror.put("/m/s.bin", small.clone());
     let meta_dir = tempfile::tempdir().unwrap();
     let start = |local: &std::path::Path| {
         let text = config_text(
@@ -46,8 +48,13 @@ async fn blobs_live_in_s3_and_hits_and_ranges_stream_from_it() {
         (cache.as_str(), sha256_hex(&bytes.unwrap())),
         ("MISS", sha256_hex(&body))
     );
+    let small_url = format!("http://{}/r/s.bin", running.local_addr);
+    assert_eq!(get(&client, &small_url).await.1, "MISS");
     running.proxy.fills.wait_idle().await;
-    assert_eq!(running.proxy.cache.size(), body.len() as u64);
+    assert_eq!(
+        running.proxy.cache.size(),
+        (body.len() + small.len()) as u64
+    );
     // Nothing committed on local disk: the blob is in the bucket.
     assert_eq!(running.proxy.cache.local_size().unwrap(), 0);
     running.shutdown().await;
@@ -73,5 +80,17 @@ async fn blobs_live_in_s3_and_hits_and_ranges_stream_from_it() {
         &response.bytes().await.unwrap()[..],
         &body[1_000_000..1_000_100]
     );
+    // A small object is kept in memory from its first hit (a local blob
+    // from its second within 10 ms): the next hit asks the bucket nothing.
+    let small_url = format!("http://{}/r/s.bin", running.local_addr);
+    for _ in 0..2 {
+        let (status, cache, bytes) = get(&client, &small_url).await;
+        assert_eq!(
+            (status, cache.as_str(), sha256_hex(&bytes.unwrap())),
+            (200, "HIT", sha256_hex(&small))
+        );
+        assert_eq!(running.proxy.cache.memory_loads(), 1);
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
     running.shutdown().await;
 }
