@@ -11,11 +11,12 @@ use super::digest::Digest;
 /// memory with no file open, no read and no blocking-pool hop. Keyed by
 /// digest, so an entry is never stale.
 ///
-/// A blob enters on its second open within [`ADMIT_WITHIN_MS`]
-/// ([`HotBlobs::wanted`]): blobs opened now and then are read from the
-/// store (a packed one with one read, no `open`), not read whole, hashed
-/// and inserted on every open only to evict another, as a cache of many
-/// more small blobs than the tier holds would on each random hit.
+/// A local blob enters on its second open within [`ADMIT_WITHIN_MS`]
+/// ([`HotBlobs::wanted`]): one opened now and then is read from the store
+/// (and checked) on each open, not inserted only to evict another, as a
+/// cache of many more small blobs than the tier holds would do on every
+/// random hit (`Cache::open_blob` decides; an S3 object enters on its
+/// first open).
 pub struct HotBlobs {
     cache: moka::sync::Cache<Digest, Bytes>,
     max_object: u64,
