@@ -15,9 +15,9 @@ impl Cache {
     /// dropped with its rows and fetched again). It is kept in the tier
     /// when it was opened within [`crate::store::ADMIT_WITHIN_MS`] before
     /// (an S3 object always), so a local blob opened now and then is not
-    /// inserted only to evict another;
-    /// opens arriving together read it into the tier once (the others wait
-    /// for that read and take it from the tier).
+    /// inserted only to evict another; opens arriving together read it
+    /// into the tier once (the others wait for that read and take it from
+    /// the tier).
     pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
         if let Some(bytes) = self.hot.get(digest) {
             return Ok(Blob::Memory(bytes));
@@ -30,7 +30,8 @@ impl Cache {
         // request to the bucket, not a read of the page cache.
         let keep =
             matches!(blob, Blob::Remote { .. }) || self.hot.wanted(digest, crate::clock::now_ms());
-        let loading = if keep {
+        // Held until the blob is in the tier.
+        let _loading = if keep {
             let loading = self.hot.loading(digest).await;
             if let Some(bytes) = self.hot.get(digest) {
                 return Ok(Blob::Memory(bytes));
@@ -50,7 +51,7 @@ impl Cache {
             }
             return Err(std::io::ErrorKind::NotFound.into());
         }
-        if loading.is_some() {
+        if keep {
             self.hot.insert(*digest, bytes.clone());
         }
         Ok(Blob::Memory(bytes))
