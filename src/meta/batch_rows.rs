@@ -20,9 +20,10 @@ use crate::store::{Digest, PlaceRow};
 /// parameter limit.
 const ROWS_PER_STATEMENT: usize = 100;
 /// Rows per `INSERT` of the batch's writes (10 parameters a row, 4 a pin):
-/// sqlx binds a parameter after asking SQLite its name, found by a scan of
-/// the statement's parameters, so binding costs their square (at 100 rows,
-/// 5.7 % of a sustained miss's CPU: BENCHMARKS.md).
+/// in a statement numbered `$n`, SQLite finds a parameter by a scan of the
+/// statement's names (`value_rows_from`), so its cost grows with their
+/// square (at 100 rows, 5.7 % of a sustained miss's CPU: BENCHMARKS.md);
+/// the durable connection's text of `?`s has no names to scan.
 const ROWS_PER_INSERT: usize = 16;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
@@ -178,7 +179,8 @@ enum Value {
 /// The statements of a batch's transaction, in order, each with its
 /// values: the places first (a row never names a blob whose place is not
 /// written), then the rows, then the pins. `script`: their parameters
-/// numbered on across them, to be sent as one text; else from `$1` each.
+/// `?`, numbered by SQLite in order across them, to be sent as one text;
+/// else from `$1` each.
 fn batch_statements(
     rows: &[(&ArtifactPath, &Entry)],
     pins: &[&Pin],
@@ -186,15 +188,10 @@ fn batch_statements(
     script: bool,
 ) -> Vec<(String, Vec<Value>)> {
     use Value::{Int, MaybeText, Text};
-    let mut next = 1;
-    let mut first = |values: usize| {
-        let at = if script { next } else { 1 };
-        next += values;
-        at
-    };
+    let first = (!script).then_some(1);
     let mut statements = Vec::new();
     for chunk in places.chunks(super::places::PLACES_PER_INSERT) {
-        let sql = super::places::insert_sql(first(chunk.len() * 4), chunk.len());
+        let sql = super::places::insert_sql(first, chunk.len());
         let values = chunk.iter().flat_map(|place| {
             let digest = Text(place.digest.to_hex());
             [digest, Int(place.pack), Int(place.start), Int(place.length)]
@@ -209,7 +206,7 @@ fn batch_statements(
              content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
              upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
              last_access = excluded.last_access, kept_headers = excluded.kept_headers",
-            value_rows_from(first(chunk.len() * 10), chunk.len(), 10)
+            value_rows_from(first, chunk.len(), 10)
         );
         let values = chunk.iter().flat_map(|(path, entry)| {
             [
@@ -229,7 +226,7 @@ fn batch_statements(
     }
     let now = crate::clock::now_ms();
     for chunk in pins.chunks(ROWS_PER_INSERT) {
-        let sql = super::declared_rows::upsert_sql(first(chunk.len() * 4), chunk.len());
+        let sql = super::declared_rows::upsert_sql(first, chunk.len());
         let values = chunk.iter().flat_map(|pin| {
             let (remote, artifact) = (pin.remote.clone(), pin.artifact.clone());
             [

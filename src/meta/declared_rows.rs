@@ -107,7 +107,7 @@ impl Declarations<'_> {
             if fresh.is_empty() {
                 continue;
             }
-            let sql = upsert_sql(1, fresh.len());
+            let sql = upsert_sql(Some(1), fresh.len());
             let mut insert = sqlx::query(&sql);
             for (artifact, declared) in &fresh {
                 self.memory.declared_keys.add(remote, artifact);
@@ -162,9 +162,9 @@ impl Declarations<'_> {
 }
 
 /// The statement that stores `rows` declared digests (each row's
-/// parameters, numbered from `$first`: remote, artifact, digest,
+/// parameters, numbered from `$first` or `?`s: remote, artifact, digest,
 /// learned_at), replacing what was declared before.
-pub(crate) fn upsert_sql(first: usize, rows: usize) -> String {
+pub(crate) fn upsert_sql(first: Option<usize>, rows: usize) -> String {
     format!(
         "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES {} \
          ON CONFLICT (remote, artifact) DO UPDATE SET digest = excluded.digest, \

@@ -127,10 +127,10 @@ impl PlaceRows for PlaceTable {
 }
 
 /// The `INSERT` of `rows` places a batch packed, parameters numbered from
-/// `$first` (4 a row): a row already there for the digest (its blob packed
+/// `$first` (4 a row; `None`: `?`s, see `value_rows_from`): a row already there for the digest (its blob packed
 /// again after a row deletion that failed) names the new place, whose
 /// bytes were just synced.
-pub(super) fn insert_sql(first: usize, rows: usize) -> String {
+pub(super) fn insert_sql(first: Option<usize>, rows: usize) -> String {
     format!(
         "INSERT INTO blob_places (digest, pack, start_byte, length) VALUES {} \
          ON CONFLICT (digest) DO UPDATE SET pack = excluded.pack, \
