@@ -49,6 +49,11 @@ async fn load_index(cache: Arc<Cache>, complete: bool, size_first: bool) {
         // is noted (see `crate::meta::index`).
         cache.meta.memory.index.begin_load();
         load_memory(&cache, true, std::time::Instant::now()).await;
+        // And the places of the blobs it packed: the database keeps no
+        // index to find one by digest here (`Database::index_digests`).
+        if let Err(error) = cache.store.learn_places().await {
+            tracing::warn!(%error, "could not read the places another process wrote; their blobs are read from the database as they are asked for");
+        }
     }
 }
 

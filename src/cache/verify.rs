@@ -198,7 +198,7 @@ pub async fn run_observed(
             }
             meta.forget_digest(hex).await?;
             let _lock = store.commit_lock(true, true)?;
-            places.forget(digest).await?;
+            places.forget(digest, store.place_row(&digest)).await?;
             store.remove_blob(&digest)?;
         }
         for hex in &report.missing {
@@ -217,7 +217,7 @@ pub async fn run_observed(
                 continue;
             }
             if let Some(digest) = Digest::from_hex(hex) {
-                places.forget(digest).await?;
+                places.forget(digest, store.place_row(&digest)).await?;
                 store.remove_blob(&digest)?;
             }
         }

@@ -118,6 +118,13 @@ fn migrator() -> Migrator {
             Cow::Borrowed(include_str!("../../migrations/0009_blob_places.sql")),
             false,
         ),
+        Migration::new(
+            10,
+            Cow::Borrowed("places_by_place"),
+            MigrationType::Simple,
+            Cow::Borrowed(include_str!("../../migrations/0010_places_by_place.sql")),
+            false,
+        ),
     ];
     Migrator {
         migrations: Cow::Owned(migrations),
@@ -243,18 +250,28 @@ impl Database {
         self.pool.close().await;
     }
 
-    /// Whether the embedded database keeps an index on `entries.digest`
-    /// (made, or dropped, now; the migrations make one). Not where the
-    /// entry index, complete once loaded, answers digest questions: its
-    /// random inserts cost a page of the write-ahead log for every row
-    /// committed (BENCHMARKS.md). Where it is not complete
-    /// (with Redis, other instances write rows), the database answers them.
+    /// Whether the embedded database keeps its indexes on `entries.digest`
+    /// and `blob_places.digest` (made, or dropped, now; the migrations make
+    /// them). Not where the entry index and the store's places, complete
+    /// once loaded, answer digest questions: their random inserts cost a
+    /// page of the write-ahead log for every row committed (BENCHMARKS.md).
+    /// Where they are not complete (with Redis, other instances write
+    /// rows), the database answers them.
     pub(crate) async fn index_digests(&self, wanted: bool) -> Result<(), sqlx::Error> {
-        let sql = match wanted {
-            true => "CREATE INDEX IF NOT EXISTS entries_digest ON entries (digest)",
-            false => "DROP INDEX IF EXISTS entries_digest",
+        let statements = match wanted {
+            true => [
+                "CREATE INDEX IF NOT EXISTS entries_digest ON entries (digest)",
+                "CREATE INDEX IF NOT EXISTS blob_places_digest ON blob_places (digest)",
+            ],
+            false => [
+                "DROP INDEX IF EXISTS entries_digest",
+                "DROP INDEX IF EXISTS blob_places_digest",
+            ],
         };
-        sqlx::query(sql).execute(&self.pool).await.map(drop)
+        for sql in statements {
+            sqlx::query(sql).execute(&self.pool).await?;
+        }
+        Ok(())
     }
 
     /// The digest (hex) the row of `remote`/`path` references, if any.

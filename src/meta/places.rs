@@ -26,20 +26,12 @@ impl PlaceTable {
         PlaceTable { pool }
     }
 
-    /// The rows `filter` (a `WHERE` clause, with `text` bound as `$1`,
-    /// then `number`) selects.
-    async fn select(
-        &self,
-        filter: &str,
-        text: Option<String>,
-        number: i64,
-    ) -> io::Result<Vec<PlaceRow>> {
+    /// The rows `filter` (a `WHERE` clause and what follows, its
+    /// parameters `numbers` from `$1`) selects.
+    async fn select(&self, filter: &str, numbers: Vec<i64>) -> io::Result<Vec<PlaceRow>> {
         let sql = format!("SELECT digest, pack, start_byte, length FROM blob_places{filter}");
-        let mut query = sqlx::query_as::<_, RawPlace>(&sql);
-        if let Some(text) = text {
-            query = query.bind(text);
-        }
-        query = query.bind(number);
+        let query =
+            (numbers.into_iter()).fold(sqlx::query_as::<_, RawPlace>(&sql), |q, n| q.bind(n));
         let rows = query.fetch_all(&self.pool).await.map_err(io_error)?;
         Ok(rows.into_iter().filter_map(row_of).collect())
     }
@@ -61,19 +53,20 @@ fn io_error(e: sqlx::Error) -> io::Error {
 }
 
 impl PlaceRows for PlaceTable {
-    fn page(&self, after: Option<Digest>) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>> {
-        let after = after.map_or_else(String::new, |d| d.to_hex());
+    fn page(&self, after: Option<PlaceRow>) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>> {
+        let after = after.map_or([i64::MIN; 3], |row| [row.pack, row.start, row.length]);
         Box::pin(self.select(
-            " WHERE digest > $1 ORDER BY digest LIMIT $2",
-            Some(after),
-            PAGE,
+            " WHERE (pack, start_byte, length) > ($1, $2, $3) \
+             ORDER BY pack, start_byte, length LIMIT $4",
+            vec![after[0], after[1], after[2], PAGE],
         ))
     }
 
     fn lookup(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>> {
         Box::pin(async move {
             let row: Option<RawPlace> = sqlx::query_as(
-                "SELECT digest, pack, start_byte, length FROM blob_places WHERE digest = $1",
+                "SELECT digest, pack, start_byte, length FROM blob_places WHERE digest = $1 \
+                 ORDER BY pack DESC, start_byte DESC LIMIT 1",
             )
             .bind(digest.to_hex())
             .fetch_optional(&self.pool)
@@ -84,20 +77,32 @@ impl PlaceRows for PlaceTable {
     }
 
     fn in_pack(&self, pack: i64) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>> {
-        Box::pin(self.select(" WHERE pack = $1 ORDER BY start_byte", None, pack))
+        Box::pin(self.select(" WHERE pack = $1 ORDER BY start_byte, length", vec![pack]))
     }
 
-    fn forget(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>> {
+    fn forget(
+        &self,
+        digest: Digest,
+        known: Option<PlaceRow>,
+    ) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>> {
         Box::pin(async move {
-            let row: Option<RawPlace> = sqlx::query_as(
-                "DELETE FROM blob_places WHERE digest = $1 \
-                 RETURNING digest, pack, start_byte, length",
-            )
-            .bind(digest.to_hex())
-            .fetch_optional(&self.pool)
+            let returning = " RETURNING digest, pack, start_byte, length";
+            let sql = match known {
+                Some(_) => format!(
+                    "DELETE FROM blob_places WHERE digest = $1 AND pack = $2 \
+                     AND start_byte = $3 AND length = $4{returning}"
+                ),
+                None => format!("DELETE FROM blob_places WHERE digest = $1{returning}"),
+            };
+            let query = sqlx::query_as::<_, RawPlace>(&sql).bind(digest.to_hex());
+            let rows = match known {
+                Some(row) => query.bind(row.pack).bind(row.start).bind(row.length),
+                None => query,
+            }
+            .fetch_all(&self.pool)
             .await
             .map_err(io_error)?;
-            Ok(row.and_then(row_of))
+            Ok(rows.into_iter().filter_map(row_of).collect())
         })
     }
 
@@ -127,14 +132,11 @@ impl PlaceRows for PlaceTable {
 }
 
 /// The `INSERT` of `rows` places a batch packed, parameters numbered from
-/// `$first` (4 a row; `None`: `?`s, see `value_rows_from`): a row already there for the digest (its blob packed
-/// again after a row deletion that failed) names the new place, whose
-/// bytes were just synced.
+/// `$first` (4 a row; `None`: `?`s, see `value_rows_from`). Each names a
+/// range just appended, which no row names yet.
 pub(super) fn insert_sql(first: Option<usize>, rows: usize) -> String {
     format!(
-        "INSERT INTO blob_places (digest, pack, start_byte, length) VALUES {} \
-         ON CONFLICT (digest) DO UPDATE SET pack = excluded.pack, \
-         start_byte = excluded.start_byte, length = excluded.length",
+        "INSERT INTO blob_places (digest, pack, start_byte, length) VALUES {}",
         value_rows_from(first, rows, 4)
     )
 }

@@ -336,11 +336,11 @@ impl BlobStore for LocalBlobs {
     fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>> {
         let (store, digest) = (self.0.clone(), *digest);
         Box::pin(async move {
-            let row = match store.packs.rows.get() {
-                Some(rows) => rows.forget(digest).await?,
-                None => None,
+            let deleted = match store.packs.rows.get() {
+                Some(rows) => rows.forget(digest, store.packs.row_of(&digest)).await?,
+                None => Vec::new(),
             };
-            if store.packs.forget(&digest, row) {
+            if store.packs.forget(&digest, &deleted) {
                 return Ok(0);
             }
             tokio::task::spawn_blocking(move || store.remove_blob(&digest))

@@ -155,10 +155,37 @@ impl ContentStore {
             let Some(last) = page.last() else {
                 return Ok(());
             };
-            after = Some(last.digest);
+            after = Some(*last);
             page.iter().for_each(&mut seen);
             self.packs.add(&page);
         }
+    }
+
+    /// Learns the places another process wrote since they were read (an
+    /// `import` beside the server): memory's places are then every row's,
+    /// as on the first read, so the open of a blob another process packed
+    /// asks the database nothing (which keeps no index on digests where
+    /// the server's memory is complete). Places this process forgot while
+    /// the rows were read are not brought back.
+    pub async fn learn_places(&self) -> io::Result<()> {
+        let Some(rows) = self.packs.rows.get().cloned() else {
+            return Ok(());
+        };
+        self.packs.begin_learning();
+        let mut after = None;
+        let learned = loop {
+            let page = match rows.page(after).await {
+                Ok(page) => page,
+                Err(error) => break Err(error),
+            };
+            let Some(last) = page.last() else {
+                break Ok(());
+            };
+            after = Some(*last);
+            self.packs.learn_absent(&page);
+        };
+        self.packs.end_learning();
+        learned
     }
 
     /// Once the places are read ([`ContentStore::read_places`]): cuts or
@@ -167,6 +194,11 @@ impl ContentStore {
     /// Blocking.
     pub fn load_places(&self) -> io::Result<()> {
         self.packs.load(self.owner.is_some())
+    }
+
+    /// The place memory holds for a packed blob, as its row.
+    pub fn place_row(&self, digest: &Digest) -> Option<PlaceRow> {
+        self.packs.row_of(digest)
     }
 
     /// Where the places of packed blobs are read and deleted from.

@@ -237,6 +237,84 @@ async fn a_pack_more_than_half_dead_is_compacted_under_an_open_reader() {
     assert_eq!(assert_places_tile_their_packs(&store, &rows), 16 * 2000);
 }
 
+/// A store whose places were kept by digest (the table before its
+/// migration to places keyed by where they lie) serves every packed blob
+/// from its pack once opened, and its table is then keyed by place, with
+/// no index on digests in the embedded database.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn places_kept_by_digest_are_served_after_their_table_is_keyed_by_place() {
+    let mirror = MirrorServer::start().await;
+    let bodies: Vec<Vec<u8>> = (0..12).map(|i| test_bytes(3000, 800 + i)).collect();
+    for (i, body) in bodies.iter().enumerate() {
+        mirror.put(&format!("/m/p{i}"), body.clone());
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let text = packing_config(dir.path(), &mirror, "");
+    let client = reqwest::Client::new();
+    let running = start_text(&text).await;
+    let base = format!("http://{}", running.local_addr);
+    for i in 0..12 {
+        assert_eq!(get(&client, &format!("{base}/r/p{i}")).await.0, 200);
+    }
+    running.proxy.fills.wait_idle().await;
+    running.shutdown().await;
+    // The table as migration 0009 made it, that migration the last applied.
+    let db = dir.path().join("meta.db");
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let mut conn = pool.acquire().await.unwrap();
+    for sql in [
+        "CREATE TABLE by_digest (digest TEXT NOT NULL PRIMARY KEY, pack BIGINT NOT NULL, \
+         start_byte BIGINT NOT NULL, length BIGINT NOT NULL)",
+        "INSERT INTO by_digest SELECT digest, pack, start_byte, length FROM blob_places",
+        "DROP TABLE blob_places",
+        "ALTER TABLE by_digest RENAME TO blob_places",
+        "DELETE FROM _sqlx_migrations WHERE version = 10",
+    ] {
+        sqlx::query(sql).execute(&mut *conn).await.unwrap();
+    }
+    drop(conn);
+    pool.close().await;
+
+    let running = start_text(&text).await;
+    let base = format!("http://{}", running.local_addr);
+    for (i, body) in bodies.iter().enumerate() {
+        let (status, cache, got) = get(&client, &format!("{base}/r/p{i}")).await;
+        assert_eq!((status, cache.as_str()), (200, "HIT"), "p{i}");
+        assert_eq!(sha256_hex(&got.unwrap()), sha256_hex(body), "p{i}");
+        assert_eq!(mirror.hits(&format!("/m/p{i}")), 1, "p{i}");
+    }
+    running.shutdown().await;
+    let rows = place_rows(&db).await;
+    assert_eq!(rows.len(), 12);
+    assert_eq!(
+        assert_places_tile_their_packs(&dir.path().join("store"), &rows),
+        12 * 3000
+    );
+    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap();
+    let schema: Vec<(String,)> = sqlx::query_as(
+        "SELECT COALESCE(sql, name) FROM sqlite_master WHERE tbl_name = 'blob_places'",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    pool.close().await;
+    let schema: Vec<String> = schema.into_iter().map(|(s,)| s).collect();
+    assert!(
+        schema
+            .iter()
+            .any(|s| s.contains("PRIMARY KEY (pack, start_byte, length)")),
+        "{schema:?}"
+    );
+    assert!(
+        !schema.iter().any(|s| s.contains("blob_places_digest")),
+        "{schema:?}"
+    );
+}
+
 /// `kill -9` of a real server filling many small blobs (with a
 /// `max_size` that keeps eviction and compaction busy when `tight`), at
 /// several moments: after restart every row's bytes hash right, no two

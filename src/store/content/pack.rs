@@ -86,19 +86,33 @@ impl PlaceRow {
 }
 
 /// Where the places of packed blobs are kept (the metadata database's
-/// `blob_places`), for what a group commit does not write itself.
+/// `blob_places`, keyed by place: see its migration), for what a group
+/// commit does not write itself.
 ///
-/// Contract: `forget` deletes the row of a digest and returns it (`None`
-/// when there was none); `moved` moves each row from its first place to
-/// its second in one transaction, only where the row still names the first,
+/// A digest has one row, but where two processes packed it (or it was
+/// packed again once its pack was gone): then memory takes the newest
+/// place, and the others' bytes count dead once loaded.
+///
+/// Contract: `forget` deletes the digest's row at `known` (the place
+/// memory holds), or without one every row naming the digest, and returns
+/// those it deleted; `moved` moves each row from its first place to its
+/// second in one transaction, only where the row still names the first,
 /// and says for each whether it did.
 pub trait PlaceRows: Send + Sync {
-    /// The next rows by digest after `after` (from the first without),
-    /// a page at a time; none past the last.
-    fn page(&self, after: Option<Digest>) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
+    /// The next rows in the order of their places (pack, start, length) after
+    /// `after`'s (from the first without), a page at a time; none past the
+    /// last.
+    fn page(&self, after: Option<PlaceRow>) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
+    /// The newest row of `digest`: a place another process wrote, which
+    /// memory does not hold (a scan of the table where the database keeps
+    /// no index on digests: see `Database::index_digests`).
     fn lookup(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>>;
     fn in_pack(&self, pack: i64) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
-    fn forget(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>>;
+    fn forget(
+        &self,
+        digest: Digest,
+        known: Option<PlaceRow>,
+    ) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
     fn moved(&self, moves: Vec<(PlaceRow, PlaceRow)>) -> BoxFuture<'_, io::Result<Vec<bool>>>;
 }
 
@@ -143,6 +157,10 @@ pub(crate) struct Packs {
     places: RwLock<Dense<Placed>>,
     /// Places appended here whose rows are not written yet.
     pending: Mutex<HashMap<Digest, Place>>,
+    /// While places another process wrote are learned
+    /// ([`Packs::learn_absent`]): the digests forgotten meanwhile, whose
+    /// rows a page read earlier may still name.
+    forgotten: Mutex<Option<std::collections::HashSet<Digest>>>,
     /// Open packs, for readers. This is a `std` lock and not a Tokio one
     /// because no async operation happens while it is held.
     readers: RwLock<HashMap<u64, Arc<File>>>,
@@ -170,6 +188,7 @@ impl Packs {
             below: AtomicU64::new(0),
             places: RwLock::default(),
             pending: Mutex::default(),
+            forgotten: Mutex::default(),
             readers: RwLock::default(),
             writer: Mutex::default(),
             held: Mutex::default(),
@@ -302,6 +321,35 @@ impl Packs {
     pub(crate) fn learn(&self, row: PlaceRow) {
         let mut places = self.places.write().expect("places poisoned");
         places.insert(Placed(row.digest, row.place()));
+    }
+
+    /// Starts noting the digests forgotten, until [`Packs::end_learning`].
+    pub(crate) fn begin_learning(&self) {
+        *self.forgotten.lock().expect("forgotten poisoned") = Some(Default::default());
+    }
+
+    pub(crate) fn end_learning(&self) {
+        *self.forgotten.lock().expect("forgotten poisoned") = None;
+    }
+
+    /// Learns the places of `rows` memory does not hold (another process
+    /// packed their blobs), but none of a digest forgotten since
+    /// [`Packs::begin_learning`]: its row may be gone.
+    pub(crate) fn learn_absent(&self, rows: &[PlaceRow]) {
+        let mut places = self.places.write().expect("places poisoned");
+        let forgotten = self.forgotten.lock().expect("forgotten poisoned");
+        for row in rows {
+            let gone = forgotten.as_ref().is_some_and(|f| f.contains(&row.digest));
+            if !gone && places.get(&row.digest).is_none() {
+                places.insert(Placed(row.digest, row.place()));
+            }
+        }
+    }
+
+    /// The place memory holds for `digest` (its row's, or the one still to
+    /// be written), as a row.
+    pub(crate) fn row_of(&self, digest: &Digest) -> Option<PlaceRow> {
+        self.place(digest).map(|place| PlaceRow::of(*digest, place))
     }
 
     /// Forgets a place whose pack is gone, unless its row is still to be
@@ -478,10 +526,15 @@ impl Packs {
         }
     }
 
-    /// Forgets `digest`'s place; its bytes are dead (in the pack `row`
-    /// names when its row was deleted, else in the one memory knew).
+    /// Forgets `digest`'s place; its bytes are dead (in the places of
+    /// `rows` when its rows were deleted, else in the one memory knew).
     /// Whether it was packed.
-    pub(crate) fn forget(&self, digest: &Digest, row: Option<PlaceRow>) -> bool {
+    pub(crate) fn forget(&self, digest: &Digest, rows: &[PlaceRow]) -> bool {
+        // Noted before memory lets go: a learning that finds the digest
+        // absent then sees it here.
+        if let Some(forgotten) = self.forgotten.lock().expect("forgotten poisoned").as_mut() {
+            forgotten.insert(*digest);
+        }
         let known = (self.places.write().expect("places poisoned"))
             .remove(digest)
             .map(|p| p.1);
@@ -490,7 +543,13 @@ impl Packs {
             .lock()
             .expect("pending poisoned")
             .remove(digest);
-        match row.map(|r| r.place()).or(pending).or(known) {
+        if !rows.is_empty() {
+            for row in rows {
+                self.count_dead(row.place().pack, row.place().len);
+            }
+            return true;
+        }
+        match pending.or(known) {
             Some(place) => {
                 self.count_dead(place.pack, place.len);
                 true
