@@ -15,7 +15,8 @@
 # script that makes every request a new key (a per-thread prefix and a
 # counter). Reported per server: 2xx answers per second, the share of
 # non-2xx answers and socket errors, and for mirrorcache the rows committed
-# once the run settled, per second of the run. ROUNDS rounds, the servers
+# once the run settled, per second of the run, and its CPU time (every
+# thread's, from /proc, until the run settled) a request. ROUNDS rounds, the servers
 # alternating; medians with the spread, and the ratios of the medians.
 # After each run, the seconds a `sync` takes: what the run left for the
 # disk to write (the tuned nginx syncs nothing; mirrorcache syncs each
@@ -121,6 +122,9 @@ run() { # base_url kind connections round
 }
 # rows_now [TABLE]: the rows of TABLE (entries) in mirrorcache's database.
 rows_now() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM ' + sys.argv[2]).fetchone()[0])" "$M_DIR/meta.db" "${1:-entries}"; }
+# cpu_ticks: mirrorcache's CPU time so far, every thread's (user + system,
+# in clock ticks).
+cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$M_PID/stat"; }
 settle() {
     local i
     for i in $(seq 1 200); do
@@ -168,8 +172,11 @@ for kind in distinct same; do
                 if [[ $who == mc ]]; then
                     settle
                     before=$(rows_now)
+                    cpu=$(cpu_ticks)
                     read -r ok err total < <(run "$MC" "$kind" "$conns" "$round")
                     settle
+                    cpu=$(( $(cpu_ticks) - cpu ))
+                    R[${kind}_${conns}_mc_cpu]+="$(awk -v t="$cpu" -v hz="$(getconf CLK_TCK)" -v n="$total" 'BEGIN { printf "%.0f", (n > 0 ? t / hz * 1e6 / n : 0) }') "
                     committed=$(( $(rows_now) - before ))
                     R[${kind}_${conns}_mc_committed]+="$(awk -v c="$committed" -v d="$DURATION" 'BEGIN { printf "%.0f", c / d }') "
                 else
@@ -207,8 +214,8 @@ written_back=""
     echo
     echo "mirrorcache: \`${MC_BIN#"$ROOT"/}\`; nginx $(nginx -v 2>&1 | sed 's/.*nginx\///') proxy_cache, access log buffered (the tuned anchor). Cells: median (min–max) over the rounds."
     echo
-    echo "| keys | clients | nginx tuned 2xx/s | nginx error share | mirrorcache 2xx/s | mirrorcache error share | mirrorcache rows committed/s | mirrorcache ÷ nginx |"
-    echo "|---|---:|---:|---:|---:|---:|---:|---:|"
+    echo "| keys | clients | nginx tuned 2xx/s | nginx error share | mirrorcache 2xx/s | mirrorcache error share | mirrorcache rows committed/s | mirrorcache CPU a request (µs) | mirrorcache ÷ nginx |"
+    echo "|---|---:|---:|---:|---:|---:|---:|---:|---:|"
     for kind in distinct same; do
         for conns in 8 32; do
             read -r -a no <<<"${R[${kind}_${conns}_nginx_ok]}"
@@ -216,9 +223,10 @@ written_back=""
             read -r -a mo <<<"${R[${kind}_${conns}_mc_ok]}"
             read -r -a me <<<"${R[${kind}_${conns}_mc_err]}"
             read -r -a mc <<<"${R[${kind}_${conns}_mc_committed]}"
+            read -r -a mu <<<"${R[${kind}_${conns}_mc_cpu]}"
             read -r -a ns <<<"${R[${kind}_${conns}_nginx_sync]}"
             read -r -a ms <<<"${R[${kind}_${conns}_mc_sync]}"
-            echo "| $kind bytes | $conns | $(spread 0 "${no[@]}") | $(spread 3 "${ne[@]}") | $(spread 0 "${mo[@]}") | $(spread 3 "${me[@]}") | $(spread 0 "${mc[@]}") | $(ratio "$(median "${mo[@]}")" "$(median "${no[@]}")") |"
+            echo "| $kind bytes | $conns | $(spread 0 "${no[@]}") | $(spread 3 "${ne[@]}") | $(spread 0 "${mo[@]}") | $(spread 3 "${me[@]}") | $(spread 0 "${mc[@]}") | $(spread 0 "${mu[@]}") | $(ratio "$(median "${mo[@]}")" "$(median "${no[@]}")") |"
             # The write-back table's row, printed after this table.
             written_back+="| $kind bytes | $conns | $(spread 3 "${ns[@]}") | $(spread 3 "${ms[@]}") | $(ratio "$(counted "$kind" "$conns" mc)" "$(counted "$kind" "$conns" nginx)") |"$'\n'
         done
