@@ -279,7 +279,9 @@ impl FillRegistry {
         self.metrics.fills_in_progress.set(fills.len() as i64);
         drop(fills);
         let me = Me { ticket, id };
-        let fill = writer::run(
+        // Boxed: the fill's future is large, and the task would copy it
+        // whole when spawned and again when it ends.
+        let fill = Box::pin(writer::run(
             self.clone(),
             remote.clone(),
             path.clone(),
@@ -287,7 +289,7 @@ impl FillRegistry {
             stale,
             tx,
             (slot, me),
-        );
+        ));
         let (fills, key) = (self.clone(), path.key().to_string());
         self.tasks.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
