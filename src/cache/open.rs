@@ -144,7 +144,7 @@ impl Cache {
         meta.memory.index.begin_load();
         let store = Arc::new(store);
         if config.storage.s3.is_none() {
-            open_packs(&store, &meta, config.storage.pack_below).await?;
+            open_packs(&store, &meta, config.storage.pack_below, !complete).await?;
         }
         let blobs: Arc<dyn BlobStore> = match &config.storage.s3 {
             None => Arc::new(LocalBlobs(store.clone())),
@@ -218,8 +218,9 @@ async fn open_packs(
     store: &Arc<ContentStore>,
     meta: &MetadataStore,
     pack_below: u64,
+    by_digest: bool,
 ) -> anyhow::Result<()> {
-    let table = Arc::new(PlaceTable::new(meta.db.pool.clone()));
+    let table = Arc::new(PlaceTable::new(meta.db.pool.clone(), by_digest));
     store
         .read_places(&*table, |_| {})
         .await

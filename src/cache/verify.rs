@@ -122,7 +122,10 @@ pub async fn run_observed(
             .map(|()| all)
     })
     .await??;
-    let places = PlaceTable::new(meta.db.pool.clone());
+    // As the server finds places: by digest only where its memory of them
+    // is not complete (the database then keeps an index on their digests).
+    let complete = config.metadata.url.starts_with("sqlite:") && config.redis.is_none();
+    let places = PlaceTable::new(meta.db.pool.clone(), !complete);
     let mut packed_digests: Vec<(String, Option<SystemTime>)> = Vec::new();
     store
         .read_places(&places, |row| {

@@ -19,11 +19,16 @@ const PAGE: i64 = 20_000;
 /// The `blob_places` table, on the metadata database's pool.
 pub struct PlaceTable {
     pool: AnyPool,
+    /// Whether the database keeps an index on the places' digests
+    /// (`Database::index_digests`): without one, a place is deleted only
+    /// where memory knows it (a digest memory does not place has no row:
+    /// a blob of its own file, the most common one removed).
+    by_digest: bool,
 }
 
 impl PlaceTable {
-    pub fn new(pool: AnyPool) -> PlaceTable {
-        PlaceTable { pool }
+    pub fn new(pool: AnyPool, by_digest: bool) -> PlaceTable {
+        PlaceTable { pool, by_digest }
     }
 
     /// The rows `filter` (a `WHERE` clause and what follows, its
@@ -86,6 +91,9 @@ impl PlaceRows for PlaceTable {
         known: Option<PlaceRow>,
     ) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>> {
         Box::pin(async move {
+            if known.is_none() && !self.by_digest {
+                return Ok(Vec::new());
+            }
             let returning = " RETURNING digest, pack, start_byte, length";
             let sql = match known {
                 Some(_) => format!(

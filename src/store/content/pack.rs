@@ -94,7 +94,8 @@ impl PlaceRow {
 /// place, and the others' bytes count dead once loaded.
 ///
 /// Contract: `forget` deletes the digest's row at `known` (the place
-/// memory holds), or without one every row naming the digest, and returns
+/// memory holds), or without one every row naming the digest (none where
+/// memory holds every place, and no index finds a digest's), and returns
 /// those it deleted; `moved` moves each row from its first place to its
 /// second in one transaction, only where the row still names the first,
 /// and says for each whether it did.
