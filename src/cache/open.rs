@@ -128,12 +128,8 @@ impl Cache {
                 redact_url(&config.metadata.url)
             )
         })?;
-        // Complete once loaded only where no other instance writes rows the
-        // server must see at once (another process's import tells the
-        // server: `crate::meta::other_writers`).
-        let sqlite = config.metadata.url.starts_with("sqlite:");
-        let complete = sqlite && config.redis.is_none();
-        if sqlite {
+        let complete = memory_complete(config);
+        if config.metadata.url.starts_with("sqlite:") {
             meta.db
                 .index_digests(!complete)
                 .await
@@ -206,6 +202,15 @@ impl Cache {
         cache.budget.wake_if_over();
         Ok(cache)
     }
+}
+
+/// Whether memory (the entry index, the store's places) is complete once
+/// loaded: only where no other instance writes rows the server must see at
+/// once (another process's import tells the server:
+/// `crate::meta::other_writers`). Where it is, the embedded database keeps
+/// no index on digests (`Database::index_digests`).
+pub(crate) fn memory_complete(config: &Config) -> bool {
+    config.metadata.url.starts_with("sqlite:") && config.redis.is_none()
 }
 
 /// Opens the store's packs: the places of packed blobs read from the

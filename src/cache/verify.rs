@@ -124,8 +124,7 @@ pub async fn run_observed(
     .await??;
     // As the server finds places: by digest only where its memory of them
     // is not complete (the database then keeps an index on their digests).
-    let complete = config.metadata.url.starts_with("sqlite:") && config.redis.is_none();
-    let places = PlaceTable::new(meta.db.pool.clone(), !complete);
+    let places = PlaceTable::new(meta.db.pool.clone(), !super::open::memory_complete(config));
     let mut packed_digests: Vec<(String, Option<SystemTime>)> = Vec::new();
     store
         .read_places(&places, |row| {

@@ -149,16 +149,11 @@ impl ContentStore {
         rows: &dyn PlaceRows,
         mut seen: impl FnMut(&PlaceRow),
     ) -> io::Result<()> {
-        let mut after = None;
-        loop {
-            let page = rows.page(after).await?;
-            let Some(last) = page.last() else {
-                return Ok(());
-            };
-            after = Some(*last);
+        each_page(rows, |page| {
             page.iter().for_each(&mut seen);
-            self.packs.add(&page);
-        }
+            self.packs.add(page);
+        })
+        .await
     }
 
     /// Learns the places another process wrote since they were read (an
@@ -172,18 +167,7 @@ impl ContentStore {
             return Ok(());
         };
         self.packs.begin_learning();
-        let mut after = None;
-        let learned = loop {
-            let page = match rows.page(after).await {
-                Ok(page) => page,
-                Err(error) => break Err(error),
-            };
-            let Some(last) = page.last() else {
-                break Ok(());
-            };
-            after = Some(*last);
-            self.packs.learn_absent(&page);
-        };
+        let learned = each_page(&*rows, |page| self.packs.learn_absent(page)).await;
         self.packs.end_learning();
         learned
     }
@@ -476,5 +460,19 @@ impl Drop for TempBlob {
         if !self.committed {
             let _ = fs::remove_file(&self.path);
         }
+    }
+}
+
+/// Every row of `rows`, a page at a time in the order of their places,
+/// each page handed to `each` (no copy of them all in memory).
+async fn each_page(rows: &dyn PlaceRows, mut each: impl FnMut(&[PlaceRow])) -> io::Result<()> {
+    let mut after = None;
+    loop {
+        let page = rows.page(after).await?;
+        let Some(last) = page.last() else {
+            return Ok(());
+        };
+        after = Some(*last);
+        each(&page);
     }
 }

@@ -55,10 +55,16 @@ fn blob_files(store: &Path) -> usize {
     n
 }
 
+/// A pool on the SQLite database at `db`.
+async fn sqlite(db: &Path) -> sqlx::SqlitePool {
+    sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
+        .await
+        .unwrap()
+}
+
 /// The place rows (digest, pack, start, length) of the database at `db`.
 async fn place_rows(db: &Path) -> Vec<(String, i64, i64, i64)> {
-    let url = format!("sqlite://{}", db.display());
-    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let pool = sqlite(db).await;
     let rows = sqlx::query_as("SELECT digest, pack, start_byte, length FROM blob_places")
         .fetch_all(&pool)
         .await
@@ -69,8 +75,7 @@ async fn place_rows(db: &Path) -> Vec<(String, i64, i64, i64)> {
 
 /// Bytes of places whose digest no row references.
 async fn orphan_place_bytes(db: &Path) -> u64 {
-    let url = format!("sqlite://{}", db.display());
-    let pool = sqlx::SqlitePool::connect(&url).await.unwrap();
+    let pool = sqlite(db).await;
     let (bytes,): (i64,) = sqlx::query_as(
         "SELECT COALESCE(SUM(length), 0) FROM blob_places \
          WHERE digest NOT IN (SELECT digest FROM entries)",
@@ -260,9 +265,7 @@ async fn places_kept_by_digest_are_served_after_their_table_is_keyed_by_place() 
     running.shutdown().await;
     // The table as migration 0009 made it, that migration the last applied.
     let db = dir.path().join("meta.db");
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
-        .await
-        .unwrap();
+    let pool = sqlite(&db).await;
     let mut conn = pool.acquire().await.unwrap();
     for sql in [
         "CREATE TABLE by_digest (digest TEXT NOT NULL PRIMARY KEY, pack BIGINT NOT NULL, \
@@ -292,9 +295,7 @@ async fn places_kept_by_digest_are_served_after_their_table_is_keyed_by_place() 
         assert_places_tile_their_packs(&dir.path().join("store"), &rows),
         12 * 3000
     );
-    let pool = sqlx::SqlitePool::connect(&format!("sqlite://{}", db.display()))
-        .await
-        .unwrap();
+    let pool = sqlite(&db).await;
     let schema: Vec<(String,)> = sqlx::query_as(
         "SELECT COALESCE(sql, name) FROM sqlite_master WHERE tbl_name = 'blob_places'",
     )
