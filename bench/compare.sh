@@ -59,13 +59,8 @@ cd "$ROOT"
 log() { printf '[compare] %s\n' "$*" >&2; }
 
 # --- tools -------------------------------------------------------------------
-if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
-    log "installing nginx and wrk"
-    apt-get update -qq
-    apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 ||
-        apt-get install -y -qq nginx wrk >/dev/null
-fi
 source "$ROOT/bench/lib.sh"
+install_nginx_wrk
 need_tools "" nginx wrk curl cargo awk ss
 
 if [[ -z "${MC_BIN:-}" ]]; then

@@ -1,6 +1,6 @@
 # bench/lib.sh — the set-up bench/ab-hit.sh and bench/profile-hit.sh share
 # (bench/compare.sh uses its tool check, ports, PIDs and mirrorcache config;
-# bench/sustained-miss.sh, first-fetch.sh and many-entries.sh also their work
+# bench/sustained-miss.sh, miss-rss.sh, first-fetch.sh and many-entries.sh also their work
 # dir, release build and tuned nginx proxy_cache):
 # an nginx origin and mirrorcache processes on 127.0.0.1, started from a work
 # dir, stopped by stop_started. Sourced, not run:
@@ -15,6 +15,31 @@ need_tools() {
     for tool in "$@"; do
         command -v "$tool" >/dev/null || { echo "missing $tool${hint:+ ($hint)}" >&2; exit 1; }
     done
+}
+
+# install_nginx_wrk: installs nginx and wrk with apt where either is missing
+# (the benches that run the tuned nginx; as root).
+install_nginx_wrk() {
+    command -v nginx >/dev/null && command -v wrk >/dev/null && return
+    echo "installing nginx and wrk" >&2
+    apt-get update -qq
+    apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 ||
+        apt-get install -y -qq nginx wrk >/dev/null
+}
+
+# start_keyed_origin DIR: an nginx origin in DIR on a free port (sets
+# O_PORT): /distinct/<key> is 1 KiB with the request URI put into it
+# (`sub_filter`), so every key has its own bytes; /same/<key> is one 1 KiB
+# file under every name.
+start_keyed_origin() {
+    mkdir -p "$1/www"
+    python3 -c "import os,sys; b=bytearray(os.urandom(1024)); b[100:102]=b'@@'; sys.stdout.buffer.write(bytes(b))" >"$1/www/seed.bin"
+    head -c 1024 /dev/urandom >"$1/www/same.bin"
+    free_port
+    O_PORT=$PORT
+    start_nginx "$1" "$O_PORT" '
+    location /distinct/ { rewrite ^ /seed.bin break; sub_filter "@@" "$request_uri"; sub_filter_once on; sub_filter_types *; }
+    location /same/ { rewrite ^ /same.bin break; }'
 }
 
 # The processes started here; stop_started ends them (TERM, then waits).

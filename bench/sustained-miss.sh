@@ -38,13 +38,8 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 log() { printf '[sustained-miss] %s\n' "$*" >&2; }
 
-if ! command -v nginx >/dev/null || ! command -v wrk >/dev/null; then
-    log "installing nginx and wrk"
-    apt-get update -qq
-    apt-get install -y -qq nginx-light wrk >/dev/null 2>&1 ||
-        apt-get install -y -qq nginx wrk >/dev/null
-fi
 source "$ROOT/bench/lib.sh"
+install_nginx_wrk
 need_tools "" nginx wrk curl python3 awk ss
 
 release_bin
@@ -53,14 +48,7 @@ make_work mc-sustained
 
 # --- origin: nginx, every key a 1 KiB body --------------------------------------
 O_DIR=$WORK/origin
-mkdir -p "$O_DIR/www"
-python3 -c "import os,sys; b=bytearray(os.urandom(1024)); b[100:102]=b'@@'; sys.stdout.buffer.write(bytes(b).replace(b'@@',b'@@',1))" >"$O_DIR/www/seed.bin"
-head -c 1024 /dev/urandom >"$O_DIR/www/same.bin"
-free_port
-O_PORT=$PORT
-start_nginx "$O_DIR" "$O_PORT" '
-    location /distinct/ { rewrite ^ /seed.bin break; sub_filter "@@" "$request_uri"; sub_filter_once on; sub_filter_types *; }
-    location /same/ { rewrite ^ /same.bin break; }'
+start_keyed_origin "$O_DIR"
 ORIGIN=http://127.0.0.1:$O_PORT
 
 # --- nginx proxy_cache, tuned as in bench/compare.sh ---------------------------

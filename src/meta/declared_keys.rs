@@ -2,33 +2,41 @@
 //! artifact nothing declares (a generic or go file before its pin on first
 //! use) asks the database nothing.
 //!
-//! A set of 64-bit hashes of `(remote, artifact)`, loaded at start-up beside
-//! the entry index and only ever added to: a key is added before its row is
-//! written, and the key of a deleted row stays (a lookup of it asks the
-//! database, which says there is none; a collision costs the same). So the
-//! set holds every key the database has, and once loaded a key it lacks
-//! has no row — where the index may be complete (SQLite without Redis) and
-//! while no other process wrote (see `super::other_writers`).
+//! A growable Bloom filter of `(remote, artifact)`, loaded at start-up
+//! beside the entry index and only ever added to: a key is added before its
+//! row is written, and the key of a deleted row stays (a lookup of it asks
+//! the database, which says there is none). A filter never says "absent"
+//! of a key it was given, so once loaded a key it calls absent has no row —
+//! where the index may be complete (SQLite without Redis) and while no
+//! other process wrote (see `super::other_writers`). It calls one key in
+//! [`FALSE_POSITIVES`] present that is not; that cold miss reads the
+//! database, as every miss did before the set existed.
+//!
+//! At a million keys the filters take 3.5 MB, where a hash set of their
+//! 64-bit hashes took 17–19 MB (BENCHMARKS.md, "Peak RSS").
 
-use std::collections::HashSet;
 use std::hash::BuildHasher as _;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::RwLock;
 
-use super::hashing::BuildIdentity;
+use growable_bloom_filter::GrowableBloom;
 
-/// Shards of the set: two threads adding rarely take one lock.
+/// Shards of the filter: two threads adding rarely take one lock.
 const SHARDS: usize = 16;
 
-/// Bytes a key takes in its table (the table adds its control byte and
-/// spare capacity).
-pub const KEY_BYTES: usize = std::mem::size_of::<u64>();
+/// The share of absent keys a shard calls present, at most.
+pub const FALSE_POSITIVES: f64 = 1e-4;
+
+/// Keys a shard's first filter holds; each next one holds [`GROWTH`] times
+/// as many.
+const FIRST_CAPACITY: usize = 4096;
+const GROWTH: usize = 4;
 
 pub struct DeclaredKeys {
-    /// Whether a key not in the set has no row.
+    /// Whether a key the filter calls absent has no row.
     complete: AtomicBool,
     hasher: std::collections::hash_map::RandomState,
-    shards: Box<[RwLock<HashSet<u64, BuildIdentity>>]>,
+    shards: Box<[RwLock<GrowableBloom>]>,
 }
 
 impl Default for DeclaredKeys {
@@ -36,30 +44,37 @@ impl Default for DeclaredKeys {
         DeclaredKeys {
             complete: AtomicBool::new(false),
             hasher: Default::default(),
-            shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            shards: (0..SHARDS)
+                .map(|_| {
+                    RwLock::new(
+                        growable_bloom_filter::GrowableBloomBuilder::new()
+                            .estimated_insertions(FIRST_CAPACITY)
+                            .desired_error_ratio(FALSE_POSITIVES)
+                            .growth_factor(GROWTH)
+                            .build(),
+                    )
+                })
+                .collect(),
         }
     }
 }
 
 impl DeclaredKeys {
+    /// A keyed hash of the key: no one who does not know the process's
+    /// keys can choose artifacts that fill one shard or one filter's bits.
     fn hash(&self, remote: &str, artifact: &str) -> u64 {
         self.hasher.hash_one((remote, artifact))
     }
 
-    fn shard(&self, hash: u64) -> &RwLock<HashSet<u64, BuildIdentity>> {
-        // Bits the table's buckets and control bytes do not use.
-        &self.shards[(hash >> 32) as usize % SHARDS]
+    fn shard(&self, hash: u64) -> &RwLock<GrowableBloom> {
+        &self.shards[(hash >> 60) as usize % SHARDS]
     }
 
     /// Before a row of `artifact` is written.
     pub fn add(&self, remote: &str, artifact: &str) {
         let hash = self.hash(remote, artifact);
         let shard = self.shard(hash);
-        if !shard
-            .read()
-            .expect("declared keys poisoned")
-            .contains(&hash)
-        {
+        if !shard.read().expect("declared keys poisoned").contains(hash) {
             shard.write().expect("declared keys poisoned").insert(hash);
         }
     }
@@ -74,7 +89,7 @@ impl DeclaredKeys {
             .shard(hash)
             .read()
             .expect("declared keys poisoned")
-            .contains(&hash)
+            .contains(hash)
     }
 
     pub fn is_complete(&self) -> bool {
@@ -85,7 +100,8 @@ impl DeclaredKeys {
         self.complete.store(complete, Ordering::Release);
     }
 
-    /// Keys in the set.
+    /// Keys added (a key the filter already called present is not counted
+    /// again).
     pub fn len(&self) -> usize {
         self.shards
             .iter()
@@ -96,6 +112,33 @@ impl DeclaredKeys {
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+
+    /// Bytes the filters' bits take.
+    pub fn bytes(&self) -> usize {
+        self.shards
+            .iter()
+            .map(|s| {
+                let filter = s.read().expect("declared keys poisoned");
+                filter_bytes(filter.capacity())
+            })
+            .sum()
+    }
+}
+
+/// Bytes of the filters of a shard that hold `capacity` keys in all: each
+/// filter takes ⌈log2(1/p)⌉ slices of `capacity / ln 2` bits, p tightening
+/// by 0.85 a filter (the crate's default).
+fn filter_bytes(capacity: usize) -> usize {
+    let mut bytes = 0.0;
+    let (mut held, mut each, mut p) = (0, FIRST_CAPACITY, FALSE_POSITIVES);
+    while held < capacity {
+        let slices = (1.0 / p).log2().ceil();
+        bytes += slices * each as f64 / std::f64::consts::LN_2 / 8.0;
+        held += each;
+        each *= GROWTH;
+        p *= 0.85;
+    }
+    bytes as usize
 }
 
 #[cfg(test)]
@@ -113,5 +156,30 @@ mod tests {
         assert!(keys.surely_absent("other", "a"), "keyed by remote too");
         keys.add("r", "a");
         assert_eq!(keys.len(), 1);
+    }
+
+    #[test]
+    fn a_million_keys_are_all_present_few_absent_ones_are_and_they_take_a_few_megabytes() {
+        let keys = DeclaredKeys::default();
+        keys.set_complete(true);
+        let n = 1_000_000;
+        for i in 0..n {
+            keys.add("r", &format!("a/{i}"));
+        }
+        for i in 0..n {
+            assert!(!keys.surely_absent("r", &format!("a/{i}")), "{i} lost");
+        }
+        let trials = 200_000;
+        let present = (0..trials)
+            .filter(|i| !keys.surely_absent("r", &format!("b/{i}")))
+            .count();
+        // 1e-4 a shard's first filter, less each next one: the sum stays
+        // under 1e-3.
+        assert!(
+            present < trials / 500,
+            "{present} of {trials} called present"
+        );
+        let bytes = keys.bytes();
+        assert!(bytes < 4_000_000, "{bytes} bytes");
     }
 }
