@@ -34,104 +34,21 @@ use std::sync::{Arc, Mutex, OnceLock, RwLock};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
-use futures_util::future::BoxFuture;
 use rustix::fs::{flock, FlockOperation};
 
-use crate::dense::{Dense, Keyed};
+use crate::dense::Dense;
 use crate::store::budget::Budget;
 
 mod compact;
+mod place;
 use crate::store::digest::Digest;
 pub(crate) use compact::compact;
+use place::{Place, Placed};
+pub use place::{PlaceRow, PlaceRows};
 
 /// The length past which a pack is rolled over: the next append starts a
 /// new one.
 pub(crate) const ROLL_AT: u64 = 256 * 1024 * 1024;
-
-/// Where a packed blob lies: a byte range of one pack.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Place {
-    pack: u64,
-    start: u64,
-    len: u64,
-}
-
-/// A packed blob's place as the metadata database keeps it for the store:
-/// numbers it stores and hands back, and never reads.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlaceRow {
-    pub digest: Digest,
-    pub pack: i64,
-    pub start: i64,
-    pub length: i64,
-}
-
-impl PlaceRow {
-    fn of(digest: Digest, place: Place) -> PlaceRow {
-        PlaceRow {
-            digest,
-            pack: place.pack as i64,
-            start: place.start as i64,
-            length: place.len as i64,
-        }
-    }
-
-    fn place(&self) -> Place {
-        Place {
-            pack: self.pack as u64,
-            start: self.start as u64,
-            len: self.length as u64,
-        }
-    }
-}
-
-/// Where the places of packed blobs are kept (the metadata database's
-/// `blob_places`, keyed by place: see its migration), for what a group
-/// commit does not write itself.
-///
-/// A digest has one row, but where two processes packed it (or it was
-/// packed again once its pack was gone): then memory takes the newest
-/// place, and the others' bytes count dead once loaded.
-///
-/// Contract: `forget` deletes the digest's row at `known` (the place
-/// memory holds), or without one every row naming the digest (none where
-/// memory holds every place, and no index finds a digest's), and returns
-/// those it deleted; `moved` moves each row from its first place to its
-/// second in one transaction, only where the row still names the first,
-/// and says for each whether it did.
-pub trait PlaceRows: Send + Sync {
-    /// The next rows in the order of their places (pack, start, length) after
-    /// `after`'s (from the first without), a page at a time; none past the
-    /// last.
-    fn page(&self, after: Option<PlaceRow>) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
-    /// The newest row of `digest`: a place another process wrote, which
-    /// memory does not hold (a scan of the table where the database keeps
-    /// no index on digests: see `Database::index_digests`).
-    fn lookup(&self, digest: Digest) -> BoxFuture<'_, io::Result<Option<PlaceRow>>>;
-    fn in_pack(&self, pack: i64) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
-    fn forget(
-        &self,
-        digest: Digest,
-        known: Option<PlaceRow>,
-    ) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
-    fn moved(&self, moves: Vec<(PlaceRow, PlaceRow)>) -> BoxFuture<'_, io::Result<Vec<bool>>>;
-}
-
-/// A packed blob's digest and place, as the table of places holds them.
-#[derive(Debug, Clone, Copy)]
-struct Placed(Digest, Place);
-
-impl Keyed for Placed {
-    type Key = Digest;
-    fn key(&self) -> &Digest {
-        &self.0
-    }
-    fn hash(digest: &Digest) -> u64 {
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&digest.0[..8]);
-        u64::from_le_bytes(first)
-    }
-}
 
 /// The pack being appended to.
 struct Writer {
@@ -153,7 +70,7 @@ pub(crate) struct Packs {
     below: AtomicU64,
     /// Every packed blob this process knows of (loaded at start, learned
     /// from the database when another process packed it), in a dense table:
-    /// 56 bytes a blob and its number, where a map held twice that while it
+    /// 48 bytes a blob and its number, where a map held twice that while it
     /// grew.
     places: RwLock<Dense<Placed>>,
     /// Places appended here whose rows are not written yet.
@@ -217,8 +134,8 @@ impl Packs {
     /// Takes places the database holds (a page of them).
     pub(crate) fn add(&self, rows: &[PlaceRow]) {
         let mut places = self.places.write().expect("places poisoned");
-        for row in rows {
-            places.insert(Placed(row.digest, row.place()));
+        for placed in rows.iter().filter_map(|r| Placed::new(r.digest, r.place())) {
+            places.insert(placed);
         }
     }
 
@@ -227,7 +144,8 @@ impl Packs {
     /// place names, or removed when none does. Blocking.
     pub(crate) fn load(&self, adopt: bool) -> io::Result<()> {
         let mut ends: HashMap<u64, (u64, u64)> = HashMap::new();
-        for Placed(_, place) in self.places.read().expect("places poisoned").iter() {
+        for placed in self.places.read().expect("places poisoned").iter() {
+            let place = placed.place();
             let (end, live) = ends.entry(place.pack).or_default();
             *end = (*end).max(place.start + place.len);
             *live += place.len;
@@ -237,7 +155,7 @@ impl Packs {
         // blob's next commit packs it again.
         let files = self.pack_files()?;
         (self.places.write().expect("places poisoned"))
-            .retain(|p| files.iter().any(|(id, _)| *id == p.1.pack));
+            .retain(|p| files.iter().any(|(id, _)| *id == p.pack));
         let mut tallies = self.tallies.lock().expect("tallies poisoned");
         let mut held = self.held.lock().expect("held poisoned");
         let mut cut = 0u64;
@@ -310,7 +228,7 @@ impl Packs {
             .read()
             .expect("places poisoned")
             .get(digest)
-            .map(|p| p.1)
+            .map(Placed::place)
     }
 
     /// Whether `digest` is packed (as far as this process knows).
@@ -320,8 +238,9 @@ impl Packs {
 
     /// Learns a place another process wrote (from its row).
     pub(crate) fn learn(&self, row: PlaceRow) {
-        let mut places = self.places.write().expect("places poisoned");
-        places.insert(Placed(row.digest, row.place()));
+        if let Some(placed) = Placed::new(row.digest, row.place()) {
+            self.places.write().expect("places poisoned").insert(placed);
+        }
     }
 
     /// Starts noting the digests forgotten, until [`Packs::end_learning`].
@@ -341,8 +260,11 @@ impl Packs {
         let forgotten = self.forgotten.lock().expect("forgotten poisoned");
         for row in rows {
             let gone = forgotten.as_ref().is_some_and(|f| f.contains(&row.digest));
-            if !gone && places.get(&row.digest).is_none() {
-                places.insert(Placed(row.digest, row.place()));
+            if gone || places.get(&row.digest).is_some() {
+                continue;
+            }
+            if let Some(placed) = Placed::new(row.digest, row.place()) {
+                places.insert(placed);
             }
         }
     }
@@ -428,6 +350,14 @@ impl Packs {
     /// the writer throughout.
     fn write(&self, bodies: Vec<Bytes>, digests: Option<&[Digest]>) -> io::Result<Vec<Place>> {
         let total: u64 = bodies.iter().map(|b| b.len() as u64).sum();
+        // A write goes to a pack holding at most ROLL_AT bytes with it, or
+        // starts one: every place it makes ends within 4 GiB.
+        if total > u64::from(u32::MAX) {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "a pack write of more than 4 GiB",
+            ));
+        }
         let mut writer = self.writer.lock().expect("writer poisoned");
         if writer
             .as_ref()
@@ -459,7 +389,7 @@ impl Packs {
             let mut known = self.places.write().expect("places poisoned");
             let mut pending = self.pending.lock().expect("pending poisoned");
             for (digest, place) in digests.iter().zip(&places) {
-                known.insert(Placed(*digest, *place));
+                known.insert(Placed::new(*digest, *place).expect("a place within 4 GiB"));
                 pending.insert(*digest, *place);
             }
         }
@@ -538,7 +468,7 @@ impl Packs {
         }
         let known = (self.places.write().expect("places poisoned"))
             .remove(digest)
-            .map(|p| p.1);
+            .map(|p| p.place());
         let pending = self
             .pending
             .lock()

@@ -56,24 +56,33 @@ impl Packs {
             .collect())
     }
 
-    /// After a step's rows moved: memory follows each moved row (unless
-    /// its blob was forgotten meanwhile); the copy of one that was not is
-    /// dead.
-    fn settle(&self, moves: &[(PlaceRow, PlaceRow)], moved: &[bool]) {
+    /// After a step's rows moved: memory follows each moved row; the copy
+    /// of one that was not moved is dead. So is the copy of a moved row
+    /// whose blob memory let go of between the move and now (a release
+    /// that deleted the row at its old place, so found none): those rows
+    /// are returned, for the caller to delete.
+    fn settle(&self, moves: &[(PlaceRow, PlaceRow)], moved: &[bool]) -> Vec<PlaceRow> {
+        let mut orphans = Vec::new();
         let mut places = self.places.write().expect("places poisoned");
         for ((from, to), moved) in moves.iter().zip(moved) {
-            if !moved {
-                drop(places);
-                self.count_dead(to.pack as u64, to.length as u64);
-                places = self.places.write().expect("places poisoned");
-                continue;
-            }
-            if places.get(&from.digest).map(|p| p.1) == Some(from.place()) {
-                places.insert(Placed(from.digest, to.place()));
+            let held = places.get(&from.digest).map(Placed::place) == Some(from.place());
+            match Placed::new(from.digest, to.place()) {
+                Some(placed) if *moved && held => {
+                    places.insert(placed);
+                }
+                _ => {
+                    if *moved {
+                        orphans.push(*to);
+                    }
+                    drop(places);
+                    self.count_dead(to.pack as u64, to.length as u64);
+                    places = self.places.write().expect("places poisoned");
+                }
             }
         }
         self.budget
             .add_committed(moves.iter().map(|(_, to)| to.length as u64).sum());
+        orphans
     }
 
     /// Unlinks a compacted pack; open readers keep their descriptor.
@@ -121,7 +130,9 @@ pub(crate) async fn compact(packs: Arc<Packs>) -> io::Result<(u64, u64)> {
                 .map_err(io::Error::other)??;
             let moves: Vec<(PlaceRow, PlaceRow)> = to.0.into_iter().zip(to.1).collect();
             let moved = rows.moved(moves.clone()).await?;
-            packs.settle(&moves, &moved);
+            for orphan in packs.settle(&moves, &moved) {
+                rows.forget(orphan.digest, Some(orphan)).await?;
+            }
             copied += bytes;
         }
         let p = packs.clone();
