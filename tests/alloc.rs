@@ -1,8 +1,8 @@
 //! What a counting global allocator can tell: selection allocates nothing
 //! (`Selector::order` and `order_accepting` for every strategy), the
 //! in-memory tiers (the entry cache, the blob tier) hold no more bytes than
-//! their bounds, and the entry index grown row by row holds about a
-//! record's bytes a row.
+//! their bounds, the entry index grown row by row holds about a record's
+//! bytes a row, and a million declared keys take a few megabytes.
 //!
 //! Its own test target without the libtest harness (`harness = false`): the
 //! allocator counts every thread of the process, so nothing may run beside
@@ -18,6 +18,7 @@ use axum::http::HeaderValue;
 use bytes::Bytes;
 use mirrorcache::cache::Digest;
 use mirrorcache::config::Strategy;
+use mirrorcache::meta::declared_keys::DeclaredKeys;
 use mirrorcache::meta::{entry_cache, Entry, Index};
 use mirrorcache::store::HotBlobs;
 use mirrorcache::upstream::select::{DecayWindow, GaugeRegistry, Mirror, Selection, Selector};
@@ -40,6 +41,8 @@ fn main() {
     println!("test the_blob_tier_holds_no_more_than_its_size ... ok");
     the_entry_index_grown_by_commits_holds_little_more_than_its_records();
     println!("test the_entry_index_grown_by_commits_holds_little_more_than_its_records ... ok");
+    a_million_declared_keys_take_a_few_megabytes();
+    println!("test a_million_declared_keys_take_a_few_megabytes ... ok");
 }
 
 /// Bytes allocated and not freed since `region` began.
@@ -154,6 +157,25 @@ fn the_entry_index_grown_by_commits_holds_little_more_than_its_records() {
     assert_eq!(index.len(), ROWS);
     println!("the entry index takes {per_row} bytes a row at {ROWS} rows");
     assert!(per_row <= 108, "{per_row} bytes a row");
+}
+
+/// The declared keys of a million pins: their Bloom filters, not a set of
+/// the keys (17–19 MB as one of their 64-bit hashes).
+fn a_million_declared_keys_take_a_few_megabytes() {
+    const KEYS: usize = 1_000_000;
+    let mut artifact = String::new();
+    let region = Region::new(GLOBAL);
+    let keys = DeclaredKeys::default();
+    for i in 0..KEYS {
+        artifact.clear();
+        artifact.push_str("pkg/artifact-");
+        artifact.push_str(&i.to_string());
+        keys.add("r", &artifact);
+    }
+    let bytes = held(&region);
+    println!("the declared keys take {bytes} bytes at {KEYS} keys");
+    assert!(bytes < 4_000_000, "{bytes} bytes");
+    black_box(keys);
 }
 
 /// 1 KiB blobs, many more than fit: the tier holds no more than its size,
