@@ -12,11 +12,13 @@
 //!   invariant that spans them (never a row without its blob): commit,
 //!   release, purge, eviction's loop, verify.
 //! - [`store`] holds the bytes: the content store on disk, blob backends
-//!   (local, S3), the in-memory tier, the size budget; it imports neither
-//!   `meta` nor `cache`.
+//!   (local, S3), the in-memory tier, the size budget, the digest table
+//!   (each digest once: packed blobs' places, and the entry index's counts
+//!   of the records naming it); it imports neither `meta` nor `cache`.
 //! - [`meta`] holds the rows: the metadata database (SQLite, Postgres), the
-//!   entry index and its digest counts, purge generations, declared digests
-//!   and pins, Redis coordination; it takes only `Digest` from `store`.
+//!   entry index (naming digests by number in the store's digest table),
+//!   purge generations, declared digests and pins, Redis coordination; it
+//!   takes `Digest`, the place rows and the digest table from `store`.
 //! - [`kind`] holds the package managers' rules: immutable paths, documents,
 //!   variants, URL rewriting, the cache policy.
 //! - [`access`] says who is asking: credentials checked against the

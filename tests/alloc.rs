@@ -129,9 +129,11 @@ fn the_entry_cache_holds_no_more_than_its_memory() {
 
 /// Rows added one at a time, as commits add them, each naming its own
 /// digest, to just past the point where the index's 64 shards outgrow
-/// their tables (64 × 3,584 records): a hash table holding the 64-byte
-/// records whole is then half empty (about 145 bytes a row); the index
-/// holds its records, their numbers and the digests' counts in at most 108.
+/// their tables (64 × 3,584 records): a hash table holding 64-byte records
+/// whole is then half empty (about 145 bytes a row). The index holds its
+/// 36-byte records and their numbers, and the digest table each digest's
+/// 52-byte record (its count, and its place when packed: a packed blob
+/// costs nothing more) and its number, in at most 128.
 fn the_entry_index_grown_by_commits_holds_little_more_than_its_records() {
     const ROWS: usize = 240_000;
     let index = Index::new();
@@ -156,7 +158,7 @@ fn the_entry_index_grown_by_commits_holds_little_more_than_its_records() {
     let per_row = held(&region) / ROWS as i64;
     assert_eq!(index.len(), ROWS);
     println!("the entry index takes {per_row} bytes a row at {ROWS} rows");
-    assert!(per_row <= 108, "{per_row} bytes a row");
+    assert!(per_row <= 128, "{per_row} bytes a row");
 }
 
 /// The declared keys of a million pins: their Bloom filters, not a set of

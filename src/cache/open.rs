@@ -116,10 +116,11 @@ impl Cache {
                         config.storage.path.display()
                     )
                 })?;
-        let meta = MetadataStore::connect(
+        let meta = MetadataStore::connect_sharing(
             &config.metadata.url,
             config.metadata.cache_entries,
             config.metadata.cache_memory,
+            store.digest_table(),
         )
         .await
         .with_context(|| {

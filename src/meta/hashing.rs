@@ -1,5 +1,5 @@
 //! The identity hasher of keys that are hashes already, and the shard
-//! layout the in-memory tables (the entry index, its digest counts) share.
+//! layout of the entry index's shards.
 
 use std::hash::{BuildHasher, Hasher};
 

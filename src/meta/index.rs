@@ -3,10 +3,12 @@
 //! database however many entries the cache holds (the entry cache in front
 //! of it keeps only the hot ones, with what their responses derive).
 //!
-//! A record is 64 bytes with its 12-byte key, the key being a 96-bit
+//! A record is 36 bytes with its 12-byte key, the key being a 96-bit
 //! keyed hash of `remote/path` (two SipHashes with random keys per process:
 //! no one can make two keys collide without knowing them, and the chance
-//! that two of ten million keys do is below 10⁻¹⁵): the digest, the size
+//! that two of ten million keys do is below 10⁻¹⁵): the digest as its
+//! number in the store's [`DigestTable`] (which holds each digest once, with
+//! how many records name it and, packed, where it lies), the size
 //! and when the body was fetched (48 bits each: a body of 256 TiB or more,
 //! or a time past the year 10000, makes a record that says to ask the
 //! database), the mirror's `Last-Modified` as unix seconds, and the
@@ -14,7 +16,9 @@
 //! mirror's `ETag` is not kept: an entry built from a record says so
 //! (`Entry::from_index`), and a revalidation reads the row for it. The
 //! records are kept in shards of [`crate::dense`] tables: chunks of records
-//! behind a hash table of their numbers, about 74 bytes a row at any count.
+//! behind a hash table of their numbers, about 46 bytes a row at any count
+//! besides the digest's record. A digest's number is read back under the
+//! lock of the shard whose record names it, so it is that digest's still.
 //!
 //! On SQLite without a cluster the index is **complete** once loaded: the
 //! request path takes a key it does not list to have no row (a cold miss
@@ -43,14 +47,13 @@
 use std::collections::HashSet;
 use std::hash::BuildHasher;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Mutex, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 
-use super::digest_counts::References;
 use super::entry::Entry;
 use super::hashing::{layout, BuildIdentity};
 use super::names::Names;
 use crate::dense::{Dense, Keyed};
-use crate::store::Digest;
+use crate::store::{Digest, DigestTable};
 
 /// A key: 96 bits of two keyed hashes of `remote/path`; the first 64
 /// place it in its shard's table, the last 32 pick the shard.
@@ -87,11 +90,10 @@ fn from_u48(n: [u16; 3]) -> u64 {
 /// is listed, and its entry read from the database.
 const ASK: u16 = u16::MAX;
 
-/// One row, compactly (the part of [`Slot`] after its key). Its fields
-/// are aligned to 4 bytes at most, so a slot takes 64.
+/// What a record says of its row besides the digest: 20 bytes, aligned to
+/// 4 at most.
 #[derive(Debug, Clone, Copy)]
-pub struct Record {
-    digest: [u8; 32],
+struct Facts {
     size: [u16; 3],
     /// Unix ms.
     fetched_at_ms: [u16; 3],
@@ -102,7 +104,7 @@ pub struct Record {
     remote: u16,
 }
 
-impl Record {
+impl Facts {
     fn size(&self) -> u64 {
         from_u48(self.size)
     }
@@ -112,11 +114,21 @@ impl Record {
     }
 }
 
-/// A record with its key, as a shard's table holds it.
+/// One row, compactly, as the loader reads it (a [`Slot`] holds it with the
+/// digest's number in place of the digest).
+#[derive(Debug, Clone, Copy)]
+pub struct Record {
+    digest: [u8; 32],
+    facts: Facts,
+}
+
+/// A record with its key, as a shard's table holds it: 36 bytes.
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     key: Key,
-    record: Record,
+    /// The digest's number in the [`DigestTable`].
+    digest: u32,
+    facts: Facts,
 }
 
 impl Keyed for Slot {
@@ -158,8 +170,9 @@ pub struct Index {
     shards: Box<[RwLock<Dense<Slot>>]>,
     content_types: Names,
     remotes: Names,
-    /// How many records name each digest, changed with them.
-    references: References,
+    /// The digests the records name, each once, with how many records name
+    /// it: changed with them, under their shard's lock.
+    digests: Arc<DigestTable>,
 }
 
 /// What the writers changed while the index loads (see [`Index::load`]).
@@ -179,16 +192,17 @@ impl Changed {
     fn covers(&self, key: &Key, record: &Record) -> bool {
         self.all
             || self.keys.contains(key)
-            || self.remotes.contains(&record.remote)
+            || self.remotes.contains(&record.facts.remote)
             || self
                 .digests
                 .iter()
-                .any(|(r, d)| *d == record.digest && r.is_none_or(|r| r == record.remote))
+                .any(|(r, d)| *d == record.digest && r.is_none_or(|r| r == record.facts.remote))
     }
 }
 
 /// Bytes a record takes in its table, key included (the table adds its
-/// control byte and spare capacity: BENCHMARKS.md measures the whole).
+/// number and spare capacity, the digest table the digest's record:
+/// `tests/alloc.rs` measures the whole).
 pub const RECORD_BYTES: usize = std::mem::size_of::<Slot>();
 
 impl Default for Index {
@@ -211,12 +225,13 @@ pub struct Fields<'a> {
 
 impl Index {
     pub fn new() -> Index {
-        Index::with_room(0)
+        Index::sharing(0, Arc::default())
     }
 
     /// An index with room for `expected` records (the rows there are when
-    /// it is built, before they are loaded).
-    pub(crate) fn with_room(expected: usize) -> Index {
+    /// it is built, before they are loaded), naming digests in `digests`
+    /// (the content store's, which keeps the packs' places there too).
+    pub(crate) fn sharing(expected: usize, digests: Arc<DigestTable>) -> Index {
         let (shards, room) = layout(expected);
         Index {
             complete: AtomicBool::new(false),
@@ -229,7 +244,7 @@ impl Index {
                 .collect(),
             content_types: Names::default(),
             remotes: Names::default(),
-            references: References::with_room(expected),
+            digests,
         }
     }
 
@@ -345,20 +360,11 @@ impl Index {
             c.keys.insert(hashed);
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
-        let old = shard
-            .get(&hashed)
-            .map(|s| (s.record.digest, s.record.size()));
-        if old.is_some_and(|(d, _)| d != record.digest) {
+        let old = shard.get(&hashed).map(|s| self.digests.digest(s.digest));
+        if old.is_some_and(|d| d.0 != record.digest) {
             return false;
         }
-        shard.insert(Slot {
-            key: hashed,
-            record,
-        });
-        self.references.replace(
-            old.as_ref().map(|(d, size)| (d, *size)),
-            (&record.digest, record.size()),
-        );
+        self.put_in(&mut shard, hashed, &record);
         true
     }
 
@@ -368,9 +374,9 @@ impl Index {
         let hashed = self.key(key);
         let shard = self.shard(hashed).read().expect("index poisoned");
         shard.get(&hashed).is_some_and(|s| {
-            s.record.digest == entry.digest.0
-                && s.record.size() == entry.size
-                && s.record.fetched_at_ms() == entry.fetched_at_ms
+            self.digests.digest(s.digest) == entry.digest
+                && s.facts.size() == entry.size
+                && s.facts.fetched_at_ms() == entry.fetched_at_ms
         })
     }
 
@@ -385,12 +391,9 @@ impl Index {
             return;
         };
         let mut shard = self.shard(hashed).write().expect("index poisoned");
-        if shard
-            .get(&hashed)
-            .is_some_and(|s| s.record.digest == digest.0)
-        {
+        if (shard.get(&hashed)).is_some_and(|s| self.digests.digest(s.digest) == *digest) {
             if let Some(old) = shard.remove(&hashed) {
-                self.references.sub(&digest.0, old.record.size());
+                self.digests.unname(old.digest, old.facts.size());
             }
         }
     }
@@ -398,28 +401,38 @@ impl Index {
     /// Puts `record` in its shard, the digests' counts changed with it.
     fn put(&self, key: Key, record: Record) {
         let mut shard = self.shard(key).write().expect("index poisoned");
-        let old = shard.insert(Slot { key, record });
-        self.references.replace(
-            old.as_ref().map(|o| (&o.record.digest, o.record.size())),
-            (&record.digest, record.size()),
-        );
+        self.put_in(&mut shard, key, &record);
+    }
+
+    /// Puts `record` in `shard` (its key's, held): its digest named first,
+    /// so one the old record named too is not freed in between.
+    fn put_in(&self, shard: &mut Dense<Slot>, key: Key, record: &Record) {
+        let number = self.digests.name(&record.digest, record.facts.size());
+        let slot = Slot {
+            key,
+            digest: number,
+            facts: record.facts,
+        };
+        if let Some(old) = shard.insert(slot) {
+            self.digests.unname(old.digest, old.facts.size());
+        }
     }
 
     /// Whether some record names `digest`: whether a row references it,
     /// when the index is complete.
     pub fn references(&self, digest: &Digest) -> bool {
-        self.references.any(&digest.0)
+        self.digests.is_named(&digest.0)
     }
 
     /// Bytes of the digests the records name, each counted once: the
     /// rows' `stored_bytes` when the index is complete.
     pub fn stored_bytes(&self) -> u64 {
-        self.references.bytes()
+        self.digests.bytes()
     }
 
-    /// How many digests (by their first 48 bits) the records name.
+    /// How many digests the records name.
     pub fn digests(&self) -> usize {
-        self.references.len()
+        self.digests.named()
     }
 
     fn remote_number(&self, remote: &str) -> Option<u16> {
@@ -455,30 +468,32 @@ impl Index {
         let (content_type, last_modified_s) = exact().unwrap_or((ASK, 0));
         Record {
             digest: row.digest.0,
-            size: u48(row.size),
-            fetched_at_ms: u48(row.fetched_at_ms.max(0) as u64),
-            last_modified_s,
-            content_type,
-            remote,
+            facts: Facts {
+                size: u48(row.size),
+                fetched_at_ms: u48(row.fetched_at_ms.max(0) as u64),
+                last_modified_s,
+                content_type,
+                remote,
+            },
         }
     }
 
     /// What the index says about `key`.
     pub fn get(&self, key: &str) -> Found {
         let hashed = self.key(key);
-        let record = self
-            .shard(hashed)
-            .read()
-            .expect("index poisoned")
-            .get(&hashed)
-            .map(|s| s.record);
-        let Some(record) = record else {
+        // The digest read while the shard holds the record naming it.
+        let found = {
+            let shard = self.shard(hashed).read().expect("index poisoned");
+            (shard.get(&hashed)).map(|s| (*s, self.digests.digest(s.digest)))
+        };
+        let Some((record, digest)) = found else {
             return if self.is_complete() {
                 Found::Absent
             } else {
                 Found::Unknown
             };
         };
+        let record = record.facts;
         let content_type = match record.content_type {
             0 => None,
             ASK => return Found::Unknown,
@@ -490,7 +505,7 @@ impl Index {
         let last_modified =
             (record.last_modified_s != 0).then(|| crate::clock::http_date(record.last_modified_s));
         let mut entry = Entry::new(
-            Digest(record.digest),
+            digest,
             record.size(),
             content_type,
             None,
@@ -508,7 +523,7 @@ impl Index {
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
         if let Some(old) = shard.remove(&hashed) {
-            self.references.sub(&old.record.digest, old.record.size());
+            self.digests.unname(old.digest, old.facts.size());
         }
     }
 
@@ -521,10 +536,9 @@ impl Index {
         self.note(|c| c.remotes.push(n));
         for shard in self.shards.iter() {
             shard.write().expect("index poisoned").retain(|s| {
-                let r = &s.record;
-                let keep = r.remote != n;
+                let keep = s.facts.remote != n;
                 if !keep {
-                    self.references.sub(&r.digest, r.size());
+                    self.digests.unname(s.digest, s.facts.size());
                 }
                 keep
             });
@@ -542,11 +556,16 @@ impl Index {
         };
         self.note(|c| c.digests.push((remote, digest.0)));
         for shard in self.shards.iter() {
-            shard.write().expect("index poisoned").retain(|s| {
-                let r = &s.record;
-                let keep = r.digest != digest.0 || remote.is_some_and(|n| n != r.remote);
+            let mut shard = shard.write().expect("index poisoned");
+            // Under the shard's lock: while a record here names the digest,
+            // the number is its.
+            let Some(number) = self.digests.number(&digest.0) else {
+                continue;
+            };
+            shard.retain(|s| {
+                let keep = s.digest != number || remote.is_some_and(|n| n != s.facts.remote);
                 if !keep {
-                    self.references.sub(&r.digest, r.size());
+                    self.digests.unname(s.digest, s.facts.size());
                 }
                 keep
             });
@@ -565,7 +584,7 @@ impl Index {
         for shard in &mut shards {
             shard.clear();
         }
-        self.references.clear();
+        self.digests.unname_all();
     }
 }
 
@@ -626,7 +645,7 @@ mod tests {
         index.remove_remote("r");
         assert!(matches!(index.get("r/b"), Found::Absent));
         assert_eq!(index.len(), 1);
-        assert_eq!(RECORD_BYTES, 64);
+        assert_eq!(RECORD_BYTES, 36);
         // Tables nearly full at start-up, whatever the count.
         for expected in [10_000, 1_000_000, 1 << 20, 5_000_000] {
             let (shards, room) = layout(expected);

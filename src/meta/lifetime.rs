@@ -74,7 +74,7 @@ impl MetadataStore {
         // The record after the row, and only the record of the bytes the
         // row named: taken before, a failed deletion would leave a row the
         // index's digest counts miss; by key alone, it could take a record
-        // a commit put since (see `super::digest_counts`).
+        // a commit put since (see `crate::store::DigestTable`).
         let gone = match deleted.first() {
             Some((hex,)) => Digest::from_hex(hex),
             None => digest.and_then(Digest::from_hex),

@@ -15,7 +15,7 @@ use super::other_writers::Others;
 use super::purge::{Purges, Scope, Ticket};
 use super::touched::Touched;
 use crate::path::ArtifactPath;
-use crate::store::Digest;
+use crate::store::{Digest, DigestTable};
 
 /// How soon a second hit on a key served from the index puts its entry in
 /// the entry cache ([`Memory::promote`]).
@@ -44,12 +44,13 @@ pub struct Memory {
 
 impl Memory {
     /// Room for `cache_entries` entries of at most `cache_memory` bytes
-    /// in all, and an index sized for `rows`; `file`, the SQLite file other
-    /// processes may write.
+    /// in all, and an index sized for `rows`, naming digests in `digests`;
+    /// `file`, the SQLite file other processes may write.
     pub(crate) fn new(
         cache_entries: u64,
         cache_memory: u64,
         rows: usize,
+        digests: Arc<DigestTable>,
         file: Option<PathBuf>,
     ) -> Memory {
         Memory {
@@ -62,7 +63,7 @@ impl Memory {
                 .build(),
             cluster: OnceLock::new(),
             purges: Purges::default(),
-            index: Index::with_room(rows),
+            index: Index::sharing(rows, digests),
             touched: Touched::new(cache_entries),
             declared_keys: Default::default(),
             others: Arc::new(Others::new(file)),

@@ -16,6 +16,7 @@ use super::purge::Ticket;
 use super::sql::db_error;
 use crate::error::ProxyError;
 use crate::path::ArtifactPath;
+use crate::store::DigestTable;
 
 pub(crate) type EntryRow = (
     String,
@@ -55,12 +56,25 @@ impl MetadataStore {
         cache_entries: u64,
         cache_memory: u64,
     ) -> Result<MetadataStore, sqlx::Error> {
+        Self::connect_sharing(url, cache_entries, cache_memory, Arc::default()).await
+    }
+
+    /// [`MetadataStore::connect`], the entry index naming digests in
+    /// `digests` (the content store's: `ContentStore::digest_table`), so a
+    /// digest a row names and a pack holds is kept once.
+    pub async fn connect_sharing(
+        url: &str,
+        cache_entries: u64,
+        cache_memory: u64,
+        digests: Arc<DigestTable>,
+    ) -> Result<MetadataStore, sqlx::Error> {
         super::sqlite::retrying_busy(|| async {
             let db = Database::connect(url).await?;
             let memory = Memory::new(
                 cache_entries,
                 cache_memory,
                 db.rows_at_start,
+                digests.clone(),
                 db.file.clone(),
             );
             Ok(MetadataStore { db, memory })

@@ -5,8 +5,8 @@
 //! roles: the [`Database`] ([`database`]: SQLite or Postgres, [`sqlite`],
 //! [`sql`]) and the [`Memory`] in front of it ([`memory`]: the entry cache
 //! and remembered "not found" answers, [`entry`]; the compact entry index
-//! of every row, [`index`], and how many of its records name each digest,
-//! [`digest_counts`]). A lookup ([`lookup`]) asks them in turn, then Redis
+//! of every row, [`index`], whose records name digests by their number in
+//! the store's `DigestTable`, which counts them). A lookup ([`lookup`]) asks them in turn, then Redis
 //! ([`cluster`], which also keeps instances' memories coherent), then the
 //! database. Purge generations ([`purge`]) keep what began before a purge
 //! from showing after it; [`Memory`] puts rows in memory and forgets them
@@ -19,7 +19,8 @@
 //! ([`places`]), numbers it never reads.
 //!
 //! **Invariant:** this room knows rows, not bytes: it holds digests and
-//! the store's place rows (all it takes from [`crate::store`]) and never opens, writes or
+//! the store's place rows and digest table (all it takes from
+//! [`crate::store`]) and never opens, writes or
 //! deletes a blob; whether a blob may go is the façade's
 //! ([`crate::cache`]), which asks [`MetadataStore::digest_referenced`]
 //! under the digest's lock. It imports neither the façade nor `http`,
@@ -32,7 +33,6 @@ pub mod cluster;
 mod database;
 pub mod declared_keys;
 mod declared_rows;
-pub mod digest_counts;
 mod entry;
 mod hashing;
 pub mod index;

@@ -21,6 +21,7 @@ use super::budget::Budget;
 use super::digest::Digest;
 use super::layout::Layout;
 use super::owner::{remove_dead_temp_files, Owner};
+use super::DigestTable;
 
 /// The group commit's side of the store: a child, for the one module that
 /// knows a blob's path.
@@ -183,6 +184,13 @@ impl ContentStore {
     /// The place memory holds for a packed blob, as its row.
     pub fn place_row(&self, digest: &Digest) -> Option<PlaceRow> {
         self.packs.row_of(digest)
+    }
+
+    /// The table holding each digest this process knows once: the places
+    /// of packed blobs, and the entry index's counts (shared with it:
+    /// `MetadataStore::connect_sharing`).
+    pub fn digest_table(&self) -> Arc<DigestTable> {
+        self.packs.digest_table().clone()
     }
 
     /// Where the places of packed blobs are read and deleted from.

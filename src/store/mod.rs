@@ -8,6 +8,8 @@
 //! content store itself) or [`S3Blobs`]; either opens a [`Blob`] to stream.
 //! Small blobs are packed together (`content::pack`): a range of a shared file,
 //! its place kept in the metadata database for the store ([`PlaceRow`]).
+//! [`DigestTable`] holds each digest the process knows once: the packed
+//! blob's place, and how many of the entry index's records name it.
 //! [`HotBlobs`] keeps small hot blobs in memory. [`Budget`] counts committed
 //! and in-progress bytes against `storage.max_size` and wakes the evictor.
 //!
@@ -21,6 +23,7 @@ pub mod blobs;
 pub mod budget;
 mod content;
 mod digest;
+mod digest_table;
 mod hot;
 mod layout;
 mod owner;
@@ -33,5 +36,6 @@ pub use content::batch::BatchBody;
 pub use content::pack::{PlaceRow, PlaceRows};
 pub use content::{read_at, CommitLock, ContentStore, TempBlob};
 pub use digest::Digest;
+pub use digest_table::DigestTable;
 pub use hot::{HotBlobs, ADMIT_WITHIN_MS};
 pub use s3::S3Blobs;

@@ -36,14 +36,14 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use bytes::Bytes;
 use rustix::fs::{flock, FlockOperation};
 
-use crate::dense::Dense;
 use crate::store::budget::Budget;
+use crate::store::DigestTable;
 
 mod compact;
 mod place;
 use crate::store::digest::Digest;
 pub(crate) use compact::compact;
-use place::{Place, Placed};
+pub(crate) use place::Place;
 pub use place::{PlaceRow, PlaceRows};
 
 /// The length past which a pack is rolled over: the next append starts a
@@ -68,11 +68,10 @@ pub(crate) struct Packs {
     dir: PathBuf,
     /// Blobs of at most this size are packed; 0: none (`storage.pack_below`).
     below: AtomicU64,
-    /// Every packed blob this process knows of (loaded at start, learned
-    /// from the database when another process packed it), in a dense table:
-    /// 48 bytes a blob and its number, where a map held twice that while it
-    /// grew.
-    places: RwLock<Dense<Placed>>,
+    /// Where every packed blob this process knows of lies (loaded at start,
+    /// learned from the database when another process packed it), in the
+    /// digest table the entry index shares, so a digest is held once.
+    places: Arc<DigestTable>,
     /// Places appended here whose rows are not written yet.
     pending: Mutex<HashMap<Digest, Place>>,
     /// While places another process wrote are learned
@@ -104,7 +103,7 @@ impl Packs {
         Ok(Packs {
             dir,
             below: AtomicU64::new(0),
-            places: RwLock::default(),
+            places: Arc::default(),
             pending: Mutex::default(),
             forgotten: Mutex::default(),
             readers: RwLock::default(),
@@ -131,11 +130,17 @@ impl Packs {
         self.dir.join(format!("{pack:016x}.pack"))
     }
 
-    /// Takes places the database holds (a page of them).
+    /// The digest table holding the places, which the entry index shares.
+    pub(crate) fn digest_table(&self) -> &Arc<DigestTable> {
+        &self.places
+    }
+
+    /// Takes places the database holds (a page of them); one that does not
+    /// fit the table (no write of this store made it) is not taken, so its
+    /// blob is not taken to be packed.
     pub(crate) fn add(&self, rows: &[PlaceRow]) {
-        let mut places = self.places.write().expect("places poisoned");
-        for placed in rows.iter().filter_map(|r| Placed::new(r.digest, r.place())) {
-            places.insert(placed);
+        for row in rows {
+            self.places.set_place(&row.digest, row.place());
         }
     }
 
@@ -144,18 +149,16 @@ impl Packs {
     /// place names, or removed when none does. Blocking.
     pub(crate) fn load(&self, adopt: bool) -> io::Result<()> {
         let mut ends: HashMap<u64, (u64, u64)> = HashMap::new();
-        for placed in self.places.read().expect("places poisoned").iter() {
-            let place = placed.place();
+        self.places.for_each_place(|_, place| {
             let (end, live) = ends.entry(place.pack).or_default();
             *end = (*end).max(place.start + place.len);
             *live += place.len;
-        }
+        });
         // A place in a pack that is gone (compacted away since its row was
         // read, or removed behind the store's back) is not trusted: its
         // blob's next commit packs it again.
         let files = self.pack_files()?;
-        (self.places.write().expect("places poisoned"))
-            .retain(|p| files.iter().any(|(id, _)| *id == p.pack));
+        (self.places).retain_places(|p| files.iter().any(|(id, _)| *id == p.pack));
         let mut tallies = self.tallies.lock().expect("tallies poisoned");
         let mut held = self.held.lock().expect("held poisoned");
         let mut cut = 0u64;
@@ -224,11 +227,7 @@ impl Packs {
     }
 
     fn place(&self, digest: &Digest) -> Option<Place> {
-        self.places
-            .read()
-            .expect("places poisoned")
-            .get(digest)
-            .map(Placed::place)
+        self.places.place(digest)
     }
 
     /// Whether `digest` is packed (as far as this process knows).
@@ -238,9 +237,7 @@ impl Packs {
 
     /// Learns a place another process wrote (from its row).
     pub(crate) fn learn(&self, row: PlaceRow) {
-        if let Some(placed) = Placed::new(row.digest, row.place()) {
-            self.places.write().expect("places poisoned").insert(placed);
-        }
+        self.places.set_place(&row.digest, row.place());
     }
 
     /// Starts noting the digests forgotten, until [`Packs::end_learning`].
@@ -256,15 +253,13 @@ impl Packs {
     /// packed their blobs), but none of a digest forgotten since
     /// [`Packs::begin_learning`]: its row may be gone.
     pub(crate) fn learn_absent(&self, rows: &[PlaceRow]) {
-        let mut places = self.places.write().expect("places poisoned");
+        // Held throughout: a forgetting notes its digest, then lets memory
+        // go, so it either waits and takes away what is learned here, or
+        // was noted and its digest is skipped.
         let forgotten = self.forgotten.lock().expect("forgotten poisoned");
         for row in rows {
-            let gone = forgotten.as_ref().is_some_and(|f| f.contains(&row.digest));
-            if gone || places.get(&row.digest).is_some() {
-                continue;
-            }
-            if let Some(placed) = Placed::new(row.digest, row.place()) {
-                places.insert(placed);
+            if !forgotten.as_ref().is_some_and(|f| f.contains(&row.digest)) {
+                self.places.set_place_if_none(&row.digest, row.place());
             }
         }
     }
@@ -284,7 +279,7 @@ impl Packs {
             .expect("pending poisoned")
             .contains_key(digest)
         {
-            self.places.write().expect("places poisoned").remove(digest);
+            self.places.take_place(digest);
         }
     }
 
@@ -386,12 +381,14 @@ impl Packs {
             .or_default()
             .len = writer.len;
         if let Some(digests) = digests {
-            let mut known = self.places.write().expect("places poisoned");
-            let mut pending = self.pending.lock().expect("pending poisoned");
             for (digest, place) in digests.iter().zip(&places) {
-                known.insert(Placed::new(*digest, *place).expect("a place within 4 GiB"));
-                pending.insert(*digest, *place);
+                assert!(
+                    self.places.set_place(digest, *place),
+                    "a place within 4 GiB"
+                );
             }
+            let mut pending = self.pending.lock().expect("pending poisoned");
+            pending.extend(digests.iter().copied().zip(places.iter().copied()));
         }
         Ok(places)
     }
@@ -466,9 +463,7 @@ impl Packs {
         if let Some(forgotten) = self.forgotten.lock().expect("forgotten poisoned").as_mut() {
             forgotten.insert(*digest);
         }
-        let known = (self.places.write().expect("places poisoned"))
-            .remove(digest)
-            .map(|p| p.place());
+        let known = self.places.take_place(digest);
         let pending = self
             .pending
             .lock()

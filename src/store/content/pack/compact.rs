@@ -6,7 +6,7 @@ use std::fs;
 use std::io;
 use std::sync::Arc;
 
-use super::{Packs, PlaceRow, Placed};
+use super::{Packs, PlaceRow};
 
 /// Live bytes copied per step of a compaction: a commit waits at most for
 /// one step's append.
@@ -63,22 +63,14 @@ impl Packs {
     /// are returned, for the caller to delete.
     fn settle(&self, moves: &[(PlaceRow, PlaceRow)], moved: &[bool]) -> Vec<PlaceRow> {
         let mut orphans = Vec::new();
-        let mut places = self.places.write().expect("places poisoned");
         for ((from, to), moved) in moves.iter().zip(moved) {
-            let held = places.get(&from.digest).map(Placed::place) == Some(from.place());
-            match Placed::new(from.digest, to.place()) {
-                Some(placed) if *moved && held => {
-                    places.insert(placed);
-                }
-                _ => {
-                    if *moved {
-                        orphans.push(*to);
-                    }
-                    drop(places);
-                    self.count_dead(to.pack as u64, to.length as u64);
-                    places = self.places.write().expect("places poisoned");
-                }
+            if *moved && (self.places).move_place(&from.digest, from.place(), to.place()) {
+                continue;
             }
+            if *moved {
+                orphans.push(*to);
+            }
+            self.count_dead(to.pack as u64, to.length as u64);
         }
         self.budget
             .add_committed(moves.iter().map(|(_, to)| to.length as u64).sum());

@@ -1,20 +1,20 @@
 //! Where packed blobs lie: a blob's place (pack, start, length), the row
-//! the metadata database keeps of it for the store, the database's side
-//! ([`PlaceRows`]), and the record of the packs' table of places.
+//! the metadata database keeps of it for the store, and the database's side
+//! ([`PlaceRows`]). Memory keeps the places in the digest table
+//! (`crate::store::DigestTable`).
 
 use std::io;
 
 use futures_util::future::BoxFuture;
 
-use crate::dense::Keyed;
 use crate::store::digest::Digest;
 
 /// Where a packed blob lies: a byte range of one pack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Place {
-    pub(super) pack: u64,
-    pub(super) start: u64,
-    pub(super) len: u64,
+    pub(crate) pack: u64,
+    pub(crate) start: u64,
+    pub(crate) len: u64,
 }
 
 /// A packed blob's place as the metadata database keeps it for the store:
@@ -76,48 +76,4 @@ pub trait PlaceRows: Send + Sync {
         known: Option<PlaceRow>,
     ) -> BoxFuture<'_, io::Result<Vec<PlaceRow>>>;
     fn moved(&self, moves: Vec<(PlaceRow, PlaceRow)>) -> BoxFuture<'_, io::Result<Vec<bool>>>;
-}
-
-/// A packed blob's digest and place, as the table of places holds them:
-/// start and length in 32 bits each, 48 bytes a blob (a pack rolls over at
-/// [`super::ROLL_AT`], and one write to it is refused past 4 GiB: `Packs::write`).
-#[derive(Debug, Clone, Copy)]
-pub(super) struct Placed {
-    digest: Digest,
-    pub(super) pack: u64,
-    start: u32,
-    len: u32,
-}
-
-impl Placed {
-    /// `None` where the place's start or length does not fit (a row no
-    /// write of this store made: its blob is not taken to be packed).
-    pub(super) fn new(digest: Digest, place: Place) -> Option<Placed> {
-        Some(Placed {
-            digest,
-            pack: place.pack,
-            start: u32::try_from(place.start).ok()?,
-            len: u32::try_from(place.len).ok()?,
-        })
-    }
-
-    pub(super) fn place(&self) -> Place {
-        Place {
-            pack: self.pack,
-            start: u64::from(self.start),
-            len: u64::from(self.len),
-        }
-    }
-}
-
-impl Keyed for Placed {
-    type Key = Digest;
-    fn key(&self) -> &Digest {
-        &self.digest
-    }
-    fn hash(digest: &Digest) -> u64 {
-        let mut first = [0u8; 8];
-        first.copy_from_slice(&digest.0[..8]);
-        u64::from_le_bytes(first)
-    }
 }
