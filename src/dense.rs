@@ -13,9 +13,13 @@
 
 use hashbrown::HashTable;
 
-/// Bytes of a chunk's records at most: 64 KiB, 1,820 of the entry index's
-/// records, so a shard's partly filled last chunk wastes little.
-const CHUNK_BYTES: usize = 64 * 1024;
+/// Bytes of a chunk's records at most: 14 KiB, jemalloc's largest small
+/// size class. A larger block is a "large" one, which jemalloc starts at a
+/// random offset within a page of padding (`cache_oblivious`), so its last
+/// page is touched too: 16 KiB chunks held 20 (BENCHMARKS.md, "Peak RSS").
+/// 398 of the entry index's records, so a shard's partly filled last chunk
+/// wastes little too.
+pub(crate) const CHUNK_BYTES: usize = 14 * 1024;
 
 /// A record of a [`Dense`] table.
 pub(crate) trait Keyed {
@@ -167,7 +171,7 @@ mod tests {
     use super::*;
     use std::collections::HashMap;
 
-    /// 256 bytes: 256 records a chunk, so the keys below span a dozen.
+    /// 256 bytes: 56 records a chunk, so the keys below span dozens.
     #[derive(Debug, Clone, Copy, PartialEq)]
     struct R(u64, u32, [u64; 30]);
 
@@ -209,7 +213,7 @@ mod tests {
                 }
             }
         }
-        assert_eq!(per_chunk::<R>(), 256);
+        assert_eq!(per_chunk::<R>(), 56);
         // Records packed from 0: chunks freed as the table shrinks.
         let keys: Vec<u64> = map.keys().copied().collect();
         for key in keys {

@@ -233,6 +233,8 @@ impl Index {
     /// (the content store's, which keeps the packs' places there too).
     pub(crate) fn sharing(expected: usize, digests: Arc<DigestTable>) -> Index {
         let (shards, room) = layout(expected);
+        // At most a digest a row: a loaded table that never grows.
+        digests.reserve(expected);
         Index {
             complete: AtomicBool::new(false),
             loading: AtomicBool::new(false),

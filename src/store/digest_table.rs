@@ -7,7 +7,7 @@
 //! the packs' places and a table of counts each.
 //!
 //! A record is 52 bytes (the digest, its count, its place), in chunks of
-//! 16 KiB that never move, behind a hash table of the records' numbers, in
+//! 14 KiB that never move, behind a hash table of the records' numbers, in
 //! [`SHARDS`] shards by a byte of the digest. A number stays the digest's
 //! while a record of the index names it or a pack holds it; a record
 //! neither keeps is freed, and its number may be given to another digest.
@@ -33,11 +33,9 @@ use super::digest::Digest;
 const SHARD_BITS: u32 = 6;
 /// Shards: two threads rarely take one lock.
 const SHARDS: usize = 1 << SHARD_BITS;
-/// Bytes of a chunk's records at most: 315 records, so the 64 shards'
-/// partly filled last chunks hold little.
-const CHUNK_BYTES: usize = 16 * 1024;
-/// Records a chunk holds.
-const PER_CHUNK: usize = CHUNK_BYTES / std::mem::size_of::<Record>();
+/// Records a chunk holds: 275 (the entry index's chunk size, for the
+/// allocator's sake: `crate::dense::CHUNK_BYTES`).
+const PER_CHUNK: usize = crate::dense::CHUNK_BYTES / std::mem::size_of::<Record>();
 
 /// One digest: 52 bytes (its fields aligned to 4 at most).
 #[derive(Clone, Copy)]
@@ -248,6 +246,18 @@ impl DigestTable {
         self.shard(shard_of(digest))
             .read()
             .expect("digest table poisoned")
+    }
+
+    /// Room for `digests` more digests before the shards' tables of
+    /// numbers grow (a table that grows while the index loads leaves its
+    /// old buckets to the allocator, and is half empty past its growth).
+    pub fn reserve(&self, digests: usize) {
+        let each = digests.div_ceil(SHARDS);
+        for shard in self.shards.iter() {
+            let mut shard = shard.write().expect("digest table poisoned");
+            let Shard { chunks, slots, .. } = &mut *shard;
+            slots.reserve(each, |&s| hash(&at(chunks, s).digest));
+        }
     }
 
     /// One more record of the index names `digest`, of `size` bytes: its
