@@ -10,7 +10,9 @@
 //! 14 KiB that never move, behind a hash table of the records' numbers, in
 //! [`SHARDS`] shards by a byte of the digest. A number stays the digest's
 //! while a record of the index names it or a pack holds it; a record
-//! neither keeps is freed, and its number may be given to another digest.
+//! neither keeps is freed, and its number may be given to another digest
+//! (a freed slot is reused, not given back: a shard's chunks go only when
+//! it empties, as a hash map keeps its size).
 //! So a number is read back into a digest only by a holder of a count: the
 //! entry index reads it under the lock of the shard whose record holds that
 //! count (`crate::meta::index`).
@@ -280,9 +282,12 @@ impl DigestTable {
         let (n, slot) = split(number);
         let mut shard = self.shard(n).write().expect("digest table poisoned");
         let record = shard.at_mut(slot);
-        debug_assert!(record.named > 0, "a digest no record named");
-        record.named = record.named.saturating_sub(1);
-        if record.named == 0 {
+        let Some(left) = record.named.checked_sub(1) else {
+            debug_assert!(false, "a digest no record named");
+            return;
+        };
+        record.named = left;
+        if left == 0 {
             let _ = (self.bytes).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
                 Some(b.saturating_sub(size))
             });

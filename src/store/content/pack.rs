@@ -273,12 +273,8 @@ impl Packs {
     /// Forgets a place whose pack is gone, unless its row is still to be
     /// written.
     pub(crate) fn unlearn(&self, digest: &Digest) {
-        if !self
-            .pending
-            .lock()
-            .expect("pending poisoned")
-            .contains_key(digest)
-        {
+        let pending = self.pending.lock().expect("pending poisoned");
+        if !pending.contains_key(digest) {
             self.places.take_place(digest);
         }
     }
@@ -381,14 +377,17 @@ impl Packs {
             .or_default()
             .len = writer.len;
         if let Some(digests) = digests {
+            // Pending held while the places are set: a forgetting or an
+            // unlearning (each takes pending, then the place) sees both or
+            // neither.
+            let mut pending = self.pending.lock().expect("pending poisoned");
             for (digest, place) in digests.iter().zip(&places) {
                 assert!(
                     self.places.set_place(digest, *place),
                     "a place within 4 GiB"
                 );
+                pending.insert(*digest, *place);
             }
-            let mut pending = self.pending.lock().expect("pending poisoned");
-            pending.extend(digests.iter().copied().zip(places.iter().copied()));
         }
         Ok(places)
     }
@@ -463,12 +462,10 @@ impl Packs {
         if let Some(forgotten) = self.forgotten.lock().expect("forgotten poisoned").as_mut() {
             forgotten.insert(*digest);
         }
-        let known = self.places.take_place(digest);
-        let pending = self
-            .pending
-            .lock()
-            .expect("pending poisoned")
-            .remove(digest);
+        let (known, pending) = {
+            let mut pending = self.pending.lock().expect("pending poisoned");
+            (self.places.take_place(digest), pending.remove(digest))
+        };
         if !rows.is_empty() {
             for row in rows {
                 self.count_dead(row.place().pack, row.place().len);
