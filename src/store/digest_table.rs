@@ -203,10 +203,9 @@ impl Shard {
         self.free.push(slot);
     }
 
-    /// Changes the record of `digest` (made if missing) with `change`; a
-    /// record then unused is freed. Returns what `change` did.
-    fn change<T>(&mut self, digest: &[u8; 32], change: impl FnOnce(&mut Record) -> T) -> T {
-        let slot = self.find_or_add(digest);
+    /// Changes the record in `slot` with `change`; a record then unused
+    /// is freed. Returns what `change` did.
+    fn change<T>(&mut self, slot: u32, change: impl FnOnce(&mut Record) -> T) -> T {
         let done = change(self.at_mut(slot));
         self.free_unused(slot);
         done
@@ -349,23 +348,24 @@ impl DigestTable {
     /// fit a record (a place no write of this store made: its blob is not
     /// taken to be packed).
     pub(crate) fn set_place(&self, digest: &Digest, place: Place) -> bool {
-        self.write(&digest.0)
-            .change(&digest.0, |r| r.set_place(Some(place)))
+        let mut shard = self.write(&digest.0);
+        let slot = shard.find_or_add(&digest.0);
+        shard.change(slot, |r| r.set_place(Some(place)))
     }
 
     /// [`DigestTable::set_place`] where `digest` has no place yet; whether
     /// it was set.
     pub(crate) fn set_place_if_none(&self, digest: &Digest, place: Place) -> bool {
-        self.write(&digest.0).change(&digest.0, |r| {
-            r.place().is_none() && r.set_place(Some(place))
-        })
+        let mut shard = self.write(&digest.0);
+        let slot = shard.find_or_add(&digest.0);
+        shard.change(slot, |r| r.place().is_none() && r.set_place(Some(place)))
     }
 
     /// Takes the place of `digest` away, returning it.
     pub(crate) fn take_place(&self, digest: &Digest) -> Option<Place> {
         let mut shard = self.write(&digest.0);
-        shard.find(&digest.0)?;
-        shard.change(&digest.0, |r| {
+        let slot = shard.find(&digest.0)?;
+        shard.change(slot, |r| {
             let place = r.place();
             r.set_place(None);
             place
@@ -376,10 +376,10 @@ impl DigestTable {
     /// `from` (and `to` fits); whether it moved.
     pub(crate) fn move_place(&self, digest: &Digest, from: Place, to: Place) -> bool {
         let mut shard = self.write(&digest.0);
-        shard.find(&digest.0).is_some()
-            && shard.change(&digest.0, |r| {
-                r.place() == Some(from) && r.set_place(Some(to))
-            })
+        let Some(slot) = shard.find(&digest.0) else {
+            return false;
+        };
+        shard.change(slot, |r| r.place() == Some(from) && r.set_place(Some(to)))
     }
 
     /// Calls `visit` with every place held.
