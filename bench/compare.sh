@@ -200,17 +200,7 @@ T_PID=$PROXY_PID
 TUNED=http://127.0.0.1:$T_PORT/o
 
 # --- mirrorcache -------------------------------------------------------------
-M_DIR=$WORK/mirrorcache
-mkdir -p "$M_DIR"
-free_port
-M_PORT=$PORT
-{
-    mirrorcache_toml "$M_DIR" "$M_PORT" "$ORIGIN" 'max_size = "4GiB"'
-    printf '\n[log]\nlevel = "info"\n'
-} >"$M_DIR/mirrorcache.toml"
-env "${MC_ENV_ARGS[@]}" "$MC_BIN" serve --config "$M_DIR/mirrorcache.toml" 2>"$M_DIR/mirrorcache.log" &
-M_PID=$!
-PIDS+=("$M_PID")
+start_bench_mirrorcache "$ORIGIN" info
 MC=http://127.0.0.1:$M_PORT/o
 
 wait_up "$ORIGIN/hit/1k.bin"

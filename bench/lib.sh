@@ -202,6 +202,24 @@ start_mirrorcache() {
     PIDS+=("$MC_PID")
 }
 
+# start_bench_mirrorcache ORIGIN_URL LEVEL: the measured mirrorcache of the
+# miss and hit benches: MC_BIN (MC_ENV_ARGS in its environment, when set) on
+# a free port, DIR $WORK/mirrorcache, a 4 GiB store, logging at LEVEL.
+# Sets M_DIR, M_PORT and M_PID.
+start_bench_mirrorcache() {
+    M_DIR=$WORK/mirrorcache
+    mkdir -p "$M_DIR"
+    free_port
+    M_PORT=$PORT
+    {
+        mirrorcache_toml "$M_DIR" "$M_PORT" "$1" 'max_size = "4GiB"'
+        printf '\n[log]\nlevel = "%s"\n' "$2"
+    } >"$M_DIR/mirrorcache.toml"
+    env ${MC_ENV_ARGS[@]+"${MC_ENV_ARGS[@]}"} "$MC_BIN" serve --config "$M_DIR/mirrorcache.toml" 2>"$M_DIR/mirrorcache.log" &
+    M_PID=$!
+    PIDS+=("$M_PID")
+}
+
 # wait_for_hit BASE URL: waits (10 s at most) for BASE/-/health, then (5 s at
 # most) until a HEAD of URL says X-Cache-Status: HIT; fails if it never does.
 is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }

@@ -36,17 +36,7 @@ make_work mc-miss-rss
 
 start_keyed_origin "$WORK/origin"
 
-M_DIR=$WORK/mirrorcache
-mkdir -p "$M_DIR"
-free_port
-M_PORT=$PORT
-{
-    mirrorcache_toml "$M_DIR" "$M_PORT" "http://127.0.0.1:$O_PORT" 'max_size = "4GiB"'
-    printf '\n[log]\nlevel = "warn"\n'
-} >"$M_DIR/mirrorcache.toml"
-env "${MC_ENV_ARGS[@]}" "$MC_BIN" serve --config "$M_DIR/mirrorcache.toml" 2>"$M_DIR/mirrorcache.log" &
-M_PID=$!
-PIDS+=("$M_PID")
+start_bench_mirrorcache "http://127.0.0.1:$O_PORT" warn
 for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && break; sleep 0.05; done
 
 made=0

@@ -59,17 +59,7 @@ start_tuned_proxy "$N_DIR" "$N_PORT" "$O_PORT"
 NGINX=http://127.0.0.1:$N_PORT/o
 
 # --- mirrorcache -------------------------------------------------------------------
-M_DIR=$WORK/mirrorcache
-mkdir -p "$M_DIR"
-free_port
-M_PORT=$PORT
-{
-    mirrorcache_toml "$M_DIR" "$M_PORT" "$ORIGIN" 'max_size = "4GiB"'
-    printf '\n[log]\nlevel = "warn"\n'
-} >"$M_DIR/mirrorcache.toml"
-"$MC_BIN" serve --config "$M_DIR/mirrorcache.toml" 2>"$M_DIR/mirrorcache.log" &
-M_PID=$!
-PIDS+=("$M_PID")
+start_bench_mirrorcache "$ORIGIN" warn
 MC=http://127.0.0.1:$M_PORT/o
 
 for url in "$ORIGIN/same/x" "http://127.0.0.1:$N_PORT/" "http://127.0.0.1:$M_PORT/-/health"; do
