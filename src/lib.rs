@@ -29,10 +29,10 @@
 //!   record table of the entry index and the packs' places) are leaves
 //!   every room may use,
 //!   and [`history`] the dashboard's per-minute rings the proxy samples into;
-//!   [`logline`] is the text log format (with a fast request line), and
-//!   [`logbuf`] the buffer the server's log lines wait in; [`documents`]
-//!   the tier of index documents built once (filtered and rewritten) that
-//!   the front end serves them from.
+//!   [`logline`] is the request log line (written straight to the
+//!   buffer in the text format), and [`logbuf`] the buffer the server's
+//!   log lines wait in; [`documents`] the tier of index documents built
+//!   once (filtered and rewritten) that the front end serves them from.
 //! - [`ops`] holds the operators' commands beside the server (`ls`, `warm`,
 //!   `token`, bundles and their rows, the progress display of `verify`);
 //!   only `main` imports it.

@@ -53,6 +53,31 @@ impl Shared {
     fn state(&self) -> MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(PoisonError::into_inner)
     }
+
+    /// Appends one whole line (or drops and counts it when the buffer is
+    /// full), waking the writing thread when it is due.
+    fn append(&self, line: &[u8], urgent: bool) {
+        let mut state = self.state();
+        if state.lines.len() + line.len() > MAX_HELD {
+            state.dropped += 1;
+            return;
+        }
+        state.lines.extend_from_slice(line);
+        state.urgent |= urgent;
+        let wake = state.due(self.limit);
+        drop(state);
+        if wake {
+            self.wake.notify_one();
+        }
+    }
+}
+
+impl LogBuffer {
+    /// Appends one whole line of an `INFO` event written without `tracing`
+    /// (`crate::logline`).
+    pub fn append(&self, line: &[u8]) {
+        self.shared.append(line, false);
+    }
 }
 
 /// Writes what is waiting when dropped, then stops the writing thread.
@@ -152,18 +177,7 @@ pub struct Line<'a> {
 
 impl Write for Line<'_> {
     fn write(&mut self, bytes: &[u8]) -> io::Result<usize> {
-        let mut state = self.shared.state();
-        if state.lines.len() + bytes.len() > MAX_HELD {
-            state.dropped += 1;
-            return Ok(bytes.len());
-        }
-        state.lines.extend_from_slice(bytes);
-        state.urgent |= self.urgent;
-        let wake = state.due(self.shared.limit);
-        drop(state);
-        if wake {
-            self.shared.wake.notify_one();
-        }
+        self.shared.append(bytes, self.urgent);
         Ok(bytes.len())
     }
 

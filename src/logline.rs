@@ -1,89 +1,176 @@
-//! The request log line, written without `tracing_subscriber`'s general
-//! formatter: one line per request is the hit path's largest single cost
-//! after the socket (callgrind: about 12,000 of 42,000 instructions per
-//! 1 KiB hit went to formatting it, mostly styling with ANSI turned off and
-//! `Debug` of every field). [`TextLine`] writes events of
-//! [`REQUEST_TARGET`] directly, byte for byte as the default text format
-//! does, and hands every other event to that default format.
+//! The request log line: one a request, `INFO request method=… path=…
+//! status=… cache=… mirror=… bytes=… ms=…` (an audit line adds `audit=true
+//! user=… remote=… peer=…`). In the text format (`[log] format`, the
+//! default) the server writes it straight into the log's buffer, byte for
+//! byte as `tracing_subscriber`'s default text format writes the event, but
+//! without `tracing`'s dispatch and field visits: they were the hit path's
+//! largest single cost after the socket (see BENCHMARKS.md, "Hit-path
+//! profile"). The filter still decides whether it is written
+//! (`tracing::enabled!` on [`REQUEST_TARGET`]). In the JSON format, and in
+//! a process whose `main` set no buffer (tests, library users), the line is
+//! a `tracing` event of the same fields.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
+use std::net::IpAddr;
+use std::sync::OnceLock;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use tracing::field::{Field, Visit};
-use tracing::{Event, Level, Subscriber};
-use tracing_subscriber::fmt::format::{self, FormatEvent, FormatFields, Writer};
-use tracing_subscriber::fmt::time::SystemTime as SystemTimer;
-use tracing_subscriber::fmt::FmtContext;
-use tracing_subscriber::registry::LookupSpan;
+use tracing::Level;
 
-/// The target of the one-line-per-request event (`http::artifact`). Filters
-/// on `mirrorcache` or `mirrorcache::http` still apply to it.
+use crate::logbuf::LogBuffer;
+
+/// The target of the one-line-per-request event. Filters on `mirrorcache`
+/// or `mirrorcache::http` still apply to it.
 pub const REQUEST_TARGET: &str = "mirrorcache::http::request";
 
-/// The text log format: the default one (no target, no ANSI), with a fast
-/// path for the request line.
-pub struct TextLine {
-    fallback: format::Format<format::Full, SystemTimer>,
+/// Where request lines go without `tracing` (the text format's buffer).
+static DIRECT: OnceLock<LogBuffer> = OnceLock::new();
+
+/// Request lines are written straight to `buffer` from now on, in the text
+/// format (set once, by `main`, for the text format only).
+pub fn write_requests_to(buffer: LogBuffer) {
+    let _ = DIRECT.set(buffer);
 }
 
-impl Default for TextLine {
-    fn default() -> TextLine {
-        TextLine {
-            fallback: format::Format::default()
-                .with_target(false)
-                .with_ansi(false),
+/// One request's line.
+pub struct RequestLine<'a> {
+    pub method: &'a str,
+    pub path: &'a str,
+    pub status: u16,
+    /// `HIT`, `MISS`, … or `-`.
+    pub cache: &'a str,
+    /// The mirror that answered, or `-`.
+    pub mirror: &'a str,
+    pub bytes: u64,
+    pub elapsed: Duration,
+    /// Who asked, for a remote that is not anonymous.
+    pub audit: Option<Audit<'a>>,
+}
+
+/// The audit line's fields.
+pub struct Audit<'a> {
+    /// The user whose credentials were taken, or `-`.
+    pub user: &'a str,
+    pub remote: &'a str,
+    /// The client's address, if known.
+    pub peer: Option<IpAddr>,
+}
+
+thread_local! {
+    /// The line being written, its room kept between requests.
+    static LINE: RefCell<String> = const { RefCell::new(String::new()) };
+}
+
+impl RequestLine<'_> {
+    /// Logs the line: into the text format's buffer if `main` set one and
+    /// the filter lets [`REQUEST_TARGET`] through at `INFO`, else as a
+    /// `tracing` event.
+    pub fn log(&self) {
+        let Some(buffer) = DIRECT.get() else {
+            return self.event();
+        };
+        if !tracing::enabled!(target: REQUEST_TARGET, Level::INFO) {
+            return;
         }
+        LINE.with_borrow_mut(|line| {
+            line.clear();
+            // Writing to a `String` does not fail.
+            let _ = self.write_text(line, SystemTime::now());
+            buffer.append(line.as_bytes());
+        });
+    }
+
+    /// The line as a `tracing` event.
+    fn event(&self) {
+        macro_rules! request_line {
+            ($($audit:tt)*) => {
+                tracing::info!(
+                    target: REQUEST_TARGET,
+                    method = %self.method,
+                    path = self.path,
+                    status = self.status,
+                    cache = self.cache,
+                    mirror = self.mirror,
+                    bytes = self.bytes,
+                    ms = %Millis(self.elapsed),
+                    $($audit)*
+                    "request"
+                )
+            };
+        }
+        match &self.audit {
+            None => request_line!(),
+            Some(audit) => request_line!(
+                audit = true,
+                user = audit.user,
+                remote = audit.remote,
+                peer = %PeerField(audit.peer),
+            ),
+        }
+    }
+
+    /// The line as the default text format writes the event: RFC 3339
+    /// with microseconds, the level right-aligned in five columns, the
+    /// message bare, then ` name=value`, strings quoted and escaped as
+    /// `Debug` does, `Display` fields bare.
+    fn write_text(&self, out: &mut String, now: SystemTime) -> fmt::Result {
+        write_timestamp(out, now)?;
+        out.push_str("  INFO request method=");
+        out.push_str(self.method);
+        out.push_str(" path=");
+        quoted(out, self.path)?;
+        out.push_str(" status=");
+        out.push_str(itoa::Buffer::new().format(self.status));
+        out.push_str(" cache=");
+        quoted(out, self.cache)?;
+        out.push_str(" mirror=");
+        quoted(out, self.mirror)?;
+        out.push_str(" bytes=");
+        out.push_str(itoa::Buffer::new().format(self.bytes));
+        out.push_str(" ms=");
+        Millis(self.elapsed).write_to(out)?;
+        if let Some(audit) = &self.audit {
+            out.push_str(" audit=true user=");
+            quoted(out, audit.user)?;
+            out.push_str(" remote=");
+            quoted(out, audit.remote)?;
+            write!(out, " peer={}", PeerField(audit.peer))?;
+        }
+        out.push('\n');
+        Ok(())
     }
 }
 
-impl<S, N> FormatEvent<S, N> for TextLine
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-    N: for<'a> FormatFields<'a> + 'static,
-{
-    fn format_event(
-        &self,
-        ctx: &FmtContext<'_, S, N>,
-        mut writer: Writer<'_>,
-        event: &Event<'_>,
-    ) -> fmt::Result {
-        let meta = event.metadata();
-        // Inside a span the default format prints the span's fields too.
-        if meta.target() != REQUEST_TARGET || ctx.lookup_current().is_some() {
-            return self.fallback.format_event(ctx, writer, event);
-        }
-        write_line(&mut writer, SystemTime::now(), meta.level(), event)
+/// `value` as `Debug` for `str` writes it.
+fn quoted(out: &mut String, value: &str) -> fmt::Result {
+    if needs_no_escape(value) {
+        out.push('"');
+        out.push_str(value);
+        out.push('"');
+        Ok(())
+    } else {
+        write!(out, "{value:?}")
     }
 }
 
-fn write_line(
-    writer: &mut impl fmt::Write,
-    now: SystemTime,
-    level: &Level,
-    event: &Event<'_>,
-) -> fmt::Result {
-    // As the default: RFC 3339 with microseconds, the level right-aligned
-    // in five columns.
-    let level = match *level {
-        Level::TRACE => "TRACE",
-        Level::DEBUG => "DEBUG",
-        Level::INFO => " INFO",
-        Level::WARN => " WARN",
-        Level::ERROR => "ERROR",
-    };
-    write_timestamp(writer, now)?;
-    writer.write_char(' ')?;
-    writer.write_str(level)?;
-    writer.write_char(' ')?;
-    let mut fields = Fields {
-        writer,
-        first: true,
-        result: Ok(()),
-    };
-    event.record(&mut fields);
-    fields.result?;
-    writer.write_char('\n')
+/// What `Debug` for `str` writes unchanged between its quotes.
+fn needs_no_escape(value: &str) -> bool {
+    value
+        .bytes()
+        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
+}
+
+/// The audit line's `peer`: the address, or `-`.
+struct PeerField(Option<IpAddr>);
+
+impl fmt::Display for PeerField {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(peer) => peer.fmt(f),
+            None => f.write_str("-"),
+        }
+    }
 }
 
 thread_local! {
@@ -119,82 +206,21 @@ fn write_timestamp(writer: &mut impl fmt::Write, now: SystemTime) -> fmt::Result
 /// A duration in milliseconds with one decimal (`12.3`), as the request
 /// line's `ms` field: written with integer arithmetic, not float
 /// formatting.
-pub struct Millis(pub Duration);
+struct Millis(Duration);
+
+impl Millis {
+    fn write_to(&self, out: &mut impl fmt::Write) -> fmt::Result {
+        let tenths = (self.0.as_micros() + 50) / 100;
+        let mut digits = itoa::Buffer::new();
+        out.write_str(digits.format(tenths / 10))?;
+        out.write_char('.')?;
+        out.write_str(digits.format(tenths % 10))
+    }
+}
 
 impl fmt::Display for Millis {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let tenths = (self.0.as_micros() + 50) / 100;
-        let mut digits = itoa::Buffer::new();
-        f.write_str(digits.format(tenths / 10))?;
-        f.write_char('.')?;
-        f.write_str(digits.format(tenths % 10))
-    }
-}
-
-/// Writes each field as the default format's visitor does: the message
-/// bare, then ` name=value`, strings quoted and escaped as `Debug` does.
-struct Fields<'w, W> {
-    writer: &'w mut W,
-    first: bool,
-    result: fmt::Result,
-}
-
-impl<W: fmt::Write> Fields<'_, W> {
-    fn name(&mut self, field: &Field) -> fmt::Result {
-        if !std::mem::take(&mut self.first) {
-            self.writer.write_char(' ')?;
-        }
-        let name = field.name();
-        if name == "message" {
-            return Ok(());
-        }
-        self.writer
-            .write_str(name.strip_prefix("r#").unwrap_or(name))?;
-        self.writer.write_char('=')
-    }
-}
-
-/// What `Debug` for `str` writes unchanged between its quotes.
-fn needs_no_escape(value: &str) -> bool {
-    value
-        .bytes()
-        .all(|b| (0x20..0x7f).contains(&b) && b != b'"' && b != b'\\')
-}
-
-impl<W: fmt::Write> Visit for Fields<'_, W> {
-    fn record_str(&mut self, field: &Field, value: &str) {
-        if self.result.is_err() {
-            return;
-        }
-        self.result = self.name(field).and_then(|()| {
-            if field.name() == "message" {
-                self.writer.write_str(value)
-            } else if needs_no_escape(value) {
-                self.writer.write_char('"')?;
-                self.writer.write_str(value)?;
-                self.writer.write_char('"')
-            } else {
-                write!(self.writer, "{value:?}")
-            }
-        });
-    }
-
-    fn record_u64(&mut self, field: &Field, value: u64) {
-        if self.result.is_err() {
-            return;
-        }
-        self.result = self
-            .name(field)
-            .and_then(|()| self.writer.write_str(itoa::Buffer::new().format(value)));
-    }
-
-    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        if self.result.is_err() {
-            return;
-        }
-        self.result = self
-            .name(field)
-            .and_then(|()| write!(self.writer, "{value:?}"));
+        self.write_to(f)
     }
 }
 
@@ -216,53 +242,70 @@ mod tests {
         }
     }
 
-    fn request_events() {
-        let method = axum::http::Method::GET;
-        for path in ["/o/a.bin", "/o/with \"quote\"\\and\tcontrol/é"] {
-            tracing::info!(
-                target: REQUEST_TARGET,
-                method = %method,
-                path,
-                status = 200u16,
-                cache = "HIT",
-                mirror = "http://127.0.0.1:8080",
-                bytes = 1024u64,
-                ms = format_args!("{:.1}", 1.25),
-                "request"
-            );
-        }
-        tracing::warn!(target: REQUEST_TARGET, r#type = "x", "request");
+    fn lines() -> Vec<RequestLine<'static>> {
+        let line = |path, audit| RequestLine {
+            method: "GET",
+            path,
+            status: 200,
+            cache: "HIT",
+            mirror: "http://127.0.0.1:8080",
+            bytes: 1024,
+            elapsed: Duration::from_micros(1_250),
+            audit,
+        };
+        vec![
+            line("/o/a.bin", None),
+            line("/o/with \"quote\"\\and\tcontrol/é", None),
+            line(
+                "/o/b.bin",
+                Some(Audit {
+                    user: "ci",
+                    remote: "o",
+                    peer: Some("127.0.0.1".parse().unwrap()),
+                }),
+            ),
+            line(
+                "/o/c.bin",
+                Some(Audit {
+                    user: "-",
+                    remote: "o",
+                    peer: None,
+                }),
+            ),
+        ]
     }
 
-    /// Everything after the timestamp, as the given formatter writes it.
-    fn lines_after_timestamps(buffer: &Buffer) -> Vec<String> {
-        let text = String::from_utf8(buffer.0.lock().unwrap().clone()).unwrap();
+    /// Everything after the timestamp.
+    fn after_timestamps(text: &str) -> Vec<String> {
         text.lines()
             .map(|line| line.split_once(' ').unwrap().1.to_string())
             .collect()
     }
 
+    /// The line written straight to the buffer is the one the default
+    /// text format (as `main` sets it up) writes of the event.
     #[test]
     fn the_request_line_is_the_default_text_format_byte_for_byte() {
-        let (ours, default) = (Buffer::default(), Buffer::default());
-        let writer = ours.clone();
-        let subscriber = tracing_subscriber::fmt()
-            .with_ansi(false)
-            .event_format(TextLine::default())
-            .with_writer(move || writer.clone())
-            .finish();
-        tracing::subscriber::with_default(subscriber, request_events);
+        let default = Buffer::default();
         let writer = default.clone();
         let subscriber = tracing_subscriber::fmt()
             .with_ansi(false)
             .with_target(false)
             .with_writer(move || writer.clone())
             .finish();
-        tracing::subscriber::with_default(subscriber, request_events);
-        let ours = lines_after_timestamps(&ours);
-        assert_eq!(ours.len(), 3);
-        assert_eq!(ours, lines_after_timestamps(&default));
+        tracing::subscriber::with_default(subscriber, || {
+            lines().iter().for_each(RequestLine::event)
+        });
+        let default = String::from_utf8(default.0.lock().unwrap().clone()).unwrap();
+        let mut ours = String::new();
+        for line in lines() {
+            line.write_text(&mut ours, SystemTime::now()).unwrap();
+        }
+        let ours = after_timestamps(&ours);
+        assert_eq!(ours.len(), 4);
+        assert_eq!(ours, after_timestamps(&default));
         assert!(ours[0].starts_with(" INFO request method=GET path=\"/o/a.bin\" status=200"));
+        assert!(ours[2].ends_with(" audit=true user=\"ci\" remote=\"o\" peer=127.0.0.1"));
     }
 
     #[test]

@@ -463,12 +463,14 @@ fn init_logging(config: &LogConfig) -> std::io::Result<mirrorcache::logbuf::Flus
         .with_env_filter(filter)
         .with_target(false)
         .with_ansi(false)
-        .with_writer(writer);
+        .with_writer(writer.clone());
     match config.format {
-        // The default text format, with the request line written directly.
-        LogFormat::Text => builder
-            .event_format(mirrorcache::logline::TextLine::default())
-            .init(),
+        // The default text format; request lines written straight to the
+        // buffer in that format.
+        LogFormat::Text => {
+            mirrorcache::logline::write_requests_to(writer);
+            builder.init()
+        }
         LogFormat::Json => builder.json().init(),
     }
     Ok(guard)

@@ -55,42 +55,23 @@ impl Answered<'_> {
         }
         // One line per request; the audit line (a remote that is not
         // anonymous) also says who asked and from where.
-        macro_rules! request_line {
-            ($($audit:tt)*) => {
-                tracing::info!(
-                    target: crate::logline::REQUEST_TARGET,
-                    method = %method,
-                    path = uri.path(),
-                    status = status.as_u16(),
-                    cache = self.cache.map_or("-", CacheStatus::as_str),
-                    mirror = self.mirror.unwrap_or("-"),
-                    bytes,
-                    ms = %crate::logline::Millis(elapsed),
-                    $($audit)*
-                    "request"
-                )
-            };
+        crate::logline::RequestLine {
+            method: method.as_str(),
+            path: uri.path(),
+            status: status.as_u16(),
+            cache: self.cache.map_or("-", CacheStatus::as_str),
+            mirror: self.mirror.unwrap_or("-"),
+            bytes,
+            elapsed,
+            audit: self
+                .remote
+                .filter(|r| !r.config.access.is_anonymous())
+                .map(|remote| crate::logline::Audit {
+                    user: self.user.unwrap_or("-"),
+                    remote: remote.name.as_str(),
+                    peer: self.peer.map(|peer| peer.client),
+                }),
         }
-        match self.remote.filter(|r| !r.config.access.is_anonymous()) {
-            None => request_line!(),
-            Some(remote) => request_line!(
-                audit = true,
-                user = self.user.unwrap_or("-"),
-                remote = remote.name.as_str(),
-                peer = %PeerField(self.peer),
-            ),
-        }
-    }
-}
-
-/// The audit line's `peer`, written without an allocation.
-struct PeerField<'a>(Option<&'a super::access::Peer>);
-
-impl std::fmt::Display for PeerField<'_> {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self.0 {
-            Some(peer) => peer.client.fmt(f),
-            None => f.write_str("-"),
-        }
+        .log();
     }
 }

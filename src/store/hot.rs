@@ -4,7 +4,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 
-use super::digest::Digest;
+use super::digest::{BuildDigestHasher, Digest};
 
 /// The in-memory tier: small hot blobs kept whole, bounded by total bytes
 /// (each blob's and [`BLOB_FIXED_BYTES`]). A hit on one is served from
@@ -18,7 +18,7 @@ use super::digest::Digest;
 /// random hit (`Cache::open_blob` decides; an S3 object enters on its
 /// first open).
 pub struct HotBlobs {
-    cache: moka::sync::Cache<Digest, Bytes>,
+    cache: moka::sync::Cache<Digest, Bytes, BuildDigestHasher>,
     max_object: u64,
     /// The last open of a blob the tier did not hold, a slot per digest
     /// prefix: the digest's next 32 bits and the unix ms (low 32 bits),
@@ -60,7 +60,7 @@ impl HotBlobs {
                     u32::try_from(bytes.len() as u64 + BLOB_FIXED_BYTES).unwrap_or(u32::MAX)
                 })
                 .max_capacity(total)
-                .build(),
+                .build_with_hasher(BuildDigestHasher::default()),
             max_object: if total == 0 { 0 } else { max_object },
             opened: (0..OPENED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             loading: (0..LOADING_STRIPES).map(|_| Default::default()).collect(),

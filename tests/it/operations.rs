@@ -191,3 +191,24 @@ async fn buffered_log_lines_are_all_written_on_a_graceful_stop() {
         assert!(log.contains(&format!("/r/{name}")), "{log}");
     }
 }
+
+/// The log filter decides whether request lines are written, in the text
+/// format too (where they skip `tracing`'s formatter): turned off for their
+/// target, none is written, while the server's other `INFO` lines are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_log_filter_can_turn_request_lines_off() {
+    let mirror = MirrorServer::start().await;
+    mirror.put("/m/x", b"x".to_vec());
+    let dir = tempfile::tempdir().unwrap();
+    let text = config_text(dir.path(), &remote("r", &mirror, ""));
+    let filter = "info,mirrorcache::http::request=off";
+    let mut proxy = BinaryProxy::start_logging(dir.path(), &text, filter).await;
+    let client = reqwest::Client::new();
+    assert_eq!(get(&client, &proxy.url("/r/x")).await.0, 200);
+    assert_eq!(get(&client, &proxy.url("/r/x")).await.0, 200);
+    proxy.signal("TERM");
+    assert!(proxy.child.wait().unwrap().success());
+    let log = proxy.log();
+    assert!(log.contains("shutting down"), "{log}");
+    assert!(!log.contains("/r/x"), "{log}");
+}

@@ -16,6 +16,11 @@ impl BinaryProxy {
     /// Writes `config_text` (with `127.0.0.1:0` replaced by a free port) into
     /// `dir`, starts `mirrorcache serve` on it and waits for `/-/health`.
     pub async fn start(dir: &Path, config_text: &str) -> BinaryProxy {
+        BinaryProxy::start_logging(dir, config_text, "debug").await
+    }
+
+    /// [`BinaryProxy::start`] with `RUST_LOG` set to `filter`.
+    pub async fn start_logging(dir: &Path, config_text: &str, filter: &str) -> BinaryProxy {
         let port = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
@@ -27,7 +32,7 @@ impl BinaryProxy {
         let child = Command::new(env!("CARGO_BIN_EXE_mirrorcache"))
             .args(["serve", "--config"])
             .arg(&config_path)
-            .env("RUST_LOG", "debug")
+            .env("RUST_LOG", filter)
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
