@@ -6,9 +6,10 @@
 //! without `tracing`'s dispatch and field visits: they were the hit path's
 //! largest single cost after the socket (see BENCHMARKS.md, "Hit-path
 //! profile"). The filter still decides whether it is written
-//! (`tracing::enabled!` on [`REQUEST_TARGET`]). In the JSON format, and in
-//! a process whose `main` set no buffer (tests, library users), the line is
-//! a `tracing` event of the same fields.
+//! (`tracing::event_enabled!` on [`REQUEST_TARGET`] with the event's
+//! fields). In the JSON format, inside a span, and in a process whose
+//! `main` set no buffer (tests, library users), the line is a `tracing`
+//! event of the same fields.
 
 use std::cell::RefCell;
 use std::fmt::{self, Write as _};
@@ -70,13 +71,36 @@ impl RequestLine<'_> {
         let Some(buffer) = DIRECT.get() else {
             return self.event();
         };
-        if !tracing::enabled!(target: REQUEST_TARGET, Level::INFO) {
+        // Inside a span the default format writes the span's fields too.
+        if !tracing::Span::current().is_none() {
+            return self.event();
+        }
+        // Asked with the event's own fields, so a directive naming a field
+        // picks the lines an event would.
+        macro_rules! enabled {
+            ($($audit:ident),*) => {
+                tracing::event_enabled!(
+                    target: REQUEST_TARGET,
+                    Level::INFO,
+                    message, method, path, status, cache, mirror, bytes, ms $(, $audit)*
+                )
+            };
+        }
+        let enabled = match self.audit {
+            None => enabled!(),
+            Some(_) => enabled!(audit, user, remote, peer),
+        };
+        if !enabled {
             return;
         }
-        LINE.with_borrow_mut(|line| {
+        LINE.with(|line| {
+            // Never re-entered (nothing below logs); if it were, the event.
+            let Ok(mut line) = line.try_borrow_mut() else {
+                return self.event();
+            };
             line.clear();
             // Writing to a `String` does not fail.
-            let _ = self.write_text(line, SystemTime::now());
+            let _ = self.write_text(&mut line, SystemTime::now());
             buffer.append(line.as_bytes());
         });
     }

@@ -117,7 +117,9 @@ impl Entry {
 /// `remote/path`. Holds only positive entries: a miss goes to the fill, which
 /// costs far more than the query it would save. Hashed by foldhash, seeded
 /// per process (SipHash of the key was 1.5 % of a hit's instructions): the
-/// key is compared whole, so a collision costs a probe, never a wrong entry.
+/// key is compared whole, so a collision never gives a wrong entry; only
+/// keys of stored rows enter, and foldhash resists collisions chosen
+/// without its seed (not a client timing its probes).
 pub type EntryCache = moka::sync::Cache<String, Arc<Entry>, foldhash::fast::RandomState>;
 
 /// Bytes an entry of the entry cache holds besides its key's and its

@@ -2,7 +2,7 @@
 //! holds instead of a path).
 
 use std::fmt;
-use std::hash::{BuildHasherDefault, Hasher};
+use std::hash::{BuildHasher, Hasher};
 
 use sha2::{Digest as _, Sha256};
 
@@ -27,28 +27,54 @@ impl Digest {
 }
 
 /// The hasher of maps keyed by [`Digest`]: a digest is a hash already, so
-/// its first 8 bytes are the hash (SipHash of the 32 bytes cost each hit on
-/// the in-memory tier about 270 instructions). Each `write` sets the hash to
-/// its first 8 bytes (zero-padded): the digest's bytes, written after the
-/// array's length, are the last.
-#[derive(Default, Clone, Copy)]
-pub struct DigestHasher(u64);
+/// its first 8 bytes, mixed with the process's two random keys (one
+/// multiply), are the hash; SipHash of the 32 bytes cost each hit on the
+/// in-memory tier about 270 instructions. Keyed, so bytes ground at an
+/// origin to share a digest's low bits do not share a bucket. Each
+/// `write` sets the value to its first 8 bytes (zero-padded): a digest's
+/// bytes, written after the array's length, are the last.
+#[derive(Clone, Copy)]
+pub(crate) struct DigestHasher {
+    keys: (u64, u64),
+    value: u64,
+}
 
 impl Hasher for DigestHasher {
     fn finish(&self) -> u64 {
-        self.0
+        let folded = u128::from(self.value ^ self.keys.0) * u128::from(self.keys.1);
+        (folded as u64) ^ ((folded >> 64) as u64)
     }
 
     fn write(&mut self, bytes: &[u8]) {
         let mut first = [0u8; 8];
         let n = bytes.len().min(8);
         first[..n].copy_from_slice(&bytes[..n]);
-        self.0 = u64::from_le_bytes(first);
+        self.value = u64::from_le_bytes(first);
     }
 }
 
-/// Builds [`DigestHasher`]s.
-pub type BuildDigestHasher = BuildHasherDefault<DigestHasher>;
+/// Builds [`DigestHasher`]s with keys drawn once (the standard library's
+/// random seed); the second key is odd, so the multiply loses nothing.
+#[derive(Clone, Copy)]
+pub(crate) struct BuildDigestHasher((u64, u64));
+
+impl Default for BuildDigestHasher {
+    fn default() -> BuildDigestHasher {
+        let random = || std::collections::hash_map::RandomState::new().hash_one(0u8);
+        BuildDigestHasher((random(), random() | 1))
+    }
+}
+
+impl BuildHasher for BuildDigestHasher {
+    type Hasher = DigestHasher;
+
+    fn build_hasher(&self) -> DigestHasher {
+        DigestHasher {
+            keys: self.0,
+            value: 0,
+        }
+    }
+}
 
 impl fmt::Debug for Digest {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -61,12 +87,16 @@ mod tests {
     use super::*;
     use std::hash::BuildHasher;
 
-    /// A digest's hash is its first 8 bytes, whatever the hasher was
-    /// given before them (the array's length).
+    /// A digest's hash is decided by its first 8 bytes, whatever the hasher
+    /// was given before them (the array's length), and by the keys.
     #[test]
-    fn a_digest_hashes_to_its_first_eight_bytes() {
-        let digest = Digest::of(b"x");
-        let first = u64::from_le_bytes(digest.0[..8].try_into().unwrap());
-        assert_eq!(BuildDigestHasher::default().hash_one(digest), first);
+    fn a_digest_hashes_by_its_first_eight_bytes_and_the_keys() {
+        let build = BuildDigestHasher::default();
+        let (a, mut b) = (Digest::of(b"x"), Digest::of(b"x"));
+        b.0[8..].fill(0);
+        assert_eq!(build.hash_one(a), build.hash_one(b));
+        b.0[0] ^= 1;
+        assert_ne!(build.hash_one(a), build.hash_one(b));
+        assert_ne!(build.hash_one(a), BuildDigestHasher::default().hash_one(a));
     }
 }
