@@ -3,20 +3,21 @@
 //! database however many entries the cache holds (the entry cache in front
 //! of it keeps only the hot ones, with what their responses derive).
 //!
-//! A record is 36 bytes with its 12-byte key, the key being a 96-bit
+//! A record is 30 bytes with its 12-byte key, the key being a 96-bit
 //! keyed hash of `remote/path` (two SipHashes with random keys per process:
 //! no one can make two keys collide without knowing them, and the chance
 //! that two of ten million keys do is below 10⁻¹⁵): the digest as its
 //! number in the store's [`DigestTable`] (which holds each digest once, with
-//! how many records name it and, packed, where it lies), the size
-//! and when the body was fetched (48 bits each: a body of 256 TiB or more,
-//! or a time past the year 10000, makes a record that says to ask the
-//! database), the mirror's `Last-Modified` as unix seconds, and the
+//! how many records name it, its size and, packed, where it lies; a row
+//! whose size is not its digest's makes a record that says to ask the
+//! database), when the body was fetched (48 bits: a time past the year
+//! 10000 says to ask the database too), the mirror's `Last-Modified` as
+//! unix seconds, and the
 //! content type and remote as numbers of small interning tables. The
 //! mirror's `ETag` is not kept: an entry built from a record says so
 //! (`Entry::from_index`), and a revalidation reads the row for it. The
 //! records are kept in shards of [`crate::dense`] tables: chunks of records
-//! behind a hash table of their numbers, about 46 bytes a row at any count
+//! behind a hash table of their numbers, about 40 bytes a row at any count
 //! besides the digest's record. A digest's number is read back under the
 //! lock of the shard whose record names it, so it is that digest's still.
 //!
@@ -52,94 +53,12 @@ use std::sync::{Arc, Mutex, RwLock};
 use super::entry::Entry;
 use super::hashing::{layout, BuildIdentity};
 use super::names::Names;
-use crate::dense::{Dense, Keyed};
+use crate::dense::Dense;
 use crate::store::{Digest, DigestTable};
 
-/// A key: 96 bits of two keyed hashes of `remote/path`; the first 64
-/// place it in its shard's table, the last 32 pick the shard.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key([u32; 3]);
-
-impl Key {
-    fn in_shard(&self) -> u64 {
-        u64::from(self.0[0]) | (u64::from(self.0[1]) << 32)
-    }
-}
-
-impl std::hash::Hash for Key {
-    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
-        state.write_u64(self.in_shard());
-    }
-}
-
-/// The largest size and time a record holds (48 bits).
-const U48_MAX: u64 = (1 << 48) - 1;
-
-/// `n` in 48 bits, saturated.
-fn u48(n: u64) -> [u16; 3] {
-    let n = n.min(U48_MAX);
-    [n as u16, (n >> 16) as u16, (n >> 32) as u16]
-}
-
-fn from_u48(n: [u16; 3]) -> u64 {
-    u64::from(n[0]) | (u64::from(n[1]) << 16) | (u64::from(n[2]) << 32)
-}
-
-/// The content type number of a record the index cannot hold whole (a
-/// content-type table full, a `Last-Modified` that is not a date): the key
-/// is listed, and its entry read from the database.
-const ASK: u16 = u16::MAX;
-
-/// What a record says of its row besides the digest: 20 bytes, aligned to
-/// 4 at most.
-#[derive(Debug, Clone, Copy)]
-struct Facts {
-    size: [u16; 3],
-    /// Unix ms.
-    fetched_at_ms: [u16; 3],
-    /// Unix seconds of the mirror's `Last-Modified`; 0 for none.
-    last_modified_s: u32,
-    /// Number in the content-type table; 0 for none.
-    content_type: u16,
-    remote: u16,
-}
-
-impl Facts {
-    fn size(&self) -> u64 {
-        from_u48(self.size)
-    }
-
-    fn fetched_at_ms(&self) -> i64 {
-        from_u48(self.fetched_at_ms) as i64
-    }
-}
-
-/// One row, compactly, as the loader reads it (a [`Slot`] holds it with the
-/// digest's number in place of the digest).
-#[derive(Debug, Clone, Copy)]
-pub struct Record {
-    digest: [u8; 32],
-    facts: Facts,
-}
-
-/// A record with its key, as a shard's table holds it: 36 bytes.
-#[derive(Debug, Clone, Copy)]
-struct Slot {
-    key: Key,
-    /// The digest's number in the [`DigestTable`].
-    digest: u32,
-    facts: Facts,
-}
-
-impl Keyed for Slot {
-    type Key = Key;
-    fn key(&self) -> &Key {
-        &self.key
-    }
-    fn hash(key: &Key) -> u64 {
-        key.in_shard()
-    }
-}
+mod record;
+use record::{from_u32, u32_parts, u48, Facts, Slot, ASK, U48_MAX};
+pub use record::{Key, Record};
 
 /// What the index says about a key.
 pub enum Found {
@@ -309,11 +228,18 @@ impl Index {
 
     pub fn key(&self, key: &str) -> Key {
         let (a, b) = (self.hashers.0.hash_one(key), self.hashers.1.hash_one(key));
-        Key([a as u32, (a >> 32) as u32, b as u32])
+        Key([
+            a as u16,
+            (a >> 16) as u16,
+            (a >> 32) as u16,
+            (a >> 48) as u16,
+            b as u16,
+            (b >> 16) as u16,
+        ])
     }
 
     fn shard(&self, key: Key) -> &RwLock<Dense<Slot>> {
-        &self.shards[key.0[2] as usize % self.shards.len()]
+        &self.shards[key.of_shard() as usize % self.shards.len()]
     }
 
     pub fn len(&self) -> usize {
@@ -362,7 +288,9 @@ impl Index {
             c.keys.insert(hashed);
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
-        let old = shard.get(&hashed).map(|s| self.digests.digest(s.digest));
+        let old = shard
+            .get(&hashed)
+            .map(|s| self.digests.digest(s.digest()).0);
         if old.is_some_and(|d| d.0 != record.digest) {
             return false;
         }
@@ -376,8 +304,7 @@ impl Index {
         let hashed = self.key(key);
         let shard = self.shard(hashed).read().expect("index poisoned");
         shard.get(&hashed).is_some_and(|s| {
-            self.digests.digest(s.digest) == entry.digest
-                && s.facts.size() == entry.size
+            self.digests.digest(s.digest()) == (entry.digest, entry.size)
                 && s.facts.fetched_at_ms() == entry.fetched_at_ms
         })
     }
@@ -393,9 +320,9 @@ impl Index {
             return;
         };
         let mut shard = self.shard(hashed).write().expect("index poisoned");
-        if (shard.get(&hashed)).is_some_and(|s| self.digests.digest(s.digest) == *digest) {
+        if (shard.get(&hashed)).is_some_and(|s| self.digests.digest(s.digest()).0 == *digest) {
             if let Some(old) = shard.remove(&hashed) {
-                self.digests.unname(old.digest, old.facts.size());
+                self.digests.unname(old.digest());
             }
         }
     }
@@ -407,16 +334,22 @@ impl Index {
     }
 
     /// Puts `record` in `shard` (its key's, held): its digest named first,
-    /// so one the old record named too is not freed in between.
+    /// so one the old record named too is not freed in between. A record
+    /// whose size is not its digest's (one the table holds from another
+    /// row or its place) says to ask the database.
     fn put_in(&self, shard: &mut Dense<Slot>, key: Key, record: &Record) {
-        let number = self.digests.name(&record.digest, record.facts.size());
+        let (number, same_size) = self.digests.name(&record.digest, record.size);
+        let mut facts = record.facts;
+        if !same_size {
+            facts.content_type = ASK;
+        }
         let slot = Slot {
             key,
-            digest: number,
-            facts: record.facts,
+            digest: u32_parts(number),
+            facts,
         };
         if let Some(old) = shard.insert(slot) {
-            self.digests.unname(old.digest, old.facts.size());
+            self.digests.unname(old.digest());
         }
     }
 
@@ -447,14 +380,14 @@ impl Index {
 
     /// The record of a row of `remote`. One that cannot hold it (a content
     /// type past the table's room, a `Last-Modified` that is not a date,
-    /// headers kept with the row: the hub's; a size or time past 48 bits)
-    /// says to ask the database.
+    /// headers kept with the row: the hub's; a time past 48 bits) says to
+    /// ask the database.
     pub fn record(&self, remote: &str, row: &Fields<'_>) -> Record {
         let remote = self.remote_number(remote).unwrap_or(0);
         let exact = || {
             let fits = |n: u64| n <= U48_MAX;
             let fetched_fits = u64::try_from(row.fetched_at_ms).is_ok_and(fits);
-            if row.kept || remote == 0 || !fits(row.size) || !fetched_fits {
+            if row.kept || remote == 0 || !fetched_fits {
                 return None;
             }
             let content_type = match row.content_type {
@@ -470,10 +403,10 @@ impl Index {
         let (content_type, last_modified_s) = exact().unwrap_or((ASK, 0));
         Record {
             digest: row.digest.0,
+            size: row.size,
             facts: Facts {
-                size: u48(row.size),
                 fetched_at_ms: u48(row.fetched_at_ms.max(0) as u64),
-                last_modified_s,
+                last_modified_s: u32_parts(last_modified_s),
                 content_type,
                 remote,
             },
@@ -486,9 +419,9 @@ impl Index {
         // The digest read while the shard holds the record naming it.
         let found = {
             let shard = self.shard(hashed).read().expect("index poisoned");
-            (shard.get(&hashed)).map(|s| (*s, self.digests.digest(s.digest)))
+            (shard.get(&hashed)).map(|s| (*s, self.digests.digest(s.digest())))
         };
-        let Some((record, digest)) = found else {
+        let Some((record, (digest, size))) = found else {
             return if self.is_complete() {
                 Found::Absent
             } else {
@@ -504,11 +437,12 @@ impl Index {
                 name => name,
             },
         };
+        let last_modified_s = from_u32(record.last_modified_s);
         let last_modified =
-            (record.last_modified_s != 0).then(|| crate::clock::http_date(record.last_modified_s));
+            (last_modified_s != 0).then(|| crate::clock::http_date(last_modified_s));
         let mut entry = Entry::new(
             digest,
-            record.size(),
+            size,
             content_type,
             None,
             last_modified,
@@ -525,7 +459,7 @@ impl Index {
         });
         let mut shard = self.shard(hashed).write().expect("index poisoned");
         if let Some(old) = shard.remove(&hashed) {
-            self.digests.unname(old.digest, old.facts.size());
+            self.digests.unname(old.digest());
         }
     }
 
@@ -540,7 +474,7 @@ impl Index {
             shard.write().expect("index poisoned").retain(|s| {
                 let keep = s.facts.remote != n;
                 if !keep {
-                    self.digests.unname(s.digest, s.facts.size());
+                    self.digests.unname(s.digest());
                 }
                 keep
             });
@@ -565,9 +499,9 @@ impl Index {
                 continue;
             };
             shard.retain(|s| {
-                let keep = s.digest != number || remote.is_some_and(|n| n != s.facts.remote);
+                let keep = s.digest() != number || remote.is_some_and(|n| n != s.facts.remote);
                 if !keep {
-                    self.digests.unname(s.digest, s.facts.size());
+                    self.digests.unname(s.digest());
                 }
                 keep
             });
@@ -630,11 +564,15 @@ mod tests {
         // Not a date: listed, and asked of the database.
         index.insert("r/c", &entry(3, Some("yesterday")));
         assert!(matches!(index.get("r/c"), Found::Unknown));
-        // Past 48 bits: listed, and asked of the database.
+        // A size is the digest table's, in 64 bits.
         let mut huge = entry(4, None);
         huge.size = 1 << 48;
         index.insert("r/huge", &huge);
-        assert!(matches!(index.get("r/huge"), Found::Unknown));
+        assert!(matches!(index.get("r/huge"), Found::Entry(e) if e.size == 1 << 48));
+        // Another size for the same bytes: listed, and asked of the database.
+        index.insert("r/other-size", &entry(4, None));
+        assert!(matches!(index.get("r/other-size"), Found::Unknown));
+        index.remove("r/other-size");
         let mut before_1970 = entry(4, None);
         before_1970.fetched_at_ms = -1;
         index.insert("r/old", &before_1970);
@@ -647,7 +585,7 @@ mod tests {
         index.remove_remote("r");
         assert!(matches!(index.get("r/b"), Found::Absent));
         assert_eq!(index.len(), 1);
-        assert_eq!(RECORD_BYTES, 36);
+        assert_eq!(RECORD_BYTES, 30);
         // Tables nearly full at start-up, whatever the count.
         for expected in [10_000, 1_000_000, 1 << 20, 5_000_000] {
             let (shards, room) = layout(expected);

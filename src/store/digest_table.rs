@@ -1,12 +1,14 @@
 //! [`DigestTable`]: every digest this process holds something of, each
 //! once: how many of the entry index's records name it (the rows that
-//! reference its blob) and, for a packed blob, where it lies. The entry
+//! reference its blob), its size and, for a packed blob, where it lies. The entry
 //! index refers to a digest by its number here (4 bytes, where the digest
 //! is 32), and the packs keep their places in the same record, so a
 //! digest that a row names and a pack holds is kept once, not in the index,
 //! the packs' places and a table of counts each.
 //!
-//! A record is 52 bytes (the digest, its count, its place), in chunks of
+//! A record is 48 bytes (the digest, its count, its place or its size: a
+//! packed blob's size is its place's length; the pack by a 4-byte number
+//! of this table's), in chunks of
 //! 14 KiB that never move, behind a hash table of the records' numbers, in
 //! [`SHARDS`] shards by a byte of the digest. A number stays the digest's
 //! while a record of the index names it or a pack holds it; a record
@@ -23,6 +25,7 @@
 //! index is complete (`MetadataStore::digest_referenced`), so the embedded
 //! database keeps no index on `entries.digest`.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::RwLock;
 
@@ -39,55 +42,58 @@ const SHARDS: usize = 1 << SHARD_BITS;
 /// allocator's sake: `crate::dense::CHUNK_BYTES`).
 const PER_CHUNK: usize = crate::dense::CHUNK_BYTES / std::mem::size_of::<Record>();
 
-/// One digest: 52 bytes (its fields aligned to 4 at most).
+/// One digest: 48 bytes (its fields aligned to 4 at most).
 #[derive(Clone, Copy)]
 struct Record {
     digest: [u8; 32],
     /// Records of the entry index that name it.
     named: u32,
-    /// The pack holding it, in two halves; 0: not packed (no pack has
-    /// that id: `Packs::create`).
-    pack: [u32; 2],
-    start: u32,
-    len: u32,
+    /// The pack holding it, by its number in [`PackNumbers`]; 0: not packed.
+    pack: u32,
+    /// Packed: where it starts in the pack, and its length (its size). Not
+    /// packed: its size, low half first.
+    span: [u32; 2],
 }
 
 /// A freed slot's record.
 const VACANT: Record = Record {
     digest: [0; 32],
     named: 0,
-    pack: [0; 2],
-    start: 0,
-    len: 0,
+    pack: 0,
+    span: [0; 2],
 };
 
 impl Record {
-    fn pack(&self) -> u64 {
-        u64::from(self.pack[0]) | (u64::from(self.pack[1]) << 32)
+    /// The blob's size: its place's length when packed.
+    fn size(&self) -> u64 {
+        if self.pack == 0 {
+            u64::from(self.span[0]) | (u64::from(self.span[1]) << 32)
+        } else {
+            u64::from(self.span[1])
+        }
     }
 
-    fn place(&self) -> Option<Place> {
-        let pack = self.pack();
-        (pack != 0).then(|| Place {
-            pack,
-            start: u64::from(self.start),
-            len: u64::from(self.len),
-        })
+    fn set_size(&mut self, size: u64) {
+        if self.pack == 0 {
+            self.span = [size as u32, (size >> 32) as u32];
+        }
     }
 
-    /// Sets the place; `false`, and none set, where it does not fit: a
-    /// start or length past 32 bits (a pack rolls over at
-    /// `pack::ROLL_AT`, and a write to one past 4 GiB is refused, so no
-    /// place this store wrote is one), or pack 0.
-    fn set_place(&mut self, place: Option<Place>) -> bool {
-        let Some(place) = place else {
-            (self.pack, self.start, self.len) = ([0; 2], 0, 0);
+    /// Sets the place (the pack by its number); `false`, and none set,
+    /// where it does not fit: a start or length past 32 bits (a pack rolls
+    /// over at `pack::ROLL_AT`, and a write to one past 4 GiB is refused,
+    /// so no place this store wrote is one). Without a place, the size is
+    /// the last place's length.
+    fn set_place(&mut self, place: Option<(u32, Place)>) -> bool {
+        let Some((pack, place)) = place else {
+            let size = self.size();
+            self.pack = 0;
+            self.set_size(size);
             return true;
         };
         match (u32::try_from(place.start), u32::try_from(place.len)) {
-            (Ok(start), Ok(len)) if place.pack != 0 => {
-                self.pack = [place.pack as u32, (place.pack >> 32) as u32];
-                (self.start, self.len) = (start, len);
+            (Ok(start), Ok(len)) => {
+                (self.pack, self.span) = (pack, [start, len]);
                 true
             }
             _ => false,
@@ -95,7 +101,22 @@ impl Record {
     }
 
     fn in_use(&self) -> bool {
-        self.named > 0 || self.pack != [0; 2]
+        self.named > 0 || self.pack != 0
+    }
+}
+
+/// The packs' ids by number: a record names its pack in 4 bytes where the
+/// id takes 8. A number is never given to another pack (a process meets
+/// few packs: each holds up to `pack::ROLL_AT` bytes).
+#[derive(Default)]
+struct PackNumbers {
+    ids: Vec<u64>,
+    numbers: HashMap<u64, u32>,
+}
+
+impl PackNumbers {
+    fn id(&self, number: u32) -> u64 {
+        self.ids[number as usize - 1]
     }
 }
 
@@ -214,6 +235,9 @@ impl Shard {
 
 pub struct DigestTable {
     shards: Box<[RwLock<Shard>]>,
+    /// The packs' ids the records name by number. Taken after a shard's
+    /// lock, and written with none held.
+    packs: RwLock<PackNumbers>,
     /// The sizes of the digests the index names, each once: what the rows
     /// reference, as the database's `stored_bytes` sums it. Added when a
     /// digest's count starts, taken off when it ends.
@@ -226,6 +250,7 @@ impl Default for DigestTable {
     fn default() -> DigestTable {
         DigestTable {
             shards: (0..SHARDS).map(|_| RwLock::default()).collect(),
+            packs: RwLock::default(),
             bytes: AtomicU64::new(0),
             named: AtomicUsize::new(0),
         }
@@ -249,6 +274,54 @@ impl DigestTable {
             .expect("digest table poisoned")
     }
 
+    fn packs(&self) -> std::sync::RwLockReadGuard<'_, PackNumbers> {
+        self.packs.read().expect("pack numbers poisoned")
+    }
+
+    /// The number of pack `id`, given it if new (no shard's lock held);
+    /// `None` for id 0, which no pack has (`Packs::create`).
+    fn pack_number(&self, id: u64) -> Option<u32> {
+        if id == 0 {
+            return None;
+        }
+        if let Some(&n) = self.packs().numbers.get(&id) {
+            return Some(n);
+        }
+        let mut packs = self.packs.write().expect("pack numbers poisoned");
+        if let Some(&n) = packs.numbers.get(&id) {
+            return Some(n);
+        }
+        packs.ids.push(id);
+        let n = u32::try_from(packs.ids.len()).expect("fewer than 2^32 packs");
+        packs.numbers.insert(id, n);
+        Some(n)
+    }
+
+    /// The place of `record`, its pack's id read from `packs`.
+    fn place_of(packs: &PackNumbers, record: &Record) -> Option<Place> {
+        (record.pack != 0).then(|| Place {
+            pack: packs.id(record.pack),
+            start: u64::from(record.span[0]),
+            len: u64::from(record.span[1]),
+        })
+    }
+
+    /// Sets the place of `record` (its pack numbered), the sum of the
+    /// named digests' sizes kept in step with its size.
+    fn place_record(&self, record: &mut Record, place: Option<(u32, Place)>) -> bool {
+        let before = record.size();
+        if !record.set_place(place) {
+            return false;
+        }
+        if record.named > 0 {
+            let after = record.size();
+            let _ = (self.bytes).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+                Some(b.saturating_sub(before).saturating_add(after))
+            });
+        }
+        true
+    }
+
     /// Room for `digests` more digests before the shards' tables of
     /// numbers grow (a table that grows while the index loads leaves its
     /// old buckets to the allocator, and is half empty past its growth).
@@ -262,22 +335,27 @@ impl DigestTable {
     }
 
     /// One more record of the index names `digest`, of `size` bytes: its
-    /// number.
-    pub fn name(&self, digest: &[u8; 32], size: u64) -> u32 {
+    /// number, and whether `size` is the size the table holds for it (the
+    /// first naming's, or its place's length: a digest has one size, so a
+    /// record that says another reads its row).
+    pub fn name(&self, digest: &[u8; 32], size: u64) -> (u32, bool) {
         let n = shard_of(digest);
         let mut shard = self.write(digest);
         let slot = shard.find_or_add(digest);
         let record = shard.at_mut(slot);
+        if !record.in_use() {
+            record.set_size(size);
+        }
         if record.named == 0 {
-            self.bytes.fetch_add(size, Ordering::Relaxed);
+            self.bytes.fetch_add(record.size(), Ordering::Relaxed);
             self.named.fetch_add(1, Ordering::Relaxed);
         }
         record.named = (record.named.checked_add(1)).expect("fewer than 2^32 rows name a digest");
-        number(n, slot)
+        (number(n, slot), record.size() == size)
     }
 
-    /// One record fewer names the digest of `number`, of `size` bytes.
-    pub fn unname(&self, number: u32, size: u64) {
+    /// One record fewer names the digest of `number`.
+    pub fn unname(&self, number: u32) {
         let (n, slot) = split(number);
         let mut shard = self.shard(n).write().expect("digest table poisoned");
         let record = shard.at_mut(slot);
@@ -287,6 +365,7 @@ impl DigestTable {
         };
         record.named = left;
         if left == 0 {
+            let size = record.size();
             let _ = (self.bytes).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
                 Some(b.saturating_sub(size))
             });
@@ -295,12 +374,13 @@ impl DigestTable {
         }
     }
 
-    /// The digest of `number`, which the caller's record names (so it is
-    /// still that digest's).
-    pub fn digest(&self, number: u32) -> Digest {
+    /// The digest of `number` and its size, which the caller's record
+    /// names (so it is still that digest's).
+    pub fn digest(&self, number: u32) -> (Digest, u64) {
         let (n, slot) = split(number);
         let shard = self.shard(n).read().expect("digest table poisoned");
-        Digest(at(&shard.chunks, slot).digest)
+        let record = at(&shard.chunks, slot);
+        (Digest(record.digest), record.size())
     }
 
     /// The number of `digest`, if the table holds it.
@@ -341,24 +421,34 @@ impl DigestTable {
 
     /// Where the packed blob `digest` lies.
     pub(crate) fn place(&self, digest: &Digest) -> Option<Place> {
-        self.read(&digest.0).get(&digest.0).and_then(Record::place)
+        let shard = self.read(&digest.0);
+        let record = shard.get(&digest.0).filter(|r| r.pack != 0)?;
+        DigestTable::place_of(&self.packs(), record)
     }
 
     /// Sets the place of `digest`; `false`, and none set, where it does not
     /// fit a record (a place no write of this store made: its blob is not
     /// taken to be packed).
     pub(crate) fn set_place(&self, digest: &Digest, place: Place) -> bool {
+        let Some(pack) = self.pack_number(place.pack) else {
+            return false;
+        };
         let mut shard = self.write(&digest.0);
         let slot = shard.find_or_add(&digest.0);
-        shard.change(slot, |r| r.set_place(Some(place)))
+        shard.change(slot, |r| self.place_record(r, Some((pack, place))))
     }
 
     /// [`DigestTable::set_place`] where `digest` has no place yet; whether
     /// it was set.
     pub(crate) fn set_place_if_none(&self, digest: &Digest, place: Place) -> bool {
+        let Some(pack) = self.pack_number(place.pack) else {
+            return false;
+        };
         let mut shard = self.write(&digest.0);
         let slot = shard.find_or_add(&digest.0);
-        shard.change(slot, |r| r.place().is_none() && r.set_place(Some(place)))
+        shard.change(slot, |r| {
+            r.pack == 0 && self.place_record(r, Some((pack, place)))
+        })
     }
 
     /// Takes the place of `digest` away, returning it.
@@ -366,8 +456,8 @@ impl DigestTable {
         let mut shard = self.write(&digest.0);
         let slot = shard.find(&digest.0)?;
         shard.change(slot, |r| {
-            let place = r.place();
-            r.set_place(None);
+            let place = DigestTable::place_of(&self.packs(), r);
+            self.place_record(r, None);
             place
         })
     }
@@ -375,20 +465,27 @@ impl DigestTable {
     /// Moves the place of `digest` from `from` to `to`, only where it is
     /// `from` (and `to` fits); whether it moved.
     pub(crate) fn move_place(&self, digest: &Digest, from: Place, to: Place) -> bool {
+        let Some(pack) = self.pack_number(to.pack) else {
+            return false;
+        };
         let mut shard = self.write(&digest.0);
         let Some(slot) = shard.find(&digest.0) else {
             return false;
         };
-        shard.change(slot, |r| r.place() == Some(from) && r.set_place(Some(to)))
+        shard.change(slot, |r| {
+            DigestTable::place_of(&self.packs(), r) == Some(from)
+                && self.place_record(r, Some((pack, to)))
+        })
     }
 
     /// Calls `visit` with every place held.
     pub(crate) fn for_each_place(&self, mut visit: impl FnMut(&Digest, Place)) {
         for shard in self.shards.iter() {
             let shard = shard.read().expect("digest table poisoned");
+            let packs = self.packs();
             for slot in shard.slots.iter() {
                 let record = at(&shard.chunks, *slot);
-                if let Some(place) = record.place() {
+                if let Some(place) = DigestTable::place_of(&packs, record) {
                     visit(&Digest(record.digest), place);
                 }
             }
@@ -399,11 +496,12 @@ impl DigestTable {
     pub(crate) fn retain_places(&self, mut keep: impl FnMut(&Place) -> bool) {
         for shard in self.shards.iter() {
             let mut shard = shard.write().expect("digest table poisoned");
+            let packs = self.packs();
             let slots: Vec<u32> = shard.slots.iter().copied().collect();
             for slot in slots {
                 let record = shard.at_mut(slot);
-                if record.place().is_some_and(|p| !keep(&p)) {
-                    record.set_place(None);
+                if DigestTable::place_of(&packs, record).is_some_and(|p| !keep(&p)) {
+                    self.place_record(record, None);
                     shard.free_unused(slot);
                 }
             }
@@ -423,11 +521,12 @@ mod tests {
         Digest(d)
     }
 
-    fn place(n: u64) -> Place {
+    /// A place of digest `n` (whose size is `n`) at `step`.
+    fn place(n: u64, step: u64) -> Place {
         Place {
-            pack: 1 + n % 3,
-            start: n * 10,
-            len: n % 7,
+            pack: 1 + step % 3,
+            start: step * 10,
+            len: n,
         }
     }
 
@@ -444,7 +543,8 @@ mod tests {
             let (count, placed) = model.get(&n).copied().unwrap_or((0, None));
             match rng.below(6) {
                 0 | 1 => {
-                    let number = table.name(&d.0, n);
+                    let (number, same) = table.name(&d.0, n);
+                    assert!(same, "one size a digest");
                     if let Some(&before) = numbers.get(&n) {
                         assert_eq!(number, before, "a held digest keeps its number");
                     }
@@ -452,22 +552,22 @@ mod tests {
                     model.insert(n, (count + 1, placed));
                 }
                 2 if count > 0 => {
-                    table.unname(numbers[&n], n);
+                    table.unname(numbers[&n]);
                     model.insert(n, (count - 1, placed));
                 }
                 3 => {
-                    assert!(table.set_place(&d, place(step)));
-                    model.insert(n, (count, Some(place(step))));
+                    assert!(table.set_place(&d, place(n, step)));
+                    model.insert(n, (count, Some(place(n, step))));
                 }
                 4 => {
                     assert_eq!(table.take_place(&d), placed);
                     model.insert(n, (count, None));
                 }
                 _ => {
-                    let to = place(step);
+                    let to = place(n, step);
                     let moved = placed.is_some_and(|p| table.move_place(&d, p, to));
                     assert_eq!(moved, placed.is_some());
-                    assert!(!table.move_place(&d, place(step + 1), to) || placed.is_none());
+                    assert!(!table.move_place(&d, place(n, step + 1), to) || placed.is_none());
                     if moved {
                         model.insert(n, (count, Some(to)));
                     }
@@ -492,7 +592,7 @@ mod tests {
                     assert_eq!(table.is_named(&d.0), count > 0);
                     assert_eq!(table.place(&d), placed);
                     if count > 0 {
-                        assert_eq!(table.digest(numbers[&n]), d);
+                        assert_eq!(table.digest(numbers[&n]), (d, n));
                     }
                     assert_eq!(table.number(&d.0).is_some(), count > 0 || placed.is_some());
                 }
@@ -517,7 +617,7 @@ mod tests {
             .shards
             .iter()
             .all(|s| s.read().unwrap().chunks.is_empty()));
-        assert_eq!(std::mem::size_of::<Record>(), 52);
+        assert_eq!(std::mem::size_of::<Record>(), 48);
     }
 
     #[test]
@@ -534,10 +634,41 @@ mod tests {
             &d,
             Place {
                 pack: 0,
-                ..place(1)
+                ..place(1, 1)
             }
         ));
         assert_eq!(table.place(&d), None);
+        assert_eq!(table.number(&d.0), None);
+    }
+
+    #[test]
+    fn a_digest_has_one_size_which_its_place_gives_when_packed() {
+        let table = DigestTable::default();
+        let d = digest(7);
+        let (number, same) = table.name(&d.0, 5 << 32);
+        assert!(same);
+        assert_eq!(table.digest(number), (d, 5 << 32));
+        // A second record saying another size is told so; the size stays.
+        assert_eq!(table.name(&d.0, 9), (number, false));
+        assert_eq!(table.bytes(), 5 << 32);
+        // Packed, the place's length is the size, and stays it unpacked.
+        assert!(table.set_place(&d, place(7, 1)));
+        assert_eq!((table.digest(number).1, table.bytes()), (7, 7));
+        assert_eq!(table.take_place(&d), Some(place(7, 1)));
+        assert_eq!(table.name(&d.0, 7), (number, true));
+        // Packs are named by number: a place in a pack met later reads back
+        // its id whole.
+        let far = Place {
+            pack: u64::MAX - 1,
+            ..place(7, 2)
+        };
+        assert!(table.set_place(&d, far));
+        assert_eq!(table.place(&d), Some(far));
+        for _ in 0..3 {
+            table.unname(number);
+        }
+        assert_eq!((table.named(), table.bytes()), (0, 0));
+        assert_eq!(table.take_place(&d), Some(far));
         assert_eq!(table.number(&d.0), None);
     }
 }
