@@ -140,10 +140,11 @@ pub(super) async fn receive(
             }
         };
         if whole && hashing::is_inline(Some(batch.len)) {
-            let recent = Recent::new(0, &batch.chunks);
-            let bytes = recent
-                .whole(batch.len)
-                .expect("a small batch from 0 is whole");
+            // Copied into a block of its own: a chunk is a slice of the
+            // connection's read buffer (8 KiB or more), which it would hold
+            // whole until the commit, and a commit may wait behind hundreds.
+            let bytes = Bytes::from(batch.chunks.concat());
+            let recent = Recent::new(0, std::slice::from_ref(&bytes));
             // Published early, the bytes reach the readers before they are
             // hashed.
             if let Some(early) = early.as_mut() {
@@ -158,9 +159,7 @@ pub(super) async fn receive(
                 tokio::task::yield_now().await;
             }
             let mut hashers = Hashers::new(expected);
-            for chunk in &batch.chunks {
-                hashers.update(chunk);
-            }
+            hashers.update(&bytes);
             let (sha256, received) = hashers.finish();
             let body = Received {
                 digest: Digest(sha256),
