@@ -17,7 +17,7 @@ use hashbrown::HashTable;
 /// size class. A larger block is a "large" one, which jemalloc starts at a
 /// random offset within a page of padding (`cache_oblivious`), so its last
 /// page is touched too: 16 KiB chunks held 20 (BENCHMARKS.md, "Peak RSS").
-/// 398 of the entry index's records, so a shard's partly filled last chunk
+/// 477 of the entry index's records, so a shard's partly filled last chunk
 /// wastes little too.
 pub(crate) const CHUNK_BYTES: usize = 14 * 1024;
 

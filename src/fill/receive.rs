@@ -143,7 +143,7 @@ pub(super) async fn receive(
             // Copied into a block of its own: a chunk is a slice of the
             // connection's read buffer (8 KiB or more), which it would hold
             // whole until the commit, and a commit may wait behind hundreds.
-            let bytes = Bytes::from(batch.chunks.concat());
+            let bytes = Bytes::from(std::mem::take(&mut batch.chunks).concat());
             let recent = Recent::new(0, std::slice::from_ref(&bytes));
             // Published early, the bytes reach the readers before they are
             // hashed.

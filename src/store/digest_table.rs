@@ -38,7 +38,7 @@ use super::digest::Digest;
 const SHARD_BITS: u32 = 6;
 /// Shards: two threads rarely take one lock.
 const SHARDS: usize = 1 << SHARD_BITS;
-/// Records a chunk holds: 275 (the entry index's chunk size, for the
+/// Records a chunk holds: 298 (the entry index's chunk size, for the
 /// allocator's sake: `crate::dense::CHUNK_BYTES`).
 const PER_CHUNK: usize = crate::dense::CHUNK_BYTES / std::mem::size_of::<Record>();
 
@@ -239,8 +239,9 @@ pub struct DigestTable {
     /// lock, and written with none held.
     packs: RwLock<PackNumbers>,
     /// The sizes of the digests the index names, each once: what the rows
-    /// reference, as the database's `stored_bytes` sums it. Added when a
-    /// digest's count starts, taken off when it ends.
+    /// reference, as the database's `stored_bytes` sums it (where the rows
+    /// agree on a digest's size). Added when a digest's count starts, taken
+    /// off when it ends, changed with a named digest's size.
     bytes: AtomicU64,
     /// Digests the index names.
     named: AtomicUsize,
@@ -315,6 +316,16 @@ impl DigestTable {
         }
         if record.named > 0 {
             let after = record.size();
+            if after != before {
+                // The place's length is the bytes' size: a row that said
+                // another was wrong (an imported bundle's, say).
+                tracing::warn!(
+                    digest = %Digest(record.digest).to_hex(),
+                    rows = before,
+                    place = after,
+                    "a packed blob's length is not the size its rows say"
+                );
+            }
             let _ = (self.bytes).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
                 Some(b.saturating_sub(before).saturating_add(after))
             });
@@ -478,7 +489,8 @@ impl DigestTable {
         })
     }
 
-    /// Calls `visit` with every place held.
+    /// Calls `visit` with every place held (under a shard's lock: `visit`
+    /// must not change this table).
     pub(crate) fn for_each_place(&self, mut visit: impl FnMut(&Digest, Place)) {
         for shard in self.shards.iter() {
             let shard = shard.read().expect("digest table poisoned");
@@ -492,7 +504,8 @@ impl DigestTable {
         }
     }
 
-    /// Keeps the places `keep` says to; the others are taken away.
+    /// Keeps the places `keep` says to; the others are taken away (`keep`
+    /// runs under a shard's lock, and must not change this table).
     pub(crate) fn retain_places(&self, mut keep: impl FnMut(&Place) -> bool) {
         for shard in self.shards.iter() {
             let mut shard = shard.write().expect("digest table poisoned");

@@ -8,8 +8,8 @@
 //! content store itself) or [`S3Blobs`]; either opens a [`Blob`] to stream.
 //! Small blobs are packed together (`content::pack`): a range of a shared file,
 //! its place kept in the metadata database for the store ([`PlaceRow`]).
-//! [`DigestTable`] holds each digest the process knows once: the packed
-//! blob's place, and how many of the entry index's records name it.
+//! [`DigestTable`] holds each digest the process knows once: its size, the
+//! packed blob's place, and how many of the entry index's records name it.
 //! [`HotBlobs`] keeps small hot blobs in memory. [`Budget`] counts committed
 //! and in-progress bytes against `storage.max_size` and wakes the evictor.
 //!

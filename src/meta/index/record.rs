@@ -50,8 +50,10 @@ pub(super) fn from_u48(n: [u16; 3]) -> u64 {
 }
 
 /// The content type number of a record the index cannot hold whole (a
-/// content-type table full, a `Last-Modified` that is not a date): the key
-/// is listed, and its entry read from the database.
+/// content-type table full, a `Last-Modified` that is not a date, headers
+/// kept with the row, an unknown remote, a time past 48 bits, a size that
+/// is not its digest's): the key is listed, and its entry read from the
+/// database.
 pub(super) const ASK: u16 = u16::MAX;
 
 /// What a record says of its row besides the digest and its size (the
