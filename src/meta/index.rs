@@ -228,14 +228,7 @@ impl Index {
 
     pub fn key(&self, key: &str) -> Key {
         let (a, b) = (self.hashers.0.hash_one(key), self.hashers.1.hash_one(key));
-        Key([
-            a as u16,
-            (a >> 16) as u16,
-            (a >> 32) as u16,
-            (a >> 48) as u16,
-            b as u16,
-            (b >> 16) as u16,
-        ])
+        Key::new(a, b as u32)
     }
 
     fn shard(&self, key: Key) -> &RwLock<Dense<Slot>> {
@@ -385,8 +378,7 @@ impl Index {
     pub fn record(&self, remote: &str, row: &Fields<'_>) -> Record {
         let remote = self.remote_number(remote).unwrap_or(0);
         let exact = || {
-            let fits = |n: u64| n <= U48_MAX;
-            let fetched_fits = u64::try_from(row.fetched_at_ms).is_ok_and(fits);
+            let fetched_fits = u64::try_from(row.fetched_at_ms).is_ok_and(|n| n <= U48_MAX);
             if row.kept || remote == 0 || !fetched_fits {
                 return None;
             }

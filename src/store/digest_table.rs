@@ -326,11 +326,17 @@ impl DigestTable {
                     "a packed blob's length is not the size its rows say"
                 );
             }
-            let _ = (self.bytes).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(before).saturating_add(after))
-            });
+            self.resize(before, after);
         }
         true
+    }
+
+    /// A named digest's size, counted in the sum of sizes, goes from
+    /// `before` to `after` (0: not counted).
+    fn resize(&self, before: u64, after: u64) {
+        let _ = (self.bytes).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
+            Some(b.saturating_sub(before).saturating_add(after))
+        });
     }
 
     /// Room for `digests` more digests before the shards' tables of
@@ -358,7 +364,7 @@ impl DigestTable {
             record.set_size(size);
         }
         if record.named == 0 {
-            self.bytes.fetch_add(record.size(), Ordering::Relaxed);
+            self.resize(0, record.size());
             self.named.fetch_add(1, Ordering::Relaxed);
         }
         record.named = (record.named.checked_add(1)).expect("fewer than 2^32 rows name a digest");
@@ -376,10 +382,7 @@ impl DigestTable {
         };
         record.named = left;
         if left == 0 {
-            let size = record.size();
-            let _ = (self.bytes).fetch_update(Ordering::Relaxed, Ordering::Relaxed, |b| {
-                Some(b.saturating_sub(size))
-            });
+            self.resize(record.size(), 0);
             self.named.fetch_sub(1, Ordering::Relaxed);
             shard.free_unused(slot);
         }

@@ -8,7 +8,7 @@ use crate::dense::Keyed;
 /// parts, as every field of a record: a record is aligned to 2, so 30
 /// bytes take 30.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key(pub(super) [u16; 6]);
+pub struct Key([u16; 6]);
 
 /// Two 16-bit parts as one number.
 pub(super) fn from_u32(n: [u16; 2]) -> u32 {
@@ -20,6 +20,14 @@ pub(super) fn u32_parts(n: u32) -> [u16; 2] {
 }
 
 impl Key {
+    /// The key of the two hashes: 64 bits that place it in its shard's
+    /// table, 32 that pick the shard.
+    pub(super) fn new(in_shard: u64, shard: u32) -> Key {
+        let [a, b, c, d] = [0, 16, 32, 48].map(|s| (in_shard >> s) as u16);
+        let [e, f] = u32_parts(shard);
+        Key([a, b, c, d, e, f])
+    }
+
     pub(super) fn in_shard(&self) -> u64 {
         let [a, b, c, d, ..] = self.0;
         u64::from(a) | (u64::from(b) << 16) | (u64::from(c) << 32) | (u64::from(d) << 48)
