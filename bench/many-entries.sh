@@ -38,6 +38,8 @@
 # Usage: bash bench/many-entries.sh     (as root: installs wrk, and nginx for DISTINCT=1, if missing)
 #   env: SIZES="10000 1000000 5000000" DURATION=7 ROUNDS=3 MC_BIN=path
 #        DIGESTS=one|distinct DISTINCT=0|1 PACK_BELOW=64KiB
+#        PROFILE=dir (after the rounds: perf profiles of one random and one
+#        hot run, flat by symbol, and the server's CPU a request of each)
 # Results are recorded in BENCHMARKS.md.
 
 set -euo pipefail
@@ -104,6 +106,10 @@ median_spread() { # values... -> "median (min–max)"
 rps() { # lua-script url
     wrk -t2 -c64 -d"${DURATION}s" -s "$1" "$2" | awk '/Requests\/sec/ { printf "%.0f", $2 }'
 }
+# cpu_us PID: the process's CPU so far (utime + stime), in microseconds.
+cpu_us() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f", ($14 + $15) / hz * 1e6 }' "/proc/$1/stat"; }
+# per_request PID BEFORE RPS: CPU microseconds a request since BEFORE.
+per_request() { awk -v a="$2" -v b="$(cpu_us "$1")" -v r="$3" -v d="$DURATION" 'BEGIN { printf "%.1f", (b - a) / (r * d) }'; }
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
 ROWS=()
@@ -190,8 +196,12 @@ EOF
     ((ROUNDS > 0)) && wrk -t2 -c64 -d2s -s "$dir/hot.lua" "http://127.0.0.1:$port" >/dev/null
     random=() hot=() ratios=() nginx=() over=()
     for round in $(seq 1 "$ROUNDS"); do
+        c0=$(cpu_us "$pid")
         r=$(rps "$dir/random.lua" "http://127.0.0.1:$port")
+        rc=$(per_request "$pid" "$c0" "$r")
+        c0=$(cpu_us "$pid")
         h=$(rps "$dir/hot.lua" "http://127.0.0.1:$port")
+        hc=$(per_request "$pid" "$c0" "$h")
         random+=("$r") hot+=("$h")
         ratios+=("$(awk -v a="$r" -v b="$h" 'BEGIN { printf "%.3f", a / b }')")
         x=""
@@ -200,8 +210,27 @@ EOF
             nginx+=("$x")
             over+=("$(awk -v a="$r" -v b="$x" 'BEGIN { printf "%.3f", a / b }')")
         fi
-        log "N=$n round $round: random $r req/s, hot $h req/s${x:+, nginx random $x req/s}"
+        log "N=$n round $round: random $r req/s ($rc us of CPU a request), hot $h req/s ($hc us)${x:+, nginx random $x req/s}"
     done
+    if [[ -n ${PROFILE:-} ]]; then
+        # Where a random hit's time goes beside a hot one's: perf's cpu-clock
+        # samples of the server over one run of each, flat by symbol, and
+        # its CPU a request (utime + stime from /proc).
+        mkdir -p "$PROFILE"
+        for which in random hot; do
+            cpu0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+            perf record -q -e cpu-clock -F 1999 -p "$pid" -o "$PROFILE/$which.data" 2>/dev/null &
+            rec=$!
+            wrk -t2 -c64 -d"${DURATION}s" -s "$dir/$which.lua" "http://127.0.0.1:$port" >"$PROFILE/$which.wrk"
+            kill -INT "$rec"; wait "$rec" || true
+            cpu1=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+            reqs=$(awk '/requests in/ { print $1 }' "$PROFILE/$which.wrk")
+            awk -v t=$((cpu1 - cpu0)) -v n="$reqs" -v hz="$(getconf CLK_TCK)" -v w="$which" \
+                'BEGIN { printf "%s: %d requests, %.1f us of CPU a request\n", w, n, t / hz * 1e6 / n }' | tee -a "$PROFILE/summary.txt"
+            { perf report -q -i "$PROFILE/$which.data" --no-children --sort sym 2>/dev/null || true; } | head -60 >"$PROFILE/$which.txt" || true
+        done
+        log "profiles in $PROFILE"
+    fi
     ((ROUNDS > 0)) || random=(0) hot=(0) ratios=(0)
     ((DISTINCT && ROUNDS > 0)) || nginx=(0) over=(0)
     peak=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
@@ -215,7 +244,7 @@ EOF
     ROWS+=("$n|$startup|$loaded|$rss|$peak|$(median_spread "${random[@]}")|$(median_spread "${hot[@]}")|$ratio|$errors|$(median_spread "${nginx[@]}")|$versus")
     kill -TERM "$pid"; wait "$pid" || true
     if ((DISTINCT)); then kill -TERM "$n_pid"; wait "$n_pid" || true; rm -rf "$dir/nginx"; fi
-    rm -rf "$dir/store" "$dir/meta.db"*
+    [[ ${KEEP_TMP:-0} == 1 ]] || rm -rf "$dir/store" "$dir/meta.db"*
 done
 
 base_rss=""

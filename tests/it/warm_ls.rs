@@ -432,6 +432,37 @@ async fn listing(url: &str) {
     assert_eq!(entries(&meta, None, "a_b/").await.unwrap().len(), 3);
     assert_eq!(entries(&meta, Some("r"), "").await.unwrap().len(), 3);
     assert!(entries(&meta, Some("r"), "a%").await.unwrap().is_empty());
+    // A flush of more rows than one statement takes (they go 32 to an
+    // `UPDATE … FROM (VALUES …)`): each row gets its own hits and access
+    // time, and rows not hit keep theirs.
+    let many: Vec<ArtifactPath> = (0..70)
+        .map(|i| ArtifactPath::parse(&format!("/r/many/{i:02}")).unwrap())
+        .collect();
+    for (i, path) in many.iter().enumerate() {
+        let entry = Entry::new(Digest([9; 32]), 1, None, None, None, 20_000 - i as i64);
+        meta.record(path, entry).await.unwrap();
+    }
+    let hit = |i: usize| i % 7 != 3;
+    for (i, path) in many.iter().enumerate().filter(|(i, _)| hit(*i)) {
+        let entry = meta.lookup(path).await.unwrap().unwrap();
+        for _ in 0..=i {
+            meta.memory.touch(path, &entry, 30_000 + i as i64 * 1_000);
+        }
+    }
+    assert_eq!(meta.flush_access_times().await.unwrap(), 60);
+    let rows = entries(&meta, Some("r"), "many/").await.unwrap();
+    let got: Vec<(&str, u64, i64)> = rows
+        .iter()
+        .map(|r| (r.path.as_str(), r.hits, r.last_access_ms))
+        .collect();
+    let names: Vec<String> = (0..70).map(|i| format!("many/{i:02}")).collect();
+    let want: Vec<(&str, u64, i64)> = (0..70)
+        .map(|i| match hit(i) {
+            true => (names[i].as_str(), i as u64 + 1, 30_000 + i as i64 * 1_000),
+            false => (names[i].as_str(), 0, 20_000 - i as i64),
+        })
+        .collect();
+    assert_eq!(got, want);
     meta.db.close().await;
 }
 
