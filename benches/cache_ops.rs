@@ -1,4 +1,4 @@
-//! The in-memory metadata cache of the hit path (`meta::entry_cache`, a moka
+//! The in-memory metadata cache of the hit path (`meta::entry_cache`, a quick_cache
 //! sync cache of `remote/path` → entry): the cost of one operation when 1, 64
 //! or 1,024 tasks hammer it at once. The cache holds 4,096 keys' worth of
 //! room many times over (no eviction) and starts with half of them; each
@@ -87,7 +87,6 @@ impl Workload {
         for key in keys.iter().step_by(2) {
             cache.insert(key.clone(), entry.clone());
         }
-        cache.run_pending_tasks();
         Workload {
             cache,
             keys,
@@ -109,7 +108,7 @@ impl Workload {
                 self.cache.insert(key.clone(), self.entry.clone());
             }
             (Pair::GetDelete | Pair::PutDelete, false) => {
-                self.cache.invalidate(key.as_str());
+                self.cache.remove(key.as_str());
             }
         }
     }

@@ -89,7 +89,6 @@ fn the_entry_cache_holds_no_more_than_its_memory() {
     for i in 0..1_000 {
         roomy.insert(key(i), entry(i));
     }
-    roomy.run_pending_tasks();
     let per_entry = held(&region) / 1_000;
     println!("an entry of the entry cache takes {per_entry} bytes (allocations' headers aside)");
     let counted = entry(7).cached_bytes(&key(7)) as i64;
@@ -103,14 +102,10 @@ fn the_entry_cache_holds_no_more_than_its_memory() {
     let cache = entry_cache(1_000_000, MEMORY);
     for i in 0..OFFERED {
         cache.insert(key(i), entry(i));
-        if i % 512 == 0 {
-            cache.run_pending_tasks();
-        }
     }
-    cache.run_pending_tasks();
-    let (count, weighed) = (cache.entry_count(), cache.weighted_size());
+    let (count, weighed) = (cache.len(), cache.weight());
     assert!(weighed <= MEMORY, "{weighed} weighed");
-    assert!(count as usize > OFFERED / 20, "{count} kept");
+    assert!(count > OFFERED / 20, "{count} kept");
     // The cache's own tables (its hash table's buckets, the frequency
     // sketch) besides the entries: a few hundred KiB.
     let bytes = held(&region);
@@ -123,8 +118,7 @@ fn the_entry_cache_holds_no_more_than_its_memory() {
     for i in 0..1_000 {
         few.insert(key(i), entry(i));
     }
-    few.run_pending_tasks();
-    assert!(few.entry_count() <= 10, "{} kept", few.entry_count());
+    assert!(few.len() <= 10, "{} kept", few.len());
 }
 
 /// Rows added one at a time, as commits add them, each naming its own
@@ -191,7 +185,6 @@ fn the_blob_tier_holds_no_more_than_its_size() {
         digest[..4].copy_from_slice(&i.to_le_bytes());
         tier.insert(Digest(digest), Bytes::from(vec![i as u8; 1024]));
     }
-    tier.run_pending_tasks();
     let bytes = held(&region);
     assert!(
         bytes <= (SIZE + SIZE / 8) as i64,

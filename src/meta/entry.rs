@@ -120,15 +120,30 @@ impl Entry {
 /// key is compared whole, so a collision never gives a wrong entry; only
 /// keys of stored rows enter, and foldhash resists collisions chosen
 /// without its seed (not a client timing its probes).
-pub type EntryCache = moka::sync::Cache<String, Arc<Entry>, foldhash::fast::RandomState>;
+pub type EntryCache =
+    quick_cache::sync::Cache<String, Arc<Entry>, EntryWeight, foldhash::fast::RandomState>;
+
+/// What an entry weighs in the entry cache: [`Entry::cached_bytes`], and
+/// no less than `floor` (the cache's bytes over its count of entries).
+#[derive(Clone)]
+pub struct EntryWeight {
+    floor: u64,
+}
+
+impl quick_cache::Weighter<String, Arc<Entry>> for EntryWeight {
+    fn weight(&self, key: &String, entry: &Arc<Entry>) -> u64 {
+        (entry.cached_bytes(key) as u64).max(self.floor)
+    }
+}
 
 /// Bytes an entry of the entry cache holds besides its key's and its
-/// strings' bytes: the [`Entry`] behind its `Arc` (216), moka's records of
-/// it (its bucket, value, policy record, deque node and the key's `Arc`:
-/// about 380), the allocator's headers of each, and the front end's
-/// prepared header values (up to [`PREPARED_BYTES`]). `tests/alloc.rs`
-/// checks it against what an entry really takes.
-pub const ENTRY_FIXED_BYTES: usize = 1040;
+/// strings' bytes: the [`Entry`] behind its `Arc` (216), the cache's
+/// records of it (its slab entry, table slot and share of the record of
+/// entries lately evicted: about 140), the allocator's headers of each, and
+/// the front end's prepared header values (up to [`PREPARED_BYTES`]).
+/// `tests/alloc.rs` checks it against what an entry really takes (803
+/// bytes with its key and strings).
+pub const ENTRY_FIXED_BYTES: usize = 800;
 
 /// Room the entry cache counts for what the front end keeps in an entry's
 /// [`Prepared`] slot (`http::respond` checks its values fit).
@@ -157,17 +172,18 @@ impl Entry {
 /// entries by [`Entry::cached_bytes`], and at most `max_entries` however
 /// small they are (each weighs at least `max_bytes / max_entries`).
 pub fn entry_cache(max_entries: u64, max_bytes: u64) -> EntryCache {
-    let floor = u32::try_from(max_bytes / max_entries.max(1))
-        .unwrap_or(u32::MAX)
-        .max(1);
-    moka::sync::Cache::builder()
-        .max_capacity(max_bytes)
-        .weigher(move |key: &String, entry: &Arc<Entry>| {
-            u32::try_from(entry.cached_bytes(key))
-                .unwrap_or(u32::MAX)
-                .max(floor)
-        })
-        .build_with_hasher(foldhash::fast::RandomState::default())
+    let floor = (max_bytes / max_entries.max(1)).max(1);
+    // The count it is made for: the entries of the average weight (its
+    // tables grow as entries come; the count sizes its record of entries
+    // lately evicted).
+    let expected = max_entries.min(max_bytes / ENTRY_FIXED_BYTES as u64).max(1);
+    quick_cache::sync::Cache::with(
+        expected as usize,
+        max_bytes.max(1),
+        EntryWeight { floor },
+        foldhash::fast::RandomState::default(),
+        Default::default(),
+    )
 }
 
 /// What every mirror answered last time a path was not found: (status, unix ms).

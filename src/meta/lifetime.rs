@@ -60,7 +60,7 @@ impl MetadataStore {
         digest: Option<&str>,
     ) -> Result<bool, ProxyError> {
         let key = format!("{remote}/{path}");
-        self.memory.cache.invalidate(&key);
+        self.memory.cache.remove(&key);
         let deleted: Vec<(String,)> = sqlx::query_as(
             "DELETE FROM entries WHERE remote = $1 AND path = $2 AND ($3 IS NULL OR digest = $3) \
              RETURNING digest",

@@ -98,13 +98,13 @@ impl Memory {
             if index {
                 self.index.clear();
             }
-            self.cache.invalidate_all();
+            self.cache.clear();
             self.negative.invalidate_all();
         } else {
             if index {
                 self.index.remove(key);
             }
-            self.cache.invalidate(key);
+            self.cache.remove(key);
             self.negative.invalidate(key);
         }
     }
@@ -121,21 +121,17 @@ impl Memory {
         self.purges.purge(scope, || match scope {
             Scope::Key(key) => {
                 self.index.remove(key);
-                self.cache.invalidate(key);
+                self.cache.remove(key);
                 self.negative.invalidate(key);
             }
             Scope::All => {
                 self.index.clear();
-                self.cache.invalidate_all();
+                self.cache.clear();
                 self.negative.invalidate_all();
             }
             Scope::Remote(remote) => {
                 self.index.remove_remote(remote);
-                for (key, _) in self.cache.iter() {
-                    if scope.covers(&key) {
-                        self.cache.invalidate(key.as_str());
-                    }
-                }
+                self.cache.retain(|key, _| !scope.covers(key));
                 for (key, _) in self.negative.iter() {
                     if scope.covers(&key) {
                         self.negative.invalidate(key.as_str());
@@ -200,7 +196,7 @@ impl Memory {
     pub(crate) fn forget_deleted(&self, key: &str, digest: Option<&Digest>) {
         self.purges.deleted(Some(key), || {
             self.index.remove_named(key, digest);
-            self.cache.invalidate(key);
+            self.cache.remove(key);
         });
     }
 

@@ -11,8 +11,9 @@ pub struct Touched {
     room: usize,
 }
 
-/// `remote/path` → (last access, hits).
-type TouchedShard = std::collections::HashMap<String, (i64, u64)>;
+/// `remote/path` → (last access, hits), hashed by foldhash as the entry
+/// cache is (a random hit notes its key here).
+type TouchedShard = std::collections::HashMap<String, (i64, u64), foldhash::fast::RandomState>;
 
 /// Shards of [`Touched`]: hits of two threads rarely take one lock.
 const TOUCHED_SHARDS: usize = 64;

@@ -18,7 +18,7 @@ use super::digest::{BuildDigestHasher, Digest};
 /// random hit (`Cache::open_blob` decides; an S3 object enters on its
 /// first open).
 pub struct HotBlobs {
-    cache: moka::sync::Cache<Digest, Bytes, BuildDigestHasher>,
+    cache: quick_cache::sync::Cache<Digest, Bytes, ByLength, BuildDigestHasher>,
     max_object: u64,
     /// The last open of a blob the tier did not hold, a slot per digest
     /// prefix: the digest's next 32 bits and the unix ms (low 32 bits),
@@ -32,12 +32,26 @@ pub struct HotBlobs {
     loads: std::sync::atomic::AtomicU64,
 }
 
-/// Bytes a blob in the tier takes besides its own: moka's records of it
-/// (bucket, value, policy record, deque node, the digest's `Arc`), the
-/// shared `Bytes` header and the allocator's headers, about 300 bytes; a
-/// tier of 1 KiB blobs counted by their lengths alone held a third more
-/// than its size.
+/// Bytes a blob in the tier is counted besides its own: the cache's records
+/// of it (slab entry, table slot), the shared `Bytes` header and the
+/// allocator's headers, with room to spare; `tests/alloc.rs` holds a tier of
+/// 1 KiB blobs to its size with them (counted by their lengths alone, a
+/// tier held a third more than its size).
 pub const BLOB_FIXED_BYTES: u64 = 320;
+
+/// A blob in the tier weighs its length and [`BLOB_FIXED_BYTES`].
+#[derive(Clone)]
+struct ByLength;
+
+impl quick_cache::Weighter<Digest, Bytes> for ByLength {
+    fn weight(&self, _: &Digest, bytes: &Bytes) -> u64 {
+        bytes.len() as u64 + BLOB_FIXED_BYTES
+    }
+}
+
+/// Blobs the tier's tables are first made for, by its size: as many of 16
+/// KiB (they grow if smaller blobs come).
+const TYPICAL_BLOB: u64 = 16 << 10;
 
 /// Stripes of [`HotBlobs::loading`].
 const LOADING_STRIPES: usize = 256;
@@ -55,12 +69,13 @@ impl HotBlobs {
     /// 0 turns the tier off.
     pub fn new(total: u64, max_object: u64) -> HotBlobs {
         HotBlobs {
-            cache: moka::sync::Cache::builder()
-                .weigher(|_: &Digest, bytes: &Bytes| {
-                    u32::try_from(bytes.len() as u64 + BLOB_FIXED_BYTES).unwrap_or(u32::MAX)
-                })
-                .max_capacity(total)
-                .build_with_hasher(BuildDigestHasher::default()),
+            cache: quick_cache::sync::Cache::with(
+                (total / TYPICAL_BLOB) as usize,
+                total.max(1),
+                ByLength,
+                BuildDigestHasher::default(),
+                Default::default(),
+            ),
             max_object: if total == 0 { 0 } else { max_object },
             opened: (0..OPENED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             loading: (0..LOADING_STRIPES).map(|_| Default::default()).collect(),
@@ -106,14 +121,8 @@ impl HotBlobs {
         self.cache.insert(digest, bytes);
     }
 
-    /// Applies pending insertions and evictions now (for tests that
-    /// measure what the tier holds).
-    pub fn run_pending_tasks(&self) {
-        self.cache.run_pending_tasks();
-    }
-
     pub fn remove(&self, digest: &Digest) {
-        self.cache.invalidate(digest);
+        self.cache.remove(digest);
     }
 }
 
