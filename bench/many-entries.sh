@@ -40,6 +40,8 @@
 #        DIGESTS=one|distinct DISTINCT=0|1 PACK_BELOW=64KiB
 #        PROFILE=dir (after the rounds: perf profiles of one random and one
 #        hot run, flat by symbol, and the server's CPU a request of each)
+#        IDLE=35 (after the rounds: the idle server's CPU over that many
+#        seconds, one write of the hits' access times among it)
 # Results are recorded in BENCHMARKS.md.
 
 set -euo pipefail
@@ -230,6 +232,13 @@ EOF
             { perf report -q -i "$PROFILE/$which.data" --no-children --sort sym 2>/dev/null || true; } | head -60 >"$PROFILE/$which.txt" || true
         done
         log "profiles in $PROFILE"
+    fi
+    if ((${IDLE:-0} > 0)); then
+        # What the hits leave to do once they stop (the access times and
+        # hit counts written every 30 s): the idle server's CPU.
+        c0=$(cpu_us "$pid")
+        sleep "$IDLE"
+        log "N=$n: CPU of the idle server over the $IDLE s after the rounds: $(awk -v a="$c0" -v b="$(cpu_us "$pid")" 'BEGIN { printf "%.0f", (b - a) / 1000 }') ms"
     fi
     ((ROUNDS > 0)) || random=(0) hot=(0) ratios=(0)
     ((DISTINCT && ROUNDS > 0)) || nginx=(0) over=(0)

@@ -106,8 +106,8 @@ fn the_entry_cache_holds_no_more_than_its_memory() {
     let (count, weighed) = (cache.len(), cache.weight());
     assert!(weighed <= MEMORY, "{weighed} weighed");
     assert!(count > OFFERED / 20, "{count} kept");
-    // The cache's own tables (its hash table's buckets, the frequency
-    // sketch) besides the entries: a few hundred KiB.
+    // The cache's own tables (its shards' hash tables and slabs, its record
+    // of entries lately evicted) besides the entries: a few hundred KiB.
     let bytes = held(&region);
     assert!(
         bytes <= (MEMORY + MEMORY / 8) as i64,

@@ -53,6 +53,11 @@ impl quick_cache::Weighter<Digest, Bytes> for ByLength {
 /// KiB (they grow if smaller blobs come).
 const TYPICAL_BLOB: u64 = 16 << 10;
 
+/// The tier's shards at most. The cache splits its size among its shards
+/// and refuses a blob heavier than a shard's share, so there are fewer
+/// when the largest blob needs it (`HotBlobs::new`).
+const MAX_SHARDS: u64 = 64;
+
 /// Stripes of [`HotBlobs::loading`].
 const LOADING_STRIPES: usize = 256;
 
@@ -68,15 +73,32 @@ impl HotBlobs {
     /// `total` bytes at most, objects of at most `max_object` bytes; `total`
     /// 0 turns the tier off.
     pub fn new(total: u64, max_object: u64) -> HotBlobs {
+        // Each shard holds two of the largest blobs, or the tier is one
+        // shard and its largest blob a third of it.
+        let largest = max_object + BLOB_FIXED_BYTES;
+        let room = total / (2 * largest);
+        let shards = match room {
+            0 => 1,
+            n => 1 << n.min(MAX_SHARDS).ilog2(),
+        };
+        let max_object = match room {
+            0 => max_object.min((total / 3).saturating_sub(BLOB_FIXED_BYTES)),
+            _ => max_object,
+        };
+        let options = quick_cache::OptionsBuilder::new()
+            .estimated_items_capacity((total / TYPICAL_BLOB).max(1) as usize)
+            .weight_capacity(total.max(1))
+            .shards(shards as usize)
+            .build()
+            .expect("both capacities are set");
         HotBlobs {
-            cache: quick_cache::sync::Cache::with(
-                (total / TYPICAL_BLOB) as usize,
-                total.max(1),
+            cache: quick_cache::sync::Cache::with_options(
+                options,
                 ByLength,
                 BuildDigestHasher::default(),
                 Default::default(),
             ),
-            max_object: if total == 0 { 0 } else { max_object },
+            max_object,
             opened: (0..OPENED_SLOTS).map(|_| AtomicU64::new(0)).collect(),
             loading: (0..LOADING_STRIPES).map(|_| Default::default()).collect(),
             loads: Default::default(),
@@ -129,6 +151,28 @@ impl HotBlobs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The cache splits the tier among shards and refuses a blob heavier
+    /// than a shard's share: the largest blob the tier admits is held
+    /// whatever the tier's size, and a tier smaller than two of them
+    /// admits smaller blobs only.
+    #[test]
+    fn the_largest_blob_admitted_is_held_in_a_tier_of_any_size() {
+        for (total, max_object) in [(48 << 20, 1 << 20), (4 << 20, 1 << 20), (1 << 20, 1 << 20)] {
+            let tier = HotBlobs::new(total, max_object);
+            let largest = (0..=max_object).rev().find(|&n| tier.admits(n)).unwrap();
+            assert!(largest >= max_object.min(total / 4), "{total}: {largest}");
+            for i in 0..3u8 {
+                let digest = Digest([i; 32]);
+                tier.insert(digest, Bytes::from(vec![i; largest as usize]));
+                assert!(
+                    tier.get(&digest).is_some(),
+                    "{total}: blob {i} of {largest} bytes"
+                );
+            }
+        }
+        assert!(!HotBlobs::new(0, 1 << 20).admits(1));
+    }
 
     /// A blob is wanted in memory on its second open within
     /// [`ADMIT_WITHIN_MS`], counted from the open before; another digest

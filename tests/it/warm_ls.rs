@@ -389,7 +389,9 @@ async fn listing(url: &str) {
     use mirrorcache::cache::{Digest, Entry, MetadataStore};
     use mirrorcache::ops::ls::entries;
     use mirrorcache::path::ArtifactPath;
-    let meta = MetadataStore::connect(url, 100, 1 << 20).await.unwrap();
+    // Room for every row below in the entry cache, whose hits are counted
+    // in the entries it holds.
+    let meta = MetadataStore::connect(url, 1_000, 1 << 20).await.unwrap();
     for (n, path) in [
         "/r/a_b/1.tgz",
         "/r/a_b/2.tgz",
