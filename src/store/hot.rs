@@ -49,8 +49,9 @@ impl quick_cache::Weighter<Digest, Bytes> for ByLength {
     }
 }
 
-/// Blobs the tier's tables are first made for, by its size: as many of 16
-/// KiB (they grow if smaller blobs come).
+/// The count of blobs the tier is made for, by its size: as many of 16 KiB.
+/// It sizes the cache's record of blobs lately evicted and keeps its shards
+/// at 32 blobs or more; its tables grow as blobs come.
 const TYPICAL_BLOB: u64 = 16 << 10;
 
 /// The tier's shards at most. The cache splits its size among its shards
