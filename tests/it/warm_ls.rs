@@ -465,6 +465,23 @@ async fn listing(url: &str) {
         })
         .collect();
     assert_eq!(got, want);
+    // A later access time already in a row (another instance's write) is
+    // kept; the hits add up.
+    let later = "UPDATE entries SET last_access = 99000000 WHERE remote = 'r' AND path = 'many/01'";
+    if url.starts_with("sqlite:") {
+        let other = sqlx::SqlitePool::connect(url).await.unwrap();
+        sqlx::query(later).execute(&other).await.unwrap();
+        other.close().await;
+    } else {
+        let other = sqlx::PgPool::connect(url).await.unwrap();
+        sqlx::query(later).execute(&other).await.unwrap();
+        other.close().await;
+    }
+    let entry = meta.lookup(&many[1]).await.unwrap().unwrap();
+    meta.memory.touch(&many[1], &entry, 40_000_000);
+    assert_eq!(meta.flush_access_times().await.unwrap(), 1);
+    let row = &entries(&meta, Some("r"), "many/01").await.unwrap()[0];
+    assert_eq!((row.hits, row.last_access_ms), (3, 99_000_000));
     meta.db.close().await;
 }
 
