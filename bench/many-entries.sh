@@ -220,15 +220,13 @@ EOF
         # its CPU a request (utime + stime from /proc).
         mkdir -p "$PROFILE"
         for which in random hot; do
-            cpu0=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
+            c0=$(cpu_us "$pid")
             perf record -q -e cpu-clock -F 1999 -p "$pid" -o "$PROFILE/$which.data" 2>/dev/null &
             rec=$!
             wrk -t2 -c64 -d"${DURATION}s" -s "$dir/$which.lua" "http://127.0.0.1:$port" >"$PROFILE/$which.wrk"
             kill -INT "$rec"; wait "$rec" || true
-            cpu1=$(awk '{ print $14 + $15 }' "/proc/$pid/stat")
-            reqs=$(awk '/requests in/ { print $1 }' "$PROFILE/$which.wrk")
-            awk -v t=$((cpu1 - cpu0)) -v n="$reqs" -v hz="$(getconf CLK_TCK)" -v w="$which" \
-                'BEGIN { printf "%s: %d requests, %.1f us of CPU a request\n", w, n, t / hz * 1e6 / n }' | tee -a "$PROFILE/summary.txt"
+            rate=$(awk '/Requests\/sec/ { printf "%.0f", $2 }' "$PROFILE/$which.wrk")
+            echo "$which: $rate req/s, $(per_request "$pid" "$c0" "$rate") us of CPU a request" | tee -a "$PROFILE/summary.txt"
             { perf report -q -i "$PROFILE/$which.data" --no-children --sort sym 2>/dev/null || true; } | head -60 >"$PROFILE/$which.txt" || true
         done
         log "profiles in $PROFILE"

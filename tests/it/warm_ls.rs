@@ -425,11 +425,14 @@ async fn listing(url: &str) {
     hot.touch(9_500);
     assert_eq!(meta.flush_access_times().await.unwrap(), 1);
     assert_eq!(meta.flush_access_times().await.unwrap(), 0);
+    /// Each row's path, hits and last access.
+    fn counted(rows: &[mirrorcache::ops::ls::Listed]) -> Vec<(&str, u64, i64)> {
+        rows.iter()
+            .map(|r| (r.path.as_str(), r.hits, r.last_access_ms))
+            .collect()
+    }
     let rows = entries(&meta, Some("r"), "a_b/").await.unwrap();
-    let got: Vec<(&str, u64, i64)> = rows
-        .iter()
-        .map(|r| (r.path.as_str(), r.hits, r.last_access_ms))
-        .collect();
+    let got = counted(&rows);
     assert_eq!(got, [("a_b/1.tgz", 0, 1_000), ("a_b/2.tgz", 4, 9_000)]);
     assert_eq!(entries(&meta, None, "a_b/").await.unwrap().len(), 3);
     assert_eq!(entries(&meta, Some("r"), "").await.unwrap().len(), 3);
@@ -453,10 +456,7 @@ async fn listing(url: &str) {
     }
     assert_eq!(meta.flush_access_times().await.unwrap(), 60);
     let rows = entries(&meta, Some("r"), "many/").await.unwrap();
-    let got: Vec<(&str, u64, i64)> = rows
-        .iter()
-        .map(|r| (r.path.as_str(), r.hits, r.last_access_ms))
-        .collect();
+    let got = counted(&rows);
     let names: Vec<String> = (0..70).map(|i| format!("many/{i:02}")).collect();
     let want: Vec<(&str, u64, i64)> = (0..70)
         .map(|i| match hit(i) {
@@ -467,16 +467,14 @@ async fn listing(url: &str) {
     assert_eq!(got, want);
     // A later access time already in a row (another instance's write) is
     // kept; the hits add up.
-    let later = "UPDATE entries SET last_access = 99000000 WHERE remote = 'r' AND path = 'many/01'";
-    if url.starts_with("sqlite:") {
-        let other = sqlx::SqlitePool::connect(url).await.unwrap();
-        sqlx::query(later).execute(&other).await.unwrap();
-        other.close().await;
-    } else {
-        let other = sqlx::PgPool::connect(url).await.unwrap();
-        sqlx::query(later).execute(&other).await.unwrap();
-        other.close().await;
-    }
+    let other = sqlx::AnyPool::connect(url).await.unwrap();
+    sqlx::query(
+        "UPDATE entries SET last_access = 99000000 WHERE remote = 'r' AND path = 'many/01'",
+    )
+    .execute(&other)
+    .await
+    .unwrap();
+    other.close().await;
     let entry = meta.lookup(&many[1]).await.unwrap().unwrap();
     meta.memory.touch(&many[1], &entry, 40_000_000);
     assert_eq!(meta.flush_access_times().await.unwrap(), 1);
