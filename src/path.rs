@@ -45,6 +45,51 @@ impl ArtifactPath {
         let Some(rest) = raw.strip_prefix('/') else {
             return Err(ProxyError::BadPath("path must start with /"));
         };
+        if let Some(plain) = ArtifactPath::plain(rest) {
+            return Ok(plain);
+        }
+        ArtifactPath::normalised(raw, rest)
+    }
+
+    /// The path as it is, when one look at its bytes shows that
+    /// [`ArtifactPath::normalised`] would keep it so and refuse nothing:
+    /// printable ASCII without `%` or `\`, a remote and a path below it,
+    /// no empty segment but a trailing slash's, and no segment that starts
+    /// with `.` (each of those takes the full check).
+    fn plain(rest: &str) -> Option<ArtifactPath> {
+        let bytes = rest.as_bytes();
+        let mut remote_len = None;
+        let mut segment = 0;
+        for (i, &b) in bytes.iter().enumerate() {
+            match b {
+                b'/' => {
+                    if i == segment || bytes[segment] == b'.' {
+                        return None;
+                    }
+                    remote_len.get_or_insert(i);
+                    segment = i + 1;
+                }
+                b'%' | b'\\' | ..=0x1f | 0x7f.. => return None,
+                _ => {}
+            }
+        }
+        // The last segment: empty only after a trailing slash that follows
+        // a segment below the remote.
+        let remote_len = remote_len?;
+        let last = &bytes[segment..];
+        if last.first() == Some(&b'.') || (last.is_empty() && segment == remote_len + 1) {
+            return None;
+        }
+        Some(ArtifactPath {
+            key: rest.to_owned(),
+            remote_len,
+            path_end: rest.len(),
+            upstream: None,
+        })
+    }
+
+    /// The full check and normalisation of `raw` (`/` then `rest`).
+    fn normalised(raw: &str, rest: &str) -> Result<ArtifactPath, ProxyError> {
         check_decodings(raw.as_bytes())?;
 
         // Normalising after the checks is safe: it decodes only unreserved
@@ -329,6 +374,35 @@ mod tests {
         assert_eq!(
             (variant.path(), variant.key()),
             ("simple/proj/", "py/simple/proj/?json")
+        );
+    }
+
+    #[test]
+    fn a_path_taken_as_it_is_is_what_the_full_check_makes_of_it() {
+        let mut rng = crate::test_rng::XorShift(0x9e37_79b9_7f4a_7c15);
+        let alphabet: Vec<char> = "ab/./;%2eE5c\\\u{1}\u{7f}é-_~".chars().collect();
+        let mut taken = 0;
+        for _ in 0..200_000 {
+            let len = rng.below(12) as usize;
+            let rest: String = (0..len)
+                .map(|_| alphabet[rng.below(alphabet.len() as u64) as usize])
+                .collect();
+            let raw = format!("/{rest}");
+            if let Some(plain) = ArtifactPath::plain(&rest) {
+                taken += 1;
+                assert_eq!(
+                    ArtifactPath::normalised(&raw, &rest).ok(),
+                    Some(plain),
+                    "{raw}"
+                );
+            }
+        }
+        // Most of the alphabet takes the full check; enough is left.
+        assert!(taken > 1_000, "{taken}");
+        let plain = ArtifactPath::plain("pypi/packages/ab/six-1.16.0.tar.gz").unwrap();
+        assert_eq!(
+            (plain.remote(), plain.path()),
+            ("pypi", "packages/ab/six-1.16.0.tar.gz")
         );
     }
 

@@ -20,7 +20,9 @@ use crate::upstream::health::HealthRegistry;
 use crate::upstream::select::GaugeRegistry;
 use crate::upstream::Remote;
 
-pub type Remotes = HashMap<String, Arc<Remote>>;
+/// By name, hashed by foldhash: every request looks its remote up, and
+/// the names are the operator's.
+pub type Remotes = HashMap<String, Arc<Remote>, foldhash::fast::RandomState>;
 
 /// What a request needs, each room's part handed over whole: the handlers
 /// take `cache`, `fills` and a remote from here; the rooms below never see
@@ -188,7 +190,7 @@ fn build_remotes(
     health: &HealthRegistry,
     metrics: &Metrics,
 ) -> anyhow::Result<Remotes> {
-    let mut remotes = HashMap::new();
+    let mut remotes = Remotes::default();
     for rc in &config.remotes {
         let remote = Remote::new(rc, gauges, health, metrics)
             .with_context(|| format!("building remote {:?}", rc.name))?;

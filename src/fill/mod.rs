@@ -229,6 +229,12 @@ impl FillRegistry {
 
     /// Joins the fill of `key` if one is running.
     pub fn join(&self, key: &str) -> Option<watch::Receiver<FillState>> {
+        // No fill task running (counted before its key is in the registry):
+        // nothing to join, and the registry's lock, which every hit on a key
+        // not in the entry cache would take, is not taken.
+        if self.tasks.load(Ordering::Acquire) == 0 {
+            return None;
+        }
         let fills = self.fills.lock().expect("fill registry poisoned");
         let running = fills.get(key)?;
         if !self.cache.meta.memory.purges.current(key, running.ticket) {
@@ -275,6 +281,8 @@ impl FillRegistry {
             ticket,
             id,
         };
+        // Counted before its key is in the registry, for `join`.
+        self.tasks.fetch_add(1, Ordering::Relaxed);
         fills.insert(path.key().to_string(), running);
         self.metrics.fills_in_progress.set(fills.len() as i64);
         drop(fills);
@@ -291,7 +299,6 @@ impl FillRegistry {
             (slot, me),
         ));
         let (fills, key) = (self.clone(), path.key().to_string());
-        self.tasks.fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             // A panic in a fill ends it as failed: its readers see the channel
             // close (502), and the key is free for the next request to refetch.

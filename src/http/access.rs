@@ -41,12 +41,23 @@ const FORWARDED: [HeaderName; 4] = [
     header::FORWARDED,
 ];
 
+/// Whether `name` is one of [`FORWARDED`] (header names are lower case).
+fn is_forwarded(name: &HeaderName) -> bool {
+    let name = name.as_str();
+    name.starts_with("x-forwarded-") || name == "forwarded"
+}
+
 /// The listener's part, once per request: from a peer not in
 /// `trusted_proxies` every `X-Forwarded-*` header is dropped, so no later
 /// step can be misled by one; on TLS `X-Forwarded-Proto: https` is set
 /// unless a trusted proxy said otherwise. An HTTP/2 request's authority
 /// becomes its `Host` and its target the origin form, as HTTP/1.1 sends them.
-pub fn prepare<B>(request: &mut Request<B>, addr: SocketAddr, tls: bool, trusted: &[IpBlock]) {
+pub fn prepare<B>(
+    request: &mut Request<B>,
+    addr: SocketAddr,
+    tls: bool,
+    trusted: &[IpBlock],
+) -> Peer {
     let is_trusted = |ip: IpAddr| trusted.iter().any(|b| b.contains(ip));
     let headers = request.headers_mut();
     let mut client = addr.ip();
@@ -62,7 +73,9 @@ pub fn prepare<B>(request: &mut Request<B>, addr: SocketAddr, tls: bool, trusted
         if let Some(ip) = forwarded_for.into_iter().rev().find(|ip| !is_trusted(*ip)) {
             client = ip;
         }
-    } else {
+    } else if headers.keys().any(is_forwarded) {
+        // One look at the names first: most requests carry none of them,
+        // and a removal hashes its name.
         for name in &FORWARDED {
             headers.remove(name);
         }
@@ -91,7 +104,7 @@ pub fn prepare<B>(request: &mut Request<B>, addr: SocketAddr, tls: bool, trusted
             *request.uri_mut() = uri;
         }
     }
-    request.extensions_mut().insert(Peer { client, tls });
+    Peer { client, tls }
 }
 
 pub(super) fn client_of(peer: Option<&Peer>) -> IpAddr {
@@ -167,9 +180,8 @@ pub(super) async fn admit_for(
     }
     // Whatever `[auth]` says now, a private remote is checked (fail closed:
     // with no users, nobody gets in).
-    let caller = proxy
-        .access
-        .identify_for(headers, client_of(peer), scope)
+    // Its own future: an anonymous remote's check is on every hit.
+    let caller = Box::pin(proxy.access.identify_for(headers, client_of(peer), scope))
         .await
         .map_err(refused)?;
     match caller.user() {

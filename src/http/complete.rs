@@ -38,7 +38,7 @@ impl ArtifactRequest<'_> {
     }
 
     /// A complete body: served as it is, or, for an index document, read
-    /// whole and rewritten.
+    /// whole and rewritten (a future of its own, so that a hit's is small).
     async fn complete_body(
         &self,
         entry: &Entry,
@@ -54,6 +54,16 @@ impl ArtifactRequest<'_> {
                 self.headers,
             ));
         }
+        Box::pin(self.whole_body(entry, blob, cache)).await
+    }
+
+    /// A body read whole: filtered, restated by its MD5 or rewritten.
+    async fn whole_body(
+        &self,
+        entry: &Entry,
+        blob: Blob,
+        cache: CacheStatus,
+    ) -> Result<Response, ProxyError> {
         let limit = self.remote.config.max_document_size;
         if entry.size > limit {
             return Err(ProxyError::TooLarge {

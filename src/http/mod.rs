@@ -102,21 +102,23 @@ fn own(path: &'static str) -> &'static str {
 /// [`artifact`] for a path no route of the router's matches (see
 /// [`is_routed`]), with the router's guard: a panicking handler answers 500
 /// as `CatchPanicLayer` does.
-pub(crate) async fn answer_artifact(
+/// Not an `async fn`: its future is [`artifact_from`]'s wrapped, not held in
+/// another state machine that each move of the request's future copies.
+pub(crate) fn answer_artifact(
     proxy: Arc<Proxy>,
     request: axum::extract::Request,
-) -> Response {
+    peer: Option<access::Peer>,
+) -> impl std::future::Future<Output = Response> + Send {
     use futures_util::FutureExt as _;
     use tower_http::catch_panic::{DefaultResponseForPanic, ResponseForPanic as _};
-    match std::panic::AssertUnwindSafe(artifact(State(proxy), request))
+    std::panic::AssertUnwindSafe(artifact_from(proxy, request, peer))
         .catch_unwind()
-        .await
-    {
-        Ok(response) => response,
-        Err(panic) => DefaultResponseForPanic::default()
-            .response_for_panic(panic)
-            .map(axum::body::Body::new),
-    }
+        .map(|result| match result {
+            Ok(response) => response,
+            Err(panic) => DefaultResponseForPanic::default()
+                .response_for_panic(panic)
+                .map(axum::body::Body::new),
+        })
 }
 
 /// What the request log says about a served artifact.
@@ -138,16 +140,27 @@ impl Served {
 
 /// The fallback route: every path that is not the server's own. It takes
 /// the request whole (the `HeaderMap` and `Uri` extractors would copy them).
-async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Request) -> Response {
+async fn artifact(
+    State(proxy): State<Arc<Proxy>>,
+    mut request: axum::extract::Request,
+) -> Response {
+    let peer = request.extensions_mut().remove::<access::Peer>();
+    artifact_from(proxy, request, peer).await
+}
+
+/// [`artifact`] with the request's [`access::Peer`] in hand.
+async fn artifact_from(
+    proxy: Arc<Proxy>,
+    request: axum::extract::Request,
+    peer: Option<access::Peer>,
+) -> Response {
     let (parts, body) = request.into_parts();
     let axum::http::request::Parts {
         method,
         uri,
         headers,
-        mut extensions,
         ..
     } = parts;
-    let peer = extensions.remove::<access::Peer>();
     let started = Instant::now();
     // Lets tests reach the panic path of a handler (debug builds only).
     #[cfg(debug_assertions)]
@@ -194,10 +207,10 @@ async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Reque
         Ok(resolved) => resolved,
         // With `[auth]`, a name no remote has is answered as a private one.
         Err(ProxyError::UnknownRemote(name)) => {
-            let error =
-                access::unknown_name(&proxy, &headers, peer.as_ref(), crate::access::Scope::Other)
-                    .await
-                    .unwrap_or(ProxyError::UnknownRemote(name));
+            let scope = crate::access::Scope::Other;
+            let error = Box::pin(access::unknown_name(&proxy, &headers, peer.as_ref(), scope))
+                .await
+                .unwrap_or(ProxyError::UnknownRemote(name));
             return unresolved(error, &caller);
         }
         Err(error) => return unresolved(error, &caller),
@@ -249,7 +262,7 @@ async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Reque
                         headers: &headers,
                         body,
                     };
-                    lfs::answer(&proxy, &remote, incoming).await
+                    Box::pin(lfs::answer(&proxy, &remote, incoming)).await
                 }
                 Some(api) => {
                     let incoming = pass::Incoming {
@@ -259,7 +272,7 @@ async fn artifact(State(proxy): State<Arc<Proxy>>, request: axum::extract::Reque
                         body,
                         read_timeout: proxy.server().body_read_timeout,
                     };
-                    pass::forward(&remote, &path, api, incoming).await
+                    Box::pin(pass::forward(&remote, &path, api, incoming)).await
                 }
                 None if method == Method::GET || method == Method::HEAD => {
                     serve_planned(&proxy, &remote, &path, plan, checks, &method, &headers).await
@@ -359,14 +372,21 @@ async fn serve_planned(
         return Err(ProxyError::NotFound { status: 404 });
     }
     if let Some((of, algo)) = plan.checksum_of {
-        return checksum::serve(proxy, remote, of, algo).await;
+        return Box::pin(checksum::serve(proxy, remote, of, algo)).await;
     }
     let variant = plan.variant;
     let mut filter = None;
     if let Some(checks) = checks {
         if let Some(artifact) = &checks.artifact {
             let in_status_line = checks.reason_in_status_line;
-            guard::check_artifact(proxy, remote, path, artifact, in_status_line).await?;
+            Box::pin(guard::check_artifact(
+                proxy,
+                remote,
+                path,
+                artifact,
+                in_status_line,
+            ))
+            .await?;
         }
         filter = checks.document;
     }
@@ -396,7 +416,7 @@ impl ArtifactRequest<'_> {
         let found = match proxy.cache.meta.memory.lookup_in_memory(path) {
             Some(entry) => Ok(Some(entry)),
             None => match proxy.fills.join(path.key()) {
-                Some(rx) => return self.follow(rx, false, None).await,
+                Some(rx) => return Box::pin(self.follow(rx, false, None)).await,
                 None => proxy.cache.meta.lookup(path).await,
             },
         };
@@ -421,7 +441,7 @@ impl ArtifactRequest<'_> {
                     Ok(_) => stale = Some(entry),
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                         tracing::warn!(key = path.key(), "cached blob is missing; fetching again");
-                        proxy.cache.meta.forget(path).await?;
+                        Box::pin(proxy.cache.meta.forget(path)).await?;
                     }
                     Err(e) => return Err(ProxyError::Store(e.to_string())),
                 }
@@ -445,7 +465,7 @@ impl ArtifactRequest<'_> {
         let (rx, started) = proxy
             .fills
             .join_or_start(remote, path, self.accept, stale.clone())?;
-        self.follow(rx, started, stale).await
+        Box::pin(self.follow(rx, started, stale)).await
     }
 }
 

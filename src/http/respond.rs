@@ -16,6 +16,9 @@ use crate::metrics::CacheStatus;
 /// A constant name: inserting a `&str` name parses it on every response.
 pub const X_CACHE_STATUS: HeaderName = HeaderName::from_static("x-cache-status");
 
+/// Headers a hit's map has room for before it grows.
+const RESPONSE_HEADERS: usize = 12;
+
 fn status_header(cache: CacheStatus) -> HeaderValue {
     HeaderValue::from_static(cache.as_str())
 }
@@ -90,6 +93,9 @@ pub fn from_entry(
     request: &HeaderMap,
 ) -> Response {
     let mut response = Response::new(Body::empty());
+    // Room for a hit's headers and those kept or added after: an empty
+    // map takes six, then grows and rehashes them.
+    *response.headers_mut() = HeaderMap::with_capacity(RESPONSE_HEADERS);
     let headers = response.headers_mut();
     let validators = validators(entry);
     headers.insert(X_CACHE_STATUS, status_header(cache));

@@ -3,7 +3,9 @@
 //! oversized request heads) or, over TLS when ALPN picks `h2`, HTTP/2 (its
 //! stream, header-list and reset limits set here), and shuts down
 //! gracefully within a bound. Each request is handed to
-//! `access::prepare` with its peer first.
+//! `access::prepare` with its peer first; the [`Peer`](super::access::Peer)
+//! it makes goes to the artifact handler as an argument, to the router's
+//! handlers as an extension.
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -12,6 +14,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
+use futures_util::future::{Either, FutureExt as _};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::graceful::GracefulShutdown;
 use tokio::net::TcpListener;
@@ -255,18 +258,19 @@ async fn serve(
                 if let Some(stamp) = &stamp {
                     stamp.store(opened.elapsed().as_millis() as u64, Ordering::Relaxed);
                 }
-                super::access::prepare(&mut request, peer, is_tls, &trusted);
-                let request = request.map(axum::body::Body::new);
+                let peer = super::access::prepare(&mut request, peer, is_tls, &trusted);
+                let mut request = request.map(axum::body::Body::new);
                 let routed = super::is_routed(request.uri().path());
-                let (router, proxy) = (routed.then(|| router.clone()), proxy.clone());
-                async move {
-                    Ok::<_, std::convert::Infallible>(match router {
-                        Some(router) => match router.oneshot(request).await {
-                            Ok(response) => response,
-                            Err(never) => match never {},
-                        },
-                        None => super::answer_artifact(proxy, request).await,
-                    })
+                if routed {
+                    // The router's handlers take it as an extension.
+                    request.extensions_mut().insert(peer);
+                }
+                // Either future itself, not one held in an `async` block.
+                if routed {
+                    Either::Left(router.clone().oneshot(request))
+                } else {
+                    let answer = super::answer_artifact(proxy.clone(), request, Some(peer));
+                    Either::Right(answer.map(Ok::<_, std::convert::Infallible>))
                 }
             },
         );
