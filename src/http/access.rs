@@ -22,7 +22,8 @@ use crate::kind::Protocol;
 use crate::proxy::Proxy;
 use crate::upstream::Remote;
 
-/// Where a request comes from, as the listener saw it: a request extension.
+/// Where a request comes from, as the listener saw it: an argument of the
+/// artifact handler, a request extension for the router's handlers.
 #[derive(Debug, Clone, Copy)]
 pub struct Peer {
     /// The client: the connection's peer, or the address a trusted proxy
@@ -180,8 +181,9 @@ pub(super) async fn admit_for(
     }
     // Whatever `[auth]` says now, a private remote is checked (fail closed:
     // with no users, nobody gets in).
-    // Its own future: an anonymous remote's check is on every hit.
-    let caller = Box::pin(proxy.access.identify_for(headers, client_of(peer), scope))
+    let caller = proxy
+        .access
+        .identify_for(headers, client_of(peer), scope)
         .await
         .map_err(refused)?;
     match caller.user() {

@@ -147,8 +147,12 @@ impl Declared {
         self.algo
     }
 
+    /// Lower-case hex (as `Digest::to_hex` writes it: by the table, not a
+    /// `char` at a time).
     pub fn hex(&self) -> String {
-        hex::encode(&self.digest)
+        let mut text = vec![0; self.digest.len() * 2];
+        hex::encode_to_slice(&self.digest, &mut text).expect("two digits a byte");
+        String::from_utf8(text).expect("hex digits are ASCII")
     }
 
     /// Whether `bytes` is what was declared.
