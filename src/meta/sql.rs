@@ -7,10 +7,27 @@ use crate::error::ProxyError;
 
 /// `$first, $first+1, …`: `n` placeholders, for an `IN (…)` list.
 pub(crate) fn placeholders(first: usize, n: usize) -> String {
-    (first..first + n)
-        .map(|i| format!("${i}"))
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut text = String::with_capacity(n * 6);
+    push_placeholders(&mut text, Some(first), n);
+    text
+}
+
+/// Appends `n` placeholders, `, `-separated: numbered from `first`, or
+/// each a `?`. One string written in place: every commit batch builds its
+/// statements' lists anew.
+fn push_placeholders(text: &mut String, first: Option<usize>, n: usize) {
+    use std::fmt::Write as _;
+    for i in 0..n {
+        if i > 0 {
+            text.push_str(", ");
+        }
+        match first {
+            Some(first) => {
+                let _ = write!(text, "${}", first + i);
+            }
+            None => text.push('?'),
+        }
+    }
 }
 
 /// `($first, …), ($first+columns, …), …`: the `VALUES` of `rows` rows,
@@ -21,14 +38,16 @@ pub(crate) fn placeholders(first: usize, n: usize) -> String {
 /// when sqlx binds, so a text of a few hundred `$n` costs their square;
 /// a `?` has no name.
 pub(crate) fn value_rows_from(first: Option<usize>, rows: usize, columns: usize) -> String {
-    let row = |row: usize| match first {
-        Some(first) => placeholders(first + row * columns, columns),
-        None => vec!["?"; columns].join(", "),
-    };
-    (0..rows)
-        .map(|r| format!("({})", row(r)))
-        .collect::<Vec<_>>()
-        .join(", ")
+    let mut text = String::with_capacity(rows * (columns * 6 + 4));
+    for row in 0..rows {
+        if row > 0 {
+            text.push_str(", ");
+        }
+        text.push('(');
+        push_placeholders(&mut text, first.map(|f| f + row * columns), columns);
+        text.push(')');
+    }
+    text
 }
 
 /// A database error as the proxy's.
