@@ -29,6 +29,11 @@ mkdir -p "$OUT/www"
 write_object "$SIZE" "$OUT/www/obj.bin"
 MISS=${MISS:-}
 if [[ -n $MISS ]]; then
+    # A store left in OUT would answer the "misses" as hits.
+    if [[ -e $OUT/meta.db ]]; then
+        echo "MISS=1 needs a fresh OUT: $OUT holds a store" >&2
+        exit 2
+    fi
     mkdir -p "$OUT/www/miss"
     for i in $(seq 1 "$N"); do write_object "$SIZE" "$OUT/www/miss/$i.bin"; done
 fi
@@ -59,10 +64,15 @@ done
 curl -s "${args[@]}"
 # A miss is answered before its commit: the count goes on until no fill is left.
 if [[ -n $MISS ]]; then
+    drained=
     for _ in $(seq 1 200); do
-        curl -s "http://127.0.0.1:$M_PORT/-/status" | grep -q '"fills_in_progress":0' && break
+        if curl -s "http://127.0.0.1:$M_PORT/-/status" | grep -q '"fills_in_progress":0'; then
+            drained=1
+            break
+        fi
         sleep 0.1
     done
+    [[ -n $drained ]] || echo "warning: fills still in progress after 20 s; the count is short" >&2
 fi
 callgrind_control -d "$MC_PID" >/dev/null
 sleep 1

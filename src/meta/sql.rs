@@ -66,5 +66,7 @@ mod tests {
         );
         assert_eq!(super::value_rows_from(Some(5), 1, 2), "($5, $6)");
         assert_eq!(super::value_rows_from(None, 2, 2), "(?, ?), (?, ?)");
+        assert_eq!(super::placeholders(1, 0), "");
+        assert_eq!(super::value_rows_from(None, 0, 4), "");
     }
 }

@@ -92,8 +92,6 @@ mod tests {
     use super::*;
     use std::hash::BuildHasher;
 
-    /// A digest's hash is decided by its first 8 bytes, whatever the hasher
-    /// was given before them (the array's length), and by the keys.
     #[test]
     fn a_digest_is_written_and_read_as_lower_case_hex() {
         let digest = Digest::of(b"mirrorcache");
@@ -102,6 +100,8 @@ mod tests {
         assert_eq!(Digest::from_hex(&text), Some(digest));
     }
 
+    /// A digest's hash is decided by its first 8 bytes, whatever the hasher
+    /// was given before them (the array's length), and by the keys.
     #[test]
     fn a_digest_hashes_by_its_first_eight_bytes_and_the_keys() {
         let build = BuildDigestHasher::default();
