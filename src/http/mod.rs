@@ -99,9 +99,10 @@ fn own(path: &'static str) -> &'static str {
     path
 }
 
-/// [`artifact`] for a path no route of the router's matches (see
+/// [`artifact_from`] for a path no route of the router's matches (see
 /// [`is_routed`]), with the router's guard: a panicking handler answers 500
 /// as `CatchPanicLayer` does.
+///
 /// Not an `async fn`: its future is [`artifact_from`]'s wrapped, not held in
 /// another state machine that each move of the request's future copies.
 pub(crate) fn answer_artifact(

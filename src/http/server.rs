@@ -261,12 +261,10 @@ async fn serve(
                 let peer = super::access::prepare(&mut request, peer, is_tls, &trusted);
                 let mut request = request.map(axum::body::Body::new);
                 let routed = super::is_routed(request.uri().path());
-                if routed {
-                    // The router's handlers take it as an extension.
-                    request.extensions_mut().insert(peer);
-                }
                 // Either future itself, not one held in an `async` block.
                 if routed {
+                    // The router's handlers take the peer as an extension.
+                    request.extensions_mut().insert(peer);
                     Either::Left(router.clone().oneshot(request))
                 } else {
                     let answer = super::answer_artifact(proxy.clone(), request, Some(peer));

@@ -147,18 +147,23 @@ impl Declared {
         self.algo
     }
 
-    /// Lower-case hex (as `Digest::to_hex` writes it: by the table, not a
-    /// `char` at a time).
     pub fn hex(&self) -> String {
-        let mut text = vec![0; self.digest.len() * 2];
-        hex::encode_to_slice(&self.digest, &mut text).expect("two digits a byte");
-        String::from_utf8(text).expect("hex digits are ASCII")
+        lower_hex(&self.digest)
     }
 
     /// Whether `bytes` is what was declared.
     pub fn matches(&self, bytes: &[u8]) -> bool {
         self.digest == bytes
     }
+}
+
+/// `bytes` in lower-case hex, written by `hex::encode_to_slice`'s table:
+/// every miss writes a few digests so (`hex::encode` collects a `char` at
+/// a time, five times the instructions).
+pub fn lower_hex(bytes: &[u8]) -> String {
+    let mut text = vec![0; bytes.len() * 2];
+    hex::encode_to_slice(bytes, &mut text).expect("two digits a byte");
+    String::from_utf8(text).expect("hex digits are ASCII")
 }
 
 impl fmt::Display for Declared {

@@ -15,13 +15,8 @@ impl Digest {
         Digest(Sha256::digest(bytes).into())
     }
 
-    /// Lower-case hex, written by `hex::encode_to_slice`'s table: every
-    /// miss writes a few (`hex::encode` collects a `char` at a time, five
-    /// times the instructions).
     pub fn to_hex(&self) -> String {
-        let mut text = vec![0; 64];
-        hex::encode_to_slice(self.0, &mut text).expect("two digits a byte");
-        String::from_utf8(text).expect("hex digits are ASCII")
+        crate::kind::declared::lower_hex(&self.0)
     }
 
     pub fn from_hex(text: &str) -> Option<Digest> {
