@@ -9,9 +9,12 @@
 # fill and its commit), and the counters are dumped once the commits are
 # done. Under valgrind sha256 runs without the CPU's SHA instructions, so a
 # miss's hashing counts several times what it costs on the machine.
+# CONC=8: the requests from 8 clients at once (with MISS=1, the group
+# commit's batches then hold several rows, as under load; their sizes
+# follow the timing, so the count moves more between runs).
 #
 # Usage: bash bench/callgrind-hit.sh [SIZE]   (SIZE: 1k, 64k or 1m; default 1k)
-#   env: N=2000  MISS=1  MC_BIN=path  MC_ENV="VAR=value ..."  OUT=dir (default: temp, kept)
+#   env: N=2000  MISS=1  CONC=1  MC_BIN=path  MC_ENV="VAR=value ..."  OUT=dir (default: temp, kept)
 # Needs valgrind (Debian `valgrind`). Findings: BENCHMARKS.md.
 
 set -euo pipefail
@@ -57,11 +60,19 @@ args=()
 for _ in $(seq 1 50); do args+=(-o /dev/null "$URL"); done
 curl -s "${args[@]}" # warm: the hot tier, the connection, lazy statics
 callgrind_control -z "$MC_PID" >/dev/null
-args=()
-for i in $(seq 1 "$N"); do
-    if [[ -n $MISS ]]; then args+=(-o /dev/null "http://127.0.0.1:$M_PORT/o/miss/$i.bin"); else args+=(-o /dev/null "$URL"); fi
+# CONC clients, each one curl on its own connection, take every CONC-th
+# request.
+CONC=${CONC:-1}
+curls=()
+for c in $(seq 1 "$CONC"); do
+    args=()
+    for i in $(seq "$c" "$CONC" "$N"); do
+        if [[ -n $MISS ]]; then args+=(-o /dev/null "http://127.0.0.1:$M_PORT/o/miss/$i.bin"); else args+=(-o /dev/null "$URL"); fi
+    done
+    curl -s "${args[@]}" &
+    curls+=($!)
 done
-curl -s "${args[@]}"
+wait "${curls[@]}"
 # A miss is answered before its commit: the count goes on until no fill is left.
 if [[ -n $MISS ]]; then
     drained=

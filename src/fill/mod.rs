@@ -185,8 +185,10 @@ pub struct PurgeReport {
 /// The fills in progress, keyed by `remote/path`, with what a fill uses.
 pub struct FillRegistry {
     // A std mutex, not a Tokio one: it is held only to look up or insert,
-    // never across an await.
-    fills: Mutex<HashMap<String, Running>>,
+    // never across an await. Keyed by what clients ask for: foldhash,
+    // seeded per process (as the entry cache), not SipHash, three times a
+    // miss.
+    fills: Mutex<HashMap<String, Running, foldhash::fast::RandomState>>,
     /// The next fill's [`Running::id`].
     next_id: std::sync::atomic::AtomicU64,
     /// Woken when the last fill task ends.

@@ -9,7 +9,7 @@ use sqlx::any::AnyArguments;
 use super::entry::Entry;
 use super::index::Found;
 use super::metadata::MetadataStore;
-use super::sql::{db_error, placeholders, value_rows_from};
+use super::sql::{db_error, inserted_rows, padded_rows, placeholders};
 use crate::error::ProxyError;
 use crate::kind::declared::Declared;
 use crate::kind::{CachedAt, Kind};
@@ -25,6 +25,9 @@ const ROWS_PER_STATEMENT: usize = 100;
 /// square (at 100 rows, 5.7 % of a sustained miss's CPU: BENCHMARKS.md);
 /// the durable connection's text of `?`s has no names to scan.
 const ROWS_PER_INSERT: usize = 16;
+/// Rows (and pins) per `INSERT` of the durable connection's text of
+/// `?`s, the most a padded statement has (`padded_rows`).
+const ROWS_PER_SCRIPT_INSERT: usize = 64;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
 /// with its entry's row in the batch's transaction: the pin is durable
@@ -179,8 +182,9 @@ enum Value {
 /// The statements of a batch's transaction, in order, each with its
 /// values: the places first (a row never names a blob whose place is not
 /// written), then the rows, then the pins. `script`: their parameters
-/// `?`, numbered by SQLite in order across them, to be sent as one text;
-/// else from `$1` each.
+/// `?`, numbered by SQLite in order across them, to be sent as one text,
+/// each statement's rows padded with NULL rows to [`padded_rows`] (its
+/// text one of a few shapes, prepared once); else from `$1` each.
 fn batch_statements(
     rows: &[(&ArtifactPath, &Entry)],
     pins: &[&Pin],
@@ -189,24 +193,38 @@ fn batch_statements(
 ) -> Vec<(String, Vec<Value>)> {
     use Value::{Int, MaybeText, Text};
     let first = (!script).then_some(1);
+    // A text of `?`s has no names for SQLite to scan: larger statements.
+    let per_insert = if script {
+        ROWS_PER_SCRIPT_INSERT
+    } else {
+        ROWS_PER_INSERT
+    };
+    // A statement's rows; its values padded with NULLs to as many.
+    let shape = |rows: usize| if script { padded_rows(rows) } else { rows };
+    let pad = |values: &mut Vec<Value>, len| values.resize_with(len, || MaybeText(None));
     let mut statements = Vec::new();
     for chunk in places.chunks(super::places::PLACES_PER_INSERT) {
-        let sql = super::places::insert_sql(first, chunk.len());
-        let values = chunk.iter().flat_map(|place| {
-            let digest = Text(place.digest.to_hex());
-            [digest, Int(place.pack), Int(place.start), Int(place.length)]
-        });
-        statements.push((sql, values.collect()));
+        let n = shape(chunk.len());
+        let mut values: Vec<Value> = chunk
+            .iter()
+            .flat_map(|place| {
+                let digest = Text(place.digest.to_hex());
+                [digest, Int(place.pack), Int(place.start), Int(place.length)]
+            })
+            .collect();
+        pad(&mut values, n * 4);
+        statements.push((super::places::insert_sql(first, n), values));
     }
-    for chunk in rows.chunks(ROWS_PER_INSERT) {
+    for chunk in rows.chunks(per_insert) {
+        let n = shape(chunk.len());
         let sql = format!(
             "INSERT INTO entries (remote, path, digest, size, content_type, upstream_etag, upstream_last_modified, fetched_at, last_access, kept_headers) \
-             VALUES {} \
+             {} \
              ON CONFLICT (remote, path) DO UPDATE SET digest = excluded.digest, size = excluded.size, \
              content_type = excluded.content_type, upstream_etag = excluded.upstream_etag, \
              upstream_last_modified = excluded.upstream_last_modified, fetched_at = excluded.fetched_at, \
              last_access = excluded.last_access, kept_headers = excluded.kept_headers",
-            value_rows_from(first, chunk.len(), 10)
+            inserted_rows(first, n, 10)
         );
         let values = chunk.iter().flat_map(|(path, entry)| {
             [
@@ -222,11 +240,13 @@ fn batch_statements(
                 MaybeText(entry.kept_headers.clone()),
             ]
         });
-        statements.push((sql, values.collect()));
+        let mut values: Vec<Value> = values.collect();
+        pad(&mut values, n * 10);
+        statements.push((sql, values));
     }
     let now = crate::clock::now_ms();
-    for chunk in pins.chunks(ROWS_PER_INSERT) {
-        let sql = super::declared_rows::upsert_sql(first, chunk.len());
+    for chunk in pins.chunks(per_insert) {
+        let n = shape(chunk.len());
         let values = chunk.iter().flat_map(|pin| {
             let (remote, artifact) = (pin.remote.clone(), pin.artifact.clone());
             [
@@ -236,7 +256,9 @@ fn batch_statements(
                 Int(now),
             ]
         });
-        statements.push((sql, values.collect()));
+        let mut values: Vec<Value> = values.collect();
+        pad(&mut values, n * 4);
+        statements.push((super::declared_rows::upsert_sql(first, n), values));
     }
     statements
 }
@@ -270,8 +292,9 @@ async fn insert_rows(
 /// statement (each a wake-up of that thread and one back, tens of µs on
 /// a small VM). A text that fails part-way is rolled back; a connection
 /// that cannot be is closed, never handed on inside a transaction. The
-/// prepared text is kept only for a batch of one `INSERT` of each kind
-/// (a few shapes), not for the many of larger ones.
+/// prepared text is kept for a batch of one `INSERT` of each kind (at
+/// most 64 rows: padded, 7 shapes a kind, of which a batch's places and
+/// rows mostly share one), not for the many of larger ones.
 async fn run_script(
     conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
     statements: Vec<(String, Vec<Value>)>,
@@ -302,5 +325,93 @@ impl Pin {
             !matches!(digests.cached_at(&self.artifact), CachedAt::Path)
                 || self.artifact != path.stored_path()
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::kind::declared::Algo;
+
+    /// Batches of every shape write exactly their rows, places and pins
+    /// through the durable connection's padded text (no NULL row gets in,
+    /// none is lost past a statement's 64), and batches of one size in
+    /// the same power of two send the same text.
+    #[tokio::test]
+    async fn padded_batches_write_exactly_their_rows_in_few_texts() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("sqlite://{}/meta.db", dir.path().display());
+        let meta = MetadataStore::connect(&url, 1000, 1 << 20).await.unwrap();
+        assert!(
+            meta.db.durable.is_some(),
+            "a file's database has its durable connection"
+        );
+        let kind = Kind::named("pypi").unwrap();
+        let (mut written, mut pinned) = (0, 0);
+        for n in [1, 3, 4, 64, 70] {
+            let paths: Vec<ArtifactPath> = (0..n)
+                .map(|i| ArtifactPath::parse(&format!("/r/b{n}/{i}.whl")).unwrap())
+                .collect();
+            let entries: Vec<Entry> = (0..n)
+                .map(|i| {
+                    Entry::new(
+                        Digest::of(format!("{n}/{i}").as_bytes()),
+                        7,
+                        None,
+                        None,
+                        None,
+                        1,
+                    )
+                })
+                .collect();
+            let rows: Vec<(&ArtifactPath, &Entry)> = paths.iter().zip(&entries).collect();
+            let places: Vec<PlaceRow> = entries
+                .iter()
+                .enumerate()
+                .map(|(i, e)| PlaceRow {
+                    digest: e.digest,
+                    pack: n as i64,
+                    start: 7 * i as i64,
+                    length: 7,
+                })
+                .collect();
+            let pins: Vec<Pin> = paths
+                .iter()
+                .step_by(2)
+                .map(|p| Pin {
+                    remote: "r".into(),
+                    kind,
+                    artifact: p.stored_path().to_string(),
+                    declared: Declared::new(Algo::Sha256, vec![n as u8; 32]).unwrap(),
+                })
+                .collect();
+            let pin_refs: Vec<&Pin> = pins.iter().collect();
+            meta.write_batch(&rows, &pin_refs, &places).await.unwrap();
+            written += n;
+            pinned += pins.len();
+            for (table, expected) in [
+                ("entries", written),
+                ("blob_places", written),
+                ("declared", pinned),
+            ] {
+                let sql = format!("SELECT COUNT(*) FROM {table}");
+                let (count,): (i64,) = sqlx::query_as(&sql).fetch_one(&meta.db.pool).await.unwrap();
+                assert_eq!(count as usize, expected, "{table} after the batch of {n}");
+            }
+        }
+        let one = |n: usize| {
+            let paths: Vec<ArtifactPath> = (0..n)
+                .map(|i| ArtifactPath::parse(&format!("/r/{i}")).unwrap())
+                .collect();
+            let entry = Entry::new(Digest::of(b"x"), 1, None, None, None, 1);
+            let rows: Vec<(&ArtifactPath, &Entry)> = paths.iter().map(|p| (p, &entry)).collect();
+            let statements = batch_statements(&rows, &[], &[], true);
+            assert_eq!(statements.len(), 1);
+            let (sql, values) = statements.into_iter().next().unwrap();
+            (sql, values.len())
+        };
+        assert_eq!(one(3), (one(4).0, 40), "3 rows padded to 4");
+        assert_ne!(one(4).0, one(5).0);
+        assert_eq!(one(33).0, one(64).0);
     }
 }

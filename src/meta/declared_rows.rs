@@ -9,7 +9,7 @@ use futures_util::TryStreamExt as _;
 
 use super::database::Database;
 use super::memory::Memory;
-use super::sql::{db_error, placeholders, value_rows_from};
+use super::sql::{db_error, inserted_rows, placeholders};
 use crate::error::ProxyError;
 use crate::kind::declared::Declared;
 use crate::kind::CachedAt;
@@ -162,13 +162,14 @@ impl Declarations<'_> {
 }
 
 /// The statement that stores `rows` declared digests (each row's
-/// parameters, numbered from `$first` or `?`s: remote, artifact, digest,
-/// learned_at), replacing what was declared before.
+/// parameters, numbered from `$first` or `?`s with NULL rows dropped:
+/// remote, artifact, digest, learned_at), replacing what was declared
+/// before.
 pub(crate) fn upsert_sql(first: Option<usize>, rows: usize) -> String {
     format!(
-        "INSERT INTO declared (remote, artifact, digest, learned_at) VALUES {} \
+        "INSERT INTO declared (remote, artifact, digest, learned_at) {} \
          ON CONFLICT (remote, artifact) DO UPDATE SET digest = excluded.digest, \
          learned_at = excluded.learned_at",
-        value_rows_from(first, rows, 4)
+        inserted_rows(first, rows, 4)
     )
 }

@@ -8,7 +8,7 @@ use std::io;
 use futures_util::future::BoxFuture;
 use sqlx::AnyPool;
 
-use super::sql::value_rows_from;
+use super::sql::inserted_rows;
 use crate::store::{Digest, PlaceRow, PlaceRows};
 
 /// Rows per `INSERT` (4 parameters a row).
@@ -140,11 +140,12 @@ impl PlaceRows for PlaceTable {
 }
 
 /// The `INSERT` of `rows` places a batch packed, parameters numbered from
-/// `$first` (4 a row; `None`: `?`s, see `value_rows_from`). Each names a
-/// range just appended, which no row names yet.
+/// `$first` (4 a row; `None`: `?`s, NULL rows dropped, see
+/// `inserted_rows`). Each names a range just appended, which no row names
+/// yet.
 pub(super) fn insert_sql(first: Option<usize>, rows: usize) -> String {
     format!(
-        "INSERT INTO blob_places (digest, pack, start_byte, length) VALUES {}",
-        value_rows_from(first, rows, 4)
+        "INSERT INTO blob_places (digest, pack, start_byte, length) {}",
+        inserted_rows(first, rows, 4)
     )
 }

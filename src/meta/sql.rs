@@ -50,6 +50,31 @@ pub(crate) fn value_rows_from(first: Option<usize>, rows: usize, columns: usize)
     text
 }
 
+/// The rows a multi-row `INSERT` of `rows` rows gets in a SQLite text of
+/// `?`s ([`inserted_rows`]): the next power of two, so that a group
+/// commit's texts come in a few shapes, each prepared once and kept by
+/// the connection, instead of one text a batch size, parsed anew (6 % of
+/// a sustained miss's CPU: BENCHMARKS.md).
+pub(crate) fn padded_rows(rows: usize) -> usize {
+    rows.next_power_of_two()
+}
+
+/// What a multi-row `INSERT` takes its `rows` rows from. Numbered from
+/// `$first`: their `VALUES`. `None`: a `SELECT` of `?`-rows that drops
+/// every row whose first value is NULL, so a batch's rows can be padded
+/// to [`padded_rows`] with NULL rows (SQLite leaves a parameter not bound
+/// NULL). A `SELECT` with a `WHERE` also keeps an `ON CONFLICT` after it
+/// from being read as a join's.
+pub(crate) fn inserted_rows(first: Option<usize>, rows: usize, columns: usize) -> String {
+    match first {
+        Some(_) => format!("VALUES {}", value_rows_from(first, rows, columns)),
+        None => format!(
+            "SELECT * FROM (VALUES {}) WHERE column1 IS NOT NULL",
+            value_rows_from(None, rows, columns)
+        ),
+    }
+}
+
 /// A database error as the proxy's.
 pub(crate) fn db_error(e: sqlx::Error) -> ProxyError {
     ProxyError::Metadata(e.to_string())
@@ -68,5 +93,12 @@ mod tests {
         assert_eq!(super::value_rows_from(None, 2, 2), "(?, ?), (?, ?)");
         assert_eq!(super::placeholders(1, 0), "");
         assert_eq!(super::value_rows_from(None, 0, 4), "");
+        assert_eq!(super::inserted_rows(Some(3), 1, 2), "VALUES ($3, $4)");
+        assert_eq!(
+            super::inserted_rows(None, 2, 1),
+            "SELECT * FROM (VALUES (?), (?)) WHERE column1 IS NOT NULL"
+        );
+        let padded: Vec<usize> = [1, 2, 3, 5, 16, 17, 64].map(super::padded_rows).into();
+        assert_eq!(padded, [1, 2, 4, 8, 16, 32, 64]);
     }
 }

@@ -318,15 +318,22 @@ async fn attempt<'r>(
 ) -> Attempt<'r> {
     let guard = set.mirrors[mirror_idx].begin_attempt();
     let started = Instant::now();
+    // The plain GET inline; the others (2 KB for a registry's token
+    // exchange) each a box of its own, so the attempt moved into
+    // `running` for every miss is the size of the plain one.
     let send = async {
         match remote.config.kind.ecosystem().protocol() {
-            Protocol::Registry => {
-                super::token::send(remote, set.mirrors[mirror_idx].base(), path, request).await
-            }
             Protocol::Plain => request.send().await,
-            Protocol::LfsActions => super::lfs::send(remote, set, mirror_idx, path).await,
+            Protocol::Registry => {
+                let base = set.mirrors[mirror_idx].base();
+                Box::pin(super::token::send(remote, base, path, request)).await
+            }
+            Protocol::LfsActions => Box::pin(super::lfs::send(remote, set, mirror_idx, path)).await,
             Protocol::SignedRedirects => {
-                super::redirects::send_following(remote, path, request, validators).await
+                Box::pin(super::redirects::send_following(
+                    remote, path, request, validators,
+                ))
+                .await
             }
         }
     };
