@@ -63,6 +63,7 @@ callgrind_control -z "$MC_PID" >/dev/null
 # CONC clients, each one curl on its own connection, take every CONC-th
 # request.
 CONC=${CONC:-1}
+((CONC >= 1 && CONC <= N)) || { echo "CONC is 1 to N ($N)" >&2; exit 2; }
 curls=()
 for c in $(seq 1 "$CONC"); do
     args=()
@@ -72,7 +73,7 @@ for c in $(seq 1 "$CONC"); do
     curl -s "${args[@]}" &
     curls+=($!)
 done
-wait "${curls[@]}"
+for pid in "${curls[@]}"; do wait "$pid"; done
 # A miss is answered before its commit: the count goes on until no fill is left.
 if [[ -n $MISS ]]; then
     drained=

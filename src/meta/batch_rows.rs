@@ -19,15 +19,23 @@ use crate::store::{Digest, PlaceRow};
 /// Keys per `IN (…)` list of the batch's reads: far below either backend's
 /// parameter limit.
 const ROWS_PER_STATEMENT: usize = 100;
-/// Rows per `INSERT` of the batch's writes (10 parameters a row, 4 a pin):
-/// in a statement numbered `$n`, SQLite finds a parameter by a scan of the
+/// Rows per `INSERT` of the batch's writes numbered `$n` (10 parameters a
+/// row, 4 a pin): SQLite finds such a parameter by a scan of the
 /// statement's names (`value_rows_from`), so its cost grows with their
-/// square (at 100 rows, 5.7 % of a sustained miss's CPU: BENCHMARKS.md);
-/// the durable connection's text of `?`s has no names to scan.
+/// square (100 rows a statement cost 5.7 % of a sustained miss's CPU:
+/// BENCHMARKS.md).
 const ROWS_PER_INSERT: usize = 16;
-/// Rows (and pins) per `INSERT` of the durable connection's text of
-/// `?`s, the most a padded statement has (`padded_rows`).
-const ROWS_PER_SCRIPT_INSERT: usize = 64;
+/// Rows (places, pins) per `INSERT` of the durable connection's text of
+/// `?`s, which has no names to scan: the most a padded statement has
+/// (`padded_rows`).
+const ROWS_PER_SCRIPT_INSERT: usize = 128;
+/// The durable connection keeps a batch's text prepared when each kind
+/// is one `INSERT` (a batch of up to 128 rows, places and pins). SQLite's
+/// parse of a text grows with its rows, so it is kept whatever its size:
+/// its shapes (8 a kind) are few in practice (a batch of new small blobs
+/// places as many as it has rows), and at most sqlx's 100 texts of about
+/// 250 KB each (a prepared 64-row upsert of entries takes about 70 KB).
+const KEPT_ROWS: usize = ROWS_PER_SCRIPT_INSERT;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
 /// with its entry's row in the batch's transaction: the pin is durable
@@ -157,7 +165,12 @@ impl MetadataStore {
         let script = self.db.durable.is_some();
         let statements = batch_statements(rows, pins, places, script);
         let written = match script {
-            true => run_script(&mut conn, statements).await,
+            true => {
+                let keep = [rows.len(), pins.len(), places.len()]
+                    .iter()
+                    .all(|&n| n <= KEPT_ROWS);
+                run_script(&mut conn, statements, keep).await
+            }
             false => insert_rows(&mut conn, statements).await,
         };
         if written.is_ok() {
@@ -194,16 +207,15 @@ fn batch_statements(
     use Value::{Int, MaybeText, Text};
     let first = (!script).then_some(1);
     // A text of `?`s has no names for SQLite to scan: larger statements.
-    let per_insert = if script {
-        ROWS_PER_SCRIPT_INSERT
-    } else {
-        ROWS_PER_INSERT
+    let (places_per_insert, per_insert) = match script {
+        true => (ROWS_PER_SCRIPT_INSERT, ROWS_PER_SCRIPT_INSERT),
+        false => (super::places::PLACES_PER_INSERT, ROWS_PER_INSERT),
     };
     // A statement's rows; its values padded with NULLs to as many.
     let shape = |rows: usize| if script { padded_rows(rows) } else { rows };
     let pad = |values: &mut Vec<Value>, len| values.resize_with(len, || MaybeText(None));
     let mut statements = Vec::new();
-    for chunk in places.chunks(super::places::PLACES_PER_INSERT) {
+    for chunk in places.chunks(places_per_insert) {
         let n = shape(chunk.len());
         let mut values: Vec<Value> = chunk
             .iter()
@@ -291,15 +303,13 @@ async fn insert_rows(
 /// connection: its worker thread is woken once a batch, not once a
 /// statement (each a wake-up of that thread and one back, tens of µs on
 /// a small VM). A text that fails part-way is rolled back; a connection
-/// that cannot be is closed, never handed on inside a transaction. The
-/// prepared text is kept for a batch of one `INSERT` of each kind (at
-/// most 64 rows: padded, 7 shapes a kind, of which a batch's places and
-/// rows mostly share one), not for the many of larger ones.
+/// that cannot be is closed, never handed on inside a transaction.
+/// `keep`: the connection keeps the text prepared ([`KEPT_ROWS`]).
 async fn run_script(
     conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
     statements: Vec<(String, Vec<Value>)>,
+    keep: bool,
 ) -> Result<(), sqlx::Error> {
-    let keep = statements.len() <= 3;
     let mut sql = String::from("BEGIN;\n");
     let mut all = Vec::new();
     for (text, values) in statements {
@@ -333,10 +343,11 @@ mod tests {
     use super::*;
     use crate::kind::declared::Algo;
 
-    /// Batches of every shape write exactly their rows, places and pins
-    /// through the durable connection's padded text (no NULL row gets in,
-    /// none is lost past a statement's 64), and batches of one size in
-    /// the same power of two send the same text.
+    /// Batches of every shape write exactly their rows, places and pins,
+    /// each value in its place, through the durable connection's padded
+    /// text (no NULL row gets in, none is lost past a statement's 128), a
+    /// key written again is replaced, and batches of sizes in the same
+    /// power of two send the same text.
     #[tokio::test]
     async fn padded_batches_write_exactly_their_rows_in_few_texts() {
         let dir = tempfile::tempdir().unwrap();
@@ -347,57 +358,79 @@ mod tests {
             "a file's database has its durable connection"
         );
         let kind = Kind::named("pypi").unwrap();
-        let (mut written, mut pinned) = (0, 0);
-        for n in [1, 3, 4, 64, 70] {
+        let count = |table: &str| {
+            let sql = format!("SELECT COUNT(*) FROM {table}");
+            let pool = meta.db.pool.clone();
+            async move {
+                let (n,): (i64,) = sqlx::query_as(&sql).fetch_one(&pool).await.unwrap();
+                n as usize
+            }
+        };
+        let mut written = 0;
+        // The last batch writes the keys of the one before it again.
+        for (n, again) in [
+            (1, 0),
+            (3, 0),
+            (4, 0),
+            (128, 0),
+            (140, 0),
+            (260, 0),
+            (260, 1),
+        ] {
             let paths: Vec<ArtifactPath> = (0..n)
                 .map(|i| ArtifactPath::parse(&format!("/r/b{n}/{i}.whl")).unwrap())
                 .collect();
+            let digest = |i: usize| Digest::of(format!("{n}/{i}/{again}").as_bytes());
             let entries: Vec<Entry> = (0..n)
-                .map(|i| {
-                    Entry::new(
-                        Digest::of(format!("{n}/{i}").as_bytes()),
-                        7,
-                        None,
-                        None,
-                        None,
-                        1,
-                    )
-                })
+                .map(|i| Entry::new(digest(i), 7, None, None, None, 1))
                 .collect();
             let rows: Vec<(&ArtifactPath, &Entry)> = paths.iter().zip(&entries).collect();
-            let places: Vec<PlaceRow> = entries
-                .iter()
-                .enumerate()
-                .map(|(i, e)| PlaceRow {
-                    digest: e.digest,
-                    pack: n as i64,
+            let places: Vec<PlaceRow> = (0..n)
+                .map(|i| PlaceRow {
+                    digest: digest(i),
+                    pack: (n * 10 + again) as i64,
                     start: 7 * i as i64,
                     length: 7,
                 })
                 .collect();
             let pins: Vec<Pin> = paths
                 .iter()
-                .step_by(2)
                 .map(|p| Pin {
                     remote: "r".into(),
                     kind,
                     artifact: p.stored_path().to_string(),
-                    declared: Declared::new(Algo::Sha256, vec![n as u8; 32]).unwrap(),
+                    declared: Declared::new(Algo::Sha256, vec![again as u8; 32]).unwrap(),
                 })
                 .collect();
             let pin_refs: Vec<&Pin> = pins.iter().collect();
             meta.write_batch(&rows, &pin_refs, &places).await.unwrap();
-            written += n;
-            pinned += pins.len();
-            for (table, expected) in [
-                ("entries", written),
-                ("blob_places", written),
-                ("declared", pinned),
-            ] {
-                let sql = format!("SELECT COUNT(*) FROM {table}");
-                let (count,): (i64,) = sqlx::query_as(&sql).fetch_one(&meta.db.pool).await.unwrap();
-                assert_eq!(count as usize, expected, "{table} after the batch of {n}");
-            }
+            written += n * (1 - again);
+            assert_eq!(count("entries").await, written, "rows after {n}");
+            assert_eq!(count("declared").await, written, "pins after {n}");
+            assert_eq!(count("blob_places").await, written + n * again);
+            // The last row of the batch, in its padded statement.
+            let last = n - 1;
+            let (row_digest,): (String,) =
+                sqlx::query_as("SELECT digest FROM entries WHERE path = $1")
+                    .bind(paths[last].stored_path())
+                    .fetch_one(&meta.db.pool)
+                    .await
+                    .unwrap();
+            assert_eq!(row_digest, digest(last).to_hex());
+            let (pack, start): (i64, i64) =
+                sqlx::query_as("SELECT pack, start_byte FROM blob_places WHERE digest = $1")
+                    .bind(digest(last).to_hex())
+                    .fetch_one(&meta.db.pool)
+                    .await
+                    .unwrap();
+            assert_eq!((pack, start), ((n * 10 + again) as i64, 7 * last as i64));
+            let (declared,): (String,) =
+                sqlx::query_as("SELECT digest FROM declared WHERE artifact = $1")
+                    .bind(paths[last].stored_path())
+                    .fetch_one(&meta.db.pool)
+                    .await
+                    .unwrap();
+            assert_eq!(declared, pins[last].declared.to_string());
         }
         let one = |n: usize| {
             let paths: Vec<ArtifactPath> = (0..n)

@@ -53,8 +53,8 @@ pub(crate) fn value_rows_from(first: Option<usize>, rows: usize, columns: usize)
 /// The rows a multi-row `INSERT` of `rows` rows gets in a SQLite text of
 /// `?`s ([`inserted_rows`]): the next power of two, so that a group
 /// commit's texts come in a few shapes, each prepared once and kept by
-/// the connection, instead of one text a batch size, parsed anew (6 % of
-/// a sustained miss's CPU: BENCHMARKS.md).
+/// the connection, not one text a batch size, each parsed anew
+/// (BENCHMARKS.md, "Sustained distinct misses").
 pub(crate) fn padded_rows(rows: usize) -> usize {
     rows.next_power_of_two()
 }
@@ -62,9 +62,10 @@ pub(crate) fn padded_rows(rows: usize) -> usize {
 /// What a multi-row `INSERT` takes its `rows` rows from. Numbered from
 /// `$first`: their `VALUES`. `None`: a `SELECT` of `?`-rows that drops
 /// every row whose first value is NULL, so a batch's rows can be padded
-/// to [`padded_rows`] with NULL rows (SQLite leaves a parameter not bound
-/// NULL). A `SELECT` with a `WHERE` also keeps an `ON CONFLICT` after it
-/// from being read as a join's.
+/// to [`padded_rows`] with NULL rows (bound as NULLs: in a text of several
+/// statements the values are taken in order across them). A `SELECT`
+/// with a `WHERE` also keeps an `ON CONFLICT` after it from being read as
+/// a join's.
 pub(crate) fn inserted_rows(first: Option<usize>, rows: usize, columns: usize) -> String {
     match first {
         Some(_) => format!("VALUES {}", value_rows_from(first, rows, columns)),
