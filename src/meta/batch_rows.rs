@@ -410,13 +410,20 @@ mod tests {
             assert_eq!(count("blob_places").await, written + n * again);
             // The last row of the batch, in its padded statement.
             let last = n - 1;
-            let (row_digest,): (String,) =
-                sqlx::query_as("SELECT digest FROM entries WHERE path = $1")
-                    .bind(paths[last].stored_path())
-                    .fetch_one(&meta.db.pool)
-                    .await
-                    .unwrap();
-            assert_eq!(row_digest, digest(last).to_hex());
+            let text = |sql: &'static str, key: String| {
+                let pool = meta.db.pool.clone();
+                async move {
+                    let (text,): (String,) = sqlx::query_as(sql)
+                        .bind(key)
+                        .fetch_one(&pool)
+                        .await
+                        .unwrap();
+                    text
+                }
+            };
+            let key = paths[last].stored_path().to_string();
+            let row_digest = text("SELECT digest FROM entries WHERE path = $1", key.clone());
+            assert_eq!(row_digest.await, digest(last).to_hex());
             let (pack, start): (i64, i64) =
                 sqlx::query_as("SELECT pack, start_byte FROM blob_places WHERE digest = $1")
                     .bind(digest(last).to_hex())
@@ -424,12 +431,7 @@ mod tests {
                     .await
                     .unwrap();
             assert_eq!((pack, start), ((n * 10 + again) as i64, 7 * last as i64));
-            let (declared,): (String,) =
-                sqlx::query_as("SELECT digest FROM declared WHERE artifact = $1")
-                    .bind(paths[last].stored_path())
-                    .fetch_one(&meta.db.pool)
-                    .await
-                    .unwrap();
+            let declared = text("SELECT digest FROM declared WHERE artifact = $1", key).await;
             assert_eq!(declared, pins[last].declared.to_string());
         }
         let one = |n: usize| {
