@@ -3,8 +3,9 @@
 # machine: target/release/mirrorcache (or MC_BIN) runs under valgrind's
 # callgrind in front of an nginx origin on 127.0.0.1 (bench/lib.sh); SIZE is
 # warmed, counters are zeroed, then N requests go one after another on one
-# kept-alive connection (one curl), and the counters are dumped. Prints the
-# instructions per request and the top functions (inclusive and self).
+# kept-alive connection (one curl; CONC below), and the counters are
+# dumped. Prints the instructions per request and the top functions
+# (inclusive and self).
 # MISS=1: every request is a new cold object of SIZE instead (a miss, the
 # fill and its commit), and the counters are dumped once the commits are
 # done. Under valgrind sha256 runs without the CPU's SHA instructions, so a
@@ -21,6 +22,8 @@ set -euo pipefail
 
 SIZE=${1:-1k}
 N=${N:-2000}
+CONC=${CONC:-1}
+((CONC >= 1 && CONC <= N)) || { echo "CONC is 1 to N ($N)" >&2; exit 2; }
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 MC_BIN=${MC_BIN:-$ROOT/target/release/mirrorcache}
 read -r -a MC_ENV_ARGS <<<"${MC_ENV:-}"
@@ -61,9 +64,7 @@ for _ in $(seq 1 50); do args+=(-o /dev/null "$URL"); done
 curl -s "${args[@]}" # warm: the hot tier, the connection, lazy statics
 callgrind_control -z "$MC_PID" >/dev/null
 # CONC clients, each one curl on its own connection, take every CONC-th
-# request.
-CONC=${CONC:-1}
-((CONC >= 1 && CONC <= N)) || { echo "CONC is 1 to N ($N)" >&2; exit 2; }
+# request (CONC is checked before anything starts).
 curls=()
 for c in $(seq 1 "$CONC"); do
     args=()

@@ -30,11 +30,11 @@ const ROWS_PER_INSERT: usize = 16;
 /// (`padded_rows`).
 const ROWS_PER_SCRIPT_INSERT: usize = 128;
 /// The durable connection keeps a batch's text prepared when each kind
-/// is one `INSERT` (a batch of up to 128 rows, places and pins). SQLite's
-/// parse of a text grows with its rows, so it is kept whatever its size:
-/// its shapes (8 a kind) are few in practice (a batch of new small blobs
-/// places as many as it has rows), and at most sqlx's 100 texts of about
-/// 250 KB each (a prepared 64-row upsert of entries takes about 70 KB).
+/// is one `INSERT` (up to 128 rows, places and pins), all of one shape
+/// (`batch_statements`): at most 32 texts (8 sizes, places and pins each
+/// there or not), about 2 MB prepared in all (a 64-row upsert of entries
+/// takes about 70 KB), within sqlx's cache of 100. SQLite's parse of a
+/// text grows with its rows, so a large batch's is kept too.
 const KEPT_ROWS: usize = ROWS_PER_SCRIPT_INSERT;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
@@ -163,14 +163,9 @@ impl MetadataStore {
         }
         // On SQLite's durable connection the transaction is one text.
         let script = self.db.durable.is_some();
-        let statements = batch_statements(rows, pins, places, script);
+        let (statements, keep) = batch_statements(rows, pins, places, script);
         let written = match script {
-            true => {
-                let keep = [rows.len(), pins.len(), places.len()]
-                    .iter()
-                    .all(|&n| n <= KEPT_ROWS);
-                run_script(&mut conn, statements, keep).await
-            }
+            true => run_script(&mut conn, statements, keep).await,
             false => insert_rows(&mut conn, statements).await,
         };
         if written.is_ok() {
@@ -196,14 +191,17 @@ enum Value {
 /// values: the places first (a row never names a blob whose place is not
 /// written), then the rows, then the pins. `script`: their parameters
 /// `?`, numbered by SQLite in order across them, to be sent as one text,
-/// each statement's rows padded with NULL rows to [`padded_rows`] (its
-/// text one of a few shapes, prepared once); else from `$1` each.
+/// each statement's rows padded with NULL rows to [`padded_rows`], and
+/// with whether the text is to be kept prepared ([`KEPT_ROWS`]): then
+/// every kind's one statement is padded to the same shape, the largest
+/// kind's, so the kept texts are few (8 sizes, each kind there or not);
+/// else from `$1` each.
 fn batch_statements(
     rows: &[(&ArtifactPath, &Entry)],
     pins: &[&Pin],
     places: &[PlaceRow],
     script: bool,
-) -> Vec<(String, Vec<Value>)> {
+) -> (Vec<(String, Vec<Value>)>, bool) {
     use Value::{Int, MaybeText, Text};
     let first = (!script).then_some(1);
     // A text of `?`s has no names for SQLite to scan: larger statements.
@@ -211,8 +209,14 @@ fn batch_statements(
         true => (ROWS_PER_SCRIPT_INSERT, ROWS_PER_SCRIPT_INSERT),
         false => (super::places::PLACES_PER_INSERT, ROWS_PER_INSERT),
     };
+    let most = rows.len().max(pins.len()).max(places.len());
+    let keep = script && most <= KEPT_ROWS;
+    let floor = if keep { padded_rows(most) } else { 0 };
     // A statement's rows; its values padded with NULLs to as many.
-    let shape = |rows: usize| if script { padded_rows(rows) } else { rows };
+    let shape = |rows: usize| match script {
+        true => padded_rows(rows).max(floor),
+        false => rows,
+    };
     let pad = |values: &mut Vec<Value>, len| values.resize_with(len, || MaybeText(None));
     let mut statements = Vec::new();
     for chunk in places.chunks(places_per_insert) {
@@ -272,7 +276,7 @@ fn batch_statements(
         pad(&mut values, n * 4);
         statements.push((super::declared_rows::upsert_sql(first, n), values));
     }
-    statements
+    (statements, keep)
 }
 
 /// `sql` with `values` bound in order.
@@ -346,8 +350,9 @@ mod tests {
     /// Batches of every shape write exactly their rows, places and pins,
     /// each value in its place, through the durable connection's padded
     /// text (no NULL row gets in, none is lost past a statement's 128), a
-    /// key written again is replaced, and batches of sizes in the same
-    /// power of two send the same text.
+    /// key written again is replaced (batch 4 through batch 3's kept
+    /// text), and batches of sizes in the same power of two send the same
+    /// text, its places padded to its rows' shape.
     #[tokio::test]
     async fn padded_batches_write_exactly_their_rows_in_few_texts() {
         let dir = tempfile::tempdir().unwrap();
@@ -395,11 +400,12 @@ mod tests {
                 .collect();
             let pins: Vec<Pin> = paths
                 .iter()
-                .map(|p| Pin {
+                .enumerate()
+                .map(|(i, p)| Pin {
                     remote: "r".into(),
                     kind,
                     artifact: p.stored_path().to_string(),
-                    declared: Declared::new(Algo::Sha256, vec![again as u8; 32]).unwrap(),
+                    declared: Declared::new(Algo::Sha256, digest(i).0.to_vec()).unwrap(),
                 })
                 .collect();
             let pin_refs: Vec<&Pin> = pins.iter().collect();
@@ -434,19 +440,43 @@ mod tests {
             let declared = text("SELECT digest FROM declared WHERE artifact = $1", key).await;
             assert_eq!(declared, pins[last].declared.to_string());
         }
-        let one = |n: usize| {
+        // The texts of a batch of `n` rows and `p` places (as the batch's
+        // first `p` rows'), with their values' counts, and whether kept.
+        let texts = |n: usize, p: usize| {
             let paths: Vec<ArtifactPath> = (0..n)
                 .map(|i| ArtifactPath::parse(&format!("/r/{i}")).unwrap())
                 .collect();
             let entry = Entry::new(Digest::of(b"x"), 1, None, None, None, 1);
             let rows: Vec<(&ArtifactPath, &Entry)> = paths.iter().map(|p| (p, &entry)).collect();
-            let statements = batch_statements(&rows, &[], &[], true);
-            assert_eq!(statements.len(), 1);
-            let (sql, values) = statements.into_iter().next().unwrap();
-            (sql, values.len())
+            let place = PlaceRow {
+                digest: entry.digest,
+                pack: 1,
+                start: 0,
+                length: 1,
+            };
+            let places = vec![place; p];
+            let (statements, keep) = batch_statements(&rows, &[], &places, true);
+            let shapes: Vec<(String, usize)> = statements
+                .into_iter()
+                .map(|(sql, values)| (sql, values.len()))
+                .collect();
+            (shapes, keep)
         };
-        assert_eq!(one(3), (one(4).0, 40), "3 rows padded to 4");
-        assert_ne!(one(4).0, one(5).0);
-        assert_eq!(one(33).0, one(64).0);
+        assert_eq!(texts(3, 0), texts(4, 0), "3 rows padded to 4");
+        assert_eq!(texts(3, 0).0[0].1, 40);
+        assert_ne!(texts(4, 0), texts(5, 0));
+        assert_eq!(texts(65, 0), texts(128, 0));
+        assert!(texts(128, 128).1, "one statement a kind: kept");
+        let (split, kept) = texts(129, 0);
+        assert_eq!(
+            (split.len(), kept),
+            (2, false),
+            "129 rows: 128 and 1, not kept"
+        );
+        // Places as few as 1 take the rows' shape: one text for all.
+        let (one_place, kept) = texts(5, 1);
+        assert!(kept);
+        assert_eq!(one_place, texts(8, 8).0);
+        assert_eq!(one_place[0].1, 8 * 4);
     }
 }
