@@ -27,15 +27,13 @@ const ROWS_PER_STATEMENT: usize = 100;
 const ROWS_PER_INSERT: usize = 16;
 /// Rows (places, pins) per `INSERT` of the durable connection's text of
 /// `?`s, which has no names to scan: the most a padded statement has
-/// (`padded_rows`).
+/// (`padded_rows`). The connection keeps a batch's text prepared when
+/// each kind is one `INSERT`, all of one shape (`batch_statements`): at
+/// most 32 texts (8 sizes, places and pins each there or not), about 2 MB
+/// prepared in all (a 64-row upsert of entries takes about 70 KB), within
+/// sqlx's cache of 100. SQLite's parse of a text grows with its rows, so
+/// a large batch's is kept too.
 const ROWS_PER_SCRIPT_INSERT: usize = 128;
-/// The durable connection keeps a batch's text prepared when each kind
-/// is one `INSERT` (up to 128 rows, places and pins), all of one shape
-/// (`batch_statements`): at most 32 texts (8 sizes, places and pins each
-/// there or not), about 2 MB prepared in all (a 64-row upsert of entries
-/// takes about 70 KB), within sqlx's cache of 100. SQLite's parse of a
-/// text grows with its rows, so a large batch's is kept too.
-const KEPT_ROWS: usize = ROWS_PER_SCRIPT_INSERT;
 
 /// A digest pinned on first use ([`crate::fill::learn::pin_key`]), written
 /// with its entry's row in the batch's transaction: the pin is durable
@@ -192,7 +190,8 @@ enum Value {
 /// written), then the rows, then the pins. `script`: their parameters
 /// `?`, numbered by SQLite in order across them, to be sent as one text,
 /// each statement's rows padded with NULL rows to [`padded_rows`], and
-/// with whether the text is to be kept prepared ([`KEPT_ROWS`]): then
+/// with whether the text is to be kept prepared (each kind one
+/// `INSERT`, see [`ROWS_PER_SCRIPT_INSERT`]): then
 /// every kind's one statement is padded to the same shape, the largest
 /// kind's, so the kept texts are few (8 sizes, each kind there or not);
 /// else from `$1` each.
@@ -210,26 +209,21 @@ fn batch_statements(
         false => (super::places::PLACES_PER_INSERT, ROWS_PER_INSERT),
     };
     let most = rows.len().max(pins.len()).max(places.len());
-    let keep = script && most <= KEPT_ROWS;
+    let keep = script && most <= ROWS_PER_SCRIPT_INSERT;
     let floor = if keep { padded_rows(most) } else { 0 };
-    // A statement's rows; its values padded with NULLs to as many.
+    // A statement's rows (its values padded with NULLs to as many).
     let shape = |rows: usize| match script {
         true => padded_rows(rows).max(floor),
         false => rows,
     };
-    let pad = |values: &mut Vec<Value>, len| values.resize_with(len, || MaybeText(None));
     let mut statements = Vec::new();
     for chunk in places.chunks(places_per_insert) {
         let n = shape(chunk.len());
-        let mut values: Vec<Value> = chunk
-            .iter()
-            .flat_map(|place| {
-                let digest = Text(place.digest.to_hex());
-                [digest, Int(place.pack), Int(place.start), Int(place.length)]
-            })
-            .collect();
-        pad(&mut values, n * 4);
-        statements.push((super::places::insert_sql(first, n), values));
+        let values = chunk.iter().flat_map(|place| {
+            let digest = Text(place.digest.to_hex());
+            [digest, Int(place.pack), Int(place.start), Int(place.length)]
+        });
+        statements.push((super::places::insert_sql(first, n), padded(values, n * 4)));
     }
     for chunk in rows.chunks(per_insert) {
         let n = shape(chunk.len());
@@ -256,9 +250,7 @@ fn batch_statements(
                 MaybeText(entry.kept_headers.clone()),
             ]
         });
-        let mut values: Vec<Value> = values.collect();
-        pad(&mut values, n * 10);
-        statements.push((sql, values));
+        statements.push((sql, padded(values, n * 10)));
     }
     let now = crate::clock::now_ms();
     for chunk in pins.chunks(per_insert) {
@@ -272,11 +264,17 @@ fn batch_statements(
                 Int(now),
             ]
         });
-        let mut values: Vec<Value> = values.collect();
-        pad(&mut values, n * 4);
-        statements.push((super::declared_rows::upsert_sql(first, n), values));
+        let sql = super::declared_rows::upsert_sql(first, n);
+        statements.push((sql, padded(values, n * 4)));
     }
     (statements, keep)
+}
+
+/// `values`, then NULLs to `len` values in all: a statement's padding.
+fn padded(values: impl Iterator<Item = Value>, len: usize) -> Vec<Value> {
+    let mut values: Vec<Value> = values.collect();
+    values.resize_with(len, || Value::MaybeText(None));
+    values
 }
 
 /// `sql` with `values` bound in order.
@@ -308,7 +306,8 @@ async fn insert_rows(
 /// statement (each a wake-up of that thread and one back, tens of µs on
 /// a small VM). A text that fails part-way is rolled back; a connection
 /// that cannot be is closed, never handed on inside a transaction.
-/// `keep`: the connection keeps the text prepared ([`KEPT_ROWS`]).
+/// `keep`: the connection keeps the text prepared
+/// ([`ROWS_PER_SCRIPT_INSERT`]).
 async fn run_script(
     conn: &mut sqlx::pool::PoolConnection<sqlx::Any>,
     statements: Vec<(String, Vec<Value>)>,
