@@ -46,9 +46,12 @@ impl ArtifactRequest<'_> {
                 recent,
                 ..
             } => {
+                // A body kept whole in memory has no file: `recent` is all of
+                // it, announced or chunked.
+                let arrived = file.is_none() || head.content_length == Some(written);
                 // Every byte had arrived when this request joined (a body
                 // published before it is written): a hit, as for `Complete`.
-                let (cache, mirror) = if !started && head.content_length == Some(written) {
+                let (cache, mirror) = if !started && arrived {
                     (CacheStatus::Hit, None)
                 } else {
                     (CacheStatus::Miss, Some(head.mirror.clone()))
@@ -60,13 +63,12 @@ impl ArtifactRequest<'_> {
                         let size = head.content_length.unwrap_or_default();
                         respond::from_fill_range(&head, body, range, size, self.method)
                     }
-                    // Every byte in the fill's memory: sent as one chunk.
-                    // (Only a body nothing can refuse is ever published
-                    // whole before it is checked: `fill::download`.)
-                    None => match recent
-                        .filter(|_| head.content_length == Some(written))
-                        .and_then(|r| r.whole(written))
-                    {
+                    // Every byte in the fill's memory: sent as one frame of
+                    // known length, with the head in one write, even when the
+                    // upstream sent it chunked. (Only a body nothing can
+                    // refuse is ever published whole before it is checked:
+                    // `fill::download`.)
+                    None => match recent.filter(|_| arrived).and_then(|r| r.whole(written)) {
                         Some(bytes) => respond::from_fill_whole(&head, bytes, self.method, cache),
                         None => respond::from_fill(&head, fill::body(rx, file), self.method, cache),
                     },

@@ -149,9 +149,15 @@ pub fn from_fill(
 /// [`from_fill`] for a body whose every byte the fill already holds in
 /// memory (a small one published before it is hashed): one chunk of known
 /// length, which hyper writes with the head, instead of a reader that polls
-/// the fill for each of the upstream's chunks and then for its end.
+/// the fill for each of the upstream's chunks and then for its end. Its
+/// `Content-Length` is the body's, also when the upstream sent it chunked.
 pub fn from_fill_whole(head: &Head, body: Bytes, method: &Method, cache: CacheStatus) -> Response {
-    from_fill_body(head, Body::from(body), method, cache)
+    let len = body.len();
+    let mut response = from_fill_body(head, Body::from(body), method, cache);
+    response
+        .headers_mut()
+        .insert(header::CONTENT_LENGTH, HeaderValue::from(len));
+    response
 }
 
 fn from_fill_body(head: &Head, body: Body, method: &Method, cache: CacheStatus) -> Response {
