@@ -67,7 +67,7 @@ impl ArtifactRequest<'_> {
                     // known length, with the head in one write, even when the
                     // upstream sent it chunked. (Only a body nothing can
                     // refuse is ever published whole before it is checked:
-                    // `fill::download`.)
+                    // `fill::receive`, `fill::download`.)
                     None => match recent.filter(|_| arrived).and_then(|r| r.whole(written)) {
                         Some(bytes) => respond::from_fill_whole(&head, bytes, self.method, cache),
                         None => respond::from_fill(&head, fill::body(rx, file), self.method, cache),

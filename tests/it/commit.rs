@@ -232,7 +232,9 @@ async fn a_small_body_stays_in_memory_until_its_commit_writes_it() {
     let hold = running.proxy.cache.commits.hold().await;
     for (path, bytes) in [("/r/small", &small), ("/c/short", &short)] {
         // Answered from memory in one frame of known length: with its
-        // length, also when the mirror sent it chunked.
+        // length, also when the mirror sent it chunked. (The fill yields
+        // after publishing the whole body, so this first reader sees it
+        // still `Streaming`, before the fill settles.)
         let response = client.get(format!("{base}{path}")).send().await.unwrap();
         let length = response.headers().get("content-length").cloned();
         let (status, cache) = (response.status().as_u16(), cache_status(&response));
