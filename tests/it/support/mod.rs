@@ -86,45 +86,54 @@ impl S3Server {
     /// `None` (after a loud skip, or a failure under MIRRORCACHE_REQUIRE_SERVICES)
     /// when moto is not installed.
     pub async fn start(bucket: &str) -> Option<S3Server> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let child = std::process::Command::new("moto_server")
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .spawn();
-        let Ok(child) = child else {
-            available("moto_server (pip install 'moto[server]')", false);
-            return None;
-        };
-        let server = S3Server {
-            child,
-            endpoint: format!("http://127.0.0.1:{port}"),
-        };
-        let client = reqwest::Client::new();
-        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        loop {
-            let create = client
-                .put(format!("{}/{bucket}", server.endpoint))
-                .header("content-length", "0")
-                .body("");
-            if let Ok(r) = create.send().await {
+        // A server that exits at once (its port taken meanwhile by another
+        // test) is started again on another port; one that is slow to
+        // start (Python's imports on a loaded machine) is waited for.
+        for _ in 0..3 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let child = std::process::Command::new("moto_server")
+                .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .spawn();
+            let Ok(child) = child else {
+                available("moto_server (pip install 'moto[server]')", false);
+                return None;
+            };
+            let mut server = S3Server {
+                child,
+                endpoint: format!("http://127.0.0.1:{port}"),
+            };
+            let client = reqwest::Client::new();
+            let deadline = std::time::Instant::now() + std::time::Duration::from_secs(90);
+            loop {
+                let create = client
+                    .put(format!("{}/{bucket}", server.endpoint))
+                    .header("content-length", "0")
+                    .body("");
+                if let Ok(r) = create.send().await {
+                    assert!(
+                        r.status().is_success(),
+                        "creating the bucket: {}",
+                        r.status()
+                    );
+                    return Some(server);
+                }
+                if server.child.try_wait().unwrap().is_some() {
+                    break;
+                }
                 assert!(
-                    r.status().is_success(),
-                    "creating the bucket: {}",
-                    r.status()
+                    std::time::Instant::now() < deadline,
+                    "moto_server did not start within 90 s"
                 );
-                return Some(server);
+                tokio::time::sleep(std::time::Duration::from_millis(100)).await;
             }
-            assert!(
-                std::time::Instant::now() < deadline,
-                "moto_server did not start"
-            );
-            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
         }
+        panic!("moto_server exited three times before it served");
     }
 
     /// The `[storage]` keys that put blobs in `bucket` on this server.
