@@ -11,6 +11,7 @@ mod browse;
 mod charts;
 mod checksum;
 mod complete;
+mod conn_threads;
 mod dashboard;
 mod feeds;
 mod follow;

@@ -22,6 +22,7 @@ use tokio::sync::{oneshot, Semaphore};
 use tokio::task::JoinHandle;
 use tower::ServiceExt as _;
 
+use super::conn_threads::ConnThreads;
 use super::send_timeout::SendTimeout;
 use super::tls::Tls;
 use crate::config::{Config, IpBlock};
@@ -57,6 +58,9 @@ pub struct Running {
     task: JoinHandle<()>,
     /// The listener's TLS, when `server.tls_cert` is set.
     tls: Option<Tls>,
+    /// Kept until the shutdown is over: a fill still committing runs on
+    /// them, and so may a database connection one of them opened.
+    threads: Arc<ConnThreads>,
 }
 
 impl Running {
@@ -77,10 +81,16 @@ impl Running {
             .await
             .with_context(|| format!("binding {}", config.server.listen))?;
         let local_addr = listener.local_addr()?;
+        let threads = Arc::new(ConnThreads::start().context("starting the connection threads")?);
         let (stop, stopped) = oneshot::channel();
-        let task = tokio::spawn(serve(listener, proxy.clone(), tls.clone(), async {
-            let _ = stopped.await;
-        }));
+        let task = tokio::spawn(serve(
+            listener,
+            (proxy.clone(), threads.clone()),
+            tls.clone(),
+            async {
+                let _ = stopped.await;
+            },
+        ));
         tracing::info!(%local_addr, remotes = proxy.remotes().len(), tls = tls.is_some(), "serving");
         Ok(Running {
             local_addr,
@@ -88,6 +98,7 @@ impl Running {
             stop,
             task,
             tls,
+            threads,
         })
     }
 
@@ -143,6 +154,7 @@ impl Running {
             tracing::warn!(%error, "could not write access times at shutdown");
         }
         self.proxy.cache.meta.db.close().await;
+        drop(self.threads);
     }
 }
 
@@ -196,7 +208,7 @@ where
 
 async fn serve(
     listener: TcpListener,
-    proxy: Arc<Proxy>,
+    (proxy, threads): (Arc<Proxy>, Arc<ConnThreads>),
     tls: Option<Tls>,
     stop: impl Future<Output = ()>,
 ) {
@@ -272,10 +284,13 @@ async fn serve(
                 }
             },
         );
-        let stream = SendTimeout::new(stream, config.send_timeout);
+        let send_timeout = config.send_timeout;
         let Some(tls) = &tls else {
-            let connection = graceful.watch(http.serve_connection(TokioIo::new(stream), service));
-            tokio::spawn(async move {
+            let (http, watcher) = (http.clone(), graceful.watcher());
+            threads.serve(stream, move |stream| async move {
+                let stream = SendTimeout::new(stream, send_timeout);
+                let connection =
+                    watcher.watch(http.serve_connection(TokioIo::new(stream), service));
                 if let Err(error) = connection.await {
                     tracing::debug!(%peer, %error, "connection ended with an error");
                 }
@@ -286,7 +301,8 @@ async fn serve(
         let (acceptor, watcher) = (tls.acceptor.clone(), graceful.watcher());
         let closing = closing_rx.clone();
         let (http, h2, handshake_timeout) = (http.clone(), h2.clone(), config.header_read_timeout);
-        tokio::spawn(async move {
+        threads.serve(stream, move |stream| async move {
+            let stream = SendTimeout::new(stream, send_timeout);
             // Plain HTTP (or anything not TLS) ends here: no HTTP answer.
             let stream =
                 match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {

@@ -279,7 +279,7 @@ fn request_for(
     // that encodes anyway is decoded by the client (gzip, deflate); any
     // other encoding is refused by the fill.
     // An oci remote's credentials go to its token service (`token::send`).
-    let get = remote.client.get(url);
+    let get = remote.client().get(url);
     // An LFS object's request is made by `lfs::send`, at its action's `href`.
     let mut request = match remote.config.kind.ecosystem().protocol() {
         Protocol::Registry | Protocol::LfsActions => get,

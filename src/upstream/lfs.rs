@@ -131,7 +131,7 @@ pub(super) async fn send(
         },
     };
     remote
-        .client
+        .client()
         .get(action.href)
         .headers(action.headers)
         .header(ACCEPT_ENCODING, "identity")
@@ -163,7 +163,7 @@ async fn ask(
         "objects": [{"oid": oid, "size": size}],
     });
     let url = set.mirrors[mirror_idx].url_for(&format!("{endpoint}/objects/batch"));
-    let request = remote.client.post(url);
+    let request = remote.client().post(url);
     let answer = remote
         .authorize(request, set, mirror_idx)
         .header(ACCEPT, MEDIA_TYPE)

@@ -12,6 +12,7 @@
 //! downstream; it imports only `config`, `kind`, `error`, `clock` and
 //! `metrics`.
 
+pub mod clients;
 pub mod fetch;
 pub mod health;
 pub mod hedge;
@@ -95,7 +96,8 @@ pub struct Remote {
     pub sumdb: Option<MirrorSet>,
     pub counters: RemoteCounters,
     pub policy: CachePolicy,
-    pub client: reqwest::Client,
+    /// Its HTTP clients: [`Remote::client`] is the calling thread's.
+    clients: clients::Clients,
     /// An oci remote's registry tokens (empty for other kinds).
     pub tokens: token::Tokens,
     /// An oci remote's tag HEADs in flight (shared by concurrent requests).
@@ -121,12 +123,17 @@ impl Remote {
                 .then(|| MirrorSet::new(config, &config.sumdb, gauges, health, metrics)),
             counters: metrics.remote_counters(&config.name),
             policy: CachePolicy::new(config.kind, &config.immutable, config.revalidate_after),
-            client: fetch::client_for(config)?,
+            clients: clients::Clients::new(config)?,
             tokens: token::Tokens::default(),
             tag_heads: registry::TagHeads::default(),
             lfs_actions: lfs::Actions::default(),
             config: config.clone(),
         })
+    }
+
+    /// The HTTP client for requests made on the calling thread.
+    pub fn client(&self) -> &reqwest::Client {
+        self.clients.get(&self.config)
     }
 
     /// The mirror set that serves `path`, and the path to ask it for.

@@ -75,7 +75,7 @@ pub async fn forward(remote: &Remote, request: Forward<'_>) -> Result<Answer, Pr
         }
         let upstream = remote
             .authorize(
-                remote.client.request(request.method.clone(), url),
+                remote.client().request(request.method.clone(), url),
                 set,
                 mirror_idx,
             )

@@ -25,7 +25,7 @@ pub async fn probe_loop(remote: Weak<Remote>) {
         let set = &remote.index;
         for (idx, mirror) in set.mirrors.iter().enumerate() {
             let request =
-                remote.authorize(remote.client.get(mirror.url_for(&probe_path)), set, idx);
+                remote.authorize(remote.client().get(mirror.url_for(&probe_path)), set, idx);
             match tokio::time::timeout(remote.config.first_byte_timeout, request.send()).await {
                 Ok(Ok(response)) if !response.status().is_server_error() => {
                     set.health[idx].record_success()

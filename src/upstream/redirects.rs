@@ -80,7 +80,7 @@ pub(super) async fn send_following(
             }
         }
         let next = remote
-            .client
+            .client()
             .get(location)
             .header(header::ACCEPT_ENCODING, "identity");
         response = match target {

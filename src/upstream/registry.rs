@@ -121,7 +121,7 @@ async fn head_uncoalesced(
     let (mut attempts, mut last) = (0, None);
     for mirror_idx in one_at_a_time(remote, set) {
         let mirror: &Mirror = &set.mirrors[mirror_idx];
-        let mut request = remote.client.head(mirror.url_for(path));
+        let mut request = remote.client().head(mirror.url_for(path));
         if let Some(accept) = accept {
             request = request.header(header::ACCEPT, accept);
         }

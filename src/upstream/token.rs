@@ -219,7 +219,7 @@ async fn issue(remote: &Remote, challenge: &Challenge) -> Option<(Token, Duratio
         }
     }
     let trusted = realm_is_trusted(&remote.config, &url);
-    let mut request = remote.client.get(url);
+    let mut request = remote.client().get(url);
     if let UpstreamAuth::Basic { username, password } = &remote.config.auth {
         if trusted {
             request = request.basic_auth(username, Some(password.expose()));
