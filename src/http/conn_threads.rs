@@ -82,22 +82,37 @@ impl ConnThreads {
                 return;
             }
         };
-        let live = thread.live.clone();
-        live.fetch_add(1, Ordering::Relaxed);
+        let live = Live::count(&thread.live);
         let job: Job = Box::new(move || match TcpStream::from_std(stream) {
             Ok(stream) => {
                 tokio::spawn(async move {
                     serve(stream).await;
-                    live.fetch_sub(1, Ordering::Relaxed);
+                    drop(live);
                 });
             }
             Err(error) => {
-                tracing::debug!(%error, "could not register a connection on its thread");
-                live.fetch_sub(1, Ordering::Relaxed);
+                tracing::debug!(%error, "could not register a connection on its thread")
             }
         });
         // A thread is gone only once this is dropped.
         let _ = thread.jobs.send(job);
+    }
+}
+
+/// One connection counted on its thread until this is dropped: served,
+/// failed, never run, or its task dropped (a panic, the runtime's end).
+struct Live(Arc<AtomicUsize>);
+
+impl Live {
+    fn count(live: &Arc<AtomicUsize>) -> Live {
+        live.fetch_add(1, Ordering::Relaxed);
+        Live(live.clone())
+    }
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::Relaxed);
     }
 }
 

@@ -7,6 +7,7 @@
 use axum::body::Body;
 use axum::http::{header, HeaderMap, HeaderName, HeaderValue, Method, Uri};
 use axum::response::Response;
+use futures_util::StreamExt as _;
 
 use super::Served;
 use crate::error::ProxyError;
@@ -42,26 +43,59 @@ const RESPONSE_HEADERS: [HeaderName; 5] = [
 ];
 
 /// A request's whole body: at most [`MAX_REQUEST_BODY`] (else 413), within
-/// `read_timeout` (else 408).
+/// `read_timeout` (else 408). A body refused as too large is read to its
+/// end and dropped first, up to [`DRAIN_LIMIT`] bytes within the same
+/// timeout: a connection closed with the client's bytes unread is reset,
+/// and the client, still sending, would lose the 413 with it (nginx's
+/// lingering close does the same).
 pub(super) async fn read_body(
     headers: &HeaderMap,
     body: Body,
     read_timeout: std::time::Duration,
 ) -> Result<bytes::Bytes, ProxyError> {
-    let too_large = ProxyError::RequestTooLarge {
-        limit: MAX_REQUEST_BODY,
-    };
     let announced = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
-    if announced.is_some_and(|len| len > MAX_REQUEST_BODY as u64) {
-        return Err(too_large);
+    let refused = || ProxyError::RequestTooLarge {
+        limit: MAX_REQUEST_BODY,
+    };
+    // Longer than even the drain: refused at once, the connection reset.
+    if announced.is_some_and(|len| len > DRAIN_LIMIT as u64) {
+        return Err(refused());
     }
-    tokio::time::timeout(read_timeout, axum::body::to_bytes(body, MAX_REQUEST_BODY))
-        .await
-        .map_err(|_| ProxyError::RequestTimeout)?
-        .map_err(|_| too_large)
+    let keep = announced.is_none_or(|len| len <= MAX_REQUEST_BODY as u64);
+    let read = async {
+        let mut body = body.into_data_stream();
+        let mut kept = bytes::BytesMut::new();
+        let mut seen = 0usize;
+        while let Some(chunk) = body.next().await {
+            // A client gone mid-body: nothing to answer it with.
+            let Ok(chunk) = chunk else {
+                return Err(refused());
+            };
+            seen += chunk.len();
+            if seen > DRAIN_LIMIT {
+                return Err(refused());
+            }
+            if keep && seen <= MAX_REQUEST_BODY {
+                kept.extend_from_slice(&chunk);
+            }
+        }
+        if !keep || seen > MAX_REQUEST_BODY {
+            return Err(refused());
+        }
+        Ok(kept.freeze())
+    };
+    match tokio::time::timeout(read_timeout, read).await {
+        Ok(read) => read,
+        // Announced as too large: that is the answer, drained or not.
+        Err(_) if !keep => Err(refused()),
+        Err(_) => Err(ProxyError::RequestTimeout),
+    }
 }
+
+/// The most a request body refused as too large is read before its 413.
+const DRAIN_LIMIT: usize = 2 * MAX_REQUEST_BODY;
 
 /// The client's request as it is forwarded.
 pub(super) struct Incoming<'r> {
