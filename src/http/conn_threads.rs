@@ -25,14 +25,19 @@ struct Thread {
     jobs: mpsc::UnboundedSender<Job>,
     /// Connections being served on it.
     live: Arc<AtomicUsize>,
+    handle: std::thread::JoinHandle<()>,
 }
 
-/// The connection threads of one server. They stop when this is dropped
-/// (the last holder: the listener's task and the [`super::server::Running`]
-/// handle), their runtimes dropping whatever tasks are left.
+/// The connection threads of one server. Dropped, they end once their
+/// runtimes have dropped whatever tasks are left; [`ConnThreads::stop`]
+/// also waits for that.
 pub(super) struct ConnThreads {
     threads: Vec<Thread>,
 }
+
+/// Blocking-pool threads a connection thread's runtime may start (tokio's
+/// default for a whole runtime is 512): file work of its fills.
+const BLOCKING_THREADS: usize = 128;
 
 impl ConnThreads {
     /// One thread per CPU the process may use.
@@ -40,13 +45,25 @@ impl ConnThreads {
         let count = crate::upstream::clients::thread_slots();
         let mut threads = Vec::with_capacity(count);
         for i in 0..count {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()?;
             let (jobs, mut queue) = mpsc::unbounded_channel::<Job>();
-            std::thread::Builder::new()
+            // Built on its own thread (a runtime may not be dropped inside
+            // another's tasks, as one would be if the thread failed to start).
+            let (built, started) = std::sync::mpsc::sync_channel(1);
+            let handle = std::thread::Builder::new()
                 .name(format!("mirrorcache-conn-{i}"))
                 .spawn(move || {
+                    let runtime = match tokio::runtime::Builder::new_current_thread()
+                        .enable_all()
+                        .max_blocking_threads(BLOCKING_THREADS)
+                        .build()
+                    {
+                        Ok(runtime) => runtime,
+                        Err(error) => {
+                            let _ = built.send(Err(error));
+                            return;
+                        }
+                    };
+                    let _ = built.send(Ok(()));
                     crate::upstream::clients::enter_thread_slot(i);
                     runtime.block_on(async move {
                         while let Some(job) = queue.recv().await {
@@ -54,12 +71,28 @@ impl ConnThreads {
                         }
                     });
                 })?;
+            started
+                .recv()
+                .map_err(|_| std::io::Error::other("a connection thread ended at its start"))??;
             threads.push(Thread {
                 jobs,
                 live: Arc::new(AtomicUsize::new(0)),
+                handle,
             });
         }
         Ok(ConnThreads { threads })
+    }
+
+    /// Stops the threads and waits until each has dropped its runtime with
+    /// the tasks left on it.
+    pub(super) async fn stop(self) {
+        let handles: Vec<_> = self.threads.into_iter().map(|t| t.handle).collect();
+        let _ = tokio::task::spawn_blocking(move || {
+            for handle in handles {
+                let _ = handle.join();
+            }
+        })
+        .await;
     }
 
     /// Serves `stream` on the thread with the fewest connections: `serve`

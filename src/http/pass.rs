@@ -47,7 +47,8 @@ const RESPONSE_HEADERS: [HeaderName; 5] = [
 /// end and dropped first, up to [`DRAIN_LIMIT`] bytes within the same
 /// timeout: a connection closed with the client's bytes unread is reset,
 /// and the client, still sending, would lose the 413 with it (nginx's
-/// lingering close does the same).
+/// lingering close does the same). A client that waits to be told to send
+/// (`Expect: 100-continue`) gets the 413 before it sends anything.
 pub(super) async fn read_body(
     headers: &HeaderMap,
     body: Body,
@@ -59,15 +60,18 @@ pub(super) async fn read_body(
     let refused = || ProxyError::RequestTooLarge {
         limit: MAX_REQUEST_BODY,
     };
-    // Longer than even the drain: refused at once, the connection reset.
-    if announced.is_some_and(|len| len > DRAIN_LIMIT as u64) {
+    let keep = announced.is_none_or(|len| len <= MAX_REQUEST_BODY as u64);
+    // Longer than even the drain, or not sent yet: refused at once.
+    let waits = headers
+        .get(header::EXPECT)
+        .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+    if !keep && (waits || announced.is_some_and(|len| len > DRAIN_LIMIT as u64)) {
         return Err(refused());
     }
-    let keep = announced.is_none_or(|len| len <= MAX_REQUEST_BODY as u64);
+    let mut seen = 0usize;
     let read = async {
         let mut body = body.into_data_stream();
         let mut kept = bytes::BytesMut::new();
-        let mut seen = 0usize;
         while let Some(chunk) = body.next().await {
             // A client gone mid-body: nothing to answer it with.
             let Ok(chunk) = chunk else {
@@ -88,8 +92,9 @@ pub(super) async fn read_body(
     };
     match tokio::time::timeout(read_timeout, read).await {
         Ok(read) => read,
-        // Announced as too large: that is the answer, drained or not.
-        Err(_) if !keep => Err(refused()),
+        // Known to be too large (announced so, or past the limit already):
+        // that is the answer, drained or not.
+        Err(_) if !keep || seen > MAX_REQUEST_BODY => Err(refused()),
         Err(_) => Err(ProxyError::RequestTimeout),
     }
 }

@@ -154,7 +154,10 @@ impl Running {
             tracing::warn!(%error, "could not write access times at shutdown");
         }
         self.proxy.cache.meta.db.close().await;
-        drop(self.threads);
+        // The listener's task has ended, so this holds the last reference.
+        if let Some(threads) = Arc::into_inner(self.threads) {
+            threads.stop().await;
+        }
     }
 }
 

@@ -163,16 +163,22 @@ async fn npm_audit_and_search_pass_through_with_failover_and_are_never_cached() 
     proxy.stop().await;
 }
 
-/// A request body over 16 MiB gets 413 and never reaches a mirror; with every
-/// mirror down a pass-through gets 502.
-#[tokio::test]
-async fn pass_through_bodies_are_limited_and_dead_mirrors_give_502() {
+/// One npm remote in front of one fixture mirror.
+async fn npm_remote() -> (MirrorServer, TestProxy) {
     let mirror = MirrorServer::start().await;
     let proxy = TestProxy::start(&format!(
         "[[remote]]\nname = \"npm\"\nkind = \"npm\"\nmirrors = [\"{}\"]\n",
         mirror.url("")
     ))
     .await;
+    (mirror, proxy)
+}
+
+/// A request body over 16 MiB gets 413 and never reaches a mirror; with every
+/// mirror down a pass-through gets 502.
+#[tokio::test]
+async fn pass_through_bodies_are_limited_and_dead_mirrors_give_502() {
+    let (mirror, proxy) = npm_remote().await;
     let client = reqwest::Client::new();
     let url = proxy.url("/npm/-/npm/v1/security/audits");
     let too_big = vec![b'x'; 16 * 1024 * 1024 + 1];
@@ -197,6 +203,32 @@ async fn pass_through_bodies_are_limited_and_dead_mirrors_give_502() {
     mirror.stop();
     let response = client.post(&url).body("{}").send().await.unwrap();
     assert_eq!(response.status(), 502);
+    proxy.stop().await;
+}
+
+/// A client that announces a body over 16 MiB and waits to be told to send
+/// it (`Expect: 100-continue`, as curl does) gets the 413 before sending a
+/// byte of it; the connection's other requests are not needed for that.
+#[tokio::test]
+async fn a_too_large_body_waiting_for_100_continue_gets_413_before_it_is_sent() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let (mirror, proxy) = npm_remote().await;
+    let mut stream = tokio::net::TcpStream::connect(proxy.running.local_addr)
+        .await
+        .unwrap();
+    let head = format!(
+        "POST /npm/-/npm/v1/security/audits HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nExpect: 100-continue\r\n\r\n",
+        16 * 1024 * 1024 + 1
+    );
+    stream.write_all(head.as_bytes()).await.unwrap();
+    let mut answer = vec![0u8; 512];
+    let n = tokio::time::timeout(std::time::Duration::from_secs(10), stream.read(&mut answer))
+        .await
+        .expect("answered without the body")
+        .unwrap();
+    let answer = String::from_utf8_lossy(&answer[..n]);
+    assert!(answer.starts_with("HTTP/1.1 413"), "{answer}");
+    assert_eq!(mirror.total(), 0);
     proxy.stop().await;
 }
 
