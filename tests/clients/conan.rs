@@ -86,11 +86,7 @@ impl ConanServer {
         // conan_server binds it (then it exits): ready only once the port
         // answers as a conan_server, a new port if the child exited.
         for _ in 0..5 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = crate::support::free_port();
             let mut child = Command::new(python)
                 .arg(w.join("serve.py"))
                 .arg(&home)

@@ -5,14 +5,13 @@
 //! whose self-signed certificate is the registry's `rootcertbundle`.
 
 use std::fs::File;
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
 
-use crate::support::{available, sha256_hex, test_bytes};
+use crate::support::{available, free_port, sha256_hex, test_bytes};
 use crate::{run, version, write};
 
 /// Whether `docker-registry`, `skopeo`, `umoci` and `openssl` are installed
@@ -34,14 +33,6 @@ pub fn tools() -> bool {
 
 /// An `Accept` naming every manifest type, as skopeo sends it.
 pub const ACCEPT_ALL: &str = "application/vnd.oci.image.index.v1+json, application/vnd.docker.distribution.manifest.list.v2+json, application/vnd.oci.image.manifest.v1+json, application/vnd.docker.distribution.manifest.v2+json";
-
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 /// `auth: token` settings of a registry.
 pub struct TokenAuth<'a> {

@@ -10,7 +10,8 @@ use futures_util::future::join_all;
 use crate::metadata::PgDatabase;
 use crate::support::proxy::{get, get_json, get_text};
 use crate::support::{
-    available, sha256_hex, test_bytes, wait_until, BinaryProxy, Fault, MirrorServer, S3Server,
+    available, free_port, sha256_hex, test_bytes, wait_until, BinaryProxy, Fault, MirrorServer,
+    S3Server,
 };
 
 /// A redis-server of the test's own, on a free port, so the test may stop it.
@@ -71,14 +72,6 @@ impl Drop for OwnRedis {
     fn drop(&mut self) {
         self.stop();
     }
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

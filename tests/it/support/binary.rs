@@ -21,10 +21,7 @@ impl BinaryProxy {
 
     /// [`BinaryProxy::start`] with `RUST_LOG` set to `filter`.
     pub async fn start_logging(dir: &Path, config_text: &str, filter: &str) -> BinaryProxy {
-        let port = {
-            let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
-            l.local_addr().unwrap().port()
-        };
+        let port = super::free_port();
         let text = config_text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
         let config_path = dir.join("mirrorcache.toml");
         std::fs::write(&config_path, text).unwrap();

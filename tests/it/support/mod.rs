@@ -75,6 +75,16 @@ pub fn available(what: &str, ok: bool) -> bool {
     false
 }
 
+/// A port free on 127.0.0.1 when asked (another process may take it
+/// before the caller binds it).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 /// A moto S3 server of the test's own (from PyPI, `pip install 'moto[server]'`),
 /// with one empty bucket.
 pub struct S3Server {
@@ -90,11 +100,7 @@ impl S3Server {
         // test) is started again on another port; one that is slow to
         // start (Python's imports on a loaded machine) is waited for.
         for _ in 0..3 {
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = free_port();
             let child = std::process::Command::new("moto_server")
                 .args(["-H", "127.0.0.1", "-p", &port.to_string()])
                 .stdout(std::process::Stdio::null())
