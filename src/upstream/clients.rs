@@ -21,9 +21,12 @@ pub fn enter_thread_slot(slot: usize) {
     SLOT.with(|s| s.set(Some(slot)));
 }
 
-/// How many connection threads a server runs: one per CPU the process may use.
+/// How many connection threads a server runs: one per CPU the process may
+/// use, read once (each remote's clients are sized by it too, so the two
+/// agree even if the process's CPU limit changes while it runs).
 pub fn thread_slots() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
+    static SLOTS: OnceLock<usize> = OnceLock::new();
+    *SLOTS.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get()))
 }
 
 #[derive(Debug)]
