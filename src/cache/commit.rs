@@ -51,7 +51,7 @@ use std::time::Duration;
 
 use tokio::sync::{mpsc, oneshot};
 
-use super::commit_queue::{Answer, FillBody, Pending};
+use super::commit_queue::{Answer, FillBody, Intake, Pending};
 use super::facade::Cache;
 use crate::error::ProxyError;
 use crate::meta::{Entry, Pin, Ticket};
@@ -336,10 +336,14 @@ impl Drop for Committed<'_> {
 /// [`MAX_BATCH`]; a second commit of a key already in the batch is put off
 /// to the next (a row per key per transaction). `None` when the queue is
 /// closed.
-async fn collect(
-    queue: &mut mpsc::Receiver<Pending>,
-    later: &mut Vec<Pending>,
-) -> Option<Vec<Pending>> {
+///
+/// After the first commit the committer sleeps until the delay is over and
+/// then takes what was queued meanwhile, rather than waking for each commit
+/// that joins: a commit sent from a connection's thread would wake this
+/// runtime each time (a system call and a switch of threads a miss). A
+/// commit that fills the queue cuts the sleep short ([`Intake::crowded`]),
+/// so a small queue does not hold commits back.
+async fn collect(intake: &mut Intake, later: &mut Vec<Pending>) -> Option<Vec<Pending>> {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut keys = HashSet::new();
     for pending in std::mem::take(later) {
@@ -350,41 +354,44 @@ async fn collect(
         }
     }
     if batch.is_empty() {
-        let pending = queue.recv().await?;
+        let pending = intake.queue.recv().await?;
         keys.insert(pending.path.key().to_string());
         batch.push(pending);
     }
     let deadline = tokio::time::Instant::now() + COMMIT_DELAY;
-    while batch.len() < MAX_BATCH {
-        let next = match queue.try_recv() {
-            Ok(pending) => pending,
-            Err(mpsc::error::TryRecvError::Disconnected) => break,
-            Err(mpsc::error::TryRecvError::Empty) => {
-                match tokio::time::timeout_at(deadline, queue.recv()).await {
-                    Ok(Some(pending)) => pending,
-                    Ok(None) | Err(_) => break,
-                }
+    loop {
+        while batch.len() < MAX_BATCH {
+            let next = match intake.queue.try_recv() {
+                Ok(pending) => pending,
+                Err(mpsc::error::TryRecvError::Disconnected) => return Some(batch),
+                Err(mpsc::error::TryRecvError::Empty) => break,
+            };
+            if keys.insert(next.path.key().to_string()) {
+                batch.push(next);
+            } else {
+                later.push(next);
             }
-        };
-        if keys.insert(next.path.key().to_string()) {
-            batch.push(next);
-        } else {
-            later.push(next);
+        }
+        if batch.len() >= MAX_BATCH || tokio::time::Instant::now() >= deadline {
+            return Some(batch);
+        }
+        tokio::select! {
+            () = tokio::time::sleep_until(deadline) => {}
+            () = intake.crowded.notified() => {}
         }
     }
-    Some(batch)
 }
 
 /// The committer: batches what is queued and commits it, until the cache
 /// is dropped. Two batches overlap: the rows of one are written while the
 /// blobs of the next are made durable (different work, often on different
 /// devices' queues); the rows are written in batch order.
-pub(crate) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) {
+pub(crate) async fn run(cache: Weak<Cache>, mut intake: Intake) {
     let mut later: Vec<Pending> = Vec::new();
     let mut staged: Option<Staged> = None;
     loop {
         let next = async {
-            let batch = collect(&mut queue, &mut later).await?;
+            let batch = collect(&mut intake, &mut later).await?;
             let cache = cache.upgrade()?;
             let _held = cache.commits.hold.lock().await;
             cache.metrics.commit_batches.inc();
@@ -399,6 +406,47 @@ pub(crate) async fn run(cache: Weak<Cache>, mut queue: mpsc::Receiver<Pending>) 
         match futures_util::join!(rows, next).1 {
             Some(next) => staged = Some(next),
             None => return,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cache::commit_queue::Commits;
+    use crate::meta::purge::Purges;
+    use crate::metrics::Metrics;
+    use crate::store::Digest;
+
+    /// With one place in the queue, the commits that arrive while the
+    /// committer waits out its batch's delay each fill the queue, which
+    /// wakes it to take them: all three join the first batch. (Without
+    /// that wake the third would wait for room until the delay is over,
+    /// and go to the next batch.)
+    #[tokio::test(start_paused = true)]
+    async fn a_commit_that_fills_the_queue_joins_the_waiting_batch() {
+        let metrics = Metrics::new();
+        let (commits, mut intake) = Commits::new(1, &metrics);
+        let commits = Arc::new(commits);
+        let ticket = Purges::default().ticket();
+        let senders: Vec<_> = (0..3)
+            .map(|i| {
+                let commits = commits.clone();
+                tokio::spawn(async move {
+                    let bytes = bytes::Bytes::from(format!("body {i}"));
+                    let entry =
+                        Entry::new(Digest::of(&bytes), bytes.len() as u64, None, None, None, 0);
+                    let path = ArtifactPath::parse(&format!("/r/k{i}")).unwrap();
+                    let slot = commits.slot().await.unwrap();
+                    slot.send(FillBody::Memory(bytes), &path, (entry, None), ticket)
+                })
+            })
+            .collect();
+        let batch = collect(&mut intake, &mut Vec::new()).await.unwrap();
+        let keys: Vec<&str> = batch.iter().map(|p| p.path.key()).collect();
+        assert_eq!(keys, ["r/k0", "r/k1", "r/k2"]);
+        for sender in senders {
+            drop(sender.await.unwrap());
         }
     }
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::collections::HashMap;
 
 use prometheus_client::metrics::gauge::Gauge;
-use tokio::sync::{mpsc, oneshot, Mutex};
+use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
 use crate::error::ProxyError;
 use crate::meta::{Entry, Pin, Ticket};
@@ -47,6 +47,7 @@ pub(crate) type Answer = Result<Option<Arc<Entry>>, ProxyError>;
 pub struct CommitSlot {
     permit: mpsc::OwnedPermit<Pending>,
     queued: Queued,
+    crowded: Arc<Notify>,
 }
 
 /// One in `commits_queued`, from a place taken until its commit is
@@ -77,8 +78,12 @@ impl CommitSlot {
         ticket: Ticket,
     ) -> Committing {
         let (done, answer) = oneshot::channel();
-        let CommitSlot { permit, queued } = self;
-        permit.send(Pending {
+        let CommitSlot {
+            permit,
+            queued,
+            crowded,
+        } = self;
+        let queue = permit.send(Pending {
             body,
             path: path.clone(),
             entry,
@@ -86,6 +91,10 @@ impl CommitSlot {
             pin,
             done,
         });
+        if queue.capacity() == 0 {
+            // Every place is taken: the committer takes what is queued now.
+            crowded.notify_one();
+        }
         Committing {
             answer,
             _queued: queued,
@@ -114,24 +123,40 @@ pub struct Commits {
     /// blob's size: changed under the digest's lock; a release keeps such a
     /// blob.
     pub(crate) in_flight: std::sync::Mutex<HashMap<Digest, (usize, u64)>>,
+    /// Told when a commit sent leaves no place in the queue: the committer
+    /// then takes what is queued without waiting out its batch's delay.
+    crowded: Arc<Notify>,
     /// Commits waiting for a place, and places taken.
     waiting: Gauge,
     queued: Gauge,
 }
 
+/// The committer's side of the queue.
+pub(crate) struct Intake {
+    pub(crate) queue: mpsc::Receiver<Pending>,
+    /// See [`Commits::crowded`].
+    pub(crate) crowded: Arc<Notify>,
+}
+
 impl Commits {
     /// A queue with room for `capacity` commits, and its receiving side for
     /// the committer.
-    pub(crate) fn new(capacity: usize, metrics: &Metrics) -> (Commits, mpsc::Receiver<Pending>) {
+    pub(crate) fn new(capacity: usize, metrics: &Metrics) -> (Commits, Intake) {
         let (queue, received) = mpsc::channel(capacity.max(1));
+        let crowded = Arc::new(Notify::new());
+        let intake = Intake {
+            queue: received,
+            crowded: crowded.clone(),
+        };
         let commits = Commits {
             queue,
+            crowded,
             hold: Mutex::new(()),
             in_flight: Default::default(),
             waiting: metrics.commits_waiting.clone(),
             queued: metrics.commits_queued.clone(),
         };
-        (commits, received)
+        (commits, intake)
     }
 
     /// A place in the commit queue: waits while the queue is full.
@@ -152,6 +177,7 @@ impl Commits {
         Ok(CommitSlot {
             permit: slot,
             queued: Queued(self.queued.clone()),
+            crowded: self.crowded.clone(),
         })
     }
 

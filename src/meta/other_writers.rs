@@ -5,14 +5,16 @@
 //! the declared keys, on SQLite without Redis), so a cold miss asks the
 //! database nothing. A process that is not the server appends one byte to
 //! a marker file beside the database after each of its writes; the server
-//! looks at the marker (one `stat`) before it trusts its memory to say a
-//! row is absent. When the marker changed, the server reads rows again and
-//! loads its memory anew ([`Others::reloads`]), so what the other process
+//! looks at the marker (one `stat` of its name in the database's
+//! directory, held open) before it trusts its memory to say a row is
+//! absent. When the marker changed, the server reads rows again and loads
+//! its memory anew ([`Others::reloads`]), so what the other process
 //! wrote is found from the next miss on.
 
+use std::ffi::OsString;
 use std::io::Write as _;
-use std::os::unix::fs::MetadataExt as _;
-use std::path::PathBuf;
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Mutex;
 
@@ -25,6 +27,10 @@ pub struct Others {
     /// `<database>-writes`; `None` where there is none to watch (an
     /// in-memory database, Postgres: memory is never trusted there).
     marker: Option<PathBuf>,
+    /// The marker's directory, held open, and its name there: a look is
+    /// a `stat` of one name, not a walk of the whole path (a cold miss
+    /// looks several times).
+    at: Option<(OwnedFd, OsString)>,
     /// Set by the server: it watches the marker; any other process writes it.
     serving: AtomicBool,
     /// The marker as the server last saw it.
@@ -45,9 +51,11 @@ impl Others {
             name.push("-writes");
             PathBuf::from(name)
         });
-        let seen = stamp(marker.as_ref());
+        let at = marker.as_deref().and_then(directory_of);
+        let seen = stamp(marker.as_deref(), at.as_ref());
         Others {
             marker,
+            at,
             serving: AtomicBool::new(false),
             seen: Mutex::new(seen),
             generation: AtomicU64::new(0),
@@ -88,7 +96,7 @@ impl Others {
         if !self.serving.load(Ordering::Acquire) || self.marker.is_none() {
             return false;
         }
-        let now = stamp(self.marker.as_ref());
+        let now = stamp(self.marker.as_deref(), self.at.as_ref());
         let mut seen = self.seen.lock().expect("others poisoned");
         if *seen == now {
             return true;
@@ -117,7 +125,33 @@ impl Others {
     }
 }
 
-fn stamp(marker: Option<&PathBuf>) -> Stamp {
-    let meta = std::fs::metadata(marker?).ok()?;
-    Some((meta.ino(), meta.len(), meta.mtime(), meta.mtime_nsec()))
+/// The marker's directory, opened to look at names in (`O_PATH`), and
+/// the marker's name there; `None` if it cannot be opened (the marker is
+/// then looked at by its whole path).
+fn directory_of(marker: &Path) -> Option<(OwnedFd, OsString)> {
+    use rustix::fs::{Mode, OFlags};
+    let name = marker.file_name()?.to_os_string();
+    let dir = match marker.parent() {
+        Some(dir) if !dir.as_os_str().is_empty() => dir,
+        _ => Path::new("."),
+    };
+    let flags = OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC;
+    let fd = rustix::fs::open(dir, flags, Mode::empty()).ok()?;
+    Some((fd, name))
+}
+
+fn stamp(marker: Option<&Path>, at: Option<&(OwnedFd, OsString)>) -> Stamp {
+    let stat = match at {
+        Some((dir, name)) => {
+            rustix::fs::statat(dir, name.as_os_str(), rustix::fs::AtFlags::empty())
+        }
+        None => rustix::fs::stat(marker?),
+    }
+    .ok()?;
+    Some((
+        stat.st_ino as u64,
+        stat.st_size as u64,
+        stat.st_mtime as i64,
+        stat.st_mtime_nsec as i64,
+    ))
 }

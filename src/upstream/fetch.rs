@@ -274,12 +274,16 @@ fn request_for(
     validators: Validators<'_>,
     accept: Option<&str>,
 ) -> reqwest::RequestBuilder {
-    let url = set.mirrors[mirror_idx].url_for(path);
+    let mirror = &set.mirrors[mirror_idx];
     // The cache stores and hashes the bytes of the artifact itself. A mirror
     // that encodes anyway is decoded by the client (gzip, deflate); any
     // other encoding is refused by the fill.
     // An oci remote's credentials go to its token service (`token::send`).
-    let get = remote.client().get(url);
+    let get = match mirror.parsed_url_for(path) {
+        Ok(url) => remote.client().get(url),
+        // The text, so that reqwest reports its parse error as before.
+        Err(_) => remote.client().get(mirror.url_for(path)),
+    };
     // An LFS object's request is made by `lfs::send`, at its action's `href`.
     let mut request = match remote.config.kind.ecosystem().protocol() {
         Protocol::Registry | Protocol::LfsActions => get,

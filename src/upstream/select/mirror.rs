@@ -50,6 +50,31 @@ impl Mirror {
         s
     }
 
+    /// [`Mirror::url_for`] as a parsed URL, built from the mirror's own:
+    /// only the path is parsed (a miss's GET would otherwise have reqwest
+    /// parse the scheme and host again, IDNA included). A mirror URL with
+    /// a query or fragment, or a `path` with `?` or `#`, is parsed whole;
+    /// `Err` only where that parse fails.
+    pub fn parsed_url_for(&self, path: &str) -> Result<Url, url::ParseError> {
+        if self.url.query().is_some()
+            || self.url.fragment().is_some()
+            || self.url.cannot_be_a_base()
+            || path.contains(['?', '#'])
+        {
+            return Url::parse(&self.url_for(path));
+        }
+        let base = self.url.path().trim_end_matches('/');
+        let mut joined = String::with_capacity(base.len() + 1 + path.len());
+        joined.push_str(base);
+        if !path.is_empty() {
+            joined.push('/');
+            joined.push_str(path);
+        }
+        let mut url = self.url.clone();
+        url.set_path(&joined);
+        Ok(url)
+    }
+
     /// Requests to this mirror in flight now, from every remote that lists it.
     #[inline]
     pub fn in_flight(&self) -> usize {
@@ -156,5 +181,56 @@ impl GaugeRegistry {
     pub fn gauges_of(&self, url: &str) -> Arc<MirrorGauges> {
         let mut gauges = self.gauges.lock().expect("gauge registry poisoned");
         gauges.entry(url.to_string()).or_default().clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The URL built from the mirror's parsed one is the URL reqwest would
+    /// parse from the text: for every mirror shape and path the proxy sends.
+    #[test]
+    fn a_parsed_url_equals_the_parse_of_its_text() {
+        let mirrors = [
+            "http://127.0.0.1:8080",
+            "http://127.0.0.1:8080/",
+            "https://files.example.org/pypi/",
+            "https://Mirror.Example.ORG:443/a//",
+            "https://xn--bcher-kva.example/simple",
+            "https://bücher.example/simple/",
+            "http://[::1]:9000/v2",
+            "https://host/prefix%20x/?token=abc",
+            "https://host/p#frag",
+            "https://user:pa%40ss@host/p",
+        ];
+        let paths = [
+            "",
+            "simple/requests/",
+            "packages/a/b/c-1.0.tar.gz",
+            "a/../b/./c",
+            "%2e%2e/etc/passwd",
+            "pkg with space/ü.tgz",
+            "x%20y/%3Fq",
+            "dir\\file",
+            "a?b=c",
+            "a#b",
+            "@scope%2fname",
+            "v2/library/alpine/manifests/sha256:abc",
+            "..",
+            "//double",
+        ];
+        let registry = GaugeRegistry::default();
+        for base in mirrors {
+            let mirror = Mirror::new(Url::parse(base).unwrap(), &registry);
+            for path in paths {
+                let text = mirror.url_for(path);
+                assert_eq!(
+                    mirror.parsed_url_for(path).map(String::from),
+                    Url::parse(&text).map(String::from),
+                    "{base} + {path}"
+                );
+            }
+        }
     }
 }
