@@ -49,9 +49,9 @@ use std::collections::{HashMap, HashSet};
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::mpsc;
 
-use super::commit_queue::{Answer, FillBody, Intake, Pending};
+use super::commit_queue::{Answer, FillBody, Intake, Pending, Reply};
 use super::facade::Cache;
 use crate::error::ProxyError;
 use crate::meta::{Entry, Pin, Ticket};
@@ -121,7 +121,7 @@ impl Cache {
         for (path, entry, (_, done, _)) in refused {
             let error = failed[&entry.digest].clone();
             tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
-            let _ = done.send(Err(ProxyError::Store(error)));
+            done.send(Err(ProxyError::Store(error)));
         }
         if rows.is_empty() {
             return;
@@ -241,9 +241,7 @@ impl Cache {
         // re-derivation's exclusive one (tokio's lock is fair) would wait
         // for ever on this one.
         drop(_counting);
-        for (done, entry) in answers {
-            let _ = done.send(Ok(entry));
-        }
+        Reply::send_all(answers.into_iter().map(|(done, entry)| (done, Ok(entry))));
         // Out of the locks (a contradicting row is forgotten under its own).
         for pin in pinned {
             let learned = [(pin.artifact, pin.declared)];
@@ -279,20 +277,18 @@ impl Cache {
 
     fn fail(&self, rows: Vec<StagedRow>, error: ProxyError) {
         self.metrics.metadata_errors.inc();
+        let mut replies = Vec::with_capacity(rows.len());
         for (path, _, (_, done, _)) in rows {
             tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
-            let _ = done.send(Err(error.clone()));
+            replies.push((done, Err(error.clone())));
         }
+        Reply::send_all(replies);
     }
 }
 
 /// A row of a batch whose blob is durable: its path, entry, and the fill's
 /// ticket, answer and pin.
-pub(crate) type StagedRow = (
-    ArtifactPath,
-    Entry,
-    (Ticket, oneshot::Sender<Answer>, Option<Pin>),
-);
+pub(crate) type StagedRow = (ArtifactPath, Entry, (Ticket, Reply, Option<Pin>));
 
 /// A batch between its two stages: blobs durable, rows to write.
 pub(crate) struct Staged {

@@ -4,10 +4,12 @@
 //! [`super::commit`]).
 
 use std::sync::Arc;
+use std::thread::ThreadId;
 
 use std::collections::HashMap;
 
 use prometheus_client::metrics::gauge::Gauge;
+use tokio::runtime::Handle;
 use tokio::sync::{mpsc, oneshot, Mutex, Notify};
 
 use crate::error::ProxyError;
@@ -35,7 +37,54 @@ pub(crate) struct Pending<B = FillBody> {
     /// When the fill began: a purge of the key since then leaves no row.
     pub(crate) ticket: Ticket,
     pub(crate) pin: Option<Pin>,
-    pub(crate) done: oneshot::Sender<Answer>,
+    pub(crate) done: Reply,
+}
+
+/// Where a commit's answer goes: the fill waiting for it, and the thread
+/// and runtime it waits on.
+pub(crate) struct Reply {
+    done: oneshot::Sender<Answer>,
+    home: Option<(ThreadId, Handle)>,
+}
+
+impl Reply {
+    /// Answers this one fill.
+    pub(crate) fn send(self, answer: Answer) {
+        let _ = self.done.send(answer);
+    }
+
+    /// Answers a batch's fills: those waiting on one thread together, by a
+    /// task spawned on that thread's runtime, where each answer wakes its
+    /// fill without a system call. Answered one by one from the committer's
+    /// runtime, each fill on a connection thread was woken with an
+    /// `eventfd` write of its own.
+    pub(crate) fn send_all(replies: impl IntoIterator<Item = (Reply, Answer)>) {
+        type Answers = Vec<(oneshot::Sender<Answer>, Answer)>;
+        let mut homes: Vec<(ThreadId, Handle, Answers)> = Vec::new();
+        for (Reply { done, home }, answer) in replies {
+            let Some((thread, runtime)) = home else {
+                let _ = done.send(answer);
+                continue;
+            };
+            match homes.iter_mut().find(|(t, ..)| *t == thread) {
+                Some((.., answers)) => answers.push((done, answer)),
+                None => homes.push((thread, runtime, vec![(done, answer)])),
+            }
+        }
+        for (_, runtime, mut answers) in homes {
+            if answers.len() == 1 {
+                if let Some((done, answer)) = answers.pop() {
+                    let _ = done.send(answer);
+                }
+                continue;
+            }
+            runtime.spawn(async move {
+                for (done, answer) in answers {
+                    let _ = done.send(answer);
+                }
+            });
+        }
+    }
 }
 
 /// The entry committed; `None` when a purge of its key came after the fill
@@ -78,6 +127,12 @@ impl CommitSlot {
         ticket: Ticket,
     ) -> Committing {
         let (done, answer) = oneshot::channel();
+        let done = Reply {
+            done,
+            home: Handle::try_current()
+                .ok()
+                .map(|runtime| (std::thread::current().id(), runtime)),
+        };
         let CommitSlot {
             permit,
             queued,

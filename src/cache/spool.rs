@@ -36,7 +36,7 @@ impl Cache {
                 key = pending.path.key(),
                 "purged before its commit; not committed"
             );
-            let _ = pending.done.send(Ok(None));
+            pending.done.send(Ok(None));
         }
         let new: Vec<(Digest, u64)> = {
             let mut seen = HashSet::new();

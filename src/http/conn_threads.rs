@@ -66,6 +66,7 @@ impl ConnThreads {
                     let _ = built.send(Ok(()));
                     crate::upstream::clients::enter_thread_slot(i);
                     runtime.block_on(async move {
+                        tokio::spawn(heartbeat());
                         while let Some(job) = queue.recv().await {
                             job();
                         }
@@ -131,6 +132,24 @@ impl ConnThreads {
         let _ = thread.jobs.send(job);
     }
 }
+
+/// A timer on each connection thread that is always due within
+/// [`HEARTBEAT`]. Tokio's time driver wakes itself (an `eventfd` write)
+/// whenever a timer is set to fire before the one it last parked for, and
+/// with no timer set that is every timer: hyper's header-read timeout,
+/// armed for each request on a kept-alive connection, cost a write a
+/// request. Set later than this one, such timers cost no system call.
+async fn heartbeat() {
+    let mut tick = tokio::time::interval(HEARTBEAT);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tick.tick().await;
+    }
+}
+
+/// See [`heartbeat`]: shorter than the server's timeouts (header read,
+/// first byte, send), so that setting them wakes nothing.
+const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// One connection counted on its thread until this is dropped: served,
 /// failed, never run, or its task dropped (a panic, the runtime's end).
