@@ -1,0 +1,64 @@
+#!/usr/bin/env bash
+# bench/miss-syscalls.sh BIN — the system calls and context switches of a
+# sustained run of distinct cold 1 KiB misses, a miss: the keyed origin of
+# bench/sustained-miss.sh (every key its own bytes), CLIENTS keep-alive wrk
+# connections asking for a new key each request, and `perf stat -p` on the
+# server over the run (every thread it has when the run starts, its
+# blocking threads included once started). Counts are divided by the rows
+# the run committed. Only 127.0.0.1.
+#
+# Usage: bash bench/miss-syscalls.sh target/release/mirrorcache
+#   env: CLIENTS=8 DURATION=6 BENCH_TMP (bench/scratch-fs.sh)
+# Needs perf (Debian `linux-perf`), nginx, wrk. Results: BENCHMARKS.md
+# ("Wake-ups between threads").
+set -euo pipefail
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+source bench/lib.sh
+need_tools "apt-get install linux-perf nginx-light wrk" perf nginx wrk curl python3
+MC_BIN=$(realpath "$1")
+CLIENTS=${CLIENTS:-8}
+DURATION=${DURATION:-6}
+make_work mc-syscalls
+start_keyed_origin "$WORK/origin"
+start_bench_mirrorcache "http://127.0.0.1:$O_PORT" warn
+for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && break; sleep 0.05; done
+
+# Every request a new key: a per-thread prefix and a counter.
+script() { # name
+    {
+        echo "prefix = \"/o/distinct/$1-$RANDOM-\""
+        cat <<'EOF'
+local counter = 0
+local threads = 0
+function setup(thread) threads = threads + 1; thread:set("tid", threads) end
+function init(args) prefix = prefix .. tid .. "-" end
+request = function() counter = counter + 1; return wrk.format("GET", prefix .. counter) end
+EOF
+    } >"$WORK/$1.lua"
+}
+rows() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM entries').fetchone()[0])" "$M_DIR/meta.db"; }
+
+# Two seconds untimed first: worker threads, upstream connections, pages.
+script warm
+wrk -t2 -c32 -d2s -s "$WORK/warm.lua" "http://127.0.0.1:$M_PORT" >/dev/null
+sleep 1
+script run
+before=$(rows)
+EVENTS=context-switches,raw_syscalls:sys_enter
+for call in write read epoll_wait futex recvfrom writev pwrite64 newfstatat statx fdatasync fsync; do
+    EVENTS+=,syscalls:sys_enter_$call
+done
+perf stat -p "$M_PID" -e "$EVENTS" -o "$WORK/perf.txt" -- sleep $((DURATION + 1)) &
+PERF=$!
+rate=$(wrk -t2 -c"$CLIENTS" -d"${DURATION}s" -s "$WORK/run.lua" "http://127.0.0.1:$M_PORT" | awk '/Requests\/sec/ { print $2 }')
+wait "$PERF"
+sleep 1
+misses=$(($(rows) - before))
+echo "## bench/miss-syscalls.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
+echo
+echo "\`$1\`, $CLIENTS clients, ${DURATION} s: $rate requests/s, $misses misses committed."
+echo
+echo "| event | count | a miss |"
+echo "|---|---:|---:|"
+awk -v n="$misses" '/^ *[0-9,]+ / { gsub(",", "", $1); printf "| %s | %d | %.2f |\n", $2, $1, $1 / n }' "$WORK/perf.txt"
