@@ -3,9 +3,10 @@
 # sustained run of distinct cold 1 KiB misses, a miss: the keyed origin of
 # bench/sustained-miss.sh (every key its own bytes), CLIENTS keep-alive wrk
 # connections asking for a new key each request, and `perf stat -p` on the
-# server over the run (every thread it has when the run starts, its
-# blocking threads included once started). Counts are divided by the rows
-# the run committed. Only 127.0.0.1.
+# server over the run (the threads it has when the run starts: a blocking
+# thread started during the run is not counted; the warm-up before it
+# starts most of them). Counts are divided by the rows the run committed.
+# Only 127.0.0.1.
 #
 # Usage: bash bench/miss-syscalls.sh target/release/mirrorcache
 #   env: CLIENTS=8 DURATION=6 BENCH_TMP (bench/scratch-fs.sh)
@@ -22,7 +23,9 @@ DURATION=${DURATION:-6}
 make_work mc-syscalls
 start_keyed_origin "$WORK/origin"
 start_bench_mirrorcache "http://127.0.0.1:$O_PORT" warn
-for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && break; sleep 0.05; done
+healthy=
+for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && healthy=1 && break; sleep 0.05; done
+[[ -n $healthy ]] || { echo "mirrorcache did not answer /-/health: $M_DIR/mirrorcache.log" >&2; exit 1; }
 
 # Every request a new key: a per-thread prefix and a counter.
 script() { # name
@@ -55,6 +58,7 @@ rate=$(wrk -t2 -c"$CLIENTS" -d"${DURATION}s" -s "$WORK/run.lua" "http://127.0.0.
 wait "$PERF"
 sleep 1
 misses=$(($(rows) - before))
+((misses > 0)) || { echo "no miss was committed: $M_DIR/mirrorcache.log" >&2; exit 1; }
 echo "## bench/miss-syscalls.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo
 echo "\`$1\`, $CLIENTS clients, ${DURATION} s: $rate requests/s, $misses misses committed."

@@ -337,8 +337,9 @@ impl Drop for Committed<'_> {
 /// then takes what was queued meanwhile, rather than waking for each commit
 /// that joins: a commit sent from a connection's thread would wake this
 /// runtime each time (a system call and a switch of threads a miss). A
-/// commit that fills the queue cuts the sleep short ([`Intake::crowded`]),
-/// so a small queue does not hold commits back.
+/// commit that fills the queue, or a fill that finds it full, cuts the
+/// sleep short ([`Intake::crowded`]), so a small queue does not hold
+/// commits back.
 async fn collect(intake: &mut Intake, later: &mut Vec<Pending>) -> Option<Vec<Pending>> {
     let mut batch = Vec::with_capacity(MAX_BATCH);
     let mut keys = HashSet::new();

@@ -178,8 +178,9 @@ pub struct Commits {
     /// blob's size: changed under the digest's lock; a release keeps such a
     /// blob.
     pub(crate) in_flight: std::sync::Mutex<HashMap<Digest, (usize, u64)>>,
-    /// Told when a commit sent leaves no place in the queue: the committer
-    /// then takes what is queued without waiting out its batch's delay.
+    /// Told when a commit sent leaves no place in the queue, or a fill
+    /// finds none: the committer then takes what is queued without waiting
+    /// out its batch's delay.
     crowded: Arc<Notify>,
     /// Commits waiting for a place, and places taken.
     waiting: Gauge,
@@ -220,6 +221,9 @@ impl Commits {
         let slot = match queue.clone().try_reserve_owned() {
             Ok(permit) => Ok(permit),
             Err(mpsc::error::TrySendError::Full(_)) => {
+                // The last place may be taken by a reservation not sent yet:
+                // the committer takes what is queued now, making room.
+                self.crowded.notify_one();
                 self.waiting.inc();
                 let permit = queue.reserve_owned().await;
                 self.waiting.dec();

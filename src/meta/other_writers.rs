@@ -127,7 +127,9 @@ impl Others {
 
 /// The marker's directory, opened to look at names in (`O_PATH`), and
 /// the marker's name there; `None` if it cannot be opened (the marker is
-/// then looked at by its whole path).
+/// then looked at by its whole path). The directory is the one the
+/// database was opened in: moved while the server runs, the database's
+/// own files (SQLite's journal, found by name) would not follow either.
 fn directory_of(marker: &Path) -> Option<(OwnedFd, OsString)> {
     use rustix::fs::{Mode, OFlags};
     let name = marker.file_name()?.to_os_string();

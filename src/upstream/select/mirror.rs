@@ -53,13 +53,15 @@ impl Mirror {
     /// [`Mirror::url_for`] as a parsed URL, built from the mirror's own:
     /// only the path is parsed (a miss's GET would otherwise have reqwest
     /// parse the scheme and host again, IDNA included). A mirror URL with
-    /// a query or fragment, or a `path` with `?` or `#`, is parsed whole;
-    /// `Err` only where that parse fails.
+    /// a query or fragment, or a `path` with `?` or `#` or ending in a
+    /// space or control character (which a parse of the whole text trims),
+    /// is parsed whole; `Err` only where that parse fails.
     pub fn parsed_url_for(&self, path: &str) -> Result<Url, url::ParseError> {
         if self.url.query().is_some()
             || self.url.fragment().is_some()
             || self.url.cannot_be_a_base()
             || path.contains(['?', '#'])
+            || path.ends_with(|c: char| c <= ' ')
         {
             return Url::parse(&self.url_for(path));
         }
@@ -219,6 +221,10 @@ mod tests {
             "v2/library/alpine/manifests/sha256:abc",
             "..",
             "//double",
+            "a ",
+            "a\u{1}",
+            "a\tb\n",
+            " lead",
         ];
         let registry = GaugeRegistry::default();
         for base in mirrors {
