@@ -71,18 +71,17 @@ impl Reply {
                 None => homes.push((thread, runtime, vec![(done, answer)])),
             }
         }
-        for (_, runtime, mut answers) in homes {
-            if answers.len() == 1 {
-                if let Some((done, answer)) = answers.pop() {
-                    let _ = done.send(answer);
-                }
-                continue;
+        fn answer(answers: Answers) {
+            for (done, answer) in answers {
+                let _ = done.send(answer);
             }
-            runtime.spawn(async move {
-                for (done, answer) in answers {
-                    let _ = done.send(answer);
-                }
-            });
+        }
+        for (_, runtime, answers) in homes {
+            if answers.len() == 1 {
+                answer(answers);
+            } else {
+                runtime.spawn(async move { answer(answers) });
+            }
         }
     }
 }
