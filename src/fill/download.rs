@@ -1,7 +1,9 @@
 //! Downloading one mirror's body into the fill's temp file: each batch of
 //! chunks written and hashed ([`BodyWriter`]) and published to the readers,
 //! with its bytes in memory for those that have caught up ([`Recent`]);
-//! before it is written when nothing can refuse the body ([`Early`]).
+//! before it is written when nothing can refuse the body ([`Early`]), and
+//! then written on the blocking pool while the next batch is taken (the
+//! readers take both from memory until the write has ended).
 
 use std::fs::File;
 use std::sync::Arc;
@@ -100,6 +102,8 @@ pub(super) async fn download(
     let mut body = BodyWriter::new(temp.clone(), hashers, head.content_length);
     let mut written: u64 = 0;
     let mut recent = None;
+    // With `early`: the last batch, when its write may not have ended.
+    let mut unwritten: Option<(u64, Vec<Bytes>)> = None;
     let mut first = first;
     // The end or the error the last batch already met, if it did.
     let mut after_batch = None;
@@ -118,8 +122,16 @@ pub(super) async fn download(
                 limit: max_body,
             });
         }
-        recent = Some(Recent::new(written, &batch.chunks));
         if let Some(early) = early.as_mut() {
+            // The batch before may still be on its way to the file: the
+            // readers take it from memory too.
+            recent = Some(match unwritten.take() {
+                Some((start, mut chunks)) => {
+                    chunks.extend(batch.chunks.iter().cloned());
+                    Recent::new(start, &chunks)
+                }
+                None => Recent::new(written, &batch.chunks),
+            });
             if head.content_length == Some(written + n) {
                 early.last_batch().await;
             }
@@ -127,8 +139,16 @@ pub(super) async fn download(
             // The readers woken on this thread send the batch before it is
             // written and hashed here.
             tokio::task::yield_now().await;
+            // Written while the next batch is taken (the batch before is in
+            // the file once this returns): until then, readers take it from
+            // memory.
+            let kept = body.goes_to_pool(n).then(|| batch.chunks.clone());
+            body.start(batch.chunks, n).await?;
+            unwritten = kept.map(|chunks| (written, chunks));
+        } else {
+            recent = Some(Recent::new(written, &batch.chunks));
+            body.write(batch.chunks, n).await?;
         }
-        body.write(batch.chunks, n).await?;
         written += n;
         after_batch = batch.end;
         if head.content_length == Some(written) {

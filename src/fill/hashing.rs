@@ -1,7 +1,9 @@
 //! Writing and hashing a fill's body as it arrives, where it costs least: a
 //! small body (announced as a few KiB, the common cold miss) on the fill's
 //! own thread, since the hop to the blocking pool and back costs more than
-//! the work; a larger one on the blocking pool, a batch of chunks a hop.
+//! the work; a larger one on the blocking pool, a batch of chunks a hop
+//! (one batch in flight while the fill takes the next, when its readers
+//! have the batch from memory: [`BodyWriter::start`]).
 //! A body of a MiB or more is hashed on a thread of its own — the sha256
 //! and the declared function (npm's sha512) — beside the writes rather than
 //! after each of them. A body of unknown length (chunked, or decoded from
@@ -49,7 +51,11 @@ pub(super) struct BodyWriter {
     /// Whether the body may be written on the fill's thread while it is
     /// below [`INLINE_BYTES`]: announced as at most that, or not announced.
     inline: bool,
+    /// Bytes handed to [`BodyWriter::start`] (written, or being written).
     written: u64,
+    /// The batch being written on the blocking pool, if one is: it gives
+    /// the hashes back (when it has them) once written.
+    pending: Option<tokio::task::JoinHandle<io::Result<Option<Hashers>>>>,
 }
 
 /// Every hash of a large body (the sha256 and the declared function) on a
@@ -75,11 +81,24 @@ impl BodyWriter {
             side,
             inline: announced.is_none_or(|len| len <= INLINE_BYTES),
             written: 0,
+            pending: None,
         }
     }
 
-    /// Appends `chunks` (`len` bytes in all), hashed.
+    /// Appends `chunks` (`len` bytes in all), hashed, and waits until they
+    /// are written.
     pub(super) async fn write(&mut self, chunks: Vec<Bytes>, len: u64) -> Result<(), ProxyError> {
+        self.start(chunks, len).await?;
+        self.settle().await
+    }
+
+    /// Appends `chunks` (`len` bytes in all), hashed, without waiting for
+    /// the write when it goes to the blocking pool: it runs while the fill
+    /// takes its next batch (the batch before waited for first, so one is
+    /// in flight at most). Until [`BodyWriter::settle`], the file may lack
+    /// these bytes and the ones of the batch before.
+    pub(super) async fn start(&mut self, chunks: Vec<Bytes>, len: u64) -> Result<(), ProxyError> {
+        self.settle().await?;
         if self.side.is_none() && self.written + len >= SIDE_FROM {
             // A body of unknown length grew large: its hashing moves to a
             // thread of its own, with the hashes of what came before.
@@ -93,25 +112,44 @@ impl BodyWriter {
                 .await
                 .map_err(|_| ProxyError::Store("the hashing thread stopped".into()))?;
         }
+        let pool = self.goes_to_pool(len);
         let mut hashers = self.hashers.take();
         let offset = self.written;
-        let hashers = if self.inline && offset + len <= INLINE_BYTES {
-            write_and_hash(&self.temp, &chunks, offset, hashers.as_mut()).map(|()| hashers)
+        self.written += len;
+        if !pool {
+            write_and_hash(&self.temp, &chunks, offset, hashers.as_mut())
+                .map_err(|e| ProxyError::Store(e.to_string()))?;
+            self.hashers = hashers;
         } else {
             let temp = self.temp.clone();
-            tokio::task::spawn_blocking(move || {
+            self.pending = Some(tokio::task::spawn_blocking(move || {
                 write_and_hash(&temp, &chunks, offset, hashers.as_mut()).map(|()| hashers)
-            })
-            .await
-            .map_err(|e| ProxyError::Store(e.to_string()))?
-        };
-        self.hashers = hashers.map_err(|e| ProxyError::Store(e.to_string()))?;
-        self.written += len;
+            }));
+        }
+        Ok(())
+    }
+
+    /// Whether a batch of `len` bytes appended now is written on the
+    /// blocking pool (so [`BodyWriter::start`] returns before it is in the
+    /// file).
+    pub(super) fn goes_to_pool(&self, len: u64) -> bool {
+        !(self.inline && self.written + len <= INLINE_BYTES)
+    }
+
+    /// Waits until every batch started is in the file.
+    pub(super) async fn settle(&mut self) -> Result<(), ProxyError> {
+        if let Some(pending) = self.pending.take() {
+            let written = pending
+                .await
+                .map_err(|e| ProxyError::Store(e.to_string()))?;
+            self.hashers = written.map_err(|e| ProxyError::Store(e.to_string()))?;
+        }
         Ok(())
     }
 
     /// The hashes of every byte written.
     pub(super) async fn finish(mut self) -> Result<Hashers, ProxyError> {
+        self.settle().await?;
         match self.side.take() {
             Some(SideThread { batches, done }) => {
                 drop(batches);
@@ -154,4 +192,55 @@ fn write_and_hash(
         offset += chunk.len() as u64;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::FileExt;
+
+    use sha2::{Digest as _, Sha256};
+
+    use super::*;
+    use crate::store::budget::Budget;
+    use crate::store::ContentStore;
+
+    /// A large body's batches are written on the blocking pool one behind
+    /// the other: once a batch is started, the one before is in the file,
+    /// and once finished, every byte is, with the hashes of them all.
+    #[tokio::test]
+    async fn a_started_batch_has_the_one_before_it_in_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = ContentStore::open(dir.path(), Arc::new(Budget::new(u64::MAX))).unwrap();
+        let temp = Arc::new(store.create_temp().unwrap());
+        let file = temp.reader();
+        let batch = |i: u8| {
+            vec![
+                Bytes::from(vec![i; 200 * 1024]),
+                Bytes::from(vec![i; 56 * 1024]),
+            ]
+        };
+        let size = 256 * 1024;
+        let mut body = BodyWriter::new(temp.clone(), Hashers::new(None), Some(4 * size));
+        let mut whole = Vec::new();
+        for i in 0..4u8 {
+            assert!(body.goes_to_pool(size));
+            body.start(batch(i), size).await.unwrap();
+            whole.extend(batch(i).concat());
+            if i > 0 {
+                let mut before = vec![0; size as usize];
+                file.read_exact_at(&mut before, u64::from(i - 1) * size)
+                    .unwrap();
+                assert!(
+                    before.iter().all(|&b| b == i - 1),
+                    "batch {} is written",
+                    i - 1
+                );
+            }
+        }
+        let (sha256, _) = body.finish().await.unwrap().finish();
+        let mut written = vec![0; whole.len()];
+        file.read_exact_at(&mut written, 0).unwrap();
+        assert_eq!(written, whole);
+        assert_eq!(sha256, <[u8; 32]>::from(Sha256::digest(&whole)));
+    }
 }
