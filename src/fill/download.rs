@@ -1,9 +1,10 @@
 //! Downloading one mirror's body into the fill's temp file: each batch of
 //! chunks written and hashed ([`BodyWriter`]) and published to the readers,
-//! with its bytes in memory for those that have caught up ([`Recent`]);
-//! before it is written when nothing can refuse the body ([`Early`]), and
-//! then written on the blocking pool while the next batch is taken (the
-//! readers take both from memory until the write has ended).
+//! with its bytes in memory for those that have caught up ([`Recent`]). A
+//! batch is written on the blocking pool while the next one is taken, and
+//! published once the batch before it is in the file (before that, when
+//! nothing can refuse the body: [`Early`]); readers take the bytes not yet
+//! written from memory.
 
 use std::fs::File;
 use std::sync::Arc;
@@ -84,10 +85,10 @@ pub(super) async fn next_batch(
 }
 
 /// Reads the body into `temp` (from `first`, when that batch was read
-/// already), hashing it and publishing progress (each batch once written,
-/// with its bytes in memory for the readers that have caught up; with
-/// [`Early`], before it is written); checks the announced length. Returns
-/// the digests, the length and the last batch.
+/// already), hashing it and publishing progress (each batch once the one
+/// before it is written, with its bytes in memory for the readers that
+/// have caught up; with [`Early`], before that); checks the announced
+/// length. Returns the digests, the length and the recent bytes.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn download(
     remote: &Remote,
@@ -146,8 +147,10 @@ pub(super) async fn download(
             body.start(batch.chunks, n).await?;
             unwritten = kept.map(|chunks| (written, chunks));
         } else {
+            // Published below once the batch before is in the file; this
+            // one is written meanwhile, its readers take it from memory.
             recent = Some(Recent::new(written, &batch.chunks));
-            body.write(batch.chunks, n).await?;
+            body.start(batch.chunks, n).await?;
         }
         written += n;
         after_batch = batch.end;

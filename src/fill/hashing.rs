@@ -85,13 +85,6 @@ impl BodyWriter {
         }
     }
 
-    /// Appends `chunks` (`len` bytes in all), hashed, and waits until they
-    /// are written.
-    pub(super) async fn write(&mut self, chunks: Vec<Bytes>, len: u64) -> Result<(), ProxyError> {
-        self.start(chunks, len).await?;
-        self.settle().await
-    }
-
     /// Appends `chunks` (`len` bytes in all), hashed, without waiting for
     /// the write when it goes to the blocking pool: it runs while the fill
     /// takes its next batch (the batch before waited for first, so one is

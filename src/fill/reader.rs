@@ -25,9 +25,10 @@ const READ_CHUNK: usize = 128 * 1024;
 /// up takes them from here (a slice, no copy) instead of reading them back
 /// from the temp file. Published with the length they end at; the bytes
 /// before them are in the file, and a reader behind them reads the file up
-/// to where they begin. A body nothing can refuse publishes each batch
-/// before it is written, and writes it while the next arrives: its recent
-/// bytes are then the last two batches, neither of them in the file yet.
+/// to where they begin. The batch may not be in the file yet (it is
+/// written while the next one arrives); a body nothing can refuse
+/// publishes each batch even before the one before it is written, and its
+/// recent bytes are then the last two batches.
 #[derive(Clone)]
 pub struct Recent {
     /// Where the batch begins in the body.

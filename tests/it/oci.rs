@@ -65,6 +65,14 @@ async fn call(
     (parts.status, parts.headers, body)
 }
 
+/// A `[[remote]]` of kind `oci` named `name` over `mirrors`.
+fn oci_remote(name: &str, mirrors: &[&MirrorServer]) -> String {
+    format!(
+        "[[remote]]\nname = \"{name}\"\nkind = \"oci\"\nmirrors = {}\n",
+        toml_urls(mirrors, "")
+    )
+}
+
 /// The `errors[0].code` of an OCI error body.
 fn code(body: &[u8]) -> String {
     let json: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
@@ -402,16 +410,10 @@ async fn a_blob_that_is_not_its_digest_is_refused_and_the_next_mirror_sends_it()
     let path = format!("/v2/app/blobs/{claimed}");
     bad.put(&path, b"some other bytes".to_vec());
     good.put(&path, layer.clone());
-    let remote = |name: &str, mirrors: &[&MirrorServer]| {
-        format!(
-            "[[remote]]\nname = \"{name}\"\nkind = \"oci\"\nmirrors = {}\n",
-            toml_urls(mirrors, "")
-        )
-    };
     let proxy = TestProxy::start(&format!(
         "{}{}",
-        remote("both", &[&bad, &good]),
-        remote("bad", &[&bad])
+        oci_remote("both", &[&bad, &good]),
+        oci_remote("bad", &[&bad])
     ))
     .await;
     let p = &proxy.running.proxy;
@@ -455,6 +457,69 @@ async fn a_blob_that_is_not_its_digest_is_refused_and_the_next_mirror_sends_it()
         proxy.settle().await;
     }
     assert_eq!(bad.hits(&path), 3, "never cached");
+    proxy.stop().await;
+}
+
+/// A layer of a few MiB streams to its readers while it is written (each
+/// batch while the next arrives) and is checked before it is kept: a
+/// client that joins halfway gets every byte, one upstream request in all;
+/// a tampered one reaches its reader as a broken transfer, is never kept,
+/// and the next request gets the next mirror's bytes.
+#[tokio::test]
+async fn a_large_layer_streams_to_every_reader_while_it_is_written_and_checked() {
+    use crate::support::mirror::Fault;
+    use std::time::Duration;
+    let (bad, good) = (MirrorServer::start().await, MirrorServer::start().await);
+    let layer: Vec<u8> = (0..3 * 1024 * 1024u32)
+        .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
+        .collect();
+    let claimed = format!("sha256:{}", sha256_hex(&layer));
+    let path = format!("/v2/app/blobs/{claimed}");
+    let mut other = layer.clone();
+    other[2 * 1024 * 1024] ^= 1;
+    bad.put(&path, other);
+    good.put(&path, layer.clone());
+    // 64 KiB pieces 2 ms apart: about 100 ms for the whole layer.
+    for mirror in [&bad, &good] {
+        mirror.set_fault(Fault::SlowBody(Duration::from_millis(2)));
+    }
+    let proxy = TestProxy::start(&format!(
+        "{}{}",
+        oci_remote("good", &[&good]),
+        oci_remote("both", &[&bad, &good])
+    ))
+    .await;
+    let p = &proxy.running.proxy;
+    let body = |remote: &'static str| {
+        let uri = format!("/v2/{remote}/app/blobs/{claimed}");
+        async move {
+            let router = mirrorcache::http::router(p.clone());
+            let request = Request::get(uri).body(Body::empty()).unwrap();
+            let response = router.oneshot(request).await.unwrap();
+            let status = response.status();
+            let body = axum::body::to_bytes(response.into_body(), usize::MAX).await;
+            (status, body.map(|b| sha256_hex(&b)).ok())
+        }
+    };
+    let first = body("good");
+    let halfway = async {
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        body("good").await
+    };
+    let (first, halfway) = tokio::join!(first, halfway);
+    let whole = Some(sha256_hex(&layer));
+    assert_eq!(first, (StatusCode::OK, whole.clone()));
+    assert_eq!(halfway, (StatusCode::OK, whole.clone()));
+    assert_eq!(good.hits(&path), 1, "one upstream request for both");
+    proxy.settle().await;
+
+    // The tampered mirror first: its bytes stream, the last one waits for
+    // the check, and the transfer breaks; nothing of them is kept.
+    let (status, tampered) = body("both").await;
+    assert_eq!((status, tampered), (StatusCode::OK, None));
+    proxy.settle().await;
+    assert_eq!(body("both").await, (StatusCode::OK, whole));
+    assert_eq!((bad.hits(&path), good.hits(&path)), (1, 2));
     proxy.stop().await;
 }
 
