@@ -8,7 +8,9 @@
 #   big     the first fetch of a 256 MiB object (a cold name each round, the
 #           same bytes under every name), MiB/s from curl's speed_download
 #   misses  MISSES cold 64 KiB objects one after another on one keep-alive
-#           connection (compare.sh section 4), per-request p50 in ms
+#           connection (compare.sh section 4), per-request p50 in ms;
+#           MISSES=0: none (the first fetch alone, for many quick rounds;
+#           on tmpfs, BENCH_TMP=/dev/shm, every round keeps 256 MiB a server)
 #
 # ROUNDS rounds, the servers' order rotating; medians with the spread, and
 # each build's ratios to nginx taken per round.
@@ -38,6 +40,8 @@ head -c $((BIG_MIB * 1024 * 1024)) /dev/urandom >"$O_DIR/www/big/seed.bin"
 for round in $(seq 1 "$ROUNDS"); do
     for i in $(seq 1 "$MISSES"); do head -c 65536 /dev/urandom >"$O_DIR/www/miss/r$round-$i.bin"; done
 done
+MEASURES="big"
+if ((MISSES > 0)); then MEASURES+=" miss"; fi
 free_port
 O_PORT=$PORT
 start_nginx "$O_DIR" "$O_PORT" 'location /big/ { rewrite ^ /big/seed.bin break; }'
@@ -65,7 +69,9 @@ for url in "${urls[@]}"; do
     for _ in $(seq 1 200); do curl -sf -o /dev/null -r 0-0 "$url" && break; sleep 0.05; done
 done
 # Connections warmed (and each proxy's remote seen once) before timing.
-for who in "${WHO[@]}"; do curl -s -o /dev/null "${BASE[$who]}/miss/r1-1.bin"; done
+if ((MISSES > 0)); then
+    for who in "${WHO[@]}"; do curl -s -o /dev/null "${BASE[$who]}/miss/r1-1.bin"; done
+fi
 
 declare -A R
 for round in $(seq 1 "$ROUNDS"); do
@@ -75,15 +81,18 @@ for round in $(seq 1 "$ROUNDS"); do
         bps=$(curl -s -o /dev/null -w '%{speed_download}' "${BASE[$who]}/big/r$round-$who.bin")
         mbs=$(awk -v b="$bps" 'BEGIN { printf "%.0f", b / 1048576 }')
         R[big_$who]+="$mbs "
-        args=()
-        for m in $(seq 2 "$MISSES"); do args+=(-o /dev/null "${BASE[$who]}/miss/r$round-$m.bin"); done
-        p50=$(curl -s -w '%{time_total} %{http_code}\n' "${args[@]}" |
-            awk '$2 != 200 { bad++ } { print $1 * 1000 } END { if (bad) exit 1 }' | sort -g |
-            awk '{ a[NR] = $1 } END { printf "%.3f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
-        R[miss_$who]+="$p50 "
+        p50=-
+        if ((MISSES > 0)); then
+            args=()
+            for m in $(seq 2 "$MISSES"); do args+=(-o /dev/null "${BASE[$who]}/miss/r$round-$m.bin"); done
+            p50=$(curl -s -w '%{time_total} %{http_code}\n' "${args[@]}" |
+                awk '$2 != 200 { bad++ } { print $1 * 1000 } END { if (bad) exit 1 }' | sort -g |
+                awk '{ a[NR] = $1 } END { printf "%.3f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }')
+            R[miss_$who]+="$p50 "
+        fi
         log "round $round $who: $BIG_MIB MiB first fetch $mbs MiB/s, 64 KiB miss p50 $p50 ms"
     done
-    sleep 1
+    if ((MISSES > 0)); then sleep 1; fi
 done
 
 spread() { # digits values...
@@ -104,7 +113,7 @@ ratios() { paste -d' ' <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | g
     names=$(printf ' | %s' "${WHO[@]:1}")
     echo "| measure | nginx tuned$names | ÷ nginx tuned (per round) |"
     echo "|---|---:|$(printf -- '---:|%.0s' "${WHO[@]:1}")---|"
-    for m in big miss; do
+    for m in $MEASURES; do
         label="$BIG_MIB MiB first fetch MiB/s" d=0
         [[ $m == miss ]] && label="$((MISSES - 1)) cold 64 KiB misses, p50 ms" d=3
         row="| $label | $(spread $d ${R[${m}_nginx]})"
