@@ -111,10 +111,22 @@ pub(super) async fn download(
     loop {
         let batch = match first.take() {
             Some(batch) => batch,
-            None => match next_batch(remote, upstream, after_batch.take()).await? {
-                Some(batch) => batch,
-                None => break,
-            },
+            None => {
+                // A write that fails while the mirror is awaited is this
+                // store's error, told at once, not the mirror's stall.
+                let next = next_batch(remote, upstream, after_batch.take());
+                tokio::pin!(next);
+                let next = loop {
+                    tokio::select! {
+                        next = &mut next => break next?,
+                        settled = body.settle(), if body.is_writing() => settled?,
+                    }
+                };
+                match next {
+                    Some(batch) => batch,
+                    None => break,
+                }
+            }
         };
         let n = batch.len;
         if written + n > max_body {
@@ -170,11 +182,16 @@ pub(super) async fn download(
         )));
     }
     let (sha256, received) = body.finish().await?.finish();
+    // Every byte is in the file now: the readers' recent bytes are the last
+    // batch alone.
+    if let Some((start, chunks)) = unwritten {
+        recent = Some(Recent::new(start, &chunks));
+    }
     Ok((Digest(sha256), received, written, recent))
 }
 
-/// Publishes `available` bytes of a streaming body, the last batch of them
-/// in memory. A body held back (nothing published yet) stays so, unless it
+/// Publishes `available` bytes of a streaming body, the last of them in
+/// memory (`batch`: the ones not yet written, and at least the last batch). A body held back (nothing published yet) stays so, unless it
 /// is published `early` (nothing can refuse it): then this is its first
 /// publication.
 fn publish(

@@ -1,9 +1,8 @@
 //! Writing and hashing a fill's body as it arrives, where it costs least: a
 //! small body (announced as a few KiB, the common cold miss) on the fill's
 //! own thread, since the hop to the blocking pool and back costs more than
-//! the work; a larger one on the blocking pool, a batch of chunks a hop
-//! (one batch in flight while the fill takes the next, when its readers
-//! have the batch from memory: [`BodyWriter::start`]).
+//! the work; a larger one on the blocking pool, a batch of chunks a hop,
+//! written while the fill takes the next batch ([`BodyWriter::start`]).
 //! A body of a MiB or more is hashed on a thread of its own — the sha256
 //! and the declared function (npm's sha512) — beside the writes rather than
 //! after each of them. A body of unknown length (chunked, or decoded from
@@ -87,9 +86,9 @@ impl BodyWriter {
 
     /// Appends `chunks` (`len` bytes in all), hashed, without waiting for
     /// the write when it goes to the blocking pool: it runs while the fill
-    /// takes its next batch (the batch before waited for first, so one is
-    /// in flight at most). Until [`BodyWriter::settle`], the file may lack
-    /// these bytes and the ones of the batch before.
+    /// takes its next batch. The batch before is waited for first, so one
+    /// is in flight at most: once this returns, every byte before these is
+    /// in the file (these may not be yet).
     pub(super) async fn start(&mut self, chunks: Vec<Bytes>, len: u64) -> Result<(), ProxyError> {
         self.settle().await?;
         if self.side.is_none() && self.written + len >= SIDE_FROM {
@@ -129,12 +128,19 @@ impl BodyWriter {
         !(self.inline && self.written + len <= INLINE_BYTES)
     }
 
-    /// Waits until every batch started is in the file.
+    /// Whether a batch's write is in flight.
+    pub(super) fn is_writing(&self) -> bool {
+        self.pending.is_some()
+    }
+
+    /// Waits until every batch started is in the file; its error, if the
+    /// write failed. Cancel-safe: dropped before the write ends, the write
+    /// stays in flight.
     pub(super) async fn settle(&mut self) -> Result<(), ProxyError> {
-        if let Some(pending) = self.pending.take() {
-            let written = pending
-                .await
-                .map_err(|e| ProxyError::Store(e.to_string()))?;
+        if let Some(pending) = self.pending.as_mut() {
+            let written = pending.await;
+            self.pending = None;
+            let written = written.map_err(|e| ProxyError::Store(e.to_string()))?;
             self.hashers = written.map_err(|e| ProxyError::Store(e.to_string()))?;
         }
         Ok(())
@@ -197,43 +203,50 @@ mod tests {
     use crate::store::budget::Budget;
     use crate::store::ContentStore;
 
-    /// A large body's batches are written on the blocking pool one behind
-    /// the other: once a batch is started, the one before is in the file,
-    /// and once finished, every byte is, with the hashes of them all.
+    /// A body's batches past the first 64 KiB are written on the blocking
+    /// pool while the fill goes on, one behind the other: once a batch is
+    /// started, the one before is in the file, and once finished, every
+    /// byte is, with the hashes of them all: a body of a MiB or more hashed
+    /// on the side thread, a smaller one by the writes themselves.
     #[tokio::test]
     async fn a_started_batch_has_the_one_before_it_in_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let store = ContentStore::open(dir.path(), Arc::new(Budget::new(u64::MAX))).unwrap();
-        let temp = Arc::new(store.create_temp().unwrap());
-        let file = temp.reader();
-        let batch = |i: u8| {
-            vec![
-                Bytes::from(vec![i; 200 * 1024]),
-                Bytes::from(vec![i; 56 * 1024]),
-            ]
-        };
         let size = 256 * 1024;
-        let mut body = BodyWriter::new(temp.clone(), Hashers::new(None), Some(4 * size));
-        let mut whole = Vec::new();
-        for i in 0..4u8 {
-            assert!(body.goes_to_pool(size));
-            body.start(batch(i), size).await.unwrap();
-            whole.extend(batch(i).concat());
-            if i > 0 {
-                let mut before = vec![0; size as usize];
-                file.read_exact_at(&mut before, u64::from(i - 1) * size)
-                    .unwrap();
-                assert!(
-                    before.iter().all(|&b| b == i - 1),
-                    "batch {} is written",
-                    i - 1
-                );
+        for batches in [4u8, 2] {
+            let temp = Arc::new(store.create_temp().unwrap());
+            let file = temp.reader();
+            let batch = |i: u8| {
+                vec![
+                    Bytes::from(vec![i; 200 * 1024]),
+                    Bytes::from(vec![i; 56 * 1024]),
+                ]
+            };
+            let announced = u64::from(batches) * size;
+            let mut body = BodyWriter::new(temp.clone(), Hashers::new(None), Some(announced));
+            assert_eq!(body.side.is_some(), announced >= SIDE_FROM);
+            let mut whole = Vec::new();
+            for i in 0..batches {
+                assert!(body.goes_to_pool(size));
+                body.start(batch(i), size).await.unwrap();
+                assert!(body.is_writing(), "not waited for");
+                whole.extend(batch(i).concat());
+                if i > 0 {
+                    let mut before = vec![0; size as usize];
+                    file.read_exact_at(&mut before, u64::from(i - 1) * size)
+                        .unwrap();
+                    assert!(
+                        before.iter().all(|&b| b == i - 1),
+                        "batch {} is written",
+                        i - 1
+                    );
+                }
             }
+            let (sha256, _) = body.finish().await.unwrap().finish();
+            let mut written = vec![0; whole.len()];
+            file.read_exact_at(&mut written, 0).unwrap();
+            assert_eq!(written, whole);
+            assert_eq!(sha256, <[u8; 32]>::from(Sha256::digest(&whole)));
         }
-        let (sha256, _) = body.finish().await.unwrap().finish();
-        let mut written = vec![0; whole.len()];
-        file.read_exact_at(&mut written, 0).unwrap();
-        assert_eq!(written, whole);
-        assert_eq!(sha256, <[u8; 32]>::from(Sha256::digest(&whole)));
     }
 }

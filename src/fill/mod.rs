@@ -78,9 +78,11 @@ pub struct Head {
 pub enum FillState {
     /// Choosing a mirror and waiting for its response head.
     Connecting,
-    /// The body is arriving: `written` bytes of it are in `file` so far,
-    /// the last batch of them also in memory. A small body kept whole in
-    /// memory has no file: `recent` is all of it, from byte 0.
+    /// The body is arriving: `written` bytes of it have arrived, those
+    /// before `recent` in `file`, `recent` (the last batch, or the last two
+    /// while the older is being written) in memory and maybe not in `file`
+    /// yet. A small body kept whole in memory has no file: `recent` is all
+    /// of it, from byte 0.
     Streaming {
         head: Arc<Head>,
         file: Option<Arc<File>>,

@@ -21,7 +21,7 @@ use super::FillState;
 /// large single transfers ~25% throughput; 128 KiB keeps both in bounds.
 const READ_CHUNK: usize = 128 * 1024;
 
-/// The bytes of the fill's last batch, in memory: a reader that has caught
+/// The bytes of the fill's last batch (or two), in memory: a reader that has caught
 /// up takes them from here (a slice, no copy) instead of reading them back
 /// from the temp file. Published with the length they end at; the bytes
 /// before them are in the file, and a reader behind them reads the file up

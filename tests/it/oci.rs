@@ -462,9 +462,10 @@ async fn a_blob_that_is_not_its_digest_is_refused_and_the_next_mirror_sends_it()
 
 /// A layer of a few MiB streams to its readers while it is written (each
 /// batch while the next arrives) and is checked before it is kept: a
-/// client that joins halfway gets every byte, one upstream request in all;
-/// a tampered one reaches its reader as a broken transfer, is never kept,
-/// and the next request gets the next mirror's bytes.
+/// client that joins when 2 MiB have come (the mirror holds the rest until
+/// then) gets every byte, one upstream request in all; a tampered one
+/// reaches its reader as a broken transfer, leaves no file, and the next
+/// request gets the next mirror's bytes.
 #[tokio::test]
 async fn a_large_layer_streams_to_every_reader_while_it_is_written_and_checked() {
     use crate::support::mirror::Fault;
@@ -480,9 +481,8 @@ async fn a_large_layer_streams_to_every_reader_while_it_is_written_and_checked()
     bad.put(&path, other);
     good.put(&path, layer.clone());
     // 64 KiB pieces 2 ms apart: about 100 ms for the whole layer.
-    for mirror in [&bad, &good] {
-        mirror.set_fault(Fault::SlowBody(Duration::from_millis(2)));
-    }
+    bad.set_fault(Fault::SlowBody(Duration::from_millis(2)));
+    good.set_fault(Fault::StallAfter(2 * 1024 * 1024));
     let proxy = TestProxy::start(&format!(
         "{}{}",
         oci_remote("good", &[&good]),
@@ -501,12 +501,17 @@ async fn a_large_layer_streams_to_every_reader_while_it_is_written_and_checked()
             (status, body.map(|b| sha256_hex(&b)).ok())
         }
     };
-    let first = body("good");
     let halfway = async {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-        body("good").await
+        while good.stalled() == 0 {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let release = async {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            good.release();
+        };
+        tokio::join!(body("good"), release).0
     };
-    let (first, halfway) = tokio::join!(first, halfway);
+    let (first, halfway) = tokio::join!(body("good"), halfway);
     let whole = Some(sha256_hex(&layer));
     assert_eq!(first, (StatusCode::OK, whole.clone()));
     assert_eq!(halfway, (StatusCode::OK, whole.clone()));
@@ -518,6 +523,7 @@ async fn a_large_layer_streams_to_every_reader_while_it_is_written_and_checked()
     let (status, tampered) = body("both").await;
     assert_eq!((status, tampered), (StatusCode::OK, None));
     proxy.settle().await;
+    assert_eq!(proxy.temp_files(), 0, "no file left of the tampered copy");
     assert_eq!(body("both").await, (StatusCode::OK, whole));
     assert_eq!((bad.hits(&path), good.hits(&path)), (1, 2));
     proxy.stop().await;
