@@ -112,19 +112,20 @@ pub(super) async fn download(
         let batch = match first.take() {
             Some(batch) => batch,
             None => {
-                // A write that fails while the mirror is awaited is this
-                // store's error, told at once, not the mirror's stall.
-                let next = next_batch(remote, upstream, after_batch.take());
-                tokio::pin!(next);
-                let next = loop {
-                    tokio::select! {
-                        next = &mut next => break next?,
-                        settled = body.settle(), if body.is_writing() => settled?,
+                // A write that failed is this store's error, told before
+                // the mirror is waited for again, and rather than what the
+                // mirror did meanwhile. (Not raced against the wait: its
+                // end would wake this thread for each batch.)
+                if body.write_ended() {
+                    body.settle().await?;
+                }
+                match next_batch(remote, upstream, after_batch.take()).await {
+                    Ok(Some(batch)) => batch,
+                    Ok(None) => break,
+                    Err(error) => {
+                        body.settle().await?;
+                        return Err(error);
                     }
-                };
-                match next {
-                    Some(batch) => batch,
-                    None => break,
                 }
             }
         };

@@ -128,22 +128,27 @@ impl BodyWriter {
         !(self.inline && self.written + len <= INLINE_BYTES)
     }
 
-    /// Whether a batch's write is in flight.
-    pub(super) fn is_writing(&self) -> bool {
-        self.pending.is_some()
+    /// Whether a batch's write was in flight and has ended (well or not).
+    pub(super) fn write_ended(&self) -> bool {
+        self.pending.as_ref().is_some_and(|p| p.is_finished())
     }
 
     /// Waits until every batch started is in the file; its error, if the
-    /// write failed. Cancel-safe: dropped before the write ends, the write
-    /// stays in flight.
+    /// write failed.
     pub(super) async fn settle(&mut self) -> Result<(), ProxyError> {
-        if let Some(pending) = self.pending.as_mut() {
-            let written = pending.await;
-            self.pending = None;
-            let written = written.map_err(|e| ProxyError::Store(e.to_string()))?;
+        if let Some(pending) = self.pending.take() {
+            let written = pending
+                .await
+                .map_err(|e| ProxyError::Store(e.to_string()))?;
             self.hashers = written.map_err(|e| ProxyError::Store(e.to_string()))?;
         }
         Ok(())
+    }
+
+    /// Whether a batch's write is in flight.
+    #[cfg(test)]
+    fn is_writing(&self) -> bool {
+        self.pending.is_some()
     }
 
     /// The hashes of every byte written.
