@@ -192,8 +192,9 @@ pub(super) async fn download(
 }
 
 /// Publishes `available` bytes of a streaming body, the last of them in
-/// memory (`batch`: the ones not yet written, and at least the last batch). A body held back (nothing published yet) stays so, unless it
-/// is published `early` (nothing can refuse it): then this is its first
+/// memory (`batch`: the ones not yet written, and at least the last
+/// batch). A body held back (nothing published yet) stays so, unless it is
+/// published `early` (nothing can refuse it): then this is its first
 /// publication.
 fn publish(
     tx: &watch::Sender<FillState>,

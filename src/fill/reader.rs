@@ -21,9 +21,9 @@ use super::FillState;
 /// large single transfers ~25% throughput; 128 KiB keeps both in bounds.
 const READ_CHUNK: usize = 128 * 1024;
 
-/// The bytes of the fill's last batch (or two), in memory: a reader that has caught
-/// up takes them from here (a slice, no copy) instead of reading them back
-/// from the temp file. Published with the length they end at; the bytes
+/// The bytes of the fill's last batch (or two), in memory: a reader that
+/// has caught up takes them from here (a slice, no copy) instead of reading
+/// them back from the temp file. Published with the length they end at; the bytes
 /// before them are in the file, and a reader behind them reads the file up
 /// to where they begin. The batch may not be in the file yet (it is
 /// written while the next one arrives); a body nothing can refuse
@@ -31,7 +31,7 @@ const READ_CHUNK: usize = 128 * 1024;
 /// recent bytes are then the last two batches.
 #[derive(Clone)]
 pub struct Recent {
-    /// Where the batch begins in the body.
+    /// Where these bytes begin in the body.
     start: u64,
     chunks: Arc<[Bytes]>,
 }
