@@ -220,6 +220,35 @@ start_bench_mirrorcache() {
     PIDS+=("$M_PID")
 }
 
+# rows_now [TABLE]: the rows of TABLE (entries) in the database of
+# start_bench_mirrorcache's server.
+rows_now() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM ' + sys.argv[2]).fetchone()[0])" "$M_DIR/meta.db" "${1:-entries}"; }
+
+# cold_key_lua FILE BASE ROUND: a wrk script that asks for a new key under
+# the path BASE with every request: a prefix of ROUND, the wrk thread and a
+# random number, then a counter.
+cold_key_lua() {
+    {
+        echo "base = \"$2\""
+        echo "round = \"$3\""
+        cat <<'EOF'
+local counter = 0
+local threads = 0
+function setup(thread)
+    threads = threads + 1
+    thread:set("tid", threads)
+end
+function init(args)
+    prefix = string.format("%s/r%s-t%d-%d-", base, round, tid, math.random(1, 1000000000))
+end
+request = function()
+    counter = counter + 1
+    return wrk.format("GET", prefix .. counter)
+end
+EOF
+    } >"$1"
+}
+
 # wait_for_hit BASE URL: waits (10 s at most) for BASE/-/health, then (5 s at
 # most) until a HEAD of URL says X-Cache-Status: HIT; fails if it never does.
 is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }

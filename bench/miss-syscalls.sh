@@ -27,27 +27,12 @@ healthy=
 for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && healthy=1 && break; sleep 0.05; done
 [[ -n $healthy ]] || { echo "mirrorcache did not answer /-/health: $M_DIR/mirrorcache.log" >&2; exit 1; }
 
-# Every request a new key: a per-thread prefix and a counter.
-script() { # name
-    {
-        echo "prefix = \"/o/distinct/$1-$RANDOM-\""
-        cat <<'EOF'
-local counter = 0
-local threads = 0
-function setup(thread) threads = threads + 1; thread:set("tid", threads) end
-function init(args) prefix = prefix .. tid .. "-" end
-request = function() counter = counter + 1; return wrk.format("GET", prefix .. counter) end
-EOF
-    } >"$WORK/$1.lua"
-}
-rows() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM entries').fetchone()[0])" "$M_DIR/meta.db"; }
-
 # Two seconds untimed first: worker threads, upstream connections, pages.
-script warm
+cold_key_lua "$WORK/warm.lua" /o/distinct "warm$RANDOM"
 wrk -t2 -c32 -d2s -s "$WORK/warm.lua" "http://127.0.0.1:$M_PORT" >/dev/null
 sleep 1
-script run
-before=$(rows)
+cold_key_lua "$WORK/run.lua" /o/distinct "run$RANDOM"
+before=$(rows_now)
 EVENTS=context-switches,raw_syscalls:sys_enter
 for call in write read epoll_wait futex recvfrom writev pwrite64 newfstatat statx fdatasync fsync; do
     EVENTS+=,syscalls:sys_enter_$call
@@ -57,7 +42,7 @@ PERF=$!
 rate=$(wrk -t2 -c"$CLIENTS" -d"${DURATION}s" -s "$WORK/run.lua" "http://127.0.0.1:$M_PORT" | awk '/Requests\/sec/ { print $2 }')
 wait "$PERF"
 sleep 1
-misses=$(($(rows) - before))
+misses=$(($(rows_now) - before))
 ((misses > 0)) || { echo "no miss was committed: $M_DIR/mirrorcache.log" >&2; exit 1; }
 echo "## bench/miss-syscalls.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo

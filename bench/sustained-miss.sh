@@ -69,27 +69,12 @@ a=$(curl -s "$ORIGIN/distinct/a" | sha256sum)
 b=$(curl -s "$ORIGIN/distinct/b" | sha256sum)
 [[ $a != "$b" ]] || { log "the origin's distinct keys have the same bytes"; exit 1; }
 
-cat >"$WORK/cold.lua" <<'EOF'
-local counter = 0
-local threads = 0
-function setup(thread)
-    threads = threads + 1
-    thread:set("tid", threads)
-end
-function init(args)
-    prefix = string.format("%s/r%s-t%d-%d-", base, round, tid, math.random(1, 1000000000))
-end
-request = function()
-    counter = counter + 1
-    return wrk.format("GET", prefix .. counter)
-end
-EOF
 
 # One run: prints "ok_per_s errors_share total".
 run() { # base_url kind connections round
     local dir=$WORK/lua-$1-$2-$3-$4
     local script=$WORK/cold-$RANDOM.lua
-    { echo "base = \"$(echo "$1" | sed 's|http://[^/]*||')/$2\""; echo "round = \"$4$RANDOM\""; cat "$WORK/cold.lua"; } >"$script"
+    cold_key_lua "$script" "$(echo "$1" | sed 's|http://[^/]*||')/$2" "$4$RANDOM"
     local host
     host=$(echo "$1" | sed -E 's|(http://[^/]*).*|\1|')
     wrk -t2 -c"$3" -d"${DURATION}s" -s "$script" "$host" | awk -v d="$DURATION" '
@@ -98,8 +83,6 @@ run() { # base_url kind connections round
         /Socket errors/ { gsub(/,/, ""); err += $4 + $6 + $8 + $10 }
         END { ok = total - err; printf "%.0f %.4f %d\n", ok / d, (total > 0 ? err / total : 0), total }'
 }
-# rows_now [TABLE]: the rows of TABLE (entries) in mirrorcache's database.
-rows_now() { python3 -c "import sqlite3,sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT COUNT(*) FROM ' + sys.argv[2]).fetchone()[0])" "$M_DIR/meta.db" "${1:-entries}"; }
 # cpu_ticks: mirrorcache's CPU time so far, every thread's (user + system,
 # in clock ticks).
 cpu_ticks() { awk '{ print $14 + $15 }' "/proc/$M_PID/stat"; }
