@@ -294,12 +294,11 @@ impl Drop for Unmount {
     }
 }
 
-/// A store on a 1 MiB tmpfs: the disk is full for a 2 MiB artifact. The
-/// client still gets every byte; nothing partial is kept.
-#[tokio::test]
-async fn a_full_disk_streams_through_and_keeps_nothing() {
-    let dir = tempfile::tempdir().unwrap();
-    let store = dir.path().join("store");
+/// A 1 MiB tmpfs mounted on `dir/store` (where [`config_text`] puts the
+/// store), unmounted when the guard drops; `None` where mounting is not
+/// allowed.
+fn store_on_a_small_tmpfs(dir: &std::path::Path) -> Option<(std::path::PathBuf, Unmount)> {
+    let store = dir.join("store");
     std::fs::create_dir_all(&store).unwrap();
     let mounted = std::process::Command::new("mount")
         .args(["-t", "tmpfs", "-o", "size=1m", "tmpfs"])
@@ -308,22 +307,38 @@ async fn a_full_disk_streams_through_and_keeps_nothing() {
         .map(|s| s.success())
         .unwrap_or(false);
     if !available("mounting a tmpfs (needs root)", mounted) {
-        return;
+        return None;
     }
-    let _unmount = Unmount(store.clone());
+    Some((store.clone(), Unmount(store)))
+}
+
+/// A server in `dir` with one remote `r` over `mirror`.
+async fn start_running(
+    dir: &std::path::Path,
+    mirror: &MirrorServer,
+) -> mirrorcache::http::server::Running {
+    let config =
+        mirrorcache::config::Config::parse(&config_text(dir, &remote(&[mirror], "")), "test")
+            .unwrap();
+    mirrorcache::http::server::Running::start(&config)
+        .await
+        .unwrap()
+}
+
+/// A store on a 1 MiB tmpfs: the disk is full for a 2 MiB artifact. The
+/// client still gets every byte; nothing partial is kept.
+#[tokio::test]
+async fn a_full_disk_streams_through_and_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((store, _unmount)) = store_on_a_small_tmpfs(dir.path()) else {
+        return;
+    };
 
     let mirror = MirrorServer::start().await;
     let body = test_bytes(2 * 1024 * 1024, 7);
     mirror.put("/m/f", body.clone());
     mirror.put("/m/small", test_bytes(1000, 8));
-    let config = mirrorcache::config::Config::parse(
-        &config_text(dir.path(), &remote(&[&mirror], "")),
-        "test",
-    )
-    .unwrap();
-    let running = mirrorcache::http::server::Running::start(&config)
-        .await
-        .unwrap();
+    let running = start_running(dir.path(), &mirror).await;
     let client = reqwest::Client::new();
     let (status, cache, bytes) = get(&client, &format!("http://{}/r/f", running.local_addr)).await;
     assert_eq!((status, cache.as_str()), (200, "MISS"));
@@ -343,6 +358,76 @@ async fn a_full_disk_streams_through_and_keeps_nothing() {
             .1,
         "HIT"
     );
+    running.shutdown().await;
+}
+
+/// A store on a 1 MiB tmpfs and a 2 MiB body of no announced length (so
+/// nothing is reserved up front): the disk fills in the middle of the
+/// body. The client's transfer breaks (its bytes so far came from the
+/// file); no temp file, no row, no byte counted is left; the server goes
+/// on, and once there is room the same key is fetched and kept whole.
+#[tokio::test]
+async fn a_disk_that_fills_in_the_middle_of_a_body_keeps_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    let Some((store, _unmount)) = store_on_a_small_tmpfs(dir.path()) else {
+        return;
+    };
+
+    let mirror = MirrorServer::start().await;
+    mirror.set_fault(Fault::Chunked);
+    let body = test_bytes(2 * 1024 * 1024, 9);
+    mirror.put("/m/f", body.clone());
+    mirror.put("/m/small", test_bytes(1000, 10));
+    let running = start_running(dir.path(), &mirror).await;
+    let base = format!("http://{}", running.local_addr);
+    let client = reqwest::Client::new();
+    let mut response = client.get(format!("{base}/r/f")).send().await.unwrap();
+    assert_eq!(response.status(), 200);
+    assert_eq!(crate::support::proxy::cache_status(&response), "MISS");
+    let mut received = 0;
+    let broken = loop {
+        match response.chunk().await {
+            Ok(Some(chunk)) => received += chunk.len(),
+            Ok(None) => break false,
+            Err(_) => break true,
+        }
+    };
+    assert!(
+        broken,
+        "a body the store could not hold ends as a broken transfer"
+    );
+    assert!(
+        received > 0 && received < body.len(),
+        "{received} bytes before the break"
+    );
+    running.proxy.fills.wait_idle().await;
+    assert_eq!(crate::support::proxy::temp_files_in(&store), 0);
+    assert_eq!(running.proxy.cache.size(), 0);
+    let row = running.proxy.cache.meta.db.stored_digest("r", "f").await;
+    assert!(row.unwrap().is_none(), "no row for the broken fill");
+
+    // The server goes on: what fits is cached and served as a hit.
+    let small = format!("{base}/r/small");
+    get(&client, &small).await.2.unwrap();
+    running.proxy.fills.wait_idle().await;
+    assert_eq!(get(&client, &small).await.1, "HIT");
+
+    // With room again (a larger file system under the same path), the key
+    // is fetched anew and kept whole.
+    let remounted = std::process::Command::new("mount")
+        .args(["-o", "remount,size=8m"])
+        .arg(&store)
+        .status()
+        .unwrap();
+    assert!(remounted.success());
+    let (status, cache, bytes) = get(&client, &format!("{base}/r/f")).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+    running.proxy.fills.wait_idle().await;
+    let (status, cache, bytes) = get(&client, &format!("{base}/r/f")).await;
+    assert_eq!((status, cache.as_str()), (200, "HIT"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), sha256_hex(&body));
+    assert_eq!(mirror.hits("/m/f"), 2);
     running.shutdown().await;
 }
 
