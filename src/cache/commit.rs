@@ -60,11 +60,12 @@ use crate::store::{read_at, CommitLock, Digest, TempBlob};
 
 /// How long the committer waits after a batch's first commit for others to
 /// join it. Nothing waits on it but the fill's registry entry and what is
-/// learned from a document (its readers have every byte), and each batch costs a sync of the pack, one of
-/// SQLite's journal and the blocking threads' wake-ups: distinct 1 KiB
-/// misses at 8 clients on a journaled ext4 ran 19–26 % faster than with
-/// 2 ms, with 0.33 `futex` calls and 1.4 context switches a miss against
-/// 0.53–0.63 and 1.7–1.8 (`bench/miss-syscalls.sh`, BENCHMARKS.md).
+/// learned from a document (its readers have every byte), and each batch
+/// costs a sync of the pack, SQLite's durable transaction and the blocking
+/// threads' wake-ups: distinct 1 KiB misses at 8 clients on a journaled
+/// ext4 ran 19–26 % faster than with 2 ms, with 0.33 `futex` calls and 1.4
+/// context switches a miss against 0.53–0.63 and 1.7–1.8
+/// (`bench/miss-syscalls.sh`, BENCHMARKS.md).
 pub(crate) const COMMIT_DELAY: Duration = Duration::from_millis(6);
 /// The most commits in one batch.
 pub(crate) const MAX_BATCH: usize = 512;
