@@ -59,20 +59,26 @@ use crate::path::ArtifactPath;
 use crate::store::{read_at, CommitLock, Digest, TempBlob};
 
 /// How long the committer waits after a batch's first commit for others to
-/// join it. Nothing waits on it but the fill's registry entry and what is
-/// learned from a document (its readers have every byte), and each batch
-/// costs a sync of the pack, SQLite's durable transaction and the blocking
-/// threads' wake-ups: distinct 1 KiB misses at 8 clients on a journaled
-/// ext4 ran 19–26 % faster than with 2 ms, with 0.33 `futex` calls and 1.4
-/// context switches a miss against 0.53–0.63 and 1.7–1.8
-/// (`bench/miss-syscalls.sh`, BENCHMARKS.md).
+/// join it. A fill's clients do not wait for it (the fill is `Complete`
+/// before its commit); its registry entry does, and so does what waits for
+/// the fill to end: an OCI pull by tag linking the tag's digest, another
+/// instance polling for the row, the remote's fills waiting for a document
+/// to be learned. A sender that waits for its commit alone (an import's
+/// row) skips it ([`CommitSlot::urgent`]). Each batch costs a sync of the
+/// pack, SQLite's durable transaction and the blocking threads' wake-ups:
+/// with 6 ms instead of 2, distinct 1 KiB misses at 8 clients on a
+/// journaled ext4 made 0.33 `futex` calls and 1.4 context switches a miss
+/// against 0.53–0.63 and 1.7–1.8, and 1.19–1.26× the misses a second under
+/// `perf stat` (`bench/miss-syscalls.sh`; BENCHMARKS.md, "The group
+/// commit's delay").
 pub(crate) const COMMIT_DELAY: Duration = Duration::from_millis(6);
 /// The most commits in one batch.
 pub(crate) const MAX_BATCH: usize = 512;
 
 impl Cache {
     /// Makes a fully written, hashed temp file the entry for `path`, through
-    /// the commit queue, and waits until it is durable.
+    /// the commit queue, and waits until it is durable (its batch does not
+    /// wait for others to join: [`CommitSlot::urgent`]).
     /// A temp file of a size the store packs is read back and committed as
     /// a body kept in memory, so it is packed.
     pub async fn commit_entry(&self, temp: TempBlob, path: &ArtifactPath, entry: Entry) -> Answer {
@@ -90,6 +96,7 @@ impl Cache {
         self.commits
             .slot()
             .await?
+            .urgent()
             .send(body, path, (entry, None), ticket)
             .durable()
             .await
@@ -335,9 +342,10 @@ impl Drop for Committed<'_> {
 
 /// Collects the next batch: the first commit (or those put off from the
 /// last batch), then whatever arrives within [`COMMIT_DELAY`], up to
-/// [`MAX_BATCH`]; a second commit of a key already in the batch is put off
-/// to the next (a row per key per transaction). `None` when the queue is
-/// closed.
+/// [`MAX_BATCH`], or at once when a commit in it is urgent (its sender
+/// waits for it: [`CommitSlot::urgent`]); a second commit of a key already
+/// in the batch is put off to the next (a row per key per transaction).
+/// `None` when the queue is closed.
 ///
 /// After the first commit the committer sleeps until the delay is over and
 /// then takes what was queued meanwhile, rather than waking for each commit
@@ -347,7 +355,7 @@ impl Drop for Committed<'_> {
 /// sleep short ([`Intake::crowded`]), so a small queue does not hold
 /// commits back.
 async fn collect(intake: &mut Intake, later: &mut Vec<Pending>) -> Option<Vec<Pending>> {
-    let mut batch = Vec::with_capacity(MAX_BATCH);
+    let mut batch: Vec<Pending> = Vec::with_capacity(MAX_BATCH);
     let mut keys = HashSet::new();
     for pending in std::mem::take(later) {
         if batch.len() < MAX_BATCH && keys.insert(pending.path.key().to_string()) {
@@ -361,6 +369,7 @@ async fn collect(intake: &mut Intake, later: &mut Vec<Pending>) -> Option<Vec<Pe
         keys.insert(pending.path.key().to_string());
         batch.push(pending);
     }
+    let mut urgent = batch.iter().any(|pending| pending.urgent);
     let deadline = tokio::time::Instant::now() + COMMIT_DELAY;
     loop {
         while batch.len() < MAX_BATCH {
@@ -370,12 +379,13 @@ async fn collect(intake: &mut Intake, later: &mut Vec<Pending>) -> Option<Vec<Pe
                 Err(mpsc::error::TryRecvError::Empty) => break,
             };
             if keys.insert(next.path.key().to_string()) {
+                urgent |= next.urgent;
                 batch.push(next);
             } else {
                 later.push(next);
             }
         }
-        if batch.len() >= MAX_BATCH || tokio::time::Instant::now() >= deadline {
+        if urgent || batch.len() >= MAX_BATCH || tokio::time::Instant::now() >= deadline {
             return Some(batch);
         }
         tokio::select! {
@@ -450,6 +460,29 @@ mod tests {
         assert_eq!(keys, ["r/k0", "r/k1", "r/k2"]);
         for sender in senders {
             drop(sender.await.unwrap());
+        }
+    }
+
+    /// A commit whose sender waits for it (an import's row) is taken as
+    /// its own batch at once, not after the delay; a fill's waits it out.
+    #[tokio::test(start_paused = true)]
+    async fn an_urgent_commit_does_not_wait_out_the_delay() {
+        let metrics = Metrics::new();
+        let (commits, mut intake) = Commits::new(4, &metrics);
+        let ticket = Purges::default().ticket();
+        let mut sent = Vec::new();
+        for (i, urgent) in [(0, true), (1, false)] {
+            let bytes = bytes::Bytes::from(format!("body {i}"));
+            let entry = Entry::new(Digest::of(&bytes), bytes.len() as u64, None, None, None, 0);
+            let path = ArtifactPath::parse(&format!("/r/k{i}")).unwrap();
+            let slot = commits.slot().await.unwrap();
+            let slot = if urgent { slot.urgent() } else { slot };
+            let start = tokio::time::Instant::now();
+            sent.push(slot.send(FillBody::Memory(bytes), &path, (entry, None), ticket));
+            let batch = collect(&mut intake, &mut Vec::new()).await.unwrap();
+            assert_eq!(batch.len(), 1);
+            let waited = start.elapsed();
+            assert_eq!(waited >= COMMIT_DELAY, !urgent, "waited {waited:?}");
         }
     }
 }

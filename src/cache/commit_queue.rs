@@ -38,6 +38,10 @@ pub(crate) struct Pending<B = FillBody> {
     pub(crate) ticket: Ticket,
     pub(crate) pin: Option<Pin>,
     pub(crate) done: Reply,
+    /// Its sender waits for it before it sends another (an import): none
+    /// of its own will join the batch, so the batch does not wait for
+    /// others ([`CommitSlot::urgent`]).
+    pub(crate) urgent: bool,
 }
 
 /// Where a commit's answer goes: the fill waiting for it, and the thread
@@ -96,6 +100,7 @@ pub struct CommitSlot {
     permit: mpsc::OwnedPermit<Pending>,
     queued: Queued,
     crowded: Arc<Notify>,
+    urgent: bool,
 }
 
 /// One in `commits_queued`, from a place taken until its commit is
@@ -115,6 +120,15 @@ pub struct Committing {
 }
 
 impl CommitSlot {
+    /// For a sender that waits for this commit before it sends another:
+    /// its batch is committed once what is queued is taken, without the
+    /// delay for others to join (a fill's readers do not wait for its
+    /// commit; an import's next row does).
+    pub fn urgent(mut self) -> CommitSlot {
+        self.urgent = true;
+        self
+    }
+
     /// Hands the complete, hashed body over: it becomes the entry of
     /// `path` with the next batch, unless a purge of `path` comes after
     /// `ticket` (when the fill began); `pin` is written with its row.
@@ -136,6 +150,7 @@ impl CommitSlot {
             permit,
             queued,
             crowded,
+            urgent,
         } = self;
         let queue = permit.send(Pending {
             body,
@@ -144,6 +159,7 @@ impl CommitSlot {
             ticket,
             pin,
             done,
+            urgent,
         });
         if queue.capacity() == 0 {
             // Every place is taken: the committer takes what is queued now.
@@ -236,6 +252,7 @@ impl Commits {
             permit: slot,
             queued: Queued(self.queued.clone()),
             crowded: self.crowded.clone(),
+            urgent: false,
         })
     }
 

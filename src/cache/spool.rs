@@ -92,6 +92,7 @@ impl Cache {
             ticket,
             pin,
             done,
+            urgent: _,
         } in batch
         {
             let digest = entry.digest;

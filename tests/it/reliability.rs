@@ -363,9 +363,10 @@ async fn a_full_disk_streams_through_and_keeps_nothing() {
 
 /// A store on a 1 MiB tmpfs and a 2 MiB body of no announced length (so
 /// nothing is reserved up front): the disk fills in the middle of the
-/// body. The client's transfer breaks (its bytes so far came from the
-/// file); no temp file, no row, no byte counted is left; the server goes
-/// on, and once there is room the same key is fetched and kept whole.
+/// body. The client's transfer breaks after the bytes it was sent; no temp
+/// file, no row, no byte counted (committed or in progress) is left; the
+/// server goes on, and once the tmpfs is resized the same key is fetched
+/// and kept whole.
 #[tokio::test]
 async fn a_disk_that_fills_in_the_middle_of_a_body_keeps_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -403,6 +404,7 @@ async fn a_disk_that_fills_in_the_middle_of_a_body_keeps_nothing() {
     running.proxy.fills.wait_idle().await;
     assert_eq!(crate::support::proxy::temp_files_in(&store), 0);
     assert_eq!(running.proxy.cache.size(), 0);
+    assert_eq!(running.proxy.cache.budget().in_progress(), 0);
     let row = running.proxy.cache.meta.db.stored_digest("r", "f").await;
     assert!(row.unwrap().is_none(), "no row for the broken fill");
 
@@ -412,8 +414,8 @@ async fn a_disk_that_fills_in_the_middle_of_a_body_keeps_nothing() {
     running.proxy.fills.wait_idle().await;
     assert_eq!(get(&client, &small).await.1, "HIT");
 
-    // With room again (a larger file system under the same path), the key
-    // is fetched anew and kept whole.
+    // With room again (the tmpfs resized), the key is fetched anew and kept
+    // whole.
     let remounted = std::process::Command::new("mount")
         .args(["-o", "remount,size=8m"])
         .arg(&store)
