@@ -53,7 +53,7 @@ for round in $(seq 1 "$ROUNDS"); do
         start=$(date +%s.%N)
         "$bin" import --config "$dir/mirrorcache.toml" "$WORK/rows.mcb" >/dev/null 2>&1
         end=$(date +%s.%N)
-        rows=$(python3 -c "import sqlite3, sys; print(sqlite3.connect(sys.argv[1]).execute('SELECT count(*) FROM entries').fetchone()[0])" "$dir/meta.db")
+        rows=$(M_DIR=$dir rows_now)
         seconds=$(echo "$end - $start" | bc -l)
         printf '| %s | %d | %.2f | %d | %.2f |\n' "$name" "$round" "$seconds" "$rows" "$(echo "$seconds * 1000 / $rows" | bc -l)"
         rm -rf "$dir"
