@@ -51,7 +51,7 @@ start_nginx "$WORK" "$O_PORT" "location /slow/ { limit_rate $FILL_RATE; access_l
 declare -A URL MC_PIDS
 start_variants "$WORK" "$O_PORT" "$@"
 for label in "${LABELS[@]}"; do
-    for _ in $(seq 1 100); do curl -s -o /dev/null "${URL[$label]%/o}/-/health" && break; sleep 0.1; done
+    wait_up "${URL[$label]%/o}/-/health"
 done
 
 p50() { sort -g | awk '{ a[NR] = $1 } END { printf "%.3f", (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

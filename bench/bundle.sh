@@ -75,7 +75,7 @@ A_PORT=$PORT
 config "$WORK/a" "$A_PORT" true >"$WORK/a/mirrorcache.toml"
 "$BIN" serve --config "$WORK/a/mirrorcache.toml" 2>"$WORK/a/log" &
 PIDS+=("$!")
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$A_PORT/-/health" && break; sleep 0.1; done
+wait_up "http://127.0.0.1:$A_PORT/-/health"
 for i in $(seq 1 "$FILES"); do curl -sf -o /dev/null "http://127.0.0.1:$A_PORT/o/f/$i.bin"; done
 wait_for_hit "http://127.0.0.1:$A_PORT" "http://127.0.0.1:$A_PORT/o/f/$FILES.bin"
 openssl genpkey -algorithm ed25519 -out "$WORK/key.pem"
@@ -126,7 +126,7 @@ for variant in on off; do
     "$BIN" serve --config "$dir/mirrorcache.toml" 2>"$dir/log" &
     PIDS+=("$!")
     BASE[$variant]=http://127.0.0.1:$PORT
-    for _ in $(seq 1 100); do curl -s -o /dev/null "${BASE[$variant]}/-/health" && break; sleep 0.1; done
+    wait_up "${BASE[$variant]}/-/health"
     curl -s -o /dev/null "${BASE[$variant]}/o/1k.bin"
     wait_for_hit "${BASE[$variant]}" "${BASE[$variant]}/o/1k.bin"
 done

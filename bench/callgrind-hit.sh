@@ -57,7 +57,7 @@ MC_PID=$!
 PIDS+=("$MC_PID")
 URL=http://127.0.0.1:$M_PORT/o/obj.bin
 # Under valgrind start-up takes seconds.
-for _ in $(seq 1 300); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && break; sleep 0.2; done
+wait_up -s 60 "http://127.0.0.1:$M_PORT/-/health"
 wait_for_hit "http://127.0.0.1:$M_PORT" "$URL"
 args=()
 for _ in $(seq 1 50); do args+=(-o /dev/null "$URL"); done

@@ -82,7 +82,7 @@ files = ["http://127.0.0.1:$O_PORT/crates"]
 EOF
 "$BIN" serve --config "$WORK/mc/mirrorcache.toml" 2>"$WORK/mc/log" &
 PIDS+=("$!")
-for _ in $(seq 1 100); do curl -sk -o /dev/null "https://127.0.0.1:$M_PORT/-/health" && break; sleep 0.1; done
+wait_up "https://127.0.0.1:$M_PORT/-/health"
 
 mkdir -p "$WORK/project/src"
 : >"$WORK/project/src/lib.rs"

@@ -83,16 +83,6 @@ cleanup() {
 }
 trap cleanup EXIT
 
-wait_up() { # url
-    local i
-    for i in $(seq 1 200); do
-        curl -s -o /dev/null "$1" && return 0
-        sleep 0.05
-    done
-    log "not answering: $1"
-    exit 1
-}
-
 # The http context every nginx here shares (nginx_common and
 # nginx_temp_paths are bench/lib.sh's).
 nginx_http_common() { # dir
@@ -203,10 +193,7 @@ TUNED=http://127.0.0.1:$T_PORT/o
 start_bench_mirrorcache "$ORIGIN" info
 MC=http://127.0.0.1:$M_PORT/o
 
-wait_up "$ORIGIN/hit/1k.bin"
-wait_up "http://127.0.0.1:$N_PORT/"
-wait_up "http://127.0.0.1:$T_PORT/"
-wait_up "http://127.0.0.1:$M_PORT/-/health"
+wait_up "$ORIGIN/hit/1k.bin" "http://127.0.0.1:$N_PORT/" "http://127.0.0.1:$T_PORT/" "http://127.0.0.1:$M_PORT/-/health"
 log "origin :$O_PORT (pid $O_PID), nginx :$N_PORT (pid $N_PID), nginx-tuned :$T_PORT (pid $T_PID), mirrorcache :$M_PORT (pid $M_PID)"
 
 # Fetches until the proxy says HIT (a fill commits after its client is served).

@@ -65,9 +65,7 @@ for which in a b; do
 done
 urls=("http://127.0.0.1:$O_PORT/big/x" "http://127.0.0.1:$N_PORT/")
 for who in "${WHO[@]:1}"; do urls+=("${BASE[$who]%/o}/-/health"); done
-for url in "${urls[@]}"; do
-    for _ in $(seq 1 200); do curl -sf -o /dev/null -r 0-0 "$url" && break; sleep 0.05; done
-done
+wait_up "${urls[@]}"
 # Connections warmed (and each proxy's remote seen once) before timing.
 if ((MISSES > 0)); then
     for who in "${WHO[@]}"; do curl -s -o /dev/null "${BASE[$who]}/miss/r1-1.bin"; done

@@ -43,7 +43,7 @@ MC_PORT=$PORT
 } >"$WORK/mirrorcache.toml"
 "$BIN" serve --config "$WORK/mirrorcache.toml" 2>"$WORK/mc.log" &
 PIDS+=("$!")
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$MC_PORT/-/health" && break; sleep 0.1; done
+wait_up "http://127.0.0.1:$MC_PORT/-/health"
 sleep 0.5
 
 echo "strategy      fetches  hedges  share   wall"

@@ -25,7 +25,7 @@ start_keyed_origin "$WORK/origin"
 FIRST=${1#*=}
 free_port
 start_mirrorcache "$WORK/source" "$PORT" "$O_PORT" "$WORK/source/log" "$FIRST"
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$PORT/-/health" && break; sleep 0.1; done
+wait_up "http://127.0.0.1:$PORT/-/health"
 python3 - "$PORT" "$ROWS" <<'PY'
 import http.client, sys
 conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))

@@ -249,12 +249,31 @@ EOF
     } >"$1"
 }
 
-# wait_for_hit BASE URL: waits (10 s at most) for BASE/-/health, then (5 s at
+# wait_up [-s SECONDS] URL...: waits (SECONDS, 10 by default, at most for
+# each) until each URL answers at all (any status; its first byte asked
+# for; a certificate not checked); exits 1 naming the first that never does.
+wait_up() {
+    local url tries=200
+    if [[ $1 == -s ]]; then
+        tries=$(($2 * 20))
+        shift 2
+    fi
+    for url in "$@"; do
+        for _ in $(seq 1 "$tries"); do
+            curl -sk -o /dev/null -r 0-0 "$url" && continue 2
+            sleep 0.05
+        done
+        echo "not answering: $url" >&2
+        exit 1
+    done
+}
+
+# wait_for_hit BASE URL: waits for BASE/-/health (wait_up), then (5 s at
 # most) until a HEAD of URL says X-Cache-Status: HIT; fails if it never does.
 is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }
 wait_for_hit() {
     local base=$1 url=$2
-    for _ in $(seq 1 100); do curl -s -o /dev/null "$base/-/health" && break; sleep 0.1; done
+    wait_up "$base/-/health"
     for _ in $(seq 1 100); do
         is_hit "$url" && return 0
         sleep 0.05

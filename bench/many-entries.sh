@@ -42,6 +42,9 @@
 #        hot run, flat by symbol, and the server's CPU a request of each)
 #        IDLE=35 (after the rounds: the idle server's CPU over that many
 #        seconds, one write of the hits' access times among it)
+#        WRK_BATCH=1 (wrk under SCHED_BATCH: its wake-ups do not preempt
+#        the server, as clients on other machines do not; both servers'
+#        rounds alike)
 # Results are recorded in BENCHMARKS.md.
 
 set -euo pipefail
@@ -53,6 +56,8 @@ DIGESTS=${DIGESTS:-one}
 [[ $DIGESTS == distinct ]] && ROUNDS=0
 DISTINCT=${DISTINCT:-0}
 PACK_BELOW=${PACK_BELOW:-64KiB}
+WRK=(wrk)
+[[ ${WRK_BATCH:-0} == 1 ]] && WRK=(chrt -b 0 wrk)
 
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
@@ -106,12 +111,16 @@ median_spread() { # values... -> "median (min–max)"
         if (a[1] == a[NR]) printf "%.0f", m; else printf "%.0f (%.0f–%.0f)", m, a[1], a[NR] }'
 }
 rps() { # lua-script url
-    wrk -t2 -c64 -d"${DURATION}s" -s "$1" "$2" | awk '/Requests\/sec/ { printf "%.0f", $2 }'
+    "${WRK[@]}" -t2 -c64 -d"${DURATION}s" -s "$1" "$2" | awk '/Requests\/sec/ { printf "%.0f", $2 }'
 }
 # cpu_us PID: the process's CPU so far (utime + stime), in microseconds.
 cpu_us() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f", ($14 + $15) / hz * 1e6 }' "/proc/$1/stat"; }
 # per_request PID BEFORE RPS: CPU microseconds a request since BEFORE.
 per_request() { awk -v a="$2" -v b="$(cpu_us "$1")" -v r="$3" -v d="$DURATION" 'BEGIN { printf "%.1f", (b - a) / (r * d) }'; }
+# preempted PID: the times its threads were switched out while runnable so far.
+preempted() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^nonvoluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'; }
+# preempted_per PID BEFORE RPS: those a request since BEFORE.
+preempted_per() { awk -v a="$2" -v b="$(preempted "$1")" -v r="$3" -v d="$DURATION" 'BEGIN { printf "%.2f", (b - a) / (r * d) }'; }
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
 ROWS=()
@@ -129,7 +138,7 @@ for n in $SIZES; do
     # The schema, once.
     "$MC_BIN" serve --config "$dir/mirrorcache.toml" 2>"$dir/first.log" &
     pid=$!
-    for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$port/-/health" && break; sleep 0.1; done
+    wait_up "http://127.0.0.1:$port/-/health"
     if ((DISTINCT)); then
         log "N=$n: filling mirrorcache and nginx, one miss a key"
         fill "http://127.0.0.1:$port" "$n"
@@ -141,7 +150,7 @@ for n in $SIZES; do
         n_port=$PORT
         start_tuned_proxy "$dir/nginx" "$n_port" "$O_PORT"
         n_pid=${PIDS[-1]}
-        for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$n_port/" && break; sleep 0.1; done
+        wait_up "http://127.0.0.1:$n_port/"
         fill "http://127.0.0.1:$n_port" "$n"
     fi
     kill -TERM "$pid"; wait "$pid" || true
@@ -195,15 +204,15 @@ $seeded
 request = function() return wrk.format("GET", "/o/k/" .. math.random(0, 999)) end
 EOF
     # Warm the hot keys (and the blob in memory).
-    ((ROUNDS > 0)) && wrk -t2 -c64 -d2s -s "$dir/hot.lua" "http://127.0.0.1:$port" >/dev/null
+    ((ROUNDS > 0)) && "${WRK[@]}" -t2 -c64 -d2s -s "$dir/hot.lua" "http://127.0.0.1:$port" >/dev/null
     random=() hot=() ratios=() nginx=() over=()
     for round in $(seq 1 "$ROUNDS"); do
-        c0=$(cpu_us "$pid")
+        c0=$(cpu_us "$pid") p0=$(preempted "$pid")
         r=$(rps "$dir/random.lua" "http://127.0.0.1:$port")
-        rc=$(per_request "$pid" "$c0" "$r")
-        c0=$(cpu_us "$pid")
+        rc=$(per_request "$pid" "$c0" "$r") rp=$(preempted_per "$pid" "$p0" "$r")
+        c0=$(cpu_us "$pid") p0=$(preempted "$pid")
         h=$(rps "$dir/hot.lua" "http://127.0.0.1:$port")
-        hc=$(per_request "$pid" "$c0" "$h")
+        hc=$(per_request "$pid" "$c0" "$h") hp=$(preempted_per "$pid" "$p0" "$h")
         random+=("$r") hot+=("$h")
         ratios+=("$(awk -v a="$r" -v b="$h" 'BEGIN { printf "%.3f", a / b }')")
         x=""
@@ -212,7 +221,7 @@ EOF
             nginx+=("$x")
             over+=("$(awk -v a="$r" -v b="$x" 'BEGIN { printf "%.3f", a / b }')")
         fi
-        log "N=$n round $round: random $r req/s ($rc us of CPU a request), hot $h req/s ($hc us)${x:+, nginx random $x req/s}"
+        log "N=$n round $round: random $r req/s ($rc us of CPU, $rp preemptions a request), hot $h req/s ($hc us, $hp)${x:+, nginx random $x req/s}"
     done
     if [[ -n ${PROFILE:-} ]]; then
         # Where a random hit's time goes beside a hot one's: perf's cpu-clock
@@ -223,7 +232,7 @@ EOF
             c0=$(cpu_us "$pid")
             perf record -q -e cpu-clock -F 1999 -p "$pid" -o "$PROFILE/$which.data" 2>/dev/null &
             rec=$!
-            wrk -t2 -c64 -d"${DURATION}s" -s "$dir/$which.lua" "http://127.0.0.1:$port" >"$PROFILE/$which.wrk"
+            "${WRK[@]}" -t2 -c64 -d"${DURATION}s" -s "$dir/$which.lua" "http://127.0.0.1:$port" >"$PROFILE/$which.wrk"
             kill -INT "$rec"; wait "$rec" || true
             rate=$(awk '/Requests\/sec/ { printf "%.0f", $2 }' "$PROFILE/$which.wrk")
             echo "$which: $rate req/s, $(per_request "$pid" "$c0" "$rate") us of CPU a request" | tee -a "$PROFILE/summary.txt"
@@ -258,7 +267,7 @@ base_rss=""
 base_n=""
 {
     echo
-    echo "## bench/many-entries.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c64 -d${DURATION}s, $ROUNDS rounds, digests: $DIGESTS, distinct bytes: $DISTINCT (pack_below $PACK_BELOW)"
+    echo "## bench/many-entries.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${WRK[*]} -t2 -c64 -d${DURATION}s, $ROUNDS rounds, digests: $DIGESTS, distinct bytes: $DISTINCT (pack_below $PACK_BELOW)"
     echo
     echo "| entries | startup to first HIT s | index loaded s | idle RSS MiB | bytes per entry (over the smallest run) | peak RSS MiB | random-key hits req/s | hot-key hits req/s (1,000 keys) | random ÷ hot | errors logged | nginx random-key hits req/s | random ÷ nginx's random |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

@@ -45,7 +45,7 @@ M_PORT=$PORT
 "$MC_BIN" serve --config "$M_DIR/mirrorcache.toml" 2>"$M_DIR/mirrorcache.log" &
 M_PID=$!
 PIDS+=("$M_PID")
-for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && break; sleep 0.05; done
+wait_up "http://127.0.0.1:$M_PORT/-/health"
 # The tuned proxy's worker processes (not the origin's).
 for _ in $(seq 1 50); do [[ -s $N_DIR/nginx.pid ]] && break; sleep 0.1; done
 N_PIDS=$(pgrep -P "$(cat "$N_DIR/nginx.pid")" | paste -sd,)

@@ -37,7 +37,7 @@ make_work mc-miss-rss
 start_keyed_origin "$WORK/origin"
 
 start_bench_mirrorcache "http://127.0.0.1:$O_PORT" warn
-for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && break; sleep 0.05; done
+wait_up "http://127.0.0.1:$M_PORT/-/health"
 
 made=0
 for kind in distinct same; do

@@ -23,9 +23,7 @@ DURATION=${DURATION:-6}
 make_work mc-syscalls
 start_keyed_origin "$WORK/origin"
 start_bench_mirrorcache "http://127.0.0.1:$O_PORT" warn
-healthy=
-for _ in $(seq 1 200); do curl -s -o /dev/null "http://127.0.0.1:$M_PORT/-/health" && healthy=1 && break; sleep 0.05; done
-[[ -n $healthy ]] || { echo "mirrorcache did not answer /-/health: $M_DIR/mirrorcache.log" >&2; exit 1; }
+wait_up "http://127.0.0.1:$M_PORT/-/health"
 
 # Two seconds untimed first: worker threads, upstream connections, pages.
 cold_key_lua "$WORK/warm.lua" /o/distinct "warm$RANDOM"

@@ -48,7 +48,7 @@ http:
 EOF
 docker-registry serve "$WORK/registry.yml" >"$WORK/registry.log" 2>&1 &
 PIDS+=("$!")
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$REG_PORT/v2/" && break; sleep 0.1; done
+wait_up "http://127.0.0.1:$REG_PORT/v2/"
 REG=127.0.0.1:$REG_PORT
 for tag in shared solo; do
     sk copy -q --dest-tls-verify=false "oci:$WORK/layout:$tag" "docker://$REG/bench/img:$tag"
@@ -78,7 +78,7 @@ EOF
 "$BIN" serve --config "$WORK/mc/mirrorcache.toml" 2>"$WORK/mc.log" &
 MC_PID=$!
 PIDS+=("$MC_PID")
-for _ in $(seq 1 100); do curl -s -o /dev/null "http://127.0.0.1:$MC_PORT/-/health" && break; sleep 0.1; done
+wait_up "http://127.0.0.1:$MC_PORT/-/health"
 PROXY=127.0.0.1:$MC_PORT
 
 hwm() { awk '/^VmHWM/ {print $2}' "/proc/$MC_PID/status"; }

@@ -96,7 +96,7 @@ EOF
 MC_PID=$!
 PIDS+=("$MC_PID")
 BASE=http://127.0.0.1:$MC_PORT
-for _ in $(seq 1 100); do curl -s -o /dev/null "$BASE/-/health" && break; sleep 0.1; done
+wait_up "$BASE/-/health"
 for _ in $(seq 1 600); do
     curl -s "$BASE/-/status" | grep -q "\"records\":$RECORDS" && break
     sleep 0.1

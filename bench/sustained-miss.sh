@@ -62,9 +62,7 @@ NGINX=http://127.0.0.1:$N_PORT/o
 start_bench_mirrorcache "$ORIGIN" warn
 MC=http://127.0.0.1:$M_PORT/o
 
-for url in "$ORIGIN/same/x" "http://127.0.0.1:$N_PORT/" "http://127.0.0.1:$M_PORT/-/health"; do
-    for _ in $(seq 1 200); do curl -s -o /dev/null "$url" && break; sleep 0.05; done
-done
+wait_up "$ORIGIN/same/x" "http://127.0.0.1:$N_PORT/" "http://127.0.0.1:$M_PORT/-/health"
 a=$(curl -s "$ORIGIN/distinct/a" | sha256sum)
 b=$(curl -s "$ORIGIN/distinct/b" | sha256sum)
 [[ $a != "$b" ]] || { log "the origin's distinct keys have the same bytes"; exit 1; }

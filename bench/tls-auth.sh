@@ -117,7 +117,7 @@ warm() {
     exit 1
 }
 # nginx over TLS answering before its first round.
-for _ in $(seq 1 100); do curl -sk -o /dev/null "https://127.0.0.1:$N_PORT/" && break; sleep 0.1; done
+wait_up "https://127.0.0.1:$N_PORT/"
 for size in $SIZES; do
     warm "${BASE[plain]}/o/$size.bin"
     warm "${BASE[tls]}/o/$size.bin"

@@ -71,7 +71,7 @@ MC_PORT=$PORT
 "$BIN" serve --config "$WORK/mirrorcache.toml" 2>"$WORK/mc.log" &
 PIDS+=("$!")
 MC="http://127.0.0.1:$MC_PORT"
-for _ in $(seq 1 100); do curl -s -o /dev/null "$MC/-/health" && break; sleep 0.1; done
+wait_up "$MC/-/health"
 curl -sf -o /dev/null "$MC/pypi-declared/simple/big/"
 curl -sf -o /dev/null "$MC/npm-sha512/p"
 
