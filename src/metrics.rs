@@ -382,7 +382,7 @@ impl Metrics {
         let commits_queued = Gauge::default();
         registry.register(
             "commits_queued",
-            "Fills whose bytes are written, waiting for their commit to be durable",
+            "Fills whose body has arrived, waiting for their commit to be durable",
             commits_queued.clone(),
         );
         let commits_waiting = Gauge::default();

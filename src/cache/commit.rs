@@ -131,11 +131,11 @@ impl Cache {
         let (rows, refused): (Vec<_>, Vec<_>) = rows
             .into_iter()
             .partition(|(_, entry, _)| !failed.contains_key(&entry.digest));
-        for (path, entry, (_, done, _)) in refused {
+        Reply::send_all(refused.into_iter().map(|(path, entry, (_, done, _))| {
             let error = failed[&entry.digest].clone();
             tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
-            done.send(Err(ProxyError::Store(error)));
-        }
+            (done, Err(ProxyError::Store(error)))
+        }));
         if rows.is_empty() {
             return;
         }

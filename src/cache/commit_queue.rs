@@ -52,11 +52,6 @@ pub(crate) struct Reply {
 }
 
 impl Reply {
-    /// Answers this one fill.
-    pub(crate) fn send(self, answer: Answer) {
-        let _ = self.done.send(answer);
-    }
-
     /// Answers a batch's fills: those waiting on one thread together, by a
     /// task spawned on that thread's runtime, where each answer wakes its
     /// fill without a system call. Answered one by one from the committer's

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 
 use super::commit::Staged;
-use super::commit_queue::{FillBody, Pending};
+use super::commit_queue::{FillBody, Pending, Reply};
 use super::facade::Cache;
 use crate::store::{BatchBody, CommitLock, ContentStore, Digest};
 
@@ -31,13 +31,13 @@ impl Cache {
         let (batch, purged): (Vec<_>, Vec<_>) = batch
             .into_iter()
             .partition(|p| self.meta.memory.purges.current(p.path.key(), p.ticket));
-        for pending in purged {
+        Reply::send_all(purged.into_iter().map(|pending| {
             tracing::debug!(
                 key = pending.path.key(),
                 "purged before its commit; not committed"
             );
-            pending.done.send(Ok(None));
-        }
+            (pending.done, Ok(None))
+        }));
         let new: Vec<(Digest, u64)> = {
             let mut seen = HashSet::new();
             batch

@@ -144,8 +144,10 @@ pub(crate) struct Me {
 }
 
 /// One of the `server.max_fills` slots, held by a fill from its start until
-/// its bytes are written ([`Slot::release`]), or until it ends, panics
-/// included.
+/// its body has arrived ([`Slot::release`]: before its last batch is
+/// published where nothing can refuse the body, so a client that has every
+/// byte never finds the slot still taken; else once the body is written and
+/// checked), or until it ends, panics included.
 pub(crate) struct Slot(Option<Arc<AtomicUsize>>);
 
 impl Slot {
@@ -200,10 +202,10 @@ pub struct FillRegistry {
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     /// `server.max_fills`: a fill nobody reads any more still counts until
-    /// its bytes are written (its commit, queued, no longer does).
+    /// its body has arrived (its commit, queued, no longer does).
     max_fills: usize,
     /// Fills holding one of the `max_fills` slots: from their start until
-    /// their bytes are written (see [`Slot`]). Changed under the `fills`
+    /// their body has arrived (see [`Slot`]). Changed under the `fills`
     /// lock when taken, atomically when given back.
     active: Arc<AtomicUsize>,
     /// Index documents whose declared digests are being stored now, per
