@@ -78,7 +78,7 @@ EOF
 "$MIRRORCACHE_BIN" serve --config "$WORK/mirrorcache.toml" 2>"$WORK/proxy.log" &
 PROXY=$!
 PIDS+=("$PROXY")
-wait_up "http://127.0.0.1:$PORT/-/health"
+wait_up -s 30 "http://127.0.0.1:$PORT/-/health"
 curl -s -XPOST "$HUB/_fixture/reset" >/dev/null
 
 start=$(now)

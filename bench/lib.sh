@@ -249,22 +249,25 @@ EOF
     } >"$1"
 }
 
-# wait_up [-s SECONDS] URL...: waits (SECONDS, 10 by default, at most for
-# each) until each URL answers at all (any status; its first byte asked
-# for; a certificate not checked); exits 1 naming the first that never does.
+# wait_up [-s SECONDS] URL...: waits (SECONDS, a whole number, 10 by
+# default, at most for each) until each URL answers at all (any status; its
+# first byte asked for; a certificate not checked); returns 1 naming the
+# first that never does (under `set -e`, a plain call then ends the script).
 wait_up() {
     local url tries=200
-    if [[ $1 == -s ]]; then
+    if [[ ${1-} == -s ]]; then
+        [[ ${2-} =~ ^[0-9]+$ ]] || { echo "wait_up: -s takes whole seconds, not '${2-}'" >&2; return 2; }
         tries=$(($2 * 20))
         shift 2
     fi
+    (($# > 0)) || { echo "wait_up: no URL" >&2; return 2; }
     for url in "$@"; do
         for _ in $(seq 1 "$tries"); do
-            curl -sk -o /dev/null -r 0-0 "$url" && continue 2
+            curl -sk -m 2 -o /dev/null -r 0-0 "$url" && continue 2
             sleep 0.05
         done
         echo "not answering: $url" >&2
-        exit 1
+        return 1
     done
 }
 
@@ -273,7 +276,7 @@ wait_up() {
 is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }
 wait_for_hit() {
     local base=$1 url=$2
-    wait_up "$base/-/health"
+    wait_up "$base/-/health" || return 1
     for _ in $(seq 1 100); do
         is_hit "$url" && return 0
         sleep 0.05

@@ -118,7 +118,7 @@ cpu_us() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f", ($14 + $15) / hz * 1
 # per_request PID BEFORE RPS: CPU microseconds a request since BEFORE.
 per_request() { awk -v a="$2" -v b="$(cpu_us "$1")" -v r="$3" -v d="$DURATION" 'BEGIN { printf "%.1f", (b - a) / (r * d) }'; }
 # preempted PID: the times its threads were switched out while runnable so far.
-preempted() { cat /proc/"$1"/task/*/status 2>/dev/null | awk '/^nonvoluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'; }
+preempted() { { cat /proc/"$1"/task/*/status 2>/dev/null || true; } | awk '/^nonvoluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'; }
 # preempted_per PID BEFORE RPS: those a request since BEFORE.
 preempted_per() { awk -v a="$2" -v b="$(preempted "$1")" -v r="$3" -v d="$DURATION" 'BEGIN { printf "%.2f", (b - a) / (r * d) }'; }
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
@@ -138,6 +138,7 @@ for n in $SIZES; do
     # The schema, once.
     "$MC_BIN" serve --config "$dir/mirrorcache.toml" 2>"$dir/first.log" &
     pid=$!
+    PIDS+=("$pid")
     wait_up "http://127.0.0.1:$port/-/health"
     if ((DISTINCT)); then
         log "N=$n: filling mirrorcache and nginx, one miss a key"

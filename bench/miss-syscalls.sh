@@ -23,7 +23,7 @@ DURATION=${DURATION:-6}
 make_work mc-syscalls
 start_keyed_origin "$WORK/origin"
 start_bench_mirrorcache "http://127.0.0.1:$O_PORT" warn
-wait_up "http://127.0.0.1:$M_PORT/-/health"
+wait_up "http://127.0.0.1:$M_PORT/-/health" || { echo "its log: $M_DIR/mirrorcache.log" >&2; exit 1; }
 
 # Two seconds untimed first: worker threads, upstream connections, pages.
 cold_key_lua "$WORK/warm.lua" /o/distinct "warm$RANDOM"

@@ -144,10 +144,11 @@ pub(crate) struct Me {
 }
 
 /// One of the `server.max_fills` slots, held by a fill from its start until
-/// its body has arrived ([`Slot::release`]: before its last batch is
-/// published where nothing can refuse the body, so a client that has every
-/// byte never finds the slot still taken; else once the body is written and
-/// checked), or until it ends, panics included.
+/// its body has arrived and it has a place in the commit queue
+/// ([`Slot::release`]: before its last batch is published where nothing can
+/// refuse the body, so a client that has every byte never finds the slot
+/// still taken; else once the body is written and checked), or until it
+/// ends, panics included.
 pub(crate) struct Slot(Option<Arc<AtomicUsize>>);
 
 impl Slot {
@@ -202,10 +203,12 @@ pub struct FillRegistry {
     cache: Arc<Cache>,
     metrics: Arc<Metrics>,
     /// `server.max_fills`: a fill nobody reads any more still counts until
-    /// its body has arrived (its commit, queued, no longer does).
+    /// its body has arrived and its commit has a place in the queue (the
+    /// queued commit no longer counts).
     max_fills: usize,
     /// Fills holding one of the `max_fills` slots: from their start until
-    /// their body has arrived (see [`Slot`]). Changed under the `fills`
+    /// their body has arrived and has a place in the commit queue (see
+    /// [`Slot`]). Changed under the `fills`
     /// lock when taken, atomically when given back.
     active: Arc<AtomicUsize>,
     /// Index documents whose declared digests are being stored now, per

@@ -386,8 +386,9 @@ async fn settle(
     entry.kept_headers = head.kept.clone();
     let learning = digests.learning(fills, remote, path, &digest);
     // A place in the commit queue before the readers see the end: when
-    // commits fall behind, the last bytes wait here (back-pressure), rather
-    // than new misses being refused for want of a `max_fills` slot.
+    // commits fall behind, the last bytes wait here with the fill's
+    // `max_fills` slot still taken (back-pressure: with `max_fills` fills
+    // waiting, new misses are refused until commits catch up).
     let queued = match queued {
         Some(queued) => queued,
         None => cache.commits.slot().await,
