@@ -55,9 +55,9 @@ impl Reply {
     /// Answers a batch's fills: those waiting on one thread together, by a
     /// task spawned on that thread's runtime, where each answer wakes its
     /// fill without a system call (a thread with one such fill, and a fill
-    /// waiting on no connection thread, are answered directly). Answered one by one from the committer's
-    /// runtime, each fill on a connection thread was woken with an
-    /// `eventfd` write of its own.
+    /// waiting on no connection thread, are answered directly). Answered
+    /// one by one from the committer's runtime, each fill on a connection
+    /// thread was woken with an `eventfd` write of its own.
     pub(crate) fn send_all(replies: impl IntoIterator<Item = (Reply, Answer)>) {
         type Answers = Vec<(oneshot::Sender<Answer>, Answer)>;
         let mut homes: Vec<(ThreadId, Handle, Answers)> = Vec::new();

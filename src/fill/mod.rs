@@ -208,8 +208,8 @@ pub struct FillRegistry {
     max_fills: usize,
     /// Fills holding one of the `max_fills` slots: from their start until
     /// their body has arrived and has a place in the commit queue (see
-    /// [`Slot`]). Changed under the `fills`
-    /// lock when taken, atomically when given back.
+    /// [`Slot`]). Changed under the `fills` lock when taken, atomically
+    /// when given back.
     active: Arc<AtomicUsize>,
     /// Index documents whose declared digests are being stored now, per
     /// remote: an artifact fill of that remote that finds no declared digest
