@@ -26,15 +26,7 @@ FIRST=${1#*=}
 free_port
 start_mirrorcache "$WORK/source" "$PORT" "$O_PORT" "$WORK/source/log" "$FIRST"
 wait_up "http://127.0.0.1:$PORT/-/health"
-python3 - "$PORT" "$ROWS" <<'PY'
-import http.client, sys
-conn = http.client.HTTPConnection("127.0.0.1", int(sys.argv[1]))
-for i in range(int(sys.argv[2])):
-    conn.request("GET", f"/o/distinct/row{i}")
-    response = conn.getresponse()
-    response.read()
-    assert response.status == 200, response.status
-PY
+fill_keys "http://127.0.0.1:$PORT/o/distinct/row" "$ROWS" 1
 kill -TERM "$MC_PID"
 wait "$MC_PID" 2>/dev/null || true
 "$FIRST" export --config "$WORK/source/mirrorcache.toml" --out "$WORK/rows.mcb" >/dev/null 2>&1

@@ -273,6 +273,35 @@ wait_up() {
     done
 }
 
+# fill_keys URL N CLIENTS: GETs URL0 … URL(N-1) once each (one miss a key)
+# over CLIENTS keep-alive connections, each taking every CLIENTS-th key;
+# exits 1 at the first answer that is not 200 (or no answer), naming it.
+fill_keys() {
+    python3 - "$@" <<'PY'
+import http.client, sys, threading, urllib.parse
+url, n, clients = urllib.parse.urlparse(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+failed = []
+def run(w):
+    conn = http.client.HTTPConnection(url.hostname, url.port)
+    for i in range(w, n, clients):
+        try:
+            conn.request("GET", f"{url.path}{i}")
+            r = conn.getresponse()
+            r.read()
+        except OSError as e:
+            failed.append((i, str(e)))
+            return
+        if r.status != 200:
+            failed.append((i, r.status))
+            return
+threads = [threading.Thread(target=run, args=(w,)) for w in range(clients)]
+for t in threads: t.start()
+for t in threads: t.join()
+if failed:
+    sys.exit(f"filling {sys.argv[1]}: {len(failed)} of {clients} clients stopped at a non-200 answer or none, the first (key, answer) {min(failed, key=lambda f: f[0])}")
+PY
+}
+
 # wait_for_hit BASE URL: waits for BASE/-/health (wait_up), then (5 s at
 # most) until a HEAD of URL says X-Cache-Status: HIT; fails if it never does.
 is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }

@@ -87,29 +87,6 @@ if ((DISTINCT)); then
     MIRROR=http://127.0.0.1:$O_PORT
 fi
 
-# fill BASE N: one GET of each key /o/k/0 … N-1 at BASE, 16 keep-alive clients.
-fill() {
-    python3 - "$1" "$2" <<'PY'
-import http.client, sys, threading, urllib.parse
-base, n = urllib.parse.urlparse(sys.argv[1]), int(sys.argv[2])
-failed = []
-def run(w):
-    conn = http.client.HTTPConnection(base.hostname, base.port)
-    for i in range(w, n, 16):
-        conn.request("GET", f"/o/k/{i}")
-        r = conn.getresponse()
-        r.read()
-        if r.status != 200:
-            failed.append((i, r.status))
-            return
-threads = [threading.Thread(target=run, args=(w,)) for w in range(16)]
-for t in threads: t.start()
-for t in threads: t.join()
-if failed:
-    sys.exit(f"filling {sys.argv[1]}: {len(failed)} of 16 clients stopped at a non-200 answer, the first (key, status) {min(failed)}")
-PY
-}
-
 median_spread() { # values... -> "median (min–max)"
     printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
         m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
@@ -120,12 +97,14 @@ rps() { # lua-script url
 }
 # cpu_us PID: the process's CPU so far (utime + stime), in microseconds.
 cpu_us() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f", ($14 + $15) / hz * 1e6 }' "/proc/$1/stat"; }
+# a_request FORMAT BEFORE NOW RPS: (NOW - BEFORE) a request of a DURATION run.
+a_request() { awk -v f="$1" -v a="$2" -v b="$3" -v r="$4" -v d="$DURATION" 'BEGIN { printf f, (b - a) / (r * d) }'; }
 # per_request PID BEFORE RPS: CPU microseconds a request since BEFORE.
-per_request() { awk -v a="$2" -v b="$(cpu_us "$1")" -v r="$3" -v d="$DURATION" 'BEGIN { printf "%.1f", (b - a) / (r * d) }'; }
+per_request() { a_request %.1f "$2" "$(cpu_us "$1")" "$3"; }
 # preempted PID: the times its threads were switched out while runnable so far.
 preempted() { { cat /proc/"$1"/task/*/status 2>/dev/null || true; } | awk '/^nonvoluntary_ctxt_switches/ { n += $2 } END { print n + 0 }'; }
 # preempted_per PID BEFORE RPS: those a request since BEFORE.
-preempted_per() { awk -v a="$2" -v b="$(preempted "$1")" -v r="$3" -v d="$DURATION" 'BEGIN { printf "%.2f", (b - a) / (r * d) }'; }
+preempted_per() { a_request %.2f "$2" "$(preempted "$1")" "$3"; }
 rss_mib() { awk '/^VmRSS/ { printf "%.1f", $2 / 1024 }' "/proc/$1/status"; }
 
 ROWS=()
@@ -147,7 +126,7 @@ for n in $SIZES; do
     wait_up "http://127.0.0.1:$port/-/health"
     if ((DISTINCT)); then
         log "N=$n: filling mirrorcache and nginx, one miss a key"
-        fill "http://127.0.0.1:$port" "$n"
+        fill_keys "http://127.0.0.1:$port/o/k/" "$n" 16
         for _ in $(seq 1 600); do
             curl -s "http://127.0.0.1:$port/-/status" | grep -q '"fills_in_progress":0' && break
             sleep 0.1
@@ -157,7 +136,7 @@ for n in $SIZES; do
         start_tuned_proxy "$dir/nginx" "$n_port" "$O_PORT"
         n_pid=${PIDS[-1]}
         wait_up "http://127.0.0.1:$n_port/"
-        fill "http://127.0.0.1:$n_port" "$n"
+        fill_keys "http://127.0.0.1:$n_port/o/k/" "$n" 16
     fi
     kill -TERM "$pid"; wait "$pid" || true
     ((DISTINCT)) || { log "N=$n: making the rows"; t0=$(date +%s.%N); python3 - "$dir" "$n" "$DIGESTS" <<'EOF'
