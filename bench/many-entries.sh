@@ -16,6 +16,8 @@
 #                keys (a Lua script), req/s
 #   hot hits     the same server, 1,000 keys, req/s
 #   ratio        random ÷ hot (target ≥ 0.8 at 1M)
+# Each round also logs the server's CPU and its threads' preemptions a
+# request, and wrk's own CPU a request (wrk shares the cores).
 # The hit rounds start once the index is loaded. Each measure is ROUNDS rounds (random and hot alternating), median and
 # spread. Nothing but 127.0.0.1 is used; no origin is needed (every request
 # is a hit; the remote's mirror is a closed port).
@@ -92,9 +94,14 @@ median_spread() { # values... -> "median (min–max)"
         m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
         if (a[1] == a[NR]) printf "%.0f", m; else printf "%.0f (%.0f–%.0f)", m, a[1], a[NR] }'
 }
-rps() { # lua-script url
-    "${WRK[@]}" -t2 -c64 -d"${DURATION}s" -s "$1" "$2" | awk '/Requests\/sec/ { printf "%.0f", $2 }'
+# rps LUA URL: wrk's req/s; its own user and system seconds go to $WORK/wrk.time.
+rps() {
+    local TIMEFORMAT='%U %S'
+    { time "${WRK[@]}" -t2 -c64 -d"${DURATION}s" -s "$1" "$2" >"$WORK/wrk.out"; } 2>"$WORK/wrk.time"
+    awk '/Requests\/sec/ { printf "%.0f", $2 }' "$WORK/wrk.out"
 }
+# wrk_per RPS: the last rps run's wrk CPU microseconds a request.
+wrk_per() { awk -v r="$1" -v d="$DURATION" '{ printf "%.1f", ($1 + $2) * 1e6 / (r * d) }' "$WORK/wrk.time"; }
 # cpu_us PID: the process's CPU so far (utime + stime), in microseconds.
 cpu_us() { awk -v hz="$(getconf CLK_TCK)" '{ printf "%.0f", ($14 + $15) / hz * 1e6 }' "/proc/$1/stat"; }
 # a_request FORMAT BEFORE NOW RPS: (NOW - BEFORE) a request of a DURATION run.
@@ -194,19 +201,19 @@ EOF
     for round in $(seq 1 "$ROUNDS"); do
         c0=$(cpu_us "$pid") p0=$(preempted "$pid")
         r=$(rps "$dir/random.lua" "http://127.0.0.1:$port")
-        rc=$(per_request "$pid" "$c0" "$r") rp=$(preempted_per "$pid" "$p0" "$r")
+        rc=$(per_request "$pid" "$c0" "$r") rp=$(preempted_per "$pid" "$p0" "$r") rw=$(wrk_per "$r")
         c0=$(cpu_us "$pid") p0=$(preempted "$pid")
         h=$(rps "$dir/hot.lua" "http://127.0.0.1:$port")
-        hc=$(per_request "$pid" "$c0" "$h") hp=$(preempted_per "$pid" "$p0" "$h")
+        hc=$(per_request "$pid" "$c0" "$h") hp=$(preempted_per "$pid" "$p0" "$h") hw=$(wrk_per "$h")
         random+=("$r") hot+=("$h")
         ratios+=("$(awk -v a="$r" -v b="$h" 'BEGIN { printf "%.3f", a / b }')")
         x=""
         if ((DISTINCT)); then
-            x=$(rps "$dir/random.lua" "http://127.0.0.1:$n_port")
+            x=$(rps "$dir/random.lua" "http://127.0.0.1:$n_port") xw=$(wrk_per "$x")
             nginx+=("$x")
             over+=("$(awk -v a="$r" -v b="$x" 'BEGIN { printf "%.3f", a / b }')")
         fi
-        log "N=$n round $round: random $r req/s ($rc us of CPU, $rp preemptions a request), hot $h req/s ($hc us, $hp)${x:+, nginx random $x req/s}"
+        log "N=$n round $round: random $r req/s ($rc us of CPU, $rp preemptions a request; wrk $rw us), hot $h req/s ($hc us, $hp; wrk $hw us)${x:+, nginx random $x req/s (wrk $xw us)}"
     done
     if [[ -n ${PROFILE:-} ]]; then
         # Where a random hit's time goes beside a hot one's: perf's cpu-clock

@@ -77,9 +77,13 @@ run() { # base_url kind connections round
     host=$(echo "$1" | sed -E 's|(http://[^/]*).*|\1|')
     wrk -t2 -c"$3" -d"${DURATION}s" -s "$script" "$host" | awk -v d="$DURATION" '
         /requests in/ { total = $1 }
-        /Non-2xx/ { err += $NF }
-        /Socket errors/ { gsub(/,/, ""); err += $4 + $6 + $8 + $10 }
-        END { ok = total - err; printf "%.0f %.4f %d\n", ok / d, (total > 0 ? err / total : 0), total }'
+        /Non-2xx/ { bad += $NF }
+        /Socket errors/ { gsub(/,/, ""); broken += $4 + $6 + $8 + $10 }
+        END {
+            # A socket error is no answer (a read error may outnumber the
+            # answers): the share is of answers and errors together.
+            tries = total + broken
+            printf "%.0f %.4f %d\n", (total - bad) / d, (tries > 0 ? (bad + broken) / tries : 0), total }'
 }
 # cpu_ticks: mirrorcache's CPU time so far, every thread's (user + system,
 # in clock ticks).

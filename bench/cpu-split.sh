@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# bench/cpu-split.sh — whose CPU a hit costs on a machine where wrk shares the
+# cores with the server: hits of one object of SIZE (1k, 64k or 1m) from
+# mirrorcache and from the tuned nginx proxy_cache (bench/compare.sh's
+# anchor), both in front of one nginx origin on 127.0.0.1, wrk -t2 -c64,
+# the two servers alternating for ROUNDS rounds. Reported per server: req/s,
+# the server's CPU a request (every process and thread of it, utime + stime
+# from /proc), wrk's CPU a request (its user and system time, from bash's
+# `time`) and their sum. Where the cores are saturated the rate is about
+# 2 cores ÷ that sum, so the sum says what a server can still win: with
+# wrk's share fixed, a server that took no CPU at all would run at
+# (sum ÷ wrk's) times its rate.
+#
+# Usage: bash bench/cpu-split.sh [SIZE]   (as root: installs nginx and wrk if missing)
+#   env: DURATION=6 ROUNDS=3 MC_BIN=path
+# Results are recorded in BENCHMARKS.md.
+
+set -euo pipefail
+
+SIZE=${1:-64k}
+DURATION=${DURATION:-6}
+ROUNDS=${ROUNDS:-3}
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+cd "$ROOT"
+source "$ROOT/bench/lib.sh"
+install_nginx_wrk
+need_tools "" nginx wrk curl awk ss
+release_bin
+make_work mc-cpu-split
+
+mkdir -p "$WORK/origin/www"
+write_object "$SIZE" "$WORK/origin/www/obj.bin"
+free_port
+O_PORT=$PORT
+start_nginx "$WORK/origin" "$O_PORT"
+free_port
+N_PORT=$PORT
+start_tuned_proxy "$WORK/nginx" "$N_PORT" "$O_PORT"
+N_PID=${PIDS[-1]}
+start_bench_mirrorcache "http://127.0.0.1:$O_PORT" warn
+wait_up "http://127.0.0.1:$O_PORT/obj.bin" "http://127.0.0.1:$N_PORT/o/obj.bin"
+wait_for_hit "http://127.0.0.1:$M_PORT" "http://127.0.0.1:$M_PORT/o/obj.bin"
+curl -s -o /dev/null "http://127.0.0.1:$N_PORT/o/obj.bin"
+is_hit "http://127.0.0.1:$N_PORT/o/obj.bin" || { echo "the tuned nginx did not cache obj.bin" >&2; exit 1; }
+
+HZ=$(getconf CLK_TCK)
+# ticks PID...: their CPU so far (utime + stime), in clock ticks.
+ticks() {
+    local pid total=0
+    for pid in "$@"; do total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat"))); done
+    echo "$total"
+}
+# server_pids NAME: mirrorcache's process, or nginx's master and workers.
+server_pids() { if [[ $1 == mirrorcache ]]; then echo "$M_PID"; else echo "$N_PID $(pgrep -P "$N_PID" | tr '\n' ' ')"; fi; }
+
+declare -A RPS SERVER CLIENT
+TIMEFORMAT='%U %S'
+for round in $(seq 1 "$ROUNDS"); do
+    for server in mirrorcache nginx; do
+        if [[ $server == mirrorcache ]]; then url=http://127.0.0.1:$M_PORT/o/obj.bin; else url=http://127.0.0.1:$N_PORT/o/obj.bin; fi
+        read -r -a pids <<<"$(server_pids "$server")"
+        before=$(ticks "${pids[@]}")
+        { time wrk -t2 -c64 -d"${DURATION}s" "$url" >"$WORK/wrk.out"; } 2>"$WORK/time.out"
+        after=$(ticks "${pids[@]}")
+        rps=$(awk '/Requests\/sec/ { printf "%.0f", $2 }' "$WORK/wrk.out")
+        grep -q 'Non-2xx\|Socket errors' "$WORK/wrk.out" && { echo "$server answered errors:" >&2; cat "$WORK/wrk.out" >&2; exit 1; }
+        server_us=$(awk -v a="$before" -v b="$after" -v hz="$HZ" -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%.1f", (b - a) / hz * 1e6 / (r * d) }')
+        client_us=$(awk -v r="$rps" -v d="$DURATION" '{ printf "%.1f", ($1 + $2) * 1e6 / (r * d) }' "$WORK/time.out")
+        RPS[$server]+="$rps " SERVER[$server]+="$server_us " CLIENT[$server]+="$client_us "
+        echo "[cpu-split] round $round $server: $rps req/s, the server $server_us µs of CPU a request, wrk $client_us" >&2
+    done
+done
+
+# median_spread VALUES [DECIMALS]: "median (min–max)", one decimal unless told.
+median_spread() { printf '%s\n' $1 | sort -g | awk -v f="%.${2:-1}f" '{ a[NR] = $1 } END {
+    m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+    if (a[1] == a[NR]) printf f, m; else printf f " (" f "–" f ")", m, a[1], a[NR] }'; }
+median() { printf '%s\n' $1 | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
+
+echo
+echo "## bench/cpu-split.sh $SIZE — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c64 -d${DURATION}s, $ROUNDS rounds"
+echo
+echo "| server | req/s | the server's CPU µs a request | wrk's CPU µs a request | both |"
+echo "|---|---:|---:|---:|---:|"
+for server in mirrorcache nginx; do
+    sums=$(paste -d' ' <(printf '%s\n' ${SERVER[$server]}) <(printf '%s\n' ${CLIENT[$server]}) | awk '{ print $1 + $2 }' | tr '\n' ' ')
+    echo "| $server | $(median_spread "${RPS[$server]}" 0) | $(median_spread "${SERVER[$server]}") | $(median_spread "${CLIENT[$server]}") | $(median_spread "$sums") |"
+done
+echo
+echo "mirrorcache ÷ nginx, the medians' req/s: $(awk -v a="$(median "${RPS[mirrorcache]}")" -v b="$(median "${RPS[nginx]}")" 'BEGIN { printf "%.2f", a / b }')"
