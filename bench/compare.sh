@@ -196,18 +196,8 @@ MC=http://127.0.0.1:$M_PORT/o
 wait_up "$ORIGIN/hit/1k.bin" "http://127.0.0.1:$N_PORT/" "http://127.0.0.1:$T_PORT/" "http://127.0.0.1:$M_PORT/-/health"
 log "origin :$O_PORT (pid $O_PID), nginx :$N_PORT (pid $N_PID), nginx-tuned :$T_PORT (pid $T_PID), mirrorcache :$M_PORT (pid $M_PID)"
 
-# Fetches until the proxy says HIT (a fill commits after its client is served).
-warm() { # base path
-    local i status
-    curl -s -o /dev/null "$1$2"
-    for i in $(seq 1 200); do
-        status=$(curl -s -I "$1$2" | tr -d '\r' | awk -F': ' 'tolower($1)=="x-cache-status"{print $2}')
-        [[ "$status" == HIT ]] && return 0
-        sleep 0.05
-    done
-    log "never became a HIT: $1$2"
-    exit 1
-}
+# warm BASE PATH: fetches until the proxy says HIT (until_hit), or ends the bench.
+warm() { until_hit "$1$2" || exit 1; }
 
 # Arithmetic helpers (floats through awk).
 calc() { awk "BEGIN { printf \"%.${2:-3}f\", $1 }"; }

@@ -302,17 +302,29 @@ if failed:
 PY
 }
 
-# wait_for_hit BASE URL: waits for BASE/-/health (wait_up), then (5 s at
-# most) until a HEAD of URL says X-Cache-Status: HIT; fails if it never does.
-is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }
-wait_for_hit() {
-    local base=$1 url=$2
-    wait_up "$base/-/health" || return 1
-    for _ in $(seq 1 100); do
-        is_hit "$url" && return 0
+# until_hit URL [CURL_ARG...]: GETs URL (again while nothing answers, 10 s
+# at most), then asks with HEAD until X-Cache-Status says HIT (a fill
+# commits after its client is served; 10 s at most); returns 1 naming URL
+# if it never does. CURL_ARGs go to every request (-k, -H 'Authorization: …').
+until_hit() {
+    local url=$1 i
+    shift
+    for i in $(seq 1 100); do curl -s -o /dev/null "$@" "$url" && break; sleep 0.1; done
+    for i in $(seq 1 200); do
+        curl -sI "$@" "$url" | grep -qi '^x-cache-status: HIT' && return 0
         sleep 0.05
     done
-    is_hit "$url"
+    echo "never a HIT: $url" >&2
+    return 1
+}
+
+# is_hit URL: whether a HEAD of URL says X-Cache-Status: HIT now.
+is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }
+
+# wait_for_hit BASE URL: waits for BASE/-/health (wait_up), then until_hit URL.
+wait_for_hit() {
+    wait_up "$1/-/health" || return 1
+    until_hit "$2"
 }
 
 # write_object SIZE FILE: SIZE (1k, 64k or 1m) random bytes into FILE; exits 2

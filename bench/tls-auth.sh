@@ -106,16 +106,9 @@ tls_key = \"$WORK/key.pem\"" "" ""
 variant auth http "" 'access = "authenticated"' "[auth]
 htpasswd = \"$WORK/users\""
 
-warm() {
-    local url=$1 header=${2:-}
-    for _ in $(seq 1 100); do curl -sk -o /dev/null ${header:+-H "$header"} "$url" && break; sleep 0.1; done
-    for _ in $(seq 1 50); do
-        curl -skI ${header:+-H "$header"} "$url" | grep -qi '^x-cache-status: HIT' && return 0
-        sleep 0.05
-    done
-    echo "no HIT from $url" >&2
-    exit 1
-}
+# warm URL [HEADER]: fetches (over TLS unchecked, with HEADER) until the
+# proxy says HIT (until_hit), or ends the bench.
+warm() { until_hit "$1" -k ${2:+-H "$2"} || exit 1; }
 # nginx over TLS answering before its first round.
 wait_up "https://127.0.0.1:$N_PORT/"
 for size in $SIZES; do
