@@ -24,7 +24,9 @@ ROOT=$(cd "$(dirname "$0")/.." && pwd)
 cd "$ROOT"
 source "$ROOT/bench/lib.sh"
 install_nginx_wrk
-need_tools "" nginx wrk curl awk ss
+need_tools "" nginx wrk curl awk ss pgrep
+# bash's `time` prints seconds with a point, whatever the locale.
+export LC_NUMERIC=C
 release_bin
 make_work mc-cpu-split
 
@@ -40,16 +42,18 @@ N_PID=${PIDS[-1]}
 start_bench_mirrorcache "http://127.0.0.1:$O_PORT" warn
 wait_up "http://127.0.0.1:$O_PORT/obj.bin" "http://127.0.0.1:$N_PORT/o/obj.bin"
 wait_for_hit "http://127.0.0.1:$M_PORT" "http://127.0.0.1:$M_PORT/o/obj.bin"
-curl -s -o /dev/null "http://127.0.0.1:$N_PORT/o/obj.bin"
-is_hit "http://127.0.0.1:$N_PORT/o/obj.bin" || { echo "the tuned nginx did not cache obj.bin" >&2; exit 1; }
+until_hit "http://127.0.0.1:$N_PORT/o/obj.bin"
 
 HZ=$(getconf CLK_TCK)
-# ticks PID...: their CPU so far (utime + stime), in clock ticks.
+# ticks PID...: each one's CPU so far (utime + stime, in clock ticks), one
+# "pid ticks" line each; a process that has ended is left out.
 ticks() {
-    local pid total=0
-    for pid in "$@"; do total=$((total + $(awk '{ print $14 + $15 }' "/proc/$pid/stat"))); done
-    echo "$total"
+    local pid
+    for pid in "$@"; do awk -v p="$pid" '{ print p, $14 + $15 }' "/proc/$pid/stat" 2>/dev/null || true; done
 }
+# spent BEFORE AFTER: the ticks between two `ticks` readings, summed over
+# the processes in both (nginx's cache loader ends a minute after start).
+spent() { awk 'NR == FNR { before[$1] = $2; next } $1 in before { n += $2 - before[$1] } END { print n + 0 }' <(echo "$1") <(echo "$2"); }
 # server_pids NAME: mirrorcache's process, or nginx's master and workers.
 server_pids() { if [[ $1 == mirrorcache ]]; then echo "$M_PID"; else echo "$N_PID $(pgrep -P "$N_PID" | tr '\n' ' ')"; fi; }
 
@@ -60,11 +64,12 @@ for round in $(seq 1 "$ROUNDS"); do
         if [[ $server == mirrorcache ]]; then url=http://127.0.0.1:$M_PORT/o/obj.bin; else url=http://127.0.0.1:$N_PORT/o/obj.bin; fi
         read -r -a pids <<<"$(server_pids "$server")"
         before=$(ticks "${pids[@]}")
-        { time wrk -t2 -c64 -d"${DURATION}s" "$url" >"$WORK/wrk.out"; } 2>"$WORK/time.out"
+        { time wrk -t2 -c64 -d"${DURATION}s" "$url" >"$WORK/wrk.out" 2>"$WORK/wrk.err"; } 2>"$WORK/time.out" ||
+            { echo "wrk failed against $server:" >&2; cat "$WORK/wrk.err" >&2; exit 1; }
         after=$(ticks "${pids[@]}")
         rps=$(awk '/Requests\/sec/ { printf "%.0f", $2 }' "$WORK/wrk.out")
         grep -q 'Non-2xx\|Socket errors' "$WORK/wrk.out" && { echo "$server answered errors:" >&2; cat "$WORK/wrk.out" >&2; exit 1; }
-        server_us=$(awk -v a="$before" -v b="$after" -v hz="$HZ" -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%.1f", (b - a) / hz * 1e6 / (r * d) }')
+        server_us=$(awk -v t="$(spent "$before" "$after")" -v hz="$HZ" -v r="$rps" -v d="$DURATION" 'BEGIN { printf "%.1f", t / hz * 1e6 / (r * d) }')
         client_us=$(awk -v r="$rps" -v d="$DURATION" '{ printf "%.1f", ($1 + $2) * 1e6 / (r * d) }' "$WORK/time.out")
         RPS[$server]+="$rps " SERVER[$server]+="$server_us " CLIENT[$server]+="$client_us "
         echo "[cpu-split] round $round $server: $rps req/s, the server $server_us µs of CPU a request, wrk $client_us" >&2

@@ -1,7 +1,8 @@
 # bench/lib.sh — the set-up bench/ab-hit.sh and bench/profile-hit.sh share
 # (bench/compare.sh uses its tool check, ports, PIDs and mirrorcache config;
-# bench/sustained-miss.sh, miss-rss.sh, first-fetch.sh and many-entries.sh also their work
-# dir, release build and tuned nginx proxy_cache):
+# bench/sustained-miss.sh, miss-rss.sh, first-fetch.sh, many-entries.sh and
+# cpu-split.sh also their work dir, release build and tuned nginx
+# proxy_cache):
 # an nginx origin and mirrorcache processes on 127.0.0.1, started from a work
 # dir, stopped by stop_started. Sourced, not run:
 #   source "$(dirname "$0")/lib.sh"
@@ -302,24 +303,29 @@ if failed:
 PY
 }
 
-# until_hit URL [CURL_ARG...]: GETs URL (again while nothing answers, 10 s
-# at most), then asks with HEAD until X-Cache-Status says HIT (a fill
-# commits after its client is served; 10 s at most); returns 1 naming URL
-# if it never does. CURL_ARGs go to every request (-k, -H 'Authorization: …').
+# is_hit URL [CURL_ARG...]: whether a HEAD of URL (2 s at most) says
+# X-Cache-Status: HIT now. CURL_ARGs go to curl (-k, -H 'Authorization: …').
+is_hit() {
+    local url=$1
+    shift
+    grep -qi '^x-cache-status: HIT' <<<"$(curl -sI -m 2 "$@" "$url")"
+}
+
+# until_hit URL [CURL_ARG...]: GETs URL (60 s at most a try, tried again
+# while nothing answers, 100 times), then asks with HEAD until it is a HIT
+# (is_hit; a fill commits after its client is served; 200 tries 0.05 s
+# apart); returns 1 naming URL if it never is.
 until_hit() {
     local url=$1 i
     shift
-    for i in $(seq 1 100); do curl -s -o /dev/null "$@" "$url" && break; sleep 0.1; done
+    for i in $(seq 1 100); do curl -s -m 60 -o /dev/null "$@" "$url" && break; sleep 0.1; done
     for i in $(seq 1 200); do
-        curl -sI "$@" "$url" | grep -qi '^x-cache-status: HIT' && return 0
+        is_hit "$url" "$@" && return 0
         sleep 0.05
     done
     echo "never a HIT: $url" >&2
     return 1
 }
-
-# is_hit URL: whether a HEAD of URL says X-Cache-Status: HIT now.
-is_hit() { curl -sI "$1" | grep -qi '^x-cache-status: HIT'; }
 
 # wait_for_hit BASE URL: waits for BASE/-/health (wait_up), then until_hit URL.
 wait_for_hit() {

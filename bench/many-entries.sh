@@ -94,10 +94,12 @@ median_spread() { # values... -> "median (min–max)"
         m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
         if (a[1] == a[NR]) printf "%.0f", m; else printf "%.0f (%.0f–%.0f)", m, a[1], a[NR] }'
 }
-# rps LUA URL: wrk's req/s; its own user and system seconds go to $WORK/wrk.time.
+# rps LUA URL: wrk's req/s; its own user and system seconds go to
+# $WORK/wrk.time. Fails, with wrk's message, if wrk does.
 rps() {
-    local TIMEFORMAT='%U %S'
-    { time "${WRK[@]}" -t2 -c64 -d"${DURATION}s" -s "$1" "$2" >"$WORK/wrk.out"; } 2>"$WORK/wrk.time"
+    local TIMEFORMAT='%U %S' LC_NUMERIC=C
+    { time "${WRK[@]}" -t2 -c64 -d"${DURATION}s" -s "$1" "$2" >"$WORK/wrk.out" 2>"$WORK/wrk.err"; } 2>"$WORK/wrk.time" ||
+        { cat "$WORK/wrk.err" >&2; return 1; }
     awk '/Requests\/sec/ { printf "%.0f", $2 }' "$WORK/wrk.out"
 }
 # wrk_per RPS: the last rps run's wrk CPU microseconds a request.

@@ -78,12 +78,15 @@ run() { # base_url kind connections round
     wrk -t2 -c"$3" -d"${DURATION}s" -s "$script" "$host" | awk -v d="$DURATION" '
         /requests in/ { total = $1 }
         /Non-2xx/ { bad += $NF }
-        /Socket errors/ { gsub(/,/, ""); broken += $4 + $6 + $8 + $10 }
+        /Socket errors/ { gsub(/,/, ""); broken += $4 + $6 + $8; late += $10 }
         END {
-            # A socket error is no answer (a read error may outnumber the
-            # answers): the share is of answers and errors together.
+            # A connect, read or write error is no answer (read errors may
+            # outnumber the answers): the share is of answers and those
+            # together. A timeout is an answer later than wrk waits (or
+            # none): an error, not another try.
             tries = total + broken
-            printf "%.0f %.4f %d\n", (total - bad) / d, (tries > 0 ? (bad + broken) / tries : 0), total }'
+            share = tries > 0 ? (bad + broken + late) / tries : 0
+            printf "%.0f %.4f %d\n", (total - bad) / d, (share > 1 ? 1 : share), total }'
 }
 # cpu_ticks: mirrorcache's CPU time so far, every thread's (user + system,
 # in clock ticks).
