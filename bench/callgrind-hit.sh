@@ -90,10 +90,12 @@ fi
 callgrind_control -d "$MC_PID" >/dev/null
 sleep 1
 dump=$(ls -t "$OUT"/callgrind.out* | head -1)
-total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ { gsub(/,/, "", $1); print $1; exit }')
+total=$(callgrind_annotate "$dump" 2>/dev/null | awk '/PROGRAM TOTALS/ && !n++ { gsub(/,/, "", $1); print $1 }')
 what=requests
 [[ -n $MISS ]] && what=misses
 echo "instructions per request ($SIZE, $N $what): $((total / N))" | tee "$OUT/summary.txt"
-callgrind_annotate --inclusive=yes "$dump" 2>/dev/null | head -60 >"$OUT/inclusive.txt"
-callgrind_annotate "$dump" 2>/dev/null | head -60 >"$OUT/self.txt"
+# Readers that read to the end (`sed -n`, no `exit` in awk): under pipefail a
+# writer cut off by SIGPIPE would end the script.
+callgrind_annotate --inclusive=yes "$dump" 2>/dev/null | sed -n '1,60p' >"$OUT/inclusive.txt"
+callgrind_annotate "$dump" 2>/dev/null | sed -n '1,60p' >"$OUT/self.txt"
 echo "top functions: $OUT/inclusive.txt, $OUT/self.txt" >&2

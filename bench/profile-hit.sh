@@ -72,18 +72,19 @@ wait "$TRACE" || true
 n=$(requests "$OUT/wrk-strace.txt")
 echo "syscalls per request under strace ($n requests):" | tee -a "$OUT/summary.txt"
 awk -v n="$n" '$1 ~ /^[0-9.]+$/ && NF >= 5 { printf "  %-16s %6.2f\n", $NF, $4 / n }' "$OUT/strace.txt" |
-    sort -k2 -nr | head -15 | tee -a "$OUT/summary.txt"
+    sort -k2 -nr | sed -n '1,15p' | tee -a "$OUT/summary.txt"
 
-# 3. perf record: flat profile.
+# 3. perf record: flat profile. (`sed -n` rather than `head`: it reads its
+# input to the end, so under pipefail no writer before it dies of SIGPIPE.)
 perf record -q -e cpu-clock -F 1999 -p "$M_PID" -o "$OUT/perf.data" &
 REC=$!
 wrk -t2 -c64 -d"${DURATION}s" "$URL" >"$OUT/wrk-record.txt"
 kill -INT "$REC"
 wait "$REC" || true
 perf report -i "$OUT/perf.data" --no-children --sort dso --stdio 2>/dev/null |
-    grep -v '^#' | grep . | head -12 >"$OUT/by-dso.txt"
+    grep -v '^#' | grep . | sed -n '1,12p' >"$OUT/by-dso.txt"
 perf report -i "$OUT/perf.data" --no-children --sort sym --stdio 2>/dev/null |
-    grep -v '^#' | grep . | head -60 >"$OUT/by-symbol.txt"
+    grep -v '^#' | grep . | sed -n '1,60p' >"$OUT/by-symbol.txt"
 echo "by DSO:" | tee -a "$OUT/summary.txt"
 tee -a "$OUT/summary.txt" <"$OUT/by-dso.txt"
 echo "top symbols: $OUT/by-symbol.txt"
