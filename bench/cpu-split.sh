@@ -76,20 +76,17 @@ for round in $(seq 1 "$ROUNDS"); do
     done
 done
 
-# median_spread VALUES [DECIMALS]: "median (min–max)", one decimal unless told.
-median_spread() { printf '%s\n' $1 | sort -g | awk -v f="%.${2:-1}f" '{ a[NR] = $1 } END {
-    m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
-    if (a[1] == a[NR]) printf f, m; else printf f " (" f "–" f ")", m, a[1], a[NR] }'; }
-median() { printf '%s\n' $1 | sort -g | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }
-
 echo
 echo "## bench/cpu-split.sh $SIZE — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), wrk -t2 -c64 -d${DURATION}s, $ROUNDS rounds"
 echo
 echo "| server | req/s | the server's CPU µs a request | wrk's CPU µs a request | both |"
 echo "|---|---:|---:|---:|---:|"
 for server in mirrorcache nginx; do
-    sums=$(paste -d' ' <(printf '%s\n' ${SERVER[$server]}) <(printf '%s\n' ${CLIENT[$server]}) | awk '{ print $1 + $2 }' | tr '\n' ' ')
-    echo "| $server | $(median_spread "${RPS[$server]}" 0) | $(median_spread "${SERVER[$server]}") | $(median_spread "${CLIENT[$server]}") | $(median_spread "$sums") |"
+    read -r -a rps <<<"${RPS[$server]}"
+    read -r -a own <<<"${SERVER[$server]}"
+    read -r -a wrk <<<"${CLIENT[$server]}"
+    read -r -a both <<<"$(paste -d' ' <(printf '%s\n' "${own[@]}") <(printf '%s\n' "${wrk[@]}") | awk '{ print $1 + $2 }' | tr '\n' ' ')"
+    echo "| $server | $(spread 0 "${rps[@]}") | $(spread 1 "${own[@]}") | $(spread 1 "${wrk[@]}") | $(spread 1 "${both[@]}") |"
 done
 echo
-echo "mirrorcache ÷ nginx, the medians' req/s: $(awk -v a="$(median "${RPS[mirrorcache]}")" -v b="$(median "${RPS[nginx]}")" 'BEGIN { printf "%.2f", a / b }')"
+echo "mirrorcache ÷ nginx, the medians' req/s: $(awk -v a="$(tr ' ' '\n' <<<"${RPS[mirrorcache]}" | grep . | median_lines)" -v b="$(tr ' ' '\n' <<<"${RPS[nginx]}" | grep . | median_lines)" 'BEGIN { printf "%.2f", a / b }')"

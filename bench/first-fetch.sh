@@ -93,14 +93,6 @@ for round in $(seq 1 "$ROUNDS"); do
     if ((MISSES > 0)); then sleep 1; fi
 done
 
-spread() { # digits values...
-    local d=$1
-    shift
-    printf '%s\n' "$@" | sort -g | awk -v d="$d" '{ a[NR] = $1 } END {
-        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
-        f = "%." d "f"
-        if (a[1] == a[NR]) printf f, m; else printf f " (" f "–" f ")", m, a[1], a[NR] }'
-}
 ratios() { paste -d' ' <(tr ' ' '\n' <<<"$1" | grep .) <(tr ' ' '\n' <<<"$2" | grep .) | awk '{ printf "%.2f\n", $1 / $2 }'; }
 {
     echo

@@ -384,5 +384,16 @@ wrk_rps_p99() {
         END { printf "%.0f %.2f %d\n", rps, p99, bad }'
 }
 
+# spread DIGITS VALUE...: "median (min–max)" of the values, DIGITS decimals
+# (the median alone when they are all equal).
+spread() { # digits values...
+    local d=$1
+    shift
+    printf '%s\n' "$@" | sort -g | awk -v d="$d" '{ a[NR] = $1 } END {
+        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
+        f = "%." d "f"
+        if (a[1] == a[NR]) printf f, m; else printf f " (" f "–" f ")", m, a[1], a[NR] }'
+}
+
 # median_lines: the median of the numbers on standard input, one a line.
 median_lines() { sort -n | awk '{ a[NR] = $1 } END { print (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2 }'; }

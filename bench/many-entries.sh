@@ -89,11 +89,6 @@ if ((DISTINCT)); then
     MIRROR=http://127.0.0.1:$O_PORT
 fi
 
-median_spread() { # values... -> "median (min–max)"
-    printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END {
-        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
-        if (a[1] == a[NR]) printf "%.0f", m; else printf "%.0f (%.0f–%.0f)", m, a[1], a[NR] }'
-}
 # rps LUA URL: wrk's req/s; its own user and system seconds go to
 # $WORK/wrk.time. Fails, with wrk's message, if wrk does.
 rps() {
@@ -245,13 +240,7 @@ EOF
     ((DISTINCT && ROUNDS > 0)) || nginx=(0) over=(0)
     peak=$(awk '/^VmHWM/ { printf "%.1f", $2 / 1024 }' "/proc/$pid/status")
     errors=$(grep -c ' ERROR ' "$dir/mc.log" || true)
-    ratio=$(printf '%s\n' "${ratios[@]}" | sort -g | awk '{ a[NR] = $1 } END {
-        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
-        if (a[1] == a[NR]) printf "%.2f", m; else printf "%.2f (%.2f–%.2f)", m, a[1], a[NR] }')
-    versus=$(printf '%s\n' "${over[@]}" | sort -g | awk '{ a[NR] = $1 } END {
-        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
-        if (a[1] == a[NR]) printf "%.2f", m; else printf "%.2f (%.2f–%.2f)", m, a[1], a[NR] }')
-    ROWS+=("$n|$startup|$loaded|$rss|$peak|$(median_spread "${random[@]}")|$(median_spread "${hot[@]}")|$ratio|$errors|$(median_spread "${nginx[@]}")|$versus")
+    ROWS+=("$n|$startup|$loaded|$rss|$peak|$(spread 0 "${random[@]}")|$(spread 0 "${hot[@]}")|$(spread 2 "${ratios[@]}")|$errors|$(spread 0 "${nginx[@]}")|$(spread 2 "${over[@]}")")
     kill -TERM "$pid"; wait "$pid" || true
     if ((DISTINCT)); then kill -TERM "$n_pid"; wait "$n_pid" || true; rm -rf "$dir/nginx"; fi
     [[ ${KEEP_TMP:-0} == 1 ]] || rm -rf "$dir/store" "$dir/meta.db"*

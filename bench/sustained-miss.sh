@@ -100,14 +100,6 @@ settle() {
 }
 
 median() { printf '%s\n' "$@" | sort -g | awk '{ a[NR] = $1 } END { m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2; print m }'; }
-spread() { # digits values...
-    local d=$1
-    shift
-    printf '%s\n' "$@" | sort -g | awk -v d="$d" '{ a[NR] = $1 } END {
-        m = (NR % 2) ? a[(NR + 1) / 2] : (a[NR / 2] + a[NR / 2 + 1]) / 2
-        f = "%." d "f"
-        if (a[1] == a[NR]) printf f, m; else printf f " (" f "–" f ")", m, a[1], a[NR] }'
-}
 
 # Each server first serves WARMUP seconds of distinct cold keys at 32
 # clients, untimed: a daemon pays once for its worker threads, its
