@@ -36,6 +36,9 @@ pub struct Database {
     /// The SQLite database's URL, for the index loader's own typed
     /// connections (`None` on Postgres and for an in-memory database).
     pub(crate) sqlite_url: Option<String>,
+    /// SQLite (a file or in memory), not Postgres: for the statements whose
+    /// text differs between the two.
+    pub(crate) sqlite: bool,
     /// The SQLite file, whose changes by other processes are watched
     /// (`super::other_writers`).
     pub(crate) file: Option<PathBuf>,
@@ -188,6 +191,7 @@ impl Database {
             unavailable_until_ms: AtomicI64::new(0),
             file: super::sqlite::sqlite_file(&url),
             sqlite_url: (is_sqlite && !url.contains(":memory:")).then(|| url.clone()),
+            sqlite: is_sqlite,
             rows_at_start: rows,
             row_reads: AtomicU64::new(0),
             digest_reads: AtomicU64::new(0),

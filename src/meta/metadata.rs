@@ -171,8 +171,14 @@ impl MetadataStore {
         let mut rows: Vec<(&str, (i64, u64))> = rows.into_iter().collect();
         rows.sort_unstable_by_key(|(key, _)| *key);
         let mut tx = self.db.pool.begin().await.map_err(db_error)?;
-        for chunk in rows.chunks(ACCESS_ROWS_PER_UPDATE) {
-            let sql = access_update_sql(chunk.len());
+        let sqlite = self.db.sqlite;
+        let per_update = if sqlite {
+            ACCESS_ROWS_PER_SQLITE_UPDATE
+        } else {
+            ACCESS_ROWS_PER_UPDATE
+        };
+        for chunk in rows.chunks(per_update) {
+            let sql = access_update_sql(chunk.len(), sqlite);
             let mut query = sqlx::query(&sql);
             for (key, (last, hits)) in chunk {
                 let (remote, path) = key.split_once('/').unwrap_or((key, ""));
@@ -190,23 +196,37 @@ impl MetadataStore {
     }
 }
 
-/// Rows per statement of the access-time flush (4 parameters a row): one
-/// statement a row cost a round trip to the database's thread each, 7.7 s
-/// of CPU to flush 100k rows (BENCHMARKS.md, "Random hits"); SQLite's scan
-/// of `$n` names grows with their square, so not thousands either.
+/// Rows per statement of the access-time flush on Postgres (4 parameters a
+/// row, numbered `$n`): one statement a row cost a round trip to the
+/// database's thread each, 7.7 s of CPU to flush 100k rows (BENCHMARKS.md,
+/// "Random hits"); a scan of `$n` names grows with their square, so not
+/// thousands either.
 const ACCESS_ROWS_PER_UPDATE: usize = 32;
 
+/// Rows per statement on SQLite, whose `?`s have no names to scan: fewer
+/// round trips to its thread, 1,024 parameters of its 32,766.
+const ACCESS_ROWS_PER_SQLITE_UPDATE: usize = 256;
+
 /// One `UPDATE … FROM (VALUES …)` of `rows` rows of (last access, hits,
-/// remote, path), as both backends take it: the list's columns are
-/// `column1` … `column4` in each, and the later of the two access times
-/// is kept.
-fn access_update_sql(rows: usize) -> String {
+/// remote, path): the list's columns are `column1` … `column4` in both
+/// backends, and the later of the two access times is kept. On SQLite the
+/// parameters are `?`s and the statement is `OR FAIL`: no constraint of
+/// these columns can fail, and a statement that would back out its own
+/// changes (`ABORT`, the default) inside the flush's transaction first
+/// copies every page it changes to a statement journal, which past 64 KiB
+/// is a temporary file: 40 % of a 130k-row flush's CPU (BENCHMARKS.md,
+/// "Random hits"). A failure still rolls back the whole transaction.
+fn access_update_sql(rows: usize, sqlite: bool) -> String {
+    let (verb, first) = match sqlite {
+        true => ("UPDATE OR FAIL", None),
+        false => ("UPDATE", Some(1)),
+    };
     format!(
-        "UPDATE entries SET hits = hits + v.column2, \
+        "{verb} entries SET hits = hits + v.column2, \
          last_access = CASE WHEN last_access > v.column1 THEN last_access ELSE v.column1 END \
          FROM (VALUES {}) AS v \
          WHERE entries.remote = v.column3 AND entries.path = v.column4",
-        super::sql::value_rows_from(Some(1), rows, 4)
+        super::sql::value_rows_from(first, rows, 4)
     )
 }
 
