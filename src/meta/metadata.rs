@@ -175,7 +175,7 @@ impl MetadataStore {
         let per_update = if sqlite {
             ACCESS_ROWS_PER_SQLITE_UPDATE
         } else {
-            ACCESS_ROWS_PER_UPDATE
+            ACCESS_ROWS_PER_POSTGRES_UPDATE
         };
         for chunk in rows.chunks(per_update) {
             let sql = access_update_sql(chunk.len(), sqlite);
@@ -197,14 +197,17 @@ impl MetadataStore {
 }
 
 /// Rows per statement of the access-time flush on Postgres (4 parameters a
-/// row, numbered `$n`): one statement a row cost a round trip to the
-/// database's thread each, 7.7 s of CPU to flush 100k rows (BENCHMARKS.md,
-/// "Random hits"); a scan of `$n` names grows with their square, so not
-/// thousands either.
-const ACCESS_ROWS_PER_UPDATE: usize = 32;
+/// row, numbered `$n`): the figure measured on SQLite before its own (one
+/// statement a row cost a round trip to its thread each, 7.7 s of CPU to
+/// flush 100k rows; BENCHMARKS.md, "Random hits"), kept for Postgres,
+/// where it is not measured.
+const ACCESS_ROWS_PER_POSTGRES_UPDATE: usize = 32;
 
-/// Rows per statement on SQLite, whose `?`s have no names to scan: fewer
-/// round trips to its thread, 1,024 parameters of its 32,766.
+/// Rows per statement on SQLite: its `?`s have no names for it to search
+/// when sqlx binds them (a `$n` is found by a scan of every name, so a text
+/// of many costs their square); fewer round trips to its thread; 1,024
+/// parameters of its 32,766. A flush's last statement has a length of its
+/// own, prepared once a flush.
 const ACCESS_ROWS_PER_SQLITE_UPDATE: usize = 256;
 
 /// One `UPDATE … FROM (VALUES …)` of `rows` rows of (last access, hits,
