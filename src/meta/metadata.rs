@@ -197,10 +197,10 @@ impl MetadataStore {
 }
 
 /// Rows per statement of the access-time flush on Postgres (4 parameters a
-/// row, numbered `$n`): the figure measured on SQLite before its own (one
-/// statement a row cost a round trip to its thread each, 7.7 s of CPU to
-/// flush 100k rows; BENCHMARKS.md, "Random hits"), kept for Postgres,
-/// where it is not measured.
+/// row, numbered `$n`): the figure measured on SQLite with `$n` parameters
+/// (one statement a row cost a round trip to its thread each, 7.7 s of CPU
+/// to flush 100k rows; BENCHMARKS.md, "Random hits"); not measured on
+/// Postgres.
 const ACCESS_ROWS_PER_POSTGRES_UPDATE: usize = 32;
 
 /// Rows per statement on SQLite: its `?`s have no names for it to search
