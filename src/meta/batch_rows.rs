@@ -149,8 +149,7 @@ impl MetadataStore {
         // `synchronous = FULL` for this transaction (an in-memory SQLite).
         let pool = self.db.durable.as_ref().unwrap_or(&self.db.pool);
         let mut conn = pool.acquire().await.map_err(|e| self.db.failed(e))?;
-        let toggle =
-            self.db.durable.is_none() && conn.backend_name().eq_ignore_ascii_case("sqlite");
+        let toggle = self.db.durable.is_none() && self.db.sqlite;
         if toggle {
             // The WAL synced at this commit (and with it every earlier
             // commit): the batch is on disk when its fills are answered.
