@@ -93,7 +93,7 @@ for size in $SIZES; do
         p99=$(for r in $(seq 1 "$ROUNDS"); do echo "${P99[$label,$r]}"; done | median_lines)
         cpu=$(for r in $(seq 1 "$ROUNDS"); do echo "${CPU[$label,$r]}"; done | median_lines)
         ratio=$(for r in $(seq 1 "$ROUNDS"); do
-            awk -v a="${RPS[$label,$r]}" -v b="${RPS[${LABELS[0]},$r]}" 'BEGIN { printf "%.3f\n", a / b }'
+            awk -v a="${RPS[$label,$r]}" -v b="${RPS[${LABELS[0]},$r]}" 'BEGIN { printf "%.6f\n", a / b }'
         done | median_lines)
         [[ $size == 256m ]] && cpu=-
         echo "| $size | $label | $rps | $p99 | $(awk -v r="$ratio" 'BEGIN { printf "%.2f", r }') | $cpu |"

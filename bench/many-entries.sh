@@ -203,12 +203,12 @@ EOF
         h=$(rps "$dir/hot.lua" "http://127.0.0.1:$port")
         hc=$(per_request "$pid" "$c0" "$h") hp=$(preempted_per "$pid" "$p0" "$h") hw=$(wrk_per "$h")
         random+=("$r") hot+=("$h")
-        ratios+=("$(awk -v a="$r" -v b="$h" 'BEGIN { printf "%.3f", a / b }')")
+        ratios+=("$(awk -v a="$r" -v b="$h" 'BEGIN { printf "%.6f", a / b }')")
         x=""
         if ((DISTINCT)); then
             x=$(rps "$dir/random.lua" "http://127.0.0.1:$n_port") xw=$(wrk_per "$x")
             nginx+=("$x")
-            over+=("$(awk -v a="$r" -v b="$x" 'BEGIN { printf "%.3f", a / b }')")
+            over+=("$(awk -v a="$r" -v b="$x" 'BEGIN { printf "%.6f", a / b }')")
         fi
         log "N=$n round $round: random $r req/s ($rc us of CPU, $rp preemptions a request; wrk $rw us), hot $h req/s ($hc us, $hp; wrk $hw us)${x:+, nginx random $x req/s (wrk $xw us)}"
     done
