@@ -27,7 +27,8 @@
 # `cache/references.rs`), no blob behind it: startup, the load and the idle
 # RSS are measured, the hit rounds are not.
 #
-# With DISTINCT=1 every key has its own 1 KiB bytes and a blob behind it,
+# With DISTINCT=1 every key has its own BODY bytes (1 KiB unless set) and a
+# blob behind it,
 # as in a real cache of distinct artifacts: an nginx origin gives each key
 # its own bytes (`sub_filter` putting the URI in), mirrorcache and the tuned
 # nginx proxy_cache (bench/compare.sh's anchor) are each filled by one miss
@@ -39,7 +40,7 @@
 #
 # Usage: bash bench/many-entries.sh     (as root: installs wrk, and nginx for DISTINCT=1, if missing)
 #   env: SIZES="10000 1000000 5000000" DURATION=7 ROUNDS=3 MC_BIN=path
-#        DIGESTS=one|distinct DISTINCT=0|1 PACK_BELOW=64KiB
+#        DIGESTS=one|distinct DISTINCT=0|1 BODY=1024 PACK_BELOW=64KiB
 #        PROFILE=dir (after the rounds: perf profiles of one random and one
 #        hot run, flat by symbol, and the server's CPU a request of each)
 #        IDLE=35 (after the rounds: the idle server's CPU over that many
@@ -58,6 +59,7 @@ DIGESTS=${DIGESTS:-one}
 [[ $DIGESTS == distinct ]] && ROUNDS=0
 DISTINCT=${DISTINCT:-0}
 PACK_BELOW=${PACK_BELOW:-64KiB}
+BODY=${BODY:-1024}
 WRK=(wrk)
 [[ ${WRK_BATCH:-0} == 1 ]] && WRK=(chrt -b 0 wrk)
 
@@ -81,7 +83,7 @@ make_work mc-many
 MIRROR=http://127.0.0.1:9
 if ((DISTINCT)); then
     mkdir -p "$WORK/origin/www"
-    python3 -c "import os,sys; b=bytearray(os.urandom(1024)); b[100:102]=b'@@'; sys.stdout.buffer.write(bytes(b))" >"$WORK/origin/www/seed.bin"
+    python3 -c "import os,sys; b=bytearray(os.urandom(int(sys.argv[1]))); b[100:102]=b'@@'; sys.stdout.buffer.write(bytes(b))" "$BODY" >"$WORK/origin/www/seed.bin"
     free_port
     O_PORT=$PORT
     start_nginx "$WORK/origin" "$O_PORT" '
@@ -250,7 +252,7 @@ base_rss=""
 base_n=""
 {
     echo
-    echo "## bench/many-entries.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${WRK[*]} -t2 -c64 -d${DURATION}s, $ROUNDS rounds, digests: $DIGESTS, distinct bytes: $DISTINCT (pack_below $PACK_BELOW)"
+    echo "## bench/many-entries.sh — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), ${WRK[*]} -t2 -c64 -d${DURATION}s, $ROUNDS rounds, digests: $DIGESTS, distinct bytes: $DISTINCT ($BODY bytes a key; pack_below $PACK_BELOW)"
     echo
     echo "| entries | startup to first HIT s | index loaded s | idle RSS MiB | bytes per entry (over the smallest run) | peak RSS MiB | random-key hits req/s | hot-key hits req/s (1,000 keys) | random ÷ hot | errors logged | nginx random-key hits req/s | random ÷ nginx's random |"
     echo "|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

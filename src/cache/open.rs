@@ -144,7 +144,10 @@ impl Cache {
             open_packs(&store, &meta, config.storage.pack_below, !complete).await?;
         }
         let blobs: Arc<dyn BlobStore> = match &config.storage.s3 {
-            None => Arc::new(LocalBlobs(store.clone())),
+            None => Arc::new(LocalBlobs::new(
+                store.clone(),
+                crate::store::descriptors_for(config.storage.open_files),
+            )),
             Some(s3) => Arc::new(
                 S3Blobs::connect(s3)
                     .await

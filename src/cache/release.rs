@@ -12,10 +12,13 @@ impl Cache {
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
     /// small one is read whole and checked on each open the in-memory tier
     /// does not answer (a blob damaged on disk is never served: it is
-    /// dropped with its rows and fetched again). It is kept in the tier
-    /// when it was opened within [`crate::store::ADMIT_WITHIN_MS`] before
-    /// (an S3 object always), so a local blob opened now and then is not
-    /// inserted only to evict another; opens arriving together read it
+    /// dropped with its rows and fetched again); a blob's own file is then
+    /// held open for the hits after it, which read it without an `open` or
+    /// a hash (`crate::store::HeldFiles`: for a minute at most, so a blob
+    /// damaged under it is found by the next open). A small blob is kept in
+    /// the tier when it was opened within [`crate::store::ADMIT_WITHIN_MS`]
+    /// before (an S3 object always), so a local blob opened now and then is
+    /// not inserted only to evict another; opens arriving together read it
     /// into the tier once (the others wait for that read and take it from
     /// the tier).
     pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
@@ -23,13 +26,18 @@ impl Cache {
             return Ok(Blob::Memory(bytes));
         }
         let blob = self.blobs.open(digest).await?;
+        let now = crate::clock::now_ms();
         if !self.hot.admits(size) {
+            self.blobs.hold(digest, &blob, now);
             return Ok(blob);
         }
         // An S3 object is kept from its first open: the tier saves it a
         // request to the bucket, not a read of the page cache.
-        let keep =
-            matches!(blob, Blob::Remote { .. }) || self.hot.wanted(digest, crate::clock::now_ms());
+        let keep = matches!(blob, Blob::Remote { .. }) || self.hot.wanted(digest, now);
+        // Hashed when it was opened.
+        if matches!(blob, Blob::Held(_)) && !keep {
+            return Ok(blob);
+        }
         // Held until the blob is in the tier.
         let _loading = if keep {
             let loading = self.hot.loading(digest).await;
@@ -41,7 +49,7 @@ impl Cache {
             None
         };
         let bytes = blob.read_whole(size).await?;
-        if Digest::of(&bytes) != *digest {
+        if !matches!(blob, Blob::Held(_)) && Digest::of(&bytes) != *digest {
             tracing::error!(?digest, "corrupt blob on disk; dropping it and its rows");
             self.hot.remove(digest);
             let _counting = self.locks.accounting.read().await;
@@ -51,6 +59,7 @@ impl Cache {
             }
             return Err(std::io::ErrorKind::NotFound.into());
         }
+        self.blobs.hold(digest, &blob, now);
         if keep {
             self.hot.insert(*digest, bytes.clone());
         }

@@ -148,6 +148,9 @@ pub struct StorageConfig {
     pub memory_object_max: u64,
     /// Blobs shorter than this are packed together (0 = none).
     pub pack_below: u64,
+    /// Blob files held open for hits (0 = none), at most a quarter of the
+    /// process's descriptor limit.
+    pub open_files: usize,
     /// Committed blobs in S3-compatible storage instead of `path/blobs`.
     pub s3: Option<S3Config>,
 }

@@ -151,6 +151,7 @@ impl Validator<'_> {
                 memory_cache_size: raw.storage.memory_cache_size.0,
                 memory_object_max: raw.storage.memory_object_max.0,
                 pack_below: raw.storage.pack_below.0,
+                open_files: raw.storage.open_files,
             },
             metadata: MetadataConfig {
                 url: metadata_url,

@@ -23,6 +23,10 @@ pub enum Blob {
     Memory(Bytes),
     /// An open file: positional reads, and it survives deletion of its path.
     Local(Arc<File>),
+    /// A blob's file the store held open since an earlier open (see
+    /// `super::held`), which hashed it where the reader hashes: read as
+    /// [`Blob::Local`] is.
+    Held(Arc<File>),
     /// A range of an open pack, from `start` (see `super::pack`): read as
     /// a local file is, offset.
     Packed { file: Arc<File>, start: u64 },
@@ -40,7 +44,7 @@ impl Blob {
                 let part = bytes.slice(start as usize..(start + len) as usize);
                 futures_util::stream::once(async move { Ok(part) }).boxed()
             }
-            Blob::Local(file) => local_stream(file.clone(), start, len),
+            Blob::Local(file) | Blob::Held(file) => local_stream(file.clone(), start, len),
             Blob::Packed { file, start: at } => local_stream(file.clone(), at + start, len),
             Blob::Remote { store, location } => {
                 if len == 0 {
@@ -73,7 +77,7 @@ impl Blob {
     pub async fn read_whole(&self, size: u64) -> io::Result<Bytes> {
         match self {
             Blob::Memory(bytes) => Ok(bytes.clone()),
-            Blob::Local(file) => read_local(file.clone(), 0, size).await,
+            Blob::Local(file) | Blob::Held(file) => read_local(file.clone(), 0, size).await,
             Blob::Packed { file, start } => read_local(file.clone(), *start, size).await,
             Blob::Remote { .. } => {
                 let mut out = Vec::with_capacity(size as usize);

@@ -26,6 +26,7 @@ use super::content::batch::BatchBody;
 use super::content::pack::{self, PlaceRow};
 use super::content::{ContentStore, TempBlob};
 use super::digest::Digest;
+use super::held::HeldFiles;
 
 /// The smallest batch whose blobs are made durable by syncing the whole
 /// file system (`syncfs`, twice) however much else waits to be written (a
@@ -68,6 +69,9 @@ pub trait BlobStore: Send + Sync {
         )))
     }
     fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>>;
+    /// Keeps `blob`, just opened at `now_ms` (and hashed, where the reader
+    /// hashes), open for the next hits; nothing is kept by default.
+    fn hold(&self, _digest: &Digest, _blob: &Blob, _now_ms: i64) {}
     /// Whether a blob a row references is in place, if the store can tell
     /// at once (a local `stat` of a page-cached name); `None` when asking
     /// takes a round trip. No hash: such a blob was synced before its row.
@@ -98,9 +102,22 @@ pub trait BlobStore: Send + Sync {
 }
 
 /// Blobs on local disk, in the content store itself.
-pub struct LocalBlobs(pub Arc<ContentStore>);
+pub struct LocalBlobs {
+    store: Arc<ContentStore>,
+    /// Blob files kept open for the next hits.
+    held: HeldFiles,
+}
 
 impl LocalBlobs {
+    /// The store's blobs, up to `open_files` of their files held open for
+    /// hits ([`HeldFiles`]).
+    pub fn new(store: Arc<ContentStore>, open_files: usize) -> LocalBlobs {
+        LocalBlobs {
+            store,
+            held: HeldFiles::new(open_files),
+        }
+    }
+
     /// One blob: its data synced, renamed, its directory synced, in one hop
     /// ([`ContentStore::commit_one`]). A batch of [`SYNCFS_FROM`] or more:
     /// in one hop, the small fresh bodies written under their own names,
@@ -117,7 +134,7 @@ impl LocalBlobs {
         &self,
         items: Vec<(BatchBody, Digest)>,
     ) -> BoxFuture<'_, Vec<io::Result<bool>>> {
-        let store = self.0.clone();
+        let store = self.store.clone();
         let count = items.len();
         Box::pin(async move {
             if count == 1 {
@@ -218,7 +235,7 @@ impl LocalBlobs {
 
 impl BlobStore for LocalBlobs {
     fn commit(&self, temp: TempBlob, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
-        let store = self.0.clone();
+        let store = self.store.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || store.commit_one(temp, &digest))
                 .await
@@ -227,11 +244,11 @@ impl BlobStore for LocalBlobs {
     }
 
     fn holds_now(&self, digest: &Digest) -> Option<bool> {
-        Some(self.0.holds(digest))
+        Some(self.store.holds(digest))
     }
 
     fn commit_fresh(&self, bytes: Bytes, digest: Digest) -> BoxFuture<'_, io::Result<bool>> {
-        let store = self.0.clone();
+        let store = self.store.clone();
         Box::pin(async move {
             tokio::task::spawn_blocking(move || {
                 let temp = store.create_temp_holding(&bytes)?;
@@ -250,7 +267,7 @@ impl BlobStore for LocalBlobs {
         &self,
         items: Vec<(BatchBody, Digest)>,
     ) -> BoxFuture<'_, Vec<io::Result<bool>>> {
-        let packs = self.0.packs.clone();
+        let packs = self.store.packs.clone();
         let (packed, files): (Vec<_>, Vec<_>) =
             items
                 .into_iter()
@@ -305,15 +322,19 @@ impl BlobStore for LocalBlobs {
         })
     }
 
-    /// A packed blob whose pack is open: no hop, no `open`. Otherwise its
-    /// pack or its own file is opened on the blocking pool; a blob neither
-    /// memory nor a file knows may have been packed by another process:
-    /// its place is read from the database.
+    /// A packed blob whose pack is open, or a file held open since an
+    /// earlier open: no hop, no `open`. Otherwise its pack or its own file
+    /// is opened on the blocking pool; a blob neither memory nor a file
+    /// knows may have been packed by another process: its place is read
+    /// from the database.
     fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>> {
-        let (store, digest) = (self.0.clone(), *digest);
+        let (store, digest) = (self.store.clone(), *digest);
         Box::pin(async move {
             if let Some((file, start, _)) = store.packs.open_now(&digest) {
                 return Ok(Blob::Packed { file, start });
+            }
+            if let Some(file) = self.held.get(&digest, crate::clock::now_ms()) {
+                return Ok(Blob::Held(file));
             }
             match open_or_unlearn(&store, digest).await {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -334,7 +355,7 @@ impl BlobStore for LocalBlobs {
     /// freed on disk until its pack is compacted); any other's file is
     /// unlinked.
     fn remove<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<u64>> {
-        let (store, digest) = (self.0.clone(), *digest);
+        let (store, digest) = (self.store.clone(), *digest);
         Box::pin(async move {
             let deleted = match store.packs.rows.get() {
                 Some(rows) => rows.forget(digest, store.packs.row_of(&digest)).await?,
@@ -343,26 +364,36 @@ impl BlobStore for LocalBlobs {
             if store.packs.forget(&digest, &deleted) {
                 return Ok(0);
             }
-            tokio::task::spawn_blocking(move || store.remove_blob(&digest))
+            let freed = tokio::task::spawn_blocking(move || store.remove_blob(&digest))
                 .await
-                .map_err(io::Error::other)?
+                .map_err(io::Error::other)?;
+            // After the unlink: a file held by an open that raced it is
+            // let go here, or not held at all (`HeldFiles::hold`).
+            self.held.release(&digest);
+            freed
         })
     }
 
+    fn hold(&self, digest: &Digest, blob: &Blob, now_ms: i64) {
+        if let Blob::Local(file) = blob {
+            self.held.hold(*digest, file, now_ms);
+        }
+    }
+
     fn pending_places(&self, digests: &[Digest]) -> Vec<PlaceRow> {
-        self.0.packs.pending_rows(digests)
+        self.store.packs.pending_rows(digests)
     }
 
     fn places_written(&self, rows: &[PlaceRow]) {
-        self.0.packs.written(rows);
+        self.store.packs.written(rows);
     }
 
     fn dead_bytes(&self) -> u64 {
-        self.0.packs.dead_bytes()
+        self.store.packs.dead_bytes()
     }
 
     fn compact(&self) -> BoxFuture<'_, io::Result<(u64, u64)>> {
-        Box::pin(pack::compact(self.0.packs.clone()))
+        Box::pin(pack::compact(self.store.packs.clone()))
     }
 }
 

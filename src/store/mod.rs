@@ -10,7 +10,8 @@
 //! its place kept in the metadata database for the store ([`PlaceRow`]).
 //! [`DigestTable`] holds each digest the process knows once: its size, the
 //! packed blob's place, and how many of the entry index's records name it.
-//! [`HotBlobs`] keeps small hot blobs in memory. [`Budget`] counts committed
+//! [`HotBlobs`] keeps small hot blobs in memory, [`HeldFiles`] blob files
+//! open for the next hits. [`Budget`] counts committed
 //! and in-progress bytes against `storage.max_size` and wakes the evictor.
 //!
 //! **Invariant:** nothing outside this room knows a blob's path; everyone
@@ -24,6 +25,7 @@ pub mod budget;
 mod content;
 mod digest;
 mod digest_table;
+mod held;
 mod hot;
 mod layout;
 mod owner;
@@ -37,5 +39,6 @@ pub use content::pack::{PlaceRow, PlaceRows};
 pub use content::{read_at, CommitLock, ContentStore, TempBlob};
 pub use digest::Digest;
 pub use digest_table::DigestTable;
+pub use held::{descriptors_for, HeldFiles, HELD_FOR_MS};
 pub use hot::{HotBlobs, ADMIT_WITHIN_MS};
 pub use s3::S3Blobs;

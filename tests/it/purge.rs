@@ -224,3 +224,53 @@ async fn a_purge_racing_a_commit_always_wins() {
     assert_eq!(upstream, 2 * ROUNDS as usize);
     running.shutdown().await;
 }
+
+/// The descriptors this process holds on the blob `hex` (its file, or the
+/// file once unlinked).
+fn descriptors_on(hex: &str) -> usize {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter(|target| target.to_string_lossy().contains(hex))
+        .count()
+}
+
+/// A blob of its own file (200 KB: above `pack_below`, within
+/// `memory_object_max`) is held open by its first hit, and the hits after
+/// it read the same descriptor (one, however many hits); purged, the
+/// server lets it go with the file, so the blob's disk space is freed at
+/// once, and the next GET goes upstream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_purged_blob_file_is_let_go_and_its_space_freed() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(200_000, 77);
+    mirror.put("/m/big", body.clone());
+    let hex = sha256_hex(&body);
+    let dir = tempfile::tempdir().unwrap();
+    let running = start_text(&config(dir.path(), &mirror)).await;
+    let base = format!("http://{}", running.local_addr);
+    let client = reqwest::Client::new();
+    let url = format!("{base}/r/big");
+    assert_eq!(get(&client, &url).await.1, "MISS");
+    running.proxy.fills.wait_idle().await;
+    for round in 0..3 {
+        // Apart, so the blob is not read into the in-memory tier.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        let (status, cache, bytes) = get(&client, &url).await;
+        assert_eq!((status, cache.as_str()), (200, "HIT"), "hit {round}");
+        assert_eq!(sha256_hex(&bytes.unwrap()), hex, "hit {round}");
+        assert_eq!(descriptors_on(&hex), 1, "hit {round}");
+    }
+    assert_eq!(running.proxy.cache.memory_loads(), 0);
+    let answer = delete(&client, &base, "/r/big").await;
+    assert_eq!(answer["entries"], 1, "{answer}");
+    assert_eq!(descriptors_on(&hex), 0, "the purged blob is still held");
+    let blobs = dir.path().join("store/blobs");
+    assert!(!blobs.join(&hex[..2]).join(&hex).exists());
+    let (status, cache, bytes) = get(&client, &url).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), hex);
+    assert_eq!(mirror.hits("/m/big"), 2);
+    running.shutdown().await;
+}

@@ -544,7 +544,7 @@ mod tests {
         let store = Arc::new(open(dir.path(), u64::MAX));
         store.set_quiet_bytes(0);
         let bodies: [&'static [u8]; 3] = [b"three", b"four", b"five"];
-        let results = LocalBlobs(store.clone())
+        let results = LocalBlobs::new(store.clone(), 0)
             .commit_batch(bodies.iter().map(|body| fresh(body)).collect())
             .await;
         assert!(results.iter().all(|r| matches!(r, Ok(true))));
