@@ -250,6 +250,14 @@ fn restart_only_changes(old: &Config, new: &Config) -> Vec<&'static str> {
             "storage.memory_object_max",
             o.storage.memory_object_max != n.storage.memory_object_max,
         ),
+        (
+            "storage.pack_below",
+            o.storage.pack_below != n.storage.pack_below,
+        ),
+        (
+            "storage.open_files",
+            o.storage.open_files != n.storage.open_files,
+        ),
         ("storage.url", differs(o_s3, n_s3, |s| &s.url)),
         ("storage.endpoint", differs(o_s3, n_s3, |s| &s.endpoint)),
         ("storage.region", differs(o_s3, n_s3, |s| &s.region)),

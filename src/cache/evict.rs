@@ -56,6 +56,9 @@ pub(crate) fn low_water(max: u64) -> u64 {
 /// under the low-water mark.
 pub(crate) async fn evict(cache: &Cache) -> Result<(), ProxyError> {
     let _one_round = cache.evictor.round.lock().await;
+    // Blob files held for hits that no longer serve (unlinked behind the
+    // server, or past their minute) keep no disk space past this round.
+    cache.blobs.let_go_stale();
     // Each eviction asks whether its blob is still referenced: the entry
     // index answers once loaded, where the database would read every row
     // (waited for a minute at most: loads follow each other while another

@@ -12,29 +12,29 @@ impl Cache {
     /// Opens a committed blob of `size` bytes; `NotFound` if it is gone. A
     /// small one is read whole and checked on each open the in-memory tier
     /// does not answer (a blob damaged on disk is never served: it is
-    /// dropped with its rows and fetched again); a blob's own file is then
-    /// held open for the hits after it, which read it without an `open` or
-    /// a hash (`crate::store::HeldFiles`: for a minute at most, so a blob
-    /// damaged under it is found by the next open). A small blob is kept in
-    /// the tier when it was opened within [`crate::store::ADMIT_WITHIN_MS`]
-    /// before (an S3 object always), so a local blob opened now and then is
-    /// not inserted only to evict another; opens arriving together read it
-    /// into the tier once (the others wait for that read and take it from
-    /// the tier).
+    /// dropped with its rows and fetched again). A blob's own file is then
+    /// held open: the hits after it read it with no `open` and no hash, for
+    /// a minute after that open and while its file is linked
+    /// (`crate::store::HeldFiles`). A small blob is kept in the tier, read
+    /// and checked, when it was opened within
+    /// [`crate::store::ADMIT_WITHIN_MS`] before (an S3 object always), so a
+    /// local blob opened now and then is not inserted only to evict
+    /// another; opens arriving together read it into the tier once (the
+    /// others wait for that read and take it from the tier).
     pub async fn open_blob(&self, digest: &Digest, size: u64) -> std::io::Result<Blob> {
         if let Some(bytes) = self.hot.get(digest) {
             return Ok(Blob::Memory(bytes));
         }
         let blob = self.blobs.open(digest).await?;
-        let now = crate::clock::now_ms();
         if !self.hot.admits(size) {
-            self.blobs.hold(digest, &blob, now);
+            self.blobs.hold(digest, &blob);
             return Ok(blob);
         }
         // An S3 object is kept from its first open: the tier saves it a
         // request to the bucket, not a read of the page cache.
-        let keep = matches!(blob, Blob::Remote { .. }) || self.hot.wanted(digest, now);
-        // Hashed when it was opened.
+        let keep =
+            matches!(blob, Blob::Remote { .. }) || self.hot.wanted(digest, crate::clock::now_ms());
+        // Checked when it was opened.
         if matches!(blob, Blob::Held(_)) && !keep {
             return Ok(blob);
         }
@@ -49,8 +49,9 @@ impl Cache {
             None
         };
         let bytes = blob.read_whole(size).await?;
-        if !matches!(blob, Blob::Held(_)) && Digest::of(&bytes) != *digest {
+        if Digest::of(&bytes) != *digest {
             tracing::error!(?digest, "corrupt blob on disk; dropping it and its rows");
+            self.blobs.let_go(digest);
             self.hot.remove(digest);
             let _counting = self.locks.accounting.read().await;
             let _digest = self.locks.digest(digest).lock().await;
@@ -59,7 +60,7 @@ impl Cache {
             }
             return Err(std::io::ErrorKind::NotFound.into());
         }
-        self.blobs.hold(digest, &blob, now);
+        self.blobs.hold(digest, &blob);
         if keep {
             self.hot.insert(*digest, bytes.clone());
         }

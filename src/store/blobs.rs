@@ -17,6 +17,7 @@
 
 use std::io;
 use std::sync::Arc;
+use std::time::Instant;
 
 use bytes::Bytes;
 use futures_util::future::BoxFuture;
@@ -69,9 +70,14 @@ pub trait BlobStore: Send + Sync {
         )))
     }
     fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>>;
-    /// Keeps `blob`, just opened at `now_ms` (and hashed, where the reader
-    /// hashes), open for the next hits; nothing is kept by default.
-    fn hold(&self, _digest: &Digest, _blob: &Blob, _now_ms: i64) {}
+    /// Keeps `blob`, just opened (and hashed, where the reader hashes),
+    /// open for the next hits; nothing is kept by default.
+    fn hold(&self, _digest: &Digest, _blob: &Blob) {}
+    /// Lets go of what [`BlobStore::hold`] kept of `digest` (found
+    /// damaged).
+    fn let_go(&self, _digest: &Digest) {}
+    /// Lets go of what it kept that no longer serves (each eviction round).
+    fn let_go_stale(&self) {}
     /// Whether a blob a row references is in place, if the store can tell
     /// at once (a local `stat` of a page-cached name); `None` when asking
     /// takes a round trip. No hash: such a blob was synced before its row.
@@ -105,7 +111,7 @@ pub trait BlobStore: Send + Sync {
 pub struct LocalBlobs {
     store: Arc<ContentStore>,
     /// Blob files kept open for the next hits.
-    held: HeldFiles,
+    held: Arc<HeldFiles>,
 }
 
 impl LocalBlobs {
@@ -114,7 +120,7 @@ impl LocalBlobs {
     pub fn new(store: Arc<ContentStore>, open_files: usize) -> LocalBlobs {
         LocalBlobs {
             store,
-            held: HeldFiles::new(open_files),
+            held: Arc::new(HeldFiles::new(open_files)),
         }
     }
 
@@ -333,7 +339,7 @@ impl BlobStore for LocalBlobs {
             if let Some((file, start, _)) = store.packs.open_now(&digest) {
                 return Ok(Blob::Packed { file, start });
             }
-            if let Some(file) = self.held.get(&digest, crate::clock::now_ms()) {
+            if let Some(file) = self.held.get(&digest, Instant::now()) {
                 return Ok(Blob::Held(file));
             }
             match open_or_unlearn(&store, digest).await {
@@ -364,20 +370,33 @@ impl BlobStore for LocalBlobs {
             if store.packs.forget(&digest, &deleted) {
                 return Ok(0);
             }
-            let freed = tokio::task::spawn_blocking(move || store.remove_blob(&digest))
-                .await
-                .map_err(io::Error::other)?;
-            // After the unlink: a file held by an open that raced it is
-            // let go here, or not held at all (`HeldFiles::hold`).
-            self.held.release(&digest);
-            freed
+            // Let go of after the unlink, on the blocking thread (done
+            // even if this future is dropped): a file held by an open that
+            // raced the unlink is let go here, or not held at all
+            // (`HeldFiles::hold`).
+            let held = self.held.clone();
+            tokio::task::spawn_blocking(move || {
+                let freed = store.remove_blob(&digest);
+                held.let_go(&digest);
+                freed
+            })
+            .await
+            .map_err(io::Error::other)?
         })
     }
 
-    fn hold(&self, digest: &Digest, blob: &Blob, now_ms: i64) {
+    fn hold(&self, digest: &Digest, blob: &Blob) {
         if let Blob::Local(file) = blob {
-            self.held.hold(*digest, file, now_ms);
+            self.held.hold(*digest, file, Instant::now());
         }
+    }
+
+    fn let_go(&self, digest: &Digest) {
+        self.held.let_go(digest);
+    }
+
+    fn let_go_stale(&self) {
+        self.held.let_go_stale(Instant::now());
     }
 
     fn pending_places(&self, digests: &[Digest]) -> Vec<PlaceRow> {

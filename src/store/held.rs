@@ -2,25 +2,32 @@
 //! the one that opened them.
 //!
 //! A blob of its own file (larger than `storage.pack_below`) that the
-//! in-memory tier does not hold costs an `open`, a hop to the blocking pool
-//! and, up to `storage.memory_object_max`, a read and a sha256 of the whole
-//! blob on each hit. Held open, the next hits read it from the descriptor:
-//! no `open`, no hop, and no hash again. A blob is hashed when it is
-//! opened, so a descriptor is held for at most [`HELD_FOR_MS`] after its
-//! open: a blob damaged on disk under a held descriptor is found by the
-//! first open after it. The count is bounded (`storage.open_files`, at most
-//! a quarter of the process's descriptor limit; the entry cache's kind of
-//! cache decides which to let go), and a blob's descriptor is let go when
-//! the blob is removed, so its disk space is freed with it.
+//! in-memory tier does not hold costs an `open` and a hop to the blocking
+//! pool on each hit, and up to `storage.memory_object_max` (with the tier
+//! on) a read and a sha256 of the whole blob. Held open, the hits after
+//! that open read it from the descriptor: no `open`, no hop, no hash again
+//! (one is read into the tier hashed all the same).
+//!
+//! A descriptor serves for [`HELD_FOR`] after the open that made it (a
+//! blob damaged on disk under it is found by the next open), and only
+//! while its file is still linked: a blob unlinked behind the server
+//! (`verify --remove` in another process, a damaged file replaced by a
+//! commit) is opened again at its next hit. One past its time or unlinked
+//! is let go at its next hit or by [`HeldFiles::let_go_stale`] (each
+//! eviction round), so its disk space is not kept; the store lets go of a
+//! blob's descriptor as it removes the blob. The count is bounded
+//! (`storage.open_files`, at most a quarter of the process's descriptor
+//! limit; the entry cache's kind of cache decides which to let go).
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
 use super::digest::{BuildDigestHasher, Digest};
 
-/// How long a descriptor is held after the open that hashed its blob.
-pub const HELD_FOR_MS: i64 = 60_000;
+/// How long a descriptor serves after the open that made it.
+pub const HELD_FOR: Duration = Duration::from_secs(60);
 
 /// How many blob files to hold for `wanted` (`storage.open_files`): at
 /// most a quarter of the descriptors the process may open, once its soft
@@ -29,6 +36,9 @@ pub const HELD_FOR_MS: i64 = 60_000;
 /// connections, packs and the database keep the rest.
 pub fn descriptors_for(wanted: usize) -> usize {
     use rustix::process::{getrlimit, setrlimit, Resource, Rlimit};
+    if wanted == 0 {
+        return 0;
+    }
     let mut limit = getrlimit(Resource::Nofile);
     if limit.current != limit.maximum {
         let raised = Rlimit {
@@ -36,24 +46,38 @@ pub fn descriptors_for(wanted: usize) -> usize {
             ..limit
         };
         if setrlimit(Resource::Nofile, raised).is_ok() {
-            limit = raised;
+            limit = getrlimit(Resource::Nofile);
         }
     }
-    let quarter = limit.current.map_or(usize::MAX, |n| (n / 4) as usize);
+    let quarter = limit
+        .current
+        .map_or(usize::MAX, |n| usize::try_from(n / 4).unwrap_or(usize::MAX));
     wanted.min(quarter)
 }
 
 #[derive(Clone)]
 struct Held {
     file: Arc<File>,
-    opened_ms: i64,
+    opened: Instant,
 }
+
+impl Held {
+    /// Whether it may still serve at `now`: within its time, its file
+    /// still linked (one `fstat`).
+    fn serves(&self, now: Instant) -> bool {
+        now.saturating_duration_since(self.opened) <= HELD_FOR && linked(&self.file)
+    }
+}
+
+fn linked(file: &File) -> bool {
+    file.metadata().is_ok_and(|m| m.nlink() > 0)
+}
+
+type Files = quick_cache::sync::Cache<Digest, Held, quick_cache::UnitWeighter, BuildDigestHasher>;
 
 pub struct HeldFiles {
     /// `None`: holds nothing (`storage.open_files = 0`).
-    files: Option<
-        quick_cache::sync::Cache<Digest, Held, quick_cache::UnitWeighter, BuildDigestHasher>,
-    >,
+    files: Option<Files>,
 }
 
 impl HeldFiles {
@@ -71,12 +95,12 @@ impl HeldFiles {
         HeldFiles { files }
     }
 
-    /// The file of `digest`, if it is held and was opened at most
-    /// [`HELD_FOR_MS`] before `now_ms`; one held longer is let go.
-    pub fn get(&self, digest: &Digest, now_ms: i64) -> Option<Arc<File>> {
+    /// The file of `digest`, if one is held that still serves at `now`
+    /// ([`HELD_FOR`], linked); one that does not is let go.
+    pub fn get(&self, digest: &Digest, now: Instant) -> Option<Arc<File>> {
         let files = self.files.as_ref()?;
         let held = files.get(digest)?;
-        if now_ms.saturating_sub(held.opened_ms) <= HELD_FOR_MS {
+        if held.serves(now) {
             return Some(held.file);
         }
         files.remove_if(digest, |now| Arc::ptr_eq(&now.file, &held.file));
@@ -84,9 +108,9 @@ impl HeldFiles {
     }
 
     /// Holds `file`, the blob `digest` opened (and hashed, where the reader
-    /// hashes) at `now_ms`. A file already unlinked is not held: its blob
-    /// was removed meanwhile, and holding it would keep its disk space.
-    pub fn hold(&self, digest: Digest, file: &Arc<File>, now_ms: i64) {
+    /// hashes) at `now`. A file already unlinked is not held: its blob was
+    /// removed meanwhile, and holding it would keep its disk space.
+    pub fn hold(&self, digest: Digest, file: &Arc<File>, now: Instant) {
         let Some(files) = &self.files else {
             return;
         };
@@ -94,20 +118,29 @@ impl HeldFiles {
             digest,
             Held {
                 file: file.clone(),
-                opened_ms: now_ms,
+                opened: now,
             },
         );
         // After the insert: a removal that unlinked the file and let go of
         // the digest before it is seen here.
-        if !file.metadata().is_ok_and(|m| m.nlink() > 0) {
+        if !linked(file) {
             files.remove_if(&digest, |held| Arc::ptr_eq(&held.file, file));
         }
     }
 
-    /// Lets go of the file of `digest` (its blob is being removed).
-    pub fn release(&self, digest: &Digest) {
+    /// Lets go of the file of `digest` (its blob is being removed, or was
+    /// found damaged).
+    pub fn let_go(&self, digest: &Digest) {
         if let Some(files) = &self.files {
             files.remove(digest);
+        }
+    }
+
+    /// Lets go of every file that no longer serves at `now`: past its time,
+    /// or unlinked behind the server.
+    pub fn let_go_stale(&self, now: Instant) {
+        if let Some(files) = &self.files {
+            files.retain(|_, held| held.serves(now));
         }
     }
 
@@ -128,37 +161,54 @@ mod tests {
         Arc::new(File::open(path).unwrap())
     }
 
-    /// A file is held for [`HELD_FOR_MS`] after its open, then let go; the
-    /// count stays within its bound; a released digest is no longer held.
+    /// A file serves for [`HELD_FOR`] after its open, then is let go at its
+    /// next hit, or by the sweep; the count stays within its bound; a
+    /// digest let go is no longer held.
     #[test]
     fn a_file_is_held_for_a_while_within_the_bound() {
         let dir = tempfile::tempdir().unwrap();
         let held = HeldFiles::new(4);
-        let (a, at) = (Digest([1; 32]), 1_000_000);
+        let (a, b, at) = (Digest([1; 32]), Digest([2; 32]), Instant::now());
         held.hold(a, &file(dir.path(), "a"), at);
-        assert!(held.get(&a, at + HELD_FOR_MS).is_some());
-        assert!(held.get(&a, at + HELD_FOR_MS + 1).is_none());
+        assert!(held.get(&a, at + HELD_FOR).is_some());
+        assert!(held
+            .get(&a, at + HELD_FOR + Duration::from_millis(1))
+            .is_none());
         assert_eq!(held.len(), 0, "let go once past its time");
+        held.hold(a, &file(dir.path(), "a"), at);
+        held.hold(b, &file(dir.path(), "b"), at + HELD_FOR);
+        held.let_go_stale(at + HELD_FOR + Duration::from_millis(1));
+        assert_eq!(held.len(), 1, "the sweep lets go of the stale one only");
+        assert!(held.get(&b, at + HELD_FOR).is_some());
         for i in 0..16u8 {
             held.hold(Digest([i; 32]), &file(dir.path(), &format!("f{i}")), at);
         }
         assert!(held.len() <= 4, "{} held", held.len());
-        let b = Digest([2; 32]);
         held.hold(b, &file(dir.path(), "b"), at);
-        held.release(&b);
+        held.let_go(&b);
         assert!(held.get(&b, at).is_none());
         assert!(HeldFiles::new(0).get(&b, at).is_none());
     }
 
     /// A file unlinked before it is held (its blob removed meanwhile) is
-    /// not held.
+    /// not held; one unlinked while held (behind the server) no longer
+    /// serves, and the sweep lets it go.
     #[test]
-    fn an_unlinked_file_is_not_held() {
+    fn an_unlinked_file_is_not_held_nor_served() {
         let dir = tempfile::tempdir().unwrap();
         let held = HeldFiles::new(4);
-        let f = file(dir.path(), "gone");
+        let (a, b, at) = (Digest([3; 32]), Digest([4; 32]), Instant::now());
+        let gone = file(dir.path(), "gone");
         std::fs::remove_file(dir.path().join("gone")).unwrap();
-        held.hold(Digest([3; 32]), &f, 0);
-        assert!(held.get(&Digest([3; 32]), 0).is_none());
+        held.hold(a, &gone, at);
+        assert_eq!(held.len(), 0);
+        held.hold(b, &file(dir.path(), "later"), at);
+        assert!(held.get(&b, at).is_some());
+        std::fs::remove_file(dir.path().join("later")).unwrap();
+        held.let_go_stale(at);
+        assert_eq!(held.len(), 0);
+        held.hold(b, &file(dir.path(), "again"), at);
+        std::fs::remove_file(dir.path().join("again")).unwrap();
+        assert!(held.get(&b, at).is_none());
     }
 }

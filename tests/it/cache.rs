@@ -110,6 +110,35 @@ async fn a_row_whose_blob_is_gone_is_a_miss() {
     proxy.stop().await;
 }
 
+/// The same while the server runs and holds the blob's file open for its
+/// hits (200 KB: a file of its own): a file unlinked behind it is not
+/// served from the held descriptor; the next hit finds it gone and fetches
+/// the bytes again.
+#[tokio::test]
+async fn a_held_blob_file_removed_behind_the_server_is_fetched_again() {
+    let mirror = MirrorServer::start().await;
+    let body = test_bytes(200_000, 4);
+    mirror.put("/repo/held.bin", body.clone());
+    let dir = tempfile::tempdir().unwrap();
+    let proxy = TestProxy::start_in(dir.path(), &remote("r", &[&mirror], "")).await;
+    let client = reqwest::Client::new();
+    let url = proxy.url("/r/held.bin");
+    assert_eq!(get(&client, &url).await.1, "MISS");
+    proxy.settle().await;
+    for round in 0..2 {
+        // Apart, so the blob is not read into the in-memory tier.
+        tokio::time::sleep(Duration::from_millis(30)).await;
+        assert_eq!(get(&client, &url).await.1, "HIT", "hit {round}");
+    }
+    let hex = sha256_hex(&body);
+    std::fs::remove_file(dir.path().join("store/blobs").join(&hex[..2]).join(&hex)).unwrap();
+    let (status, cache, bytes) = get(&client, &url).await;
+    assert_eq!((status, cache.as_str()), (200, "MISS"));
+    assert_eq!(sha256_hex(&bytes.unwrap()), hex);
+    assert_eq!(mirror.hits("/repo/held.bin"), 2);
+    proxy.stop().await;
+}
+
 #[tokio::test]
 async fn temp_files_left_by_a_crash_are_removed_at_start() {
     let mirror = MirrorServer::start().await;
