@@ -119,10 +119,8 @@ async fn a_held_blob_file_removed_behind_the_server_is_fetched_again() {
     let mirror = MirrorServer::start().await;
     let body = test_bytes(200_000, 4);
     mirror.put("/repo/held.bin", body.clone());
-    let dir = tempfile::tempdir().unwrap();
-    let proxy = TestProxy::start_in(dir.path(), &remote("r", &[&mirror], "")).await;
-    let client = reqwest::Client::new();
-    let url = proxy.url("/r/held.bin");
+    let proxy = TestProxy::start(&remote("r", &[&mirror], "")).await;
+    let (client, url) = (reqwest::Client::new(), proxy.url("/r/held.bin"));
     assert_eq!(get(&client, &url).await.1, "MISS");
     proxy.settle().await;
     for round in 0..2 {
@@ -131,7 +129,7 @@ async fn a_held_blob_file_removed_behind_the_server_is_fetched_again() {
         assert_eq!(get(&client, &url).await.1, "HIT", "hit {round}");
     }
     let hex = sha256_hex(&body);
-    std::fs::remove_file(dir.path().join("store/blobs").join(&hex[..2]).join(&hex)).unwrap();
+    std::fs::remove_file(proxy.dir.join("store/blobs").join(&hex[..2]).join(&hex)).unwrap();
     let (status, cache, bytes) = get(&client, &url).await;
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert_eq!(sha256_hex(&bytes.unwrap()), hex);
