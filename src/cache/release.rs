@@ -14,8 +14,8 @@ impl Cache {
     /// does not answer (a blob damaged on disk is never served: it is
     /// dropped with its rows and fetched again). A blob's own file is then
     /// held open: the hits after it read it with no `open` and no hash, for
-    /// a minute after that open and while its file is linked
-    /// (`crate::store::HeldFiles`). A small blob is kept in the tier, read
+    /// a minute after that open and while its file is linked, looked at
+    /// once a second (`crate::store::HeldFiles`). A small blob is kept in the tier, read
     /// and checked, when it was opened within
     /// [`crate::store::ADMIT_WITHIN_MS`] before (an S3 object always), so a
     /// local blob opened now and then is not inserted only to evict

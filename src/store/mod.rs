@@ -39,6 +39,6 @@ pub use content::pack::{PlaceRow, PlaceRows};
 pub use content::{read_at, CommitLock, ContentStore, TempBlob};
 pub use digest::Digest;
 pub use digest_table::DigestTable;
-pub use held::{descriptors_for, HeldFiles, HELD_FOR};
+pub use held::{descriptors_for, HeldFiles, HELD_FOR, LINK_CHECKED_EVERY};
 pub use hot::{HotBlobs, ADMIT_WITHIN_MS};
 pub use s3::S3Blobs;

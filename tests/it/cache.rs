@@ -112,8 +112,8 @@ async fn a_row_whose_blob_is_gone_is_a_miss() {
 
 /// The same while the server runs and holds the blob's file open for its
 /// hits (200 KB: a file of its own): a file unlinked behind it is not
-/// served from the held descriptor; the next hit finds it gone and fetches
-/// the bytes again.
+/// served from the held descriptor a second later; the next hit finds it
+/// gone and fetches the bytes again.
 #[tokio::test]
 async fn a_held_blob_file_removed_behind_the_server_is_fetched_again() {
     let mirror = MirrorServer::start().await;
@@ -130,6 +130,8 @@ async fn a_held_blob_file_removed_behind_the_server_is_fetched_again() {
     }
     let hex = sha256_hex(&body);
     std::fs::remove_file(proxy.dir.join("store/blobs").join(&hex[..2]).join(&hex)).unwrap();
+    // A held file's link is looked at once a second.
+    tokio::time::sleep(mirrorcache::store::LINK_CHECKED_EVERY + Duration::from_millis(50)).await;
     let (status, cache, bytes) = get(&client, &url).await;
     assert_eq!((status, cache.as_str()), (200, "MISS"));
     assert_eq!(sha256_hex(&bytes.unwrap()), hex);
