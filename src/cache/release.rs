@@ -15,8 +15,8 @@ impl Cache {
     /// dropped with its rows and fetched again). A blob's own file is then
     /// held open: the hits after it read it with no `open` and no hash, for
     /// a minute after that open and while its file is linked, looked at
-    /// once a second (`crate::store::HeldFiles`). A small blob is kept in the tier, read
-    /// and checked, when it was opened within
+    /// once a second (`crate::store::HeldFiles`). A small blob is kept in
+    /// the tier, read and checked, when it was opened within
     /// [`crate::store::ADMIT_WITHIN_MS`] before (an S3 object always), so a
     /// local blob opened now and then is not inserted only to evict
     /// another; opens arriving together read it into the tier once (the
