@@ -15,7 +15,9 @@ impl Cache {
     /// dropped with its rows and fetched again). A blob's own file is then
     /// held open: the hits after it read it with no `open` and no hash, for
     /// a minute after that open and while its file is linked, looked at
-    /// once a second (`crate::store::HeldFiles`). A small blob is kept in
+    /// once a second (`crate::store::HeldFiles`); a packed blob of at least
+    /// 4 KiB is read unhashed at the place it was checked at for that
+    /// minute (`CheckedRanges`). A small blob is kept in
     /// the tier, read and checked, when it was opened within
     /// [`crate::store::ADMIT_WITHIN_MS`] before (an S3 object always), so a
     /// local blob opened now and then is not inserted only to evict
@@ -35,7 +37,7 @@ impl Cache {
         let keep =
             matches!(blob, Blob::Remote { .. }) || self.hot.wanted(digest, crate::clock::now_ms());
         // Checked when it was opened.
-        if matches!(blob, Blob::Held(_)) && !keep {
+        if matches!(blob, Blob::Held { .. }) && !keep {
             return Ok(blob);
         }
         // Held until the blob is in the tier.

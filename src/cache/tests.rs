@@ -420,3 +420,43 @@ async fn a_row_read_before_its_deletion_is_not_remembered_after_it() {
     let (count, truth, disk) = views(&cache).await;
     assert_eq!((count, count), (truth, disk));
 }
+
+/// A packed blob of at least 4 KiB checked at an open is read unhashed at
+/// its place by the next hits for a minute (`Blob::Held`); a smaller one
+/// is checked at each; a removed one's check goes with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_checked_packed_blob_serves_unhashed() {
+    use crate::store::Blob;
+    let dir = tempfile::tempdir().unwrap();
+    let cache = open_packing(dir.path(), "48MiB", "64KiB").await;
+    let large: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
+    let small = vec![7u8; 1024];
+    commit_bytes(&cache, "large", large.clone()).await.unwrap();
+    commit_bytes(&cache, "small", small.clone()).await.unwrap();
+    let (l, s) = (Digest::of(&large), Digest::of(&small));
+    let packed = |blob: Blob| matches!(blob, Blob::Packed { .. });
+    assert!(
+        packed(cache.blobs.open(&l).await.unwrap()),
+        "not checked yet"
+    );
+    for (digest, bytes) in [(l, &large), (s, &small)] {
+        let len = bytes.len() as u64;
+        let blob = cache.open_blob(&digest, len).await.unwrap();
+        assert_eq!(&blob.read_all(len).await.unwrap(), bytes);
+    }
+    let held = cache.blobs.open(&l).await.unwrap();
+    assert!(matches!(held, Blob::Held { .. }));
+    assert_eq!(held.read_all(8192).await.unwrap(), large);
+    assert!(
+        packed(cache.blobs.open(&s).await.unwrap()),
+        "too small to keep"
+    );
+    cache.blobs.let_go(&l);
+    assert!(packed(cache.blobs.open(&l).await.unwrap()), "let go");
+    cache.open_blob(&l, 8192).await.unwrap();
+    let path = ArtifactPath::parse("/r/large").unwrap();
+    cache.forget_entry(&path).await.unwrap();
+    commit_bytes(&cache, "again", large.clone()).await.unwrap();
+    let again = cache.blobs.open(&l).await.unwrap();
+    assert!(packed(again), "checked again once committed again");
+}

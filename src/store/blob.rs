@@ -23,13 +23,19 @@ pub enum Blob {
     Memory(Bytes),
     /// An open file: positional reads, and it survives deletion of its path.
     Local(Arc<File>),
-    /// A blob's file the store held open since an earlier open (see
-    /// `super::held`), which hashed it where the reader hashes: read as
-    /// [`Blob::Local`] is.
-    Held(Arc<File>),
-    /// A range of an open pack, from `start` (see `super::pack`): read as
-    /// a local file is, offset.
-    Packed { file: Arc<File>, start: u64 },
+    /// A blob checked at an earlier open, less than a minute before (see
+    /// `super::held`), where the reader checks: its own file, held open
+    /// since (`start` 0), or its range of an open pack. Read as
+    /// [`Blob::Packed`] is.
+    Held { file: Arc<File>, start: u64 },
+    /// The `len` bytes from `start` of the open pack numbered `pack` (see
+    /// `super::pack`): read as a local file is, offset.
+    Packed {
+        file: Arc<File>,
+        pack: u64,
+        start: u64,
+        len: u64,
+    },
     Remote {
         store: Arc<dyn ObjectStore>,
         location: ObjectPath,
@@ -44,8 +50,11 @@ impl Blob {
                 let part = bytes.slice(start as usize..(start + len) as usize);
                 futures_util::stream::once(async move { Ok(part) }).boxed()
             }
-            Blob::Local(file) | Blob::Held(file) => local_stream(file.clone(), start, len),
-            Blob::Packed { file, start: at } => local_stream(file.clone(), at + start, len),
+            Blob::Local(file) => local_stream(file.clone(), start, len),
+            Blob::Packed {
+                file, start: at, ..
+            }
+            | Blob::Held { file, start: at } => local_stream(file.clone(), at + start, len),
             Blob::Remote { store, location } => {
                 if len == 0 {
                     return futures_util::stream::empty().boxed();
@@ -77,8 +86,10 @@ impl Blob {
     pub async fn read_whole(&self, size: u64) -> io::Result<Bytes> {
         match self {
             Blob::Memory(bytes) => Ok(bytes.clone()),
-            Blob::Local(file) | Blob::Held(file) => read_local(file.clone(), 0, size).await,
-            Blob::Packed { file, start } => read_local(file.clone(), *start, size).await,
+            Blob::Local(file) => read_local(file.clone(), 0, size).await,
+            Blob::Packed { file, start, .. } | Blob::Held { file, start } => {
+                read_local(file.clone(), *start, size).await
+            }
             Blob::Remote { .. } => {
                 let mut out = Vec::with_capacity(size as usize);
                 let mut stream = self.stream(0, size);

@@ -15,6 +15,7 @@
 //! read that another instance (or this one) started before the removal has
 //! that long to finish.
 
+use std::fs::File;
 use std::io;
 use std::sync::Arc;
 use std::time::Instant;
@@ -24,10 +25,10 @@ use futures_util::future::BoxFuture;
 
 use super::blob::Blob;
 use super::content::batch::BatchBody;
-use super::content::pack::{self, PlaceRow};
+use super::content::pack::{self, Place, PlaceRow};
 use super::content::{ContentStore, TempBlob};
 use super::digest::Digest;
-use super::held::HeldFiles;
+use super::held::{CheckedRanges, HeldFiles, RANGES_CHECKED_FROM};
 
 /// The smallest batch whose blobs are made durable by syncing the whole
 /// file system (`syncfs`, twice) however much else waits to be written (a
@@ -112,6 +113,8 @@ pub struct LocalBlobs {
     store: Arc<ContentStore>,
     /// Blob files kept open for the next hits.
     held: Arc<HeldFiles>,
+    /// Packed blobs checked at an open, for the next hits.
+    ranges: CheckedRanges,
 }
 
 impl LocalBlobs {
@@ -121,6 +124,22 @@ impl LocalBlobs {
         LocalBlobs {
             store,
             held: Arc::new(HeldFiles::new(open_files)),
+            ranges: CheckedRanges::default(),
+        }
+    }
+
+    /// A packed blob at `place` of the open `file`: [`Blob::Held`] when
+    /// its bytes there were checked within the minute.
+    fn packed(&self, digest: &Digest, file: Arc<File>, place: Place) -> Blob {
+        let Place { pack, start, len } = place;
+        if len >= RANGES_CHECKED_FROM && self.ranges.serves(digest, pack, start, Instant::now()) {
+            return Blob::Held { file, start };
+        }
+        Blob::Packed {
+            file,
+            pack,
+            start,
+            len,
         }
     }
 
@@ -328,19 +347,20 @@ impl BlobStore for LocalBlobs {
         })
     }
 
-    /// A packed blob whose pack is open, or a file held open since an
-    /// earlier open: no hop, no `open`. Otherwise its pack or its own file
-    /// is opened on the blocking pool; a blob neither memory nor a file
+    /// A packed blob whose pack is open (unhashed where checked at an
+    /// open in the minute before: [`CheckedRanges`]), or a file held open
+    /// since an earlier open: no hop, no `open`. Otherwise its pack or its
+    /// own file is opened on the blocking pool; a blob neither memory nor a file
     /// knows may have been packed by another process: its place is read
     /// from the database.
     fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>> {
         let (store, digest) = (self.store.clone(), *digest);
         Box::pin(async move {
-            if let Some((file, start, _)) = store.packs.open_now(&digest) {
-                return Ok(Blob::Packed { file, start });
+            if let Some((file, place)) = store.packs.open_now(&digest) {
+                return Ok(self.packed(&digest, file, place));
             }
             if let Some(file) = self.held.get(&digest, Instant::now()) {
-                return Ok(Blob::Held(file));
+                return Ok(Blob::Held { file, start: 0 });
             }
             match open_or_unlearn(&store, digest).await {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
@@ -368,6 +388,7 @@ impl BlobStore for LocalBlobs {
                 None => Vec::new(),
             };
             if store.packs.forget(&digest, &deleted) {
+                self.ranges.let_go(&digest);
                 return Ok(0);
             }
             // Let go of after the unlink, on the blocking thread (done
@@ -386,13 +407,18 @@ impl BlobStore for LocalBlobs {
     }
 
     fn hold(&self, digest: &Digest, blob: &Blob) {
-        if let Blob::Local(file) = blob {
-            self.held.hold(*digest, file, Instant::now());
+        match blob {
+            Blob::Local(file) => self.held.hold(*digest, file, Instant::now()),
+            Blob::Packed {
+                pack, start, len, ..
+            } => (self.ranges).checked(*digest, *pack, *start, *len, Instant::now()),
+            _ => {}
         }
     }
 
     fn let_go(&self, digest: &Digest) {
         self.held.let_go(digest);
+        self.ranges.let_go(digest);
     }
 
     fn let_go_stale(&self) {
@@ -433,7 +459,12 @@ async fn open_or_unlearn(store: &Arc<ContentStore>, digest: Digest) -> io::Resul
 /// A committed blob opened: its range of a pack, or its own file. Blocking.
 fn open_local(store: &ContentStore, digest: &Digest) -> io::Result<Blob> {
     match store.packs.open_range(digest) {
-        Some(range) => range.map(|(file, start, _)| Blob::Packed { file, start }),
+        Some(range) => range.map(|(file, Place { pack, start, len })| Blob::Packed {
+            file,
+            pack,
+            start,
+            len,
+        }),
         None => Ok(Blob::Local(Arc::new(store.open_blob(digest)?))),
     }
 }

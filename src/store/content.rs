@@ -120,8 +120,8 @@ impl ContentStore {
         let mut hasher = Sha256::new();
         match self.packs.open_range(digest) {
             Some(range) => {
-                let (file, start, len) = range?;
-                hasher.update(read_at(&file, start, len as usize)?);
+                let (file, place) = range?;
+                hasher.update(read_at(&file, place.start, place.len as usize)?);
             }
             None => {
                 let mut file = File::open(self.blob_path(digest))?;

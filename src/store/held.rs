@@ -1,24 +1,31 @@
 //! [`HeldFiles`]: blob files the local store keeps open for the hits after
-//! the one that opened them.
+//! the one that opened them; [`CheckedRanges`]: packed blobs whose check at
+//! an open serves the hits after it.
 //!
 //! A blob of its own file (larger than `storage.pack_below`) that the
 //! in-memory tier does not hold costs an `open` and a hop to the blocking
 //! pool on each hit, and up to `storage.memory_object_max` (with the tier
 //! on) a read and a sha256 of the whole blob. Held open, the hits after
 //! that open read it from the descriptor: no `open`, no hop, no hash again
-//! (one is read into the tier hashed all the same).
+//! (one is read into the tier hashed all the same). A packed blob's pack is
+//! open already; of one of at least [`RANGES_CHECKED_FROM`] bytes the place
+//! its bytes were checked at is kept, and the hits after that read the
+//! range unhashed.
 //!
-//! A descriptor serves for [`HELD_FOR`] after the open that made it (a
-//! blob damaged on disk under it is found by the next open), and only
-//! while its file is still linked, looked at with an `fstat` at most every
-//! [`LINK_CHECKED_EVERY`]: a blob unlinked behind the server (`verify
-//! --remove` in another process, a damaged file replaced by a commit) is
-//! opened again at its first hit a second after. One past its time or unlinked
+//! A descriptor or a check serves for [`HELD_FOR`] after the open that made
+//! it (a blob damaged on disk under it is found by the next open). A held
+//! file serves only while it is still linked, looked at with an `fstat` at
+//! most every [`LINK_CHECKED_EVERY`]: a blob unlinked behind the server
+//! (`verify --remove` in another process, a damaged file replaced by a
+//! commit) is opened again at its first hit a second after. A check serves
+//! only the place it was made at: a blob compaction moved (copied, not
+//! hashed) is checked again at its next hit. One past its time or unlinked
 //! is let go at its next hit or by [`HeldFiles::let_go_stale`] (each
 //! eviction round), so its disk space is not kept; the store lets go of a
-//! blob's descriptor as it removes the blob. The count is bounded
-//! (`storage.open_files`, at most a quarter of the process's descriptor
-//! limit; the entry cache's kind of cache decides which to let go).
+//! blob's descriptor and check as it removes the blob. The counts are
+//! bounded (`storage.open_files`, at most a quarter of the process's
+//! descriptor limit; [`RANGES_CHECKED`]; the entry cache's kind of cache
+//! decides which to let go).
 
 use std::fs::File;
 use std::os::unix::fs::MetadataExt;
@@ -34,6 +41,14 @@ pub const HELD_FOR: Duration = Duration::from_secs(60);
 /// How often a hit looks whether a held file is still linked (a system
 /// call, about a twentieth of a 96 KiB hit's CPU where made on every hit).
 pub const LINK_CHECKED_EVERY: Duration = Duration::from_secs(1);
+
+/// The smallest packed blob whose check is kept: below it the sha256
+/// (about 2 µs for 4 KiB) costs little more than keeping it would, a lookup
+/// and an insert on each random hit over a large cache.
+pub const RANGES_CHECKED_FROM: u64 = 4 * 1024;
+
+/// How many packed blobs' checks are kept (about 100 bytes each).
+pub const RANGES_CHECKED: usize = 16 * 1024;
 
 /// How many blob files to hold for `wanted` (`storage.open_files`): at
 /// most a quarter of the descriptors the process may open, once its soft
@@ -170,6 +185,68 @@ impl HeldFiles {
     }
 }
 
+/// Where a packed blob's bytes were checked (its pack and start) and when.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct Checked {
+    pack: u64,
+    start: u64,
+    at: Instant,
+}
+
+/// Packed blobs of at least [`RANGES_CHECKED_FROM`] bytes checked at an
+/// open, each at the place it was checked at: read unhashed at that place
+/// for [`HELD_FOR`] after.
+pub struct CheckedRanges {
+    checked:
+        quick_cache::sync::Cache<Digest, Checked, quick_cache::UnitWeighter, BuildDigestHasher>,
+}
+
+impl Default for CheckedRanges {
+    fn default() -> CheckedRanges {
+        CheckedRanges {
+            checked: quick_cache::sync::Cache::with(
+                RANGES_CHECKED,
+                RANGES_CHECKED as u64,
+                quick_cache::UnitWeighter,
+                BuildDigestHasher::default(),
+                Default::default(),
+            ),
+        }
+    }
+}
+
+impl CheckedRanges {
+    /// Whether `digest`'s bytes at `start` of `pack` were checked less
+    /// than [`HELD_FOR`] before `now`; a check past its time or of another
+    /// place is forgotten.
+    pub fn serves(&self, digest: &Digest, pack: u64, start: u64, now: Instant) -> bool {
+        let Some(checked) = self.checked.get(digest) else {
+            return false;
+        };
+        if (checked.pack, checked.start) == (pack, start)
+            && now.saturating_duration_since(checked.at) <= HELD_FOR
+        {
+            return true;
+        }
+        self.checked.remove_if(digest, |now| *now == checked);
+        false
+    }
+
+    /// `digest`'s `len` bytes at `start` of `pack` were checked at `now`.
+    pub fn checked(&self, digest: Digest, pack: u64, start: u64, len: u64, now: Instant) {
+        if len >= RANGES_CHECKED_FROM {
+            let at = now;
+            self.checked.insert(digest, Checked { pack, start, at });
+        }
+    }
+
+    /// Forgets `digest`'s check (its blob is being removed, or was found
+    /// damaged).
+    pub fn let_go(&self, digest: &Digest) {
+        self.checked.remove(digest);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -230,5 +307,25 @@ mod tests {
         std::fs::remove_file(dir.path().join("again")).unwrap();
         assert!(held.get(&b, at).is_some(), "looked at a second apart");
         assert!(held.get(&b, at + LINK_CHECKED_EVERY).is_none());
+    }
+
+    /// A packed blob's check serves its place for [`HELD_FOR`], not a
+    /// place it moved to, nor after it is let go; a small one is not kept.
+    #[test]
+    fn a_check_serves_its_place_for_a_while() {
+        let ranges = CheckedRanges::default();
+        let (a, b, at) = (Digest([5; 32]), Digest([6; 32]), Instant::now());
+        let len = RANGES_CHECKED_FROM;
+        ranges.checked(a, 1, 64, len, at);
+        assert!(ranges.serves(&a, 1, 64, at + HELD_FOR));
+        assert!(!ranges.serves(&a, 2, 0, at), "moved by compaction");
+        assert!(!ranges.serves(&a, 1, 64, at), "forgotten once moved");
+        ranges.checked(a, 1, 64, len, at);
+        assert!(!ranges.serves(&a, 1, 64, at + HELD_FOR + Duration::from_millis(1)));
+        ranges.checked(a, 1, 64, len, at);
+        ranges.let_go(&a);
+        assert!(!ranges.serves(&a, 1, 64, at));
+        ranges.checked(b, 1, 0, len - 1, at);
+        assert!(!ranges.serves(&b, 1, 0, at), "too small to keep");
     }
 }

@@ -290,24 +290,21 @@ impl Packs {
         Ok(readers.entry(pack).or_insert(file).clone())
     }
 
-    /// The pack holding `digest` and its range (start, length), if it is
-    /// packed and its pack is open (`None` too when it must be opened:
+    /// The pack holding `digest` and its place, if it is packed and its
+    /// pack is open (`None` too when it must be opened:
     /// [`Packs::open_range`] off the async threads).
-    pub(crate) fn open_now(&self, digest: &Digest) -> Option<(Arc<File>, u64, u64)> {
+    pub(crate) fn open_now(&self, digest: &Digest) -> Option<(Arc<File>, Place)> {
         let place = self.place(digest)?;
         let readers = self.readers.read().expect("readers poisoned");
         let file = readers.get(&place.pack)?.clone();
-        Some((file, place.start, place.len))
+        Some((file, place))
     }
 
-    /// The pack holding `digest` and its range; `None` when it is not
+    /// The pack holding `digest` and its place; `None` when it is not
     /// packed here. Blocking (opens the pack on first use).
-    pub(crate) fn open_range(&self, digest: &Digest) -> Option<io::Result<(Arc<File>, u64, u64)>> {
+    pub(crate) fn open_range(&self, digest: &Digest) -> Option<io::Result<(Arc<File>, Place)>> {
         let place = self.place(digest)?;
-        Some(
-            self.reader(place.pack)
-                .map(|file| (file, place.start, place.len)),
-        )
+        Some(self.reader(place.pack).map(|file| (file, place)))
     }
 
     /// Appends the blobs not packed yet to the current pack, with one
