@@ -16,8 +16,9 @@ impl Cache {
     /// held open: the hits after it read it with no `open` and no hash, for
     /// a minute after that open and while its file is linked, looked at
     /// once a second (`crate::store::HeldFiles`); a packed blob of at least
-    /// 4 KiB is read unhashed at the place it was checked at for that
-    /// minute (`CheckedRanges`). A small blob is kept in
+    /// [`crate::store::RANGES_CHECKED_FROM`] is read unhashed at the place
+    /// it was hashed at for that minute (`CheckedRanges`). A small blob is
+    /// kept in
     /// the tier, read and checked, when it was opened within
     /// [`crate::store::ADMIT_WITHIN_MS`] before (an S3 object always), so a
     /// local blob opened now and then is not inserted only to evict
@@ -29,7 +30,7 @@ impl Cache {
         }
         let blob = self.blobs.open(digest).await?;
         if !self.hot.admits(size) {
-            self.blobs.hold(digest, &blob);
+            self.blobs.hold(digest, &blob, false);
             return Ok(blob);
         }
         // An S3 object is kept from its first open: the tier saves it a
@@ -62,7 +63,7 @@ impl Cache {
             }
             return Err(std::io::ErrorKind::NotFound.into());
         }
-        self.blobs.hold(digest, &blob);
+        self.blobs.hold(digest, &blob, true);
         if keep {
             self.hot.insert(*digest, bytes.clone());
         }

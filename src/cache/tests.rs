@@ -421,23 +421,25 @@ async fn a_row_read_before_its_deletion_is_not_remembered_after_it() {
     assert_eq!((count, count), (truth, disk));
 }
 
-/// A packed blob of at least 4 KiB checked at an open is read unhashed at
-/// its place by the next hits for a minute (`Blob::Held`); a smaller one
-/// is checked at each; a removed one's check goes with it.
+/// A packed blob of at least 4 KiB hashed at an open is read unhashed at
+/// its place (here past another blob's) by the next hits for a minute
+/// (`Blob::Held`), whole or a range; a smaller one is hashed at each; one
+/// let go, or committed again, is hashed again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_checked_packed_blob_serves_unhashed() {
     use crate::store::Blob;
+    use futures_util::TryStreamExt;
     let dir = tempfile::tempdir().unwrap();
     let cache = open_packing(dir.path(), "48MiB", "64KiB").await;
     let large: Vec<u8> = (0..8192u32).map(|i| (i * 7 % 251) as u8).collect();
     let small = vec![7u8; 1024];
-    commit_bytes(&cache, "large", large.clone()).await.unwrap();
     commit_bytes(&cache, "small", small.clone()).await.unwrap();
+    commit_bytes(&cache, "large", large.clone()).await.unwrap();
     let (l, s) = (Digest::of(&large), Digest::of(&small));
     let packed = |blob: Blob| matches!(blob, Blob::Packed { .. });
     assert!(
         packed(cache.blobs.open(&l).await.unwrap()),
-        "not checked yet"
+        "not hashed yet"
     );
     for (digest, bytes) in [(l, &large), (s, &small)] {
         let len = bytes.len() as u64;
@@ -445,8 +447,10 @@ async fn a_checked_packed_blob_serves_unhashed() {
         assert_eq!(&blob.read_all(len).await.unwrap(), bytes);
     }
     let held = cache.blobs.open(&l).await.unwrap();
-    assert!(matches!(held, Blob::Held { .. }));
+    assert!(matches!(held, Blob::Held { start, .. } if start > 0));
     assert_eq!(held.read_all(8192).await.unwrap(), large);
+    let parts: Vec<bytes::Bytes> = held.stream(100, 5000).try_collect().await.unwrap();
+    assert_eq!(parts.concat(), large[100..5100]);
     assert!(
         packed(cache.blobs.open(&s).await.unwrap()),
         "too small to keep"
@@ -458,5 +462,5 @@ async fn a_checked_packed_blob_serves_unhashed() {
     cache.forget_entry(&path).await.unwrap();
     commit_bytes(&cache, "again", large.clone()).await.unwrap();
     let again = cache.blobs.open(&l).await.unwrap();
-    assert!(packed(again), "checked again once committed again");
+    assert!(packed(again), "hashed again once committed again");
 }

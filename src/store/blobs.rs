@@ -28,7 +28,7 @@ use super::content::batch::BatchBody;
 use super::content::pack::{self, Place, PlaceRow};
 use super::content::{ContentStore, TempBlob};
 use super::digest::Digest;
-use super::held::{CheckedRanges, HeldFiles, RANGES_CHECKED_FROM};
+use super::held::{CheckedRanges, HeldFiles};
 
 /// The smallest batch whose blobs are made durable by syncing the whole
 /// file system (`syncfs`, twice) however much else waits to be written (a
@@ -71,9 +71,10 @@ pub trait BlobStore: Send + Sync {
         )))
     }
     fn open<'a>(&'a self, digest: &'a Digest) -> BoxFuture<'a, io::Result<Blob>>;
-    /// Keeps `blob`, just opened (and hashed, where the reader hashes),
-    /// open for the next hits; nothing is kept by default.
-    fn hold(&self, _digest: &Digest, _blob: &Blob) {}
+    /// Keeps `blob`, just opened and (where `hashed`) checked, for the next
+    /// hits: a file's descriptor either way, a pack range's check only when
+    /// hashed. Nothing is kept by default.
+    fn hold(&self, _digest: &Digest, _blob: &Blob, _hashed: bool) {}
     /// Lets go of what [`BlobStore::hold`] kept of `digest` (found
     /// damaged).
     fn let_go(&self, _digest: &Digest) {}
@@ -113,7 +114,7 @@ pub struct LocalBlobs {
     store: Arc<ContentStore>,
     /// Blob files kept open for the next hits.
     held: Arc<HeldFiles>,
-    /// Packed blobs checked at an open, for the next hits.
+    /// Where packed blobs were hashed at an open, for the next hits.
     ranges: CheckedRanges,
 }
 
@@ -129,10 +130,10 @@ impl LocalBlobs {
     }
 
     /// A packed blob at `place` of the open `file`: [`Blob::Held`] when
-    /// its bytes there were checked within the minute.
+    /// its bytes there were hashed within the minute.
     fn packed(&self, digest: &Digest, file: Arc<File>, place: Place) -> Blob {
         let Place { pack, start, len } = place;
-        if len >= RANGES_CHECKED_FROM && self.ranges.serves(digest, pack, start, Instant::now()) {
+        if self.ranges.serves(digest, place, Instant::now()) {
             return Blob::Held { file, start };
         }
         Blob::Packed {
@@ -347,7 +348,7 @@ impl BlobStore for LocalBlobs {
         })
     }
 
-    /// A packed blob whose pack is open (unhashed where checked at an
+    /// A packed blob whose pack is open ([`Blob::Held`] where hashed at an
     /// open in the minute before: [`CheckedRanges`]), or a file held open
     /// since an earlier open: no hop, no `open`. Otherwise its pack or its
     /// own file is opened on the blocking pool; a blob neither memory nor a file
@@ -406,12 +407,15 @@ impl BlobStore for LocalBlobs {
         })
     }
 
-    fn hold(&self, digest: &Digest, blob: &Blob) {
-        match blob {
-            Blob::Local(file) => self.held.hold(*digest, file, Instant::now()),
+    fn hold(&self, digest: &Digest, blob: &Blob, hashed: bool) {
+        match *blob {
+            Blob::Local(ref file) => self.held.hold(*digest, file, Instant::now()),
             Blob::Packed {
                 pack, start, len, ..
-            } => (self.ranges).checked(*digest, *pack, *start, *len, Instant::now()),
+            } if hashed => {
+                let place = Place { pack, start, len };
+                self.ranges.checked(*digest, place, Instant::now());
+            }
             _ => {}
         }
     }

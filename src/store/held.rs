@@ -33,9 +33,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use super::content::pack::Place;
 use super::digest::{BuildDigestHasher, Digest};
 
-/// How long a descriptor serves after the open that made it.
+/// How long a held descriptor, or a packed blob's check, serves after the
+/// open that made it.
 pub const HELD_FOR: Duration = Duration::from_secs(60);
 
 /// How often a hit looks whether a held file is still linked (a system
@@ -47,7 +49,8 @@ pub const LINK_CHECKED_EVERY: Duration = Duration::from_secs(1);
 /// and an insert on each random hit over a large cache.
 pub const RANGES_CHECKED_FROM: u64 = 4 * 1024;
 
-/// How many packed blobs' checks are kept (about 100 bytes each).
+/// How many packed blobs' checks are kept at most (about 100 bytes each;
+/// the entry cache's kind of cache decides which go).
 pub const RANGES_CHECKED: usize = 16 * 1024;
 
 /// How many blob files to hold for `wanted` (`storage.open_files`): at
@@ -185,17 +188,17 @@ impl HeldFiles {
     }
 }
 
-/// Where a packed blob's bytes were checked (its pack and start) and when.
+/// Where a packed blob's bytes were checked and when.
 #[derive(Clone, Copy, PartialEq, Eq)]
 struct Checked {
-    pack: u64,
-    start: u64,
+    place: Place,
     at: Instant,
 }
 
-/// Packed blobs of at least [`RANGES_CHECKED_FROM`] bytes checked at an
-/// open, each at the place it was checked at: read unhashed at that place
-/// for [`HELD_FOR`] after.
+/// Packed blobs of at least [`RANGES_CHECKED_FROM`] bytes hashed at an
+/// open, each at the place it was hashed at: read unhashed at that place
+/// for [`HELD_FOR`] after. Independent of `storage.open_files` (no
+/// descriptor is kept: the packs are open).
 pub struct CheckedRanges {
     checked:
         quick_cache::sync::Cache<Digest, Checked, quick_cache::UnitWeighter, BuildDigestHasher>,
@@ -216,27 +219,27 @@ impl Default for CheckedRanges {
 }
 
 impl CheckedRanges {
-    /// Whether `digest`'s bytes at `start` of `pack` were checked less
-    /// than [`HELD_FOR`] before `now`; a check past its time or of another
-    /// place is forgotten.
-    pub fn serves(&self, digest: &Digest, pack: u64, start: u64, now: Instant) -> bool {
+    /// Whether `digest`'s bytes at `place` were checked less than
+    /// [`HELD_FOR`] before `now` (never for a blob too small to keep); a
+    /// check past its time or of another place is forgotten.
+    pub(crate) fn serves(&self, digest: &Digest, place: Place, now: Instant) -> bool {
+        if !kept(place) {
+            return false;
+        }
         let Some(checked) = self.checked.get(digest) else {
             return false;
         };
-        if (checked.pack, checked.start) == (pack, start)
-            && now.saturating_duration_since(checked.at) <= HELD_FOR
-        {
+        if checked.place == place && now.saturating_duration_since(checked.at) <= HELD_FOR {
             return true;
         }
-        self.checked.remove_if(digest, |now| *now == checked);
+        self.checked.remove_if(digest, |kept| *kept == checked);
         false
     }
 
-    /// `digest`'s `len` bytes at `start` of `pack` were checked at `now`.
-    pub fn checked(&self, digest: Digest, pack: u64, start: u64, len: u64, now: Instant) {
-        if len >= RANGES_CHECKED_FROM {
-            let at = now;
-            self.checked.insert(digest, Checked { pack, start, at });
+    /// `digest`'s bytes at `place` were hashed at `now`.
+    pub(crate) fn checked(&self, digest: Digest, place: Place, now: Instant) {
+        if kept(place) {
+            self.checked.insert(digest, Checked { place, at: now });
         }
     }
 
@@ -245,6 +248,12 @@ impl CheckedRanges {
     pub fn let_go(&self, digest: &Digest) {
         self.checked.remove(digest);
     }
+}
+
+/// Whether a check of a blob at `place` is kept: of one of at least
+/// [`RANGES_CHECKED_FROM`] bytes.
+fn kept(place: Place) -> bool {
+    place.len >= RANGES_CHECKED_FROM
 }
 
 #[cfg(test)]
@@ -310,22 +319,31 @@ mod tests {
     }
 
     /// A packed blob's check serves its place for [`HELD_FOR`], not a
-    /// place it moved to, nor after it is let go; a small one is not kept.
+    /// place it moved to (another pack at the same start, the same pack
+    /// at another), nor after it is let go; a small one is not kept.
     #[test]
     fn a_check_serves_its_place_for_a_while() {
         let ranges = CheckedRanges::default();
         let (a, b, at) = (Digest([5; 32]), Digest([6; 32]), Instant::now());
         let len = RANGES_CHECKED_FROM;
-        ranges.checked(a, 1, 64, len, at);
-        assert!(ranges.serves(&a, 1, 64, at + HELD_FOR));
-        assert!(!ranges.serves(&a, 2, 0, at), "moved by compaction");
-        assert!(!ranges.serves(&a, 1, 64, at), "forgotten once moved");
-        ranges.checked(a, 1, 64, len, at);
-        assert!(!ranges.serves(&a, 1, 64, at + HELD_FOR + Duration::from_millis(1)));
-        ranges.checked(a, 1, 64, len, at);
+        let place = |pack, start| Place { pack, start, len };
+        for moved in [place(2, 64), place(1, 0)] {
+            ranges.checked(a, place(1, 64), at);
+            assert!(ranges.serves(&a, place(1, 64), at + HELD_FOR));
+            assert!(!ranges.serves(&a, moved, at), "moved by compaction");
+            assert!(!ranges.serves(&a, place(1, 64), at), "forgotten once moved");
+        }
+        ranges.checked(a, place(1, 64), at);
+        let late = at + HELD_FOR + Duration::from_millis(1);
+        assert!(!ranges.serves(&a, place(1, 64), late));
+        ranges.checked(a, place(1, 64), at);
         ranges.let_go(&a);
-        assert!(!ranges.serves(&a, 1, 64, at));
-        ranges.checked(b, 1, 0, len - 1, at);
-        assert!(!ranges.serves(&b, 1, 0, at), "too small to keep");
+        assert!(!ranges.serves(&a, place(1, 64), at));
+        let small = Place {
+            len: len - 1,
+            ..place(1, 0)
+        };
+        ranges.checked(b, small, at);
+        assert!(!ranges.serves(&b, small, at), "too small to keep");
     }
 }

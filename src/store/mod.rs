@@ -11,7 +11,7 @@
 //! [`DigestTable`] holds each digest the process knows once: its size, the
 //! packed blob's place, and how many of the entry index's records name it.
 //! [`HotBlobs`] keeps small hot blobs in memory, [`HeldFiles`] blob files
-//! open for the next hits. [`Budget`] counts committed
+//! open for the next hits, `CheckedRanges` where packed blobs were hashed. [`Budget`] counts committed
 //! and in-progress bytes against `storage.max_size` and wakes the evictor.
 //!
 //! **Invariant:** nothing outside this room knows a blob's path; everyone
@@ -39,6 +39,6 @@ pub use content::pack::{PlaceRow, PlaceRows};
 pub use content::{read_at, CommitLock, ContentStore, TempBlob};
 pub use digest::Digest;
 pub use digest_table::DigestTable;
-pub use held::{descriptors_for, HeldFiles, HELD_FOR, LINK_CHECKED_EVERY};
+pub use held::{descriptors_for, HeldFiles, HELD_FOR, LINK_CHECKED_EVERY, RANGES_CHECKED_FROM};
 pub use hot::{HotBlobs, ADMIT_WITHIN_MS};
 pub use s3::S3Blobs;
