@@ -18,8 +18,7 @@ impl Cache {
     /// once a second (`crate::store::HeldFiles`); a packed blob of at least
     /// [`crate::store::RANGES_CHECKED_FROM`] is read unhashed at the place
     /// it was hashed at for that minute (`CheckedRanges`). A small blob is
-    /// kept in
-    /// the tier, read and checked, when it was opened within
+    /// kept in the tier, read and checked, when it was opened within
     /// [`crate::store::ADMIT_WITHIN_MS`] before (an S3 object always), so a
     /// local blob opened now and then is not inserted only to evict
     /// another; opens arriving together read it into the tier once (the
