@@ -11,6 +11,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{GetOptions, GetRange, ObjectStore};
 
 use super::content;
+use super::content::pack::Place;
 
 /// Bytes read from a local blob at a time: large enough that a 1 MiB hit is
 /// four reads, small enough that 64 connections in flight stay within the
@@ -28,14 +29,9 @@ pub enum Blob {
     /// since (`start` 0), or its range of an open pack. Read as
     /// [`Blob::Packed`] is.
     Held { file: Arc<File>, start: u64 },
-    /// The `len` bytes from `start` of the open pack numbered `pack` (see
-    /// `super::pack`): read as a local file is, offset.
-    Packed {
-        file: Arc<File>,
-        pack: u64,
-        start: u64,
-        len: u64,
-    },
+    /// A range of an open pack, at `place` (see `super::pack`): read as a
+    /// local file is, offset.
+    Packed { file: Arc<File>, place: Place },
     Remote {
         store: Arc<dyn ObjectStore>,
         location: ObjectPath,
@@ -51,10 +47,8 @@ impl Blob {
                 futures_util::stream::once(async move { Ok(part) }).boxed()
             }
             Blob::Local(file) => local_stream(file.clone(), start, len),
-            Blob::Packed {
-                file, start: at, ..
-            }
-            | Blob::Held { file, start: at } => local_stream(file.clone(), at + start, len),
+            Blob::Packed { file, place } => local_stream(file.clone(), place.start + start, len),
+            Blob::Held { file, start: at } => local_stream(file.clone(), at + start, len),
             Blob::Remote { store, location } => {
                 if len == 0 {
                     return futures_util::stream::empty().boxed();
@@ -87,9 +81,8 @@ impl Blob {
         match self {
             Blob::Memory(bytes) => Ok(bytes.clone()),
             Blob::Local(file) => read_local(file.clone(), 0, size).await,
-            Blob::Packed { file, start, .. } | Blob::Held { file, start } => {
-                read_local(file.clone(), *start, size).await
-            }
+            Blob::Packed { file, place } => read_local(file.clone(), place.start, size).await,
+            Blob::Held { file, start } => read_local(file.clone(), *start, size).await,
             Blob::Remote { .. } => {
                 let mut out = Vec::with_capacity(size as usize);
                 let mut stream = self.stream(0, size);

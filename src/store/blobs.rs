@@ -132,16 +132,13 @@ impl LocalBlobs {
     /// A packed blob at `place` of the open `file`: [`Blob::Held`] when
     /// its bytes there were hashed within the minute.
     fn packed(&self, digest: &Digest, file: Arc<File>, place: Place) -> Blob {
-        let Place { pack, start, len } = place;
-        if self.ranges.serves(digest, place, Instant::now()) {
-            return Blob::Held { file, start };
+        if self.ranges.serves(digest, place, Instant::now) {
+            return Blob::Held {
+                file,
+                start: place.start,
+            };
         }
-        Blob::Packed {
-            file,
-            pack,
-            start,
-            len,
-        }
+        Blob::Packed { file, place }
     }
 
     /// One blob: its data synced, renamed, its directory synced, in one hop
@@ -410,11 +407,8 @@ impl BlobStore for LocalBlobs {
     fn hold(&self, digest: &Digest, blob: &Blob, hashed: bool) {
         match *blob {
             Blob::Local(ref file) => self.held.hold(*digest, file, Instant::now()),
-            Blob::Packed {
-                pack, start, len, ..
-            } if hashed => {
-                let place = Place { pack, start, len };
-                self.ranges.checked(*digest, place, Instant::now());
+            Blob::Packed { place, .. } if hashed => {
+                self.ranges.checked(*digest, place, Instant::now);
             }
             _ => {}
         }
@@ -463,12 +457,7 @@ async fn open_or_unlearn(store: &Arc<ContentStore>, digest: Digest) -> io::Resul
 /// A committed blob opened: its range of a pack, or its own file. Blocking.
 fn open_local(store: &ContentStore, digest: &Digest) -> io::Result<Blob> {
     match store.packs.open_range(digest) {
-        Some(range) => range.map(|(file, Place { pack, start, len })| Blob::Packed {
-            file,
-            pack,
-            start,
-            len,
-        }),
+        Some(range) => range.map(|(file, place)| Blob::Packed { file, place }),
         None => Ok(Blob::Local(Arc::new(store.open_blob(digest)?))),
     }
 }

@@ -220,26 +220,33 @@ impl Default for CheckedRanges {
 
 impl CheckedRanges {
     /// Whether `digest`'s bytes at `place` were checked less than
-    /// [`HELD_FOR`] before `now` (never for a blob too small to keep); a
-    /// check past its time or of another place is forgotten.
-    pub(crate) fn serves(&self, digest: &Digest, place: Place, now: Instant) -> bool {
+    /// [`HELD_FOR`] before `now()` (never for a blob too small to keep, nor
+    /// is the clock read for one); a check past its time or of another
+    /// place is forgotten.
+    pub(crate) fn serves(
+        &self,
+        digest: &Digest,
+        place: Place,
+        now: impl FnOnce() -> Instant,
+    ) -> bool {
         if !kept(place) {
             return false;
         }
         let Some(checked) = self.checked.get(digest) else {
             return false;
         };
-        if checked.place == place && now.saturating_duration_since(checked.at) <= HELD_FOR {
+        if checked.place == place && now().saturating_duration_since(checked.at) <= HELD_FOR {
             return true;
         }
         self.checked.remove_if(digest, |kept| *kept == checked);
         false
     }
 
-    /// `digest`'s bytes at `place` were hashed at `now`.
-    pub(crate) fn checked(&self, digest: Digest, place: Place, now: Instant) {
+    /// `digest`'s bytes at `place` were hashed at `now()` (not kept, nor
+    /// the clock read, for a blob too small).
+    pub(crate) fn checked(&self, digest: Digest, place: Place, now: impl FnOnce() -> Instant) {
         if kept(place) {
-            self.checked.insert(digest, Checked { place, at: now });
+            self.checked.insert(digest, Checked { place, at: now() });
         }
     }
 
@@ -320,7 +327,8 @@ mod tests {
 
     /// A packed blob's check serves its place for [`HELD_FOR`], not a
     /// place it moved to (another pack at the same start, the same pack
-    /// at another), nor after it is let go; a small one is not kept.
+    /// at another), nor after it is let go; a small one is not kept, and
+    /// costs no read of the clock.
     #[test]
     fn a_check_serves_its_place_for_a_while() {
         let ranges = CheckedRanges::default();
@@ -328,22 +336,26 @@ mod tests {
         let len = RANGES_CHECKED_FROM;
         let place = |pack, start| Place { pack, start, len };
         for moved in [place(2, 64), place(1, 0)] {
-            ranges.checked(a, place(1, 64), at);
-            assert!(ranges.serves(&a, place(1, 64), at + HELD_FOR));
-            assert!(!ranges.serves(&a, moved, at), "moved by compaction");
-            assert!(!ranges.serves(&a, place(1, 64), at), "forgotten once moved");
+            ranges.checked(a, place(1, 64), || at);
+            assert!(ranges.serves(&a, place(1, 64), || at + HELD_FOR));
+            assert!(!ranges.serves(&a, moved, || at), "moved by compaction");
+            assert!(
+                !ranges.serves(&a, place(1, 64), || at),
+                "forgotten once moved"
+            );
         }
-        ranges.checked(a, place(1, 64), at);
+        ranges.checked(a, place(1, 64), || at);
         let late = at + HELD_FOR + Duration::from_millis(1);
-        assert!(!ranges.serves(&a, place(1, 64), late));
-        ranges.checked(a, place(1, 64), at);
+        assert!(!ranges.serves(&a, place(1, 64), || late));
+        ranges.checked(a, place(1, 64), || at);
         ranges.let_go(&a);
-        assert!(!ranges.serves(&a, place(1, 64), at));
+        assert!(!ranges.serves(&a, place(1, 64), || at));
         let small = Place {
             len: len - 1,
             ..place(1, 0)
         };
-        ranges.checked(b, small, at);
-        assert!(!ranges.serves(&b, small, at), "too small to keep");
+        ranges.checked(b, small, || unreachable!("the clock read for a small blob"));
+        let never = || unreachable!("the clock read for a small blob");
+        assert!(!ranges.serves(&b, small, never), "too small to keep");
     }
 }

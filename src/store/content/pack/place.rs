@@ -11,7 +11,7 @@ use crate::store::digest::Digest;
 
 /// Where a packed blob lies: a byte range of one pack.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Place {
+pub struct Place {
     pub(crate) pack: u64,
     pub(crate) start: u64,
     pub(crate) len: u64,
