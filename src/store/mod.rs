@@ -11,8 +11,9 @@
 //! [`DigestTable`] holds each digest the process knows once: its size, the
 //! packed blob's place, and how many of the entry index's records name it.
 //! [`HotBlobs`] keeps small hot blobs in memory, [`HeldFiles`] blob files
-//! open for the next hits, `CheckedRanges` where packed blobs were hashed. [`Budget`] counts committed
-//! and in-progress bytes against `storage.max_size` and wakes the evictor.
+//! open for the next hits, `CheckedRanges` where packed blobs were hashed.
+//! [`Budget`] counts committed and in-progress bytes against
+//! `storage.max_size` and wakes the evictor.
 //!
 //! **Invariant:** nothing outside this room knows a blob's path; everyone
 //! else holds a digest or an open handle. This room imports neither the
