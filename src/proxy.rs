@@ -191,8 +191,9 @@ fn build_remotes(
     metrics: &Metrics,
 ) -> anyhow::Result<Remotes> {
     let mut remotes = Remotes::default();
+    let tls = crate::upstream::clients::tls_config();
     for rc in &config.remotes {
-        let remote = Remote::new(rc, gauges, health, metrics)
+        let remote = Remote::new(rc, &tls, gauges, health, metrics)
             .with_context(|| format!("building remote {:?}", rc.name))?;
         remotes.insert(rc.name.clone(), Arc::new(remote));
     }

@@ -6,7 +6,7 @@
 //! waking another thread.
 
 use std::cell::Cell;
-use std::sync::OnceLock;
+use std::sync::{Arc, OnceLock};
 
 use crate::config::RemoteConfig;
 
@@ -36,13 +36,19 @@ pub struct Clients {
     shared: reqwest::Client,
     /// A connection thread's own, built on its first request.
     per_thread: Box<[OnceLock<reqwest::Client>]>,
+    /// What they are built with ([`tls_config`]).
+    tls: rustls::ClientConfig,
 }
 
 impl Clients {
-    pub fn new(config: &RemoteConfig) -> Result<Clients, reqwest::Error> {
+    pub fn new(
+        config: &RemoteConfig,
+        tls: &rustls::ClientConfig,
+    ) -> Result<Clients, reqwest::Error> {
         Ok(Clients {
-            shared: super::fetch::client_for(config)?,
+            shared: super::fetch::client_for(config, tls.clone())?,
             per_thread: (0..thread_slots()).map(|_| OnceLock::new()).collect(),
+            tls: tls.clone(),
         })
     }
 
@@ -56,6 +62,37 @@ impl Clients {
         };
         // The shared client was built from the same config, so this one
         // builds too; were it not to, the shared one serves.
-        own.get_or_init(|| super::fetch::client_for(config).unwrap_or_else(|_| self.shared.clone()))
+        own.get_or_init(|| {
+            super::fetch::client_for(config, self.tls.clone())
+                .unwrap_or_else(|_| self.shared.clone())
+        })
     }
+}
+
+/// The TLS of every upstream client a config's remotes make, read once for
+/// them all (at start, and again on each reload): the roots reqwest would
+/// load for each client itself (the webpki roots, and the system's from
+/// `SSL_CERT_FILE` or `/etc/ssl`), HTTP/1.1 by ALPN. Each client of each
+/// remote (and one a connection thread) read and parsed the system's bundle
+/// again, about 3 ms each (a first miss on each thread waited for it), and
+/// kept its own copy; a clone shares the roots.
+pub fn tls_config() -> rustls::ClientConfig {
+    let mut roots = rustls::RootCertStore::empty();
+    roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
+    // As reqwest does: a certificate that does not parse is skipped (system
+    // bundles hold some), an unreadable bundle leaves the webpki roots.
+    let native = rustls_native_certs::load_native_certs();
+    if !native.errors.is_empty() {
+        tracing::warn!(errors = ?native.errors, "could not read all of the system's root certificates");
+    }
+    let (added, skipped) = roots.add_parsable_certificates(native.certs);
+    tracing::debug!(added, skipped, "the system's root certificates read");
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(rustls::ALL_VERSIONS)
+        .expect("ring has TLS 1.2 and 1.3")
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config
 }

@@ -28,7 +28,10 @@ const MAX_REDIRECTS: usize = 5;
 /// as [`may_leave_for`] allows, without credentials (reqwest drops
 /// `Authorization` when the host changes), and what comes back is still
 /// checked against the digest.
-pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Error> {
+pub fn client_for(
+    config: &RemoteConfig,
+    tls: rustls::ClientConfig,
+) -> Result<reqwest::Client, reqwest::Error> {
     let protocol = config.kind.ecosystem().protocol();
     let anywhere = matches!(protocol, Protocol::Registry | Protocol::LfsActions);
     let leave_for = LeaveFor::of(config);
@@ -67,6 +70,7 @@ pub fn client_for(config: &RemoteConfig) -> Result<reqwest::Client, reqwest::Err
     reqwest::Client::builder()
         .connect_timeout(config.connect_timeout)
         .redirect(policy)
+        .use_preconfigured_tls(tls)
         .pool_idle_timeout(Duration::from_secs(60))
         .tcp_nodelay(true)
         .user_agent(concat!("mirrorcache/", env!("CARGO_PKG_VERSION")))

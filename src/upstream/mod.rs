@@ -107,8 +107,11 @@ pub struct Remote {
 }
 
 impl Remote {
+    /// `tls`: what its clients trust ([`clients::tls_config`], one for all
+    /// the remotes of a config).
     pub fn new(
         config: &RemoteConfig,
+        tls: &rustls::ClientConfig,
         gauges: &GaugeRegistry,
         health: &HealthRegistry,
         metrics: &Metrics,
@@ -123,7 +126,7 @@ impl Remote {
                 .then(|| MirrorSet::new(config, &config.sumdb, gauges, health, metrics)),
             counters: metrics.remote_counters(&config.name),
             policy: CachePolicy::new(config.kind, &config.immutable, config.revalidate_after),
-            clients: clients::Clients::new(config)?,
+            clients: clients::Clients::new(config, tls)?,
             tokens: token::Tokens::default(),
             tag_heads: registry::TagHeads::default(),
             lfs_actions: lfs::Actions::default(),

@@ -2,7 +2,8 @@
 //! HTTP/2 by ALPN, credentials over both, plain HTTP to the TLS port closed
 //! without an HTTP answer, `https://` in rewritten links, and the
 //! certificate reloaded for new handshakes while open connections go on (a
-//! broken one leaves the old in place).
+//! broken one leaves the old in place). And TLS to a mirror, trusted by the
+//! system's roots.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -10,7 +11,8 @@ use std::path::Path;
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
 use super::{basic, raw_get, AuthProxy};
-use crate::support::MirrorServer;
+use crate::support::proxy::config_text;
+use crate::support::{sha256_hex, test_bytes, BinaryProxy, MirrorServer};
 
 /// A CA, and a certificate for `localhost` it signed: (CA PEM, cert PEM, key PEM).
 fn certificate(name: &str) -> (String, String, String) {
@@ -22,7 +24,7 @@ fn certificate(name: &str) -> (String, String, String) {
     let ca_cert = ca.self_signed(&ca_key).unwrap();
     let issuer = Issuer::new(ca, ca_key);
     let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["localhost".to_string()])
+    let leaf = CertificateParams::new(vec!["localhost".to_string(), "127.0.0.1".to_string()])
         .unwrap()
         .signed_by(&key, &issuer)
         .unwrap();
@@ -188,4 +190,103 @@ async fn an_openssl_client_gets_aes_128_gcm_in_tls_1_3_and_1_2() {
             "{version}: {text}"
         );
     }
+}
+
+/// `mirror` over TLS: a port on 127.0.0.1 that ends TLS with `cert` and
+/// `key` and passes each connection's bytes on to the mirror.
+async fn over_tls(mirror: &MirrorServer, cert: &str, key: &str) -> SocketAddr {
+    use rustls::pki_types::pem::PemObject;
+    use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+    let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
+    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ServerConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let (front, back) = (listener.local_addr().unwrap(), mirror.addr);
+    tokio::spawn(async move {
+        while let Ok((tcp, _)) = listener.accept().await {
+            let acceptor = acceptor.clone();
+            tokio::spawn(async move {
+                let Ok(mut tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                let mut plain = tokio::net::TcpStream::connect(back).await.unwrap();
+                let _ = tokio::io::copy_bidirectional(&mut tls, &mut plain).await;
+            });
+        }
+    });
+    front
+}
+
+/// The real binary in `dir/name`, serving `remote`, the system's roots
+/// (`SSL_CERT_FILE`) `ca` alone.
+async fn proxy_trusting(dir: &Path, name: &str, ca: &str, remote: &str) -> BinaryProxy {
+    let home = dir.join(name);
+    std::fs::create_dir(&home).unwrap();
+    let roots = home.join("roots.pem");
+    std::fs::write(&roots, ca).unwrap();
+    let config = config_text(&home, remote);
+    BinaryProxy::start_env(&home, &config, "info", &[("SSL_CERT_FILE", &roots)]).await
+}
+
+/// A mirror over TLS whose CA the system's roots hold (`SSL_CERT_FILE`,
+/// read once for all the remotes' clients) serves: the bytes' sha256 over
+/// new connections (the connection threads' own clients), one mirror
+/// request an artifact. A process whose roots hold another CA
+/// refuses the mirror's certificate: 502 before any request reaches the
+/// mirror, and nothing kept.
+#[tokio::test]
+async fn a_tls_mirror_needs_a_trusted_root() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificate("upstream");
+    let (other_ca, _, _) = certificate("other");
+    let mirror = MirrorServer::start().await;
+    let bodies: Vec<Vec<u8>> = (0..4).map(|i| test_bytes(20_000, 40 + i)).collect();
+    for (i, body) in bodies.iter().enumerate() {
+        mirror.put(&format!("/m/f{i}"), body.clone());
+    }
+    let front = over_tls(&mirror, &cert, &key).await;
+    let remote = format!("[[remote]]\nname = \"r\"\nmirrors = [\"https://{front}/m\"]\n");
+    // A new connection a request: each goes to a connection thread, whose
+    // own client fetches.
+    let client = || {
+        reqwest::Client::builder()
+            .pool_max_idle_per_host(0)
+            .build()
+            .unwrap()
+    };
+
+    let proxy = proxy_trusting(dir.path(), "trusting", &ca, &remote).await;
+    for _ in 0..2 {
+        for (i, body) in bodies.iter().enumerate() {
+            let response = client()
+                .get(proxy.url(&format!("/r/f{i}")))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status(), 200, "{}", proxy.log());
+            let bytes = response.bytes().await.unwrap();
+            assert_eq!(sha256_hex(&bytes), sha256_hex(body));
+        }
+    }
+    for i in 0..bodies.len() {
+        assert_eq!(mirror.hits(&format!("/m/f{i}")), 1);
+    }
+    drop(proxy);
+
+    let proxy = proxy_trusting(dir.path(), "refusing", &other_ca, &remote).await;
+    let before = mirror.total();
+    for _ in 0..2 {
+        let response = client().get(proxy.url("/r/f0")).send().await.unwrap();
+        assert_eq!(response.status(), 502);
+    }
+    assert_eq!(mirror.total(), before, "no request passed the handshake");
 }

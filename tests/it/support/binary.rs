@@ -21,6 +21,17 @@ impl BinaryProxy {
 
     /// [`BinaryProxy::start`] with `RUST_LOG` set to `filter`.
     pub async fn start_logging(dir: &Path, config_text: &str, filter: &str) -> BinaryProxy {
+        BinaryProxy::start_env(dir, config_text, filter, &[]).await
+    }
+
+    /// [`BinaryProxy::start_logging`] with these variables in its
+    /// environment too.
+    pub async fn start_env(
+        dir: &Path,
+        config_text: &str,
+        filter: &str,
+        env: &[(&str, &Path)],
+    ) -> BinaryProxy {
         let port = super::free_port();
         let text = config_text.replace("127.0.0.1:0", &format!("127.0.0.1:{port}"));
         let config_path = dir.join("mirrorcache.toml");
@@ -30,6 +41,7 @@ impl BinaryProxy {
             .args(["serve", "--config"])
             .arg(&config_path)
             .env("RUST_LOG", filter)
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(std::fs::File::create(&log_path).unwrap())
             .spawn()
