@@ -3,9 +3,12 @@
 # its first misses, on 127.0.0.1 only: REMOTES remotes (`o0` …) in front of
 # one nginx origin, a fresh store each round; the milliseconds from the
 # start to the first answer of `/-/health`, then for every remote in turn
-# FIRSTS cold 1 KiB misses, each on a new connection (so each connection
-# thread's first request for that remote is among them: its clients are
-# built on it), and the server's anonymous RSS after them. ROUNDS rounds,
+# FIRSTS cold 1 KiB misses, each on a new connection: the first half with
+# no other connection open (a new one goes to the first connection
+# thread), the second half with an idle one held open (a new one goes to
+# the other thread, on two CPUs), so each thread's first request for the
+# remote, which builds its client, is among them; then the server's
+# anonymous RSS. ROUNDS rounds,
 # each build of MC_BIN (one or more paths, alternating) once a round.
 # Prints, per build: the start-up, the sum, median and slowest of the
 # first misses (curl's total time), the anonymous RSS; medians with the
@@ -16,6 +19,8 @@
 # Results are recorded in BENCHMARKS.md ("Start-up and first misses").
 
 set -euo pipefail
+# `round` runs in a command substitution: a failure there ends the bench too.
+shopt -s inherit_errexit
 
 REMOTES=${REMOTES:-12}
 FIRSTS=${FIRSTS:-4}
@@ -36,13 +41,12 @@ start_nginx "$WORK/origin" "$O_PORT"
 for i in $(seq 1 "$FIRSTS"); do head -c 1024 /dev/urandom >"$WORK/origin/www/$i.bin"; done
 wait_up "http://127.0.0.1:$O_PORT/1.bin"
 
-# One round of one build: prints "startup_ms sum_ms median_ms max_ms anon_kib".
-round() { # bin
-    local dir=$WORK/mc port pid t0 t1 r i
+# One round of one build on a free port: prints "startup_ms sum_ms
+# median_ms max_ms anon_kib". Runs in a subshell: it stops its server itself.
+round() { # bin port
+    local dir=$WORK/mc port=$2 pid t0 t1 r i
     rm -rf "$dir"
     mkdir -p "$dir"
-    free_port
-    port=$PORT
     {
         printf '[server]\nlisten = "127.0.0.1:%s"\n\n[storage]\npath = "%s/store"\n\n' "$port" "$dir"
         printf '[metadata]\nurl = "sqlite://%s/meta.db"\n' "$dir"
@@ -53,15 +57,21 @@ round() { # bin
     t0=$(date +%s%N)
     "$1" serve --config "$dir/mirrorcache.toml" 2>"$dir/log" &
     pid=$!
+    trap 'kill -TERM "$pid" 2>/dev/null || true' EXIT
     until curl -sf -o /dev/null "http://127.0.0.1:$port/-/health"; do
         kill -0 "$pid" 2>/dev/null || { echo "the server exited: $(cat "$dir/log")" >&2; exit 1; }
         sleep 0.002
     done
     t1=$(date +%s%N)
+    local idle
     for r in $(seq 0 $((REMOTES - 1))); do
         for i in $(seq 1 "$FIRSTS"); do
+            ((i == FIRSTS / 2 + 1)) && exec {idle}<>"/dev/tcp/127.0.0.1/$port"
             curl -s -o /dev/null -w '%{http_code} %{time_total}\n' "http://127.0.0.1:$port/o$r/$i.bin"
         done
+        exec {idle}>&-
+        # The idle connection's end reaches its thread before the next remote.
+        sleep 0.05
     done >"$dir/times"
     awk '$1 != 200 { print "not 200: " $0 > "/dev/stderr"; exit 1 }' "$dir/times"
     local anon
@@ -78,7 +88,8 @@ EOF
 declare -A RESULTS
 for n in $(seq 1 "$ROUNDS"); do
     for b in "${BINS[@]}"; do
-        RESULTS[$b]+="$(round "$b")"$'\n'
+        free_port
+        RESULTS[$b]+="$(round "$b" "$PORT")"$'\n'
     done
 done
 

@@ -71,11 +71,12 @@ impl Clients {
 
 /// The TLS of every upstream client a config's remotes make, read once for
 /// them all (at start, and again on each reload): the roots reqwest would
-/// load for each client itself (the webpki roots, and the system's from
-/// `SSL_CERT_FILE` or `/etc/ssl`), HTTP/1.1 by ALPN. Each client of each
-/// remote (and one a connection thread) read and parsed the system's bundle
-/// again (19M instructions: a first miss on each thread took 7–8 ms, not
-/// 1) and kept its own copy; a clone shares the roots.
+/// load for each client (the webpki roots, and the system's: `SSL_CERT_FILE`
+/// and `SSL_CERT_DIR` when set, else where OpenSSL keeps them), `h2` and
+/// `http/1.1` by ALPN, as reqwest offers them. One read for all: a client
+/// left to build its own reads and parses the system's bundle (19M
+/// instructions, 7–8 ms of a first miss on each connection thread) and
+/// keeps its own copy. Its clones share the roots and the TLS sessions.
 pub fn tls_config() -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());
@@ -86,6 +87,12 @@ pub fn tls_config() -> rustls::ClientConfig {
         tracing::warn!(errors = ?native.errors, "could not read all of the system's root certificates");
     }
     let (added, skipped) = roots.add_parsable_certificates(native.certs);
+    if added == 0 && skipped > 0 {
+        tracing::warn!(
+            skipped,
+            "none of the system's root certificates parses; trusting the webpki roots alone"
+        );
+    }
     tracing::debug!(added, skipped, "the system's root certificates read");
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ClientConfig::builder_with_provider(provider)
@@ -93,6 +100,6 @@ pub fn tls_config() -> rustls::ClientConfig {
         .expect("ring has TLS 1.2 and 1.3")
         .with_root_certificates(roots)
         .with_no_client_auth();
-    config.alpn_protocols = vec![b"http/1.1".to_vec()];
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     config
 }

@@ -238,46 +238,56 @@ async fn proxy_trusting(dir: &Path, name: &str, ca: &str, remote: &str) -> Binar
 }
 
 /// A mirror over TLS whose CA the system's roots hold (`SSL_CERT_FILE`,
-/// read once for all the remotes' clients) serves: the bytes' sha256 over
-/// new connections (the connection threads' own clients), one mirror
-/// request an artifact. A process whose roots hold another CA
-/// refuses the mirror's certificate: 502 before any request reaches the
-/// mirror, and nothing kept.
+/// read once for all the remotes' clients; a variable of the process, so
+/// the real binary) serves, through each connection thread's own client:
+/// the bytes' sha256, one mirror request an artifact. A process whose roots
+/// hold another CA refuses the mirror's certificate: 502 before any request
+/// reaches the mirror, and nothing kept.
 #[tokio::test]
 async fn a_tls_mirror_needs_a_trusted_root() {
     let dir = tempfile::tempdir().unwrap();
     let (ca, cert, key) = certificate("upstream");
     let (other_ca, _, _) = certificate("other");
     let mirror = MirrorServer::start().await;
-    let bodies: Vec<Vec<u8>> = (0..4).map(|i| test_bytes(20_000, 40 + i)).collect();
+    let bodies: Vec<Vec<u8>> = (0..8).map(|i| test_bytes(20_000, 40 + i)).collect();
     for (i, body) in bodies.iter().enumerate() {
         mirror.put(&format!("/m/f{i}"), body.clone());
     }
     let front = over_tls(&mirror, &cert, &key).await;
     let remote = format!("[[remote]]\nname = \"r\"\nmirrors = [\"https://{front}/m\"]\n");
-    // A new connection a request: each goes to a connection thread, whose
-    // own client fetches.
+    // A new connection a request, each closed after its answer.
     let client = || {
         reqwest::Client::builder()
             .pool_max_idle_per_host(0)
             .build()
             .unwrap()
     };
+    let get = async |proxy: &BinaryProxy, i: usize| {
+        let response = client()
+            .get(proxy.url(&format!("/r/f{i}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 200, "{}", proxy.log());
+        let bytes = response.bytes().await.unwrap();
+        assert_eq!(sha256_hex(&bytes), sha256_hex(&bodies[i]));
+    };
 
     let proxy = proxy_trusting(dir.path(), "trusting", &ca, &remote).await;
-    for _ in 0..2 {
-        for (i, body) in bodies.iter().enumerate() {
-            let response = client()
-                .get(proxy.url(&format!("/r/f{i}")))
-                .send()
-                .await
-                .unwrap();
-            assert_eq!(response.status(), 200, "{}", proxy.log());
-            let bytes = response.bytes().await.unwrap();
-            assert_eq!(sha256_hex(&bytes), sha256_hex(body));
-        }
+    // A connection goes to the thread holding the fewest, the first on a
+    // tie: the first four to one thread; the next four, with an idle one
+    // held, as a rule to the other.
+    for i in 0..4 {
+        get(&proxy, i).await;
     }
-    for i in 0..bodies.len() {
+    let addr = proxy.base.trim_start_matches("http://").to_string();
+    let idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    for i in 4..8 {
+        get(&proxy, i).await;
+    }
+    drop(idle);
+    for i in 0..8 {
+        get(&proxy, i).await;
         assert_eq!(mirror.hits(&format!("/m/f{i}")), 1);
     }
     drop(proxy);
@@ -286,7 +296,7 @@ async fn a_tls_mirror_needs_a_trusted_root() {
     let before = mirror.total();
     for _ in 0..2 {
         let response = client().get(proxy.url("/r/f0")).send().await.unwrap();
-        assert_eq!(response.status(), 502);
+        assert_eq!(response.status(), 502, "{}", proxy.log());
     }
     assert_eq!(mirror.total(), before, "no request passed the handshake");
 }
