@@ -57,7 +57,8 @@ round() { # bin port
     t0=$(date +%s%N)
     "$1" serve --config "$dir/mirrorcache.toml" 2>"$dir/log" &
     pid=$!
-    trap 'kill -TERM "$pid" 2>/dev/null || true' EXIT
+    # shellcheck disable=SC2064 # its PID now: the function's locals are gone at exit
+    trap "kill -TERM $pid 2>/dev/null || true" EXIT
     until curl -sf -o /dev/null "http://127.0.0.1:$port/-/health"; do
         kill -0 "$pid" 2>/dev/null || { echo "the server exited: $(cat "$dir/log")" >&2; exit 1; }
         sleep 0.002
