@@ -59,6 +59,8 @@ round() { # bin port
     pid=$!
     # shellcheck disable=SC2064 # its PID now: the function's locals are gone at exit
     trap "kill -TERM $pid 2>/dev/null || true" EXIT
+    # Not wait_up: its 50 ms steps are coarser than what is measured, and
+    # a server that exits is named here at once.
     until curl -sf -o /dev/null "http://127.0.0.1:$port/-/health"; do
         kill -0 "$pid" 2>/dev/null || { echo "the server exited: $(cat "$dir/log")" >&2; exit 1; }
         sleep 0.002

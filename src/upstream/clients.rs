@@ -76,8 +76,8 @@ impl Clients {
 /// `http/1.1` by ALPN, as reqwest offers them. One read for all: a client
 /// left to build its own reads and parses the system's bundle (19M
 /// instructions: a first miss on each connection thread took 5–8 ms, not
-/// 1) and keeps its own copy. Its clones share the roots and the TLS
-/// sessions.
+/// about 1) and keeps its own copy. Its clones share the roots and the
+/// TLS sessions.
 pub fn tls_config() -> rustls::ClientConfig {
     let mut roots = rustls::RootCertStore::empty();
     roots.extend(webpki_roots::TLS_SERVER_ROOTS.iter().cloned());

@@ -193,7 +193,9 @@ async fn an_openssl_client_gets_aes_128_gcm_in_tls_1_3_and_1_2() {
 }
 
 /// `mirror` over TLS: a port on 127.0.0.1 that ends TLS with `cert` and
-/// `key` and passes each connection's bytes on to the mirror.
+/// `key` and passes each connection's bytes on to the mirror. Not the
+/// listener's `http::tls::Tls`: that one offers `h2` by ALPN, and the
+/// mirror behind speaks HTTP/1.1 alone.
 async fn over_tls(mirror: &MirrorServer, cert: &str, key: &str) -> SocketAddr {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
