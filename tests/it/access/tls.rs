@@ -3,10 +3,11 @@
 //! without an HTTP answer, `https://` in rewritten links, and the
 //! certificate reloaded for new handshakes while open connections go on (a
 //! broken one leaves the old in place). And TLS to a mirror, trusted by the
-//! system's roots.
+//! system's roots, over HTTP/2 where the mirror speaks it.
 
 use std::net::SocketAddr;
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 
@@ -192,25 +193,29 @@ async fn an_openssl_client_gets_aes_128_gcm_in_tls_1_3_and_1_2() {
     }
 }
 
-/// `mirror` over TLS: a port on 127.0.0.1 that ends TLS with `cert` and
-/// `key` and passes each connection's bytes on to the mirror. Not the
-/// listener's `http::tls::Tls`: that one offers `h2` by ALPN, and the
-/// mirror behind speaks HTTP/1.1 alone.
-async fn over_tls(mirror: &MirrorServer, cert: &str, key: &str) -> SocketAddr {
+/// A TLS server's config for `cert` and `key` (PEM), no ALPN.
+fn server_config(cert: &str, key: &str) -> rustls::ServerConfig {
     use rustls::pki_types::pem::PemObject;
     use rustls::pki_types::{CertificateDer, PrivateKeyDer};
     let chain = CertificateDer::pem_slice_iter(cert.as_bytes())
         .collect::<Result<Vec<_>, _>>()
         .unwrap();
     let key = PrivateKeyDer::from_pem_slice(key.as_bytes()).unwrap();
-    let provider = std::sync::Arc::new(rustls::crypto::ring::default_provider());
-    let config = rustls::ServerConfig::builder_with_provider(provider)
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
         .unwrap()
         .with_no_client_auth()
         .with_single_cert(chain, key)
-        .unwrap();
-    let acceptor = tokio_rustls::TlsAcceptor::from(std::sync::Arc::new(config));
+        .unwrap()
+}
+
+/// `mirror` over TLS: a port on 127.0.0.1 that ends TLS with `cert` and
+/// `key` and passes each connection's bytes on to the mirror. Not the
+/// listener's `http::tls::Tls`: that one offers `h2` by ALPN, and the
+/// mirror behind speaks HTTP/1.1 alone.
+async fn over_tls(mirror: &MirrorServer, cert: &str, key: &str) -> SocketAddr {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(server_config(cert, key)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let (front, back) = (listener.local_addr().unwrap(), mirror.addr);
     tokio::spawn(async move {
@@ -226,6 +231,64 @@ async fn over_tls(mirror: &MirrorServer, cert: &str, key: &str) -> SocketAddr {
         }
     });
     front
+}
+
+/// A mirror over TLS that speaks HTTP/2 alone: ALPN `h2` is all it offers,
+/// so a client offering only `http/1.1` fails the handshake. It serves
+/// `bodies[i]` at `/m/f{i}` and keeps each request's path and version, and
+/// the number of the connection it came on.
+async fn h2_mirror(
+    bodies: &[Vec<u8>],
+    cert: &str,
+    key: &str,
+) -> (
+    SocketAddr,
+    Arc<Mutex<Vec<(String, axum::http::Version, usize)>>>,
+) {
+    use hyper_util::rt::{TokioExecutor, TokioIo};
+    let mut config = server_config(cert, key);
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let files: Arc<Vec<Vec<u8>>> = Arc::new(bodies.to_vec());
+    let log = seen.clone();
+    tokio::spawn(async move {
+        let mut connections = 0;
+        while let Ok((tcp, _)) = listener.accept().await {
+            connections += 1;
+            let connection = connections;
+            let (acceptor, files, log) = (acceptor.clone(), files.clone(), log.clone());
+            tokio::spawn(async move {
+                let Ok(tls) = acceptor.accept(tcp).await else {
+                    return;
+                };
+                assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+                let service = hyper::service::service_fn(move |request: axum::http::Request<_>| {
+                    let path = request.uri().path().to_string();
+                    let seen = (path.clone(), request.version(), connection);
+                    log.lock().unwrap().push(seen);
+                    let body = path
+                        .strip_prefix("/m/f")
+                        .and_then(|i| i.parse::<usize>().ok())
+                        .and_then(|i| files.get(i).cloned());
+                    let response = match body {
+                        Some(body) => axum::http::Response::new(axum::body::Body::from(body)),
+                        None => axum::http::Response::builder()
+                            .status(404)
+                            .body(axum::body::Body::empty())
+                            .unwrap(),
+                    };
+                    async move { Ok::<_, std::convert::Infallible>(response) }
+                });
+                let _ = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
+                    .serve_connection(TokioIo::new(tls), service)
+                    .await;
+            });
+        }
+    });
+    (addr, seen)
 }
 
 /// The real binary in `dir/name`, serving `remote`, the system's roots
@@ -301,4 +364,38 @@ async fn a_tls_mirror_needs_a_trusted_root() {
         assert_eq!(response.status(), 502, "{}", proxy.log());
     }
     assert_eq!(mirror.total(), before, "no request passed the handshake");
+}
+
+/// A mirror over TLS that speaks HTTP/2 alone is fetched over HTTP/2: the
+/// upstream clients offer `h2` by ALPN (as reqwest's own TLS did), so the
+/// handshake succeeds and every request arrives as HTTP/2, all on one
+/// connection (asked on one client connection, so by one connection
+/// thread, whose upstream client keeps it); each artifact's bytes by their
+/// sha256, one mirror request each, then hits.
+#[tokio::test]
+async fn a_tls_mirror_speaking_h2_is_fetched_over_h2() {
+    let dir = tempfile::tempdir().unwrap();
+    let (ca, cert, key) = certificate("h2 upstream");
+    let bodies: Vec<Vec<u8>> = (0..4).map(|i| test_bytes(70_000, 60 + i)).collect();
+    let (mirror, seen) = h2_mirror(&bodies, &cert, &key).await;
+    let remote = format!("[[remote]]\nname = \"r\"\nmirrors = [\"https://{mirror}/m\"]\n");
+    let proxy = proxy_trusting(dir.path(), "h2", &ca, &remote).await;
+    let client = reqwest::Client::new();
+    for _ in 0..2 {
+        for (i, body) in bodies.iter().enumerate() {
+            let url = proxy.url(&format!("/r/f{i}"));
+            let response = client.get(url).send().await.unwrap();
+            assert_eq!(response.status(), 200, "{}", proxy.log());
+            let bytes = response.bytes().await.unwrap();
+            assert_eq!(sha256_hex(&bytes), sha256_hex(body));
+        }
+    }
+    let seen = seen.lock().unwrap().clone();
+    let expected: Vec<(String, axum::http::Version, usize)> = (0..4)
+        .map(|i| (format!("/m/f{i}"), axum::http::Version::HTTP_2, 1))
+        .collect();
+    assert_eq!(
+        seen, expected,
+        "one HTTP/2 request an artifact, one connection"
+    );
 }
