@@ -43,7 +43,7 @@ mod release;
 mod spool;
 pub mod verify;
 
-pub use commit_queue::{CommitSlot, FillBody};
+pub use commit_queue::{CommitSlot, Committing, FillBody};
 pub use facade::Cache;
 // The types the façade's callers handle, where they live.
 pub use crate::meta::{Entry, MetadataStore, Prepared, Scope, Ticket};

@@ -169,13 +169,13 @@ impl FillDigests {
     /// this process already learned these very bytes (a 304, or an
     /// unchanged body). A body not learned yet — also one cached before this
     /// process started, or whose learning failed — is learned again.
-    pub(super) fn learning<'a>(
+    pub(super) fn learning(
         &self,
-        fills: &'a FillRegistry,
+        fills: &Arc<FillRegistry>,
         remote: &Remote,
         path: &ArtifactPath,
         digest: &Digest,
-    ) -> Option<Learning<'a>> {
+    ) -> Option<Learning> {
         let wanted =
             self.role.declares && fills.learned_docs.get(path.key()).as_ref() != Some(digest);
         wanted.then(|| Learning::start(fills, &remote.name))
@@ -350,13 +350,13 @@ impl FillRegistry {
 /// the fill panics). Taken before the document is published, so a client
 /// that asks for an artifact as soon as it has read the index finds its fill
 /// waiting for the declarations.
-pub(super) struct Learning<'a> {
-    fills: &'a FillRegistry,
+pub(super) struct Learning {
+    fills: Arc<FillRegistry>,
     remote: String,
 }
 
-impl<'a> Learning<'a> {
-    fn start(fills: &'a FillRegistry, remote: &str) -> Learning<'a> {
+impl Learning {
+    fn start(fills: &Arc<FillRegistry>, remote: &str) -> Learning {
         *fills
             .learning
             .lock()
@@ -364,13 +364,13 @@ impl<'a> Learning<'a> {
             .entry(remote.to_string())
             .or_default() += 1;
         Learning {
-            fills,
+            fills: fills.clone(),
             remote: remote.to_string(),
         }
     }
 }
 
-impl Drop for Learning<'_> {
+impl Drop for Learning {
     fn drop(&mut self) {
         let mut counts = self
             .fills
@@ -389,13 +389,13 @@ impl Drop for Learning<'_> {
 /// Reads the digests the document `blob` (`size` bytes, `digest`) at `path`
 /// declares and keeps them. Errors cost only the learning; they are logged.
 pub(super) async fn from_document(
-    learning: Learning<'_>,
+    learning: Learning,
     remote: &Remote,
     path: &ArtifactPath,
     blob: Blob,
     (digest, size): (Digest, u64),
 ) {
-    let fills = learning.fills;
+    let fills = &learning.fills;
     match learn(&fills.cache, remote, path, blob, size).await {
         Ok(()) => fills.learned_docs.insert(path.key().to_string(), digest),
         Err(error) => {

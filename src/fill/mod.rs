@@ -309,9 +309,15 @@ impl FillRegistry {
         ));
         let (fills, key) = (self.clone(), path.key().to_string());
         tokio::spawn(async move {
+            // The fill's own future is dropped before its end runs: a fill
+            // whose commit waits holds only its end (see `writer::End`).
+            let ended = match AssertUnwindSafe(fill).catch_unwind().await {
+                Ok(end) => AssertUnwindSafe(end.run(&fills)).catch_unwind().await,
+                Err(panic) => Err(panic),
+            };
             // A panic in a fill ends it as failed: its readers see the channel
             // close (502), and the key is free for the next request to refetch.
-            if AssertUnwindSafe(fill).catch_unwind().await.is_err() {
+            if ended.is_err() {
                 tracing::error!(key, "fill panicked; its readers get 502");
                 fills.finish(&key, me);
             }

@@ -12,21 +12,20 @@ use tokio::sync::watch;
 use super::coalesce::Batch;
 use super::download::{broken_body, download, next_batch, Early};
 use super::hashing;
-use super::learn::{self, FillDigests};
+use super::learn::{self, FillDigests, Learning};
 use super::{FillRegistry, FillState, Head, Me, Passthrough, Recent, Slot};
-use crate::cache::{Blob, Cache, CommitSlot, Digest, Entry, FillBody, TempBlob};
+use crate::cache::{Blob, Cache, CommitSlot, Committing, Digest, Entry, FillBody, TempBlob};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
 use crate::kind::declared::{Declared, Hashers};
-use crate::meta::Pin;
 use crate::path::ArtifactPath;
 use crate::upstream::fetch;
 use crate::upstream::Remote;
 
 /// How one mirror's 200 ended.
 pub(super) enum Outcome {
-    /// Served to the readers (and committed, when the store took it).
-    Done,
+    /// Served to the readers; with its commit, when the store takes it.
+    Done(Option<Landing>),
     /// Its digest is not the declared one; nothing was committed.
     /// `published`: readers had been given the body as it arrived.
     Refused {
@@ -43,7 +42,7 @@ pub(super) enum Outcome {
 /// readers nothing; a larger one streams to its readers as it arrives.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn receive(
-    fills: &FillRegistry,
+    fills: &Arc<FillRegistry>,
     remote: &Remote,
     path: &ArtifactPath,
     mut upstream: fetch::Body<'_>,
@@ -187,7 +186,7 @@ pub(super) async fn receive(
                         head,
                         response: Arc::new(Mutex::new(Some(Passthrough { taken, response }))),
                     });
-                    return Ok(Outcome::Done);
+                    return Ok(Outcome::Done(None));
                 }
             }
         }
@@ -324,10 +323,11 @@ struct Received {
 
 /// What a received body's fill does next: checks it against what is
 /// declared (refused: nothing is committed), then publishes it complete,
-/// gives the `max_fills` slot back and commits it, and learns from it.
+/// gives the `max_fills` slot back and hands it to the group commit; the
+/// [`Landing`] waits for that commit.
 #[allow(clippy::too_many_arguments)]
 async fn settle(
-    (fills, remote, path, digests): (&FillRegistry, &Remote, &ArtifactPath, &FillDigests),
+    (fills, remote, path, digests): (&Arc<FillRegistry>, &Remote, &ArtifactPath, &FillDigests),
     expected: Option<&Declared>,
     upstream: fetch::Body<'_>,
     // With the commit place already taken, for a body published early.
@@ -401,32 +401,69 @@ async fn settle(
     });
     // The bytes are here: the commit waits in its own queue.
     slot.release();
-    let blob = spool.blob();
-    let pin = digests.pin(remote, &digest);
-    let pinned = pin.as_ref().map(|pin| pin.declared.to_string());
-    let committed = match queued {
-        Ok(queued) => {
-            let body = spool.into_body();
-            commit(cache, queued, body, path, (entry, pin, me), stale).await
-        }
+    let queued = match queued {
+        Ok(queued) => queued,
         Err(error) => {
             tracing::warn!(key = path.key(), %error, "could not commit; served uncached");
-            false
+            return Ok(Outcome::Done(None));
         }
     };
-    if !committed {
-        // Nothing is kept (a purge came after the fill began, or the
-        // commit failed): nothing is pinned or learned from these bytes.
-        return Ok(Outcome::Done);
+    let pin = digests.pin(remote, &digest);
+    let pinned = pin.as_ref().map(|pin| pin.declared.to_string());
+    let learning = learning.map(|learning| (learning, spool.blob(), written));
+    let committing = queued.send(spool.into_body(), path, (entry, pin), me.ticket);
+    Ok(Outcome::Done(Some(Landing {
+        committing,
+        digest,
+        stale: stale.map(|old| old.digest),
+        pinned,
+        learning,
+    })))
+}
+
+/// A fill's commit once its readers have every byte (the blob, then its
+/// row and pin in one transaction), and what follows it: the replaced
+/// entry's blob released, the pin logged, the document learned from. The
+/// fill's task waits for it after the fill's own future is dropped
+/// (`FillRegistry::join_or_start`): a fill waiting behind hundreds of
+/// commits holds this, not the whole fill.
+pub(super) struct Landing {
+    committing: Committing,
+    digest: Digest,
+    /// The digest of the entry this fill revalidated, if it did.
+    stale: Option<Digest>,
+    /// The pin written with the row, for the log.
+    pinned: Option<String>,
+    /// A document to learn from once committed: its blob and size.
+    learning: Option<(Learning, Blob, u64)>,
+}
+
+impl Landing {
+    /// Waits for the commit, then does what follows it. A failure costs
+    /// only the caching (the group commit logs it); a purge of the key
+    /// that came after the fill began leaves nothing of it, and nothing
+    /// is pinned or learned from its bytes.
+    pub(super) async fn land(&mut self, cache: &Cache, remote: &Remote, path: &ArtifactPath) {
+        // By reference: the task's end holds the landing, and an async fn's
+        // argument moved in would take room in the future a second time.
+        let committed = matches!(self.committing.durable().await, Ok(Some(_)));
+        if let Some(old) = self.stale.filter(|old| *old != self.digest) {
+            // The entry was replaced (or purged): its old blob may now be
+            // unreferenced.
+            Box::pin(cache.release_blob(&old)).await;
+        }
+        if !committed {
+            return;
+        }
+        if let Some(pinned) = self.pinned.take() {
+            tracing::info!(key = path.key(), digest = %pinned, "pinned on first use");
+        }
+        if let Some((learning, blob, size)) = self.learning.take() {
+            // Boxed: documents alone learn, and their future is large.
+            let body = (self.digest, size);
+            Box::pin(learn::from_document(learning, remote, path, blob, body)).await;
+        }
     }
-    if let Some(pinned) = pinned {
-        tracing::info!(key = path.key(), digest = %pinned, "pinned on first use");
-    }
-    if let Some(learning) = learning {
-        let body = (digest, written);
-        learn::from_document(learning, remote, path, blob, body).await;
-    }
-    Ok(Outcome::Done)
 }
 
 /// The validators a later revalidation sends.
@@ -476,34 +513,4 @@ async fn open_temp(cache: &Cache, announced: u64) -> Result<TempBlob, String> {
         cache.store_blocking(create).await
     };
     created.map_err(|e| e.to_string())
-}
-
-/// Makes a complete, hashed body a cache entry: the blob, then its row (and
-/// its pin, in the same transaction). The
-/// readers already have every byte, so a failure here costs only the
-/// caching. Returns whether the entry was committed (not when a purge of
-/// its key came after the fill began: nothing of it is left).
-async fn commit(
-    cache: &Cache,
-    queued: CommitSlot,
-    body: FillBody,
-    path: &ArtifactPath,
-    (entry, pin, me): (Entry, Option<Pin>, Me),
-    stale: Option<&Entry>,
-) -> bool {
-    let digest = entry.digest;
-    // The group commit logs a failure itself.
-    let committed = matches!(
-        queued
-            .send(body, path, (entry, pin), me.ticket)
-            .durable()
-            .await,
-        Ok(Some(_))
-    );
-    if let Some(old) = stale.filter(|old| old.digest != digest) {
-        // The entry was replaced (or purged): its old blob may now be
-        // unreferenced.
-        cache.release_blob(&old.digest).await;
-    }
-    committed
 }

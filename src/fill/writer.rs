@@ -7,18 +7,20 @@ use std::sync::Arc;
 use tokio::sync::watch;
 
 use super::learn::{self, FillDigests};
-use super::receive::{receive, Outcome};
+use super::receive::{receive, Landing, Outcome};
 use super::{FillRegistry, FillState, Me, Slot};
 use crate::cache::{Cache, Entry};
 use crate::clock::now_ms;
 use crate::error::ProxyError;
-use crate::meta::cluster::{Cluster, LockOutcome};
+use crate::meta::cluster::{Cluster, Lock, LockOutcome};
 use crate::path::ArtifactPath;
 use crate::upstream::fetch::{self, Fetched, Validators};
 use crate::upstream::Remote;
 
 /// The fill task: one per cold (or stale) key, spawned by
-/// [`FillRegistry::join_or_start`]; it leaves the registry when done.
+/// [`FillRegistry::join_or_start`]. Returns what is left once the readers
+/// have what they get: the [`End`], which the task runs after dropping
+/// this (much larger) future.
 pub(super) async fn run(
     fills: Arc<FillRegistry>,
     remote: Arc<Remote>,
@@ -27,7 +29,7 @@ pub(super) async fn run(
     stale: Option<Arc<Entry>>,
     tx: watch::Sender<FillState>,
     (mut slot, me): (Slot, Me),
-) {
+) -> End {
     let cache = &fills.cache;
     // The entry index keeps no `ETag`: the row has it, for the revalidation.
     let stale = match stale {
@@ -45,8 +47,7 @@ pub(super) async fn run(
             let fresh = remote.policy.is_fresh(path.path(), entry.age(now_ms()));
             if fresh && cache.open_blob(&entry.digest, entry.size).await.is_ok() {
                 tx.send_replace(FillState::Shared(entry));
-                fills.finish(path.key(), me);
-                return;
+                return End::new(path, tx, me);
             }
         }
     }
@@ -61,8 +62,7 @@ pub(super) async fn run(
             LockOutcome::Held => {
                 if let Some(entry) = wait_for_peer(cache, cluster, &path).await {
                     tx.send_replace(FillState::Shared(entry));
-                    fills.finish(path.key(), me);
-                    return;
+                    return End::new(path, tx, me);
                 }
             }
             LockOutcome::Unavailable => {}
@@ -79,21 +79,66 @@ pub(super) async fn run(
         (&mut slot, me),
     )
     .await;
-    if let Some((cluster, lock, renewal)) = held {
-        drop(renewal);
-        cluster.release(lock).await;
-    }
-    if let Err(error) = result {
-        tracing::debug!(key = path.key(), %error, "fill failed");
-        if let ProxyError::NotFound { status } = error {
-            cache
-                .meta
-                .memory
-                .remember_absent(&path, status, now_ms(), me.ticket);
+    let landing = match result {
+        Ok(landing) => landing.map(|landing| (landing, remote)),
+        Err(error) => {
+            tracing::debug!(key = path.key(), %error, "fill failed");
+            if let ProxyError::NotFound { status } = error {
+                cache
+                    .meta
+                    .memory
+                    .remember_absent(&path, status, now_ms(), me.ticket);
+            }
+            tx.send_replace(FillState::Failed(error));
+            None
         }
-        tx.send_replace(FillState::Failed(error));
+    };
+    End {
+        landing,
+        held,
+        ..End::new(path, tx, me)
     }
-    fills.finish(path.key(), me);
+}
+
+/// The end of a fill task, once its readers have what they get: the
+/// commit waited for (while the key stays in the registry, so a request
+/// that comes meanwhile joins the complete fill), the cross-instance lock
+/// released (after the entry is recorded: a peer waiting on it finds the
+/// entry), then the fill out of the registry.
+pub(super) struct End {
+    landing: Option<(Landing, Arc<Remote>)>,
+    held: Option<(Arc<Cluster>, Lock, AbortOnDrop)>,
+    path: ArtifactPath,
+    /// Kept open until the fill leaves the registry.
+    tx: watch::Sender<FillState>,
+    me: Me,
+}
+
+impl End {
+    fn new(path: ArtifactPath, tx: watch::Sender<FillState>, me: Me) -> End {
+        End {
+            landing: None,
+            held: None,
+            path,
+            tx,
+            me,
+        }
+    }
+
+    // Its parts used in place, not moved out: a local moved out of an
+    // async fn's argument takes room in the future a second time.
+    pub(super) async fn run(mut self, fills: &FillRegistry) {
+        if let Some((landing, remote)) = &mut self.landing {
+            landing.land(&fills.cache, remote, &self.path).await;
+        }
+        if let Some((cluster, lock, renewal)) = self.held.take() {
+            drop(renewal);
+            // Boxed: only a cluster's fills have a lock.
+            Box::pin(cluster.release(lock)).await;
+        }
+        fills.finish(self.path.key(), self.me);
+        drop(self.tx);
+    }
 }
 
 /// The Redis lock's renewal task, stopped when the fill ends — also when it
@@ -108,8 +153,9 @@ impl Drop for AbortOnDrop {
 
 /// Fetch, then either a 304 (the stale entry is refreshed), a stream-through
 /// (the store cannot take the body), or download → verify → publish →
-/// commit. A body that does not match its declared digest is refused and the
-/// next mirror asked, until one sends the declared bytes or none is left.
+/// commit (its [`Landing`] returned, to be waited for). A body that does
+/// not match its declared digest is refused and the next mirror asked,
+/// until one sends the declared bytes or none is left.
 async fn fill(
     fills: &Arc<FillRegistry>,
     remote: &Arc<Remote>,
@@ -118,7 +164,7 @@ async fn fill(
     stale: Option<&Entry>,
     tx: &mut watch::Sender<FillState>,
     (slot, me): (&mut Slot, Me),
-) -> Result<(), ProxyError> {
+) -> Result<Option<Landing>, ProxyError> {
     // Lets tests reach the panic path of a fill (debug builds only).
     #[cfg(debug_assertions)]
     if path.path().contains("__mirrorcache_test_panic_in_fill__") {
@@ -166,7 +212,7 @@ async fn fill(
                         learn::from_document(learning, remote, path, blob, body).await;
                     }
                 }
-                return Ok(());
+                return Ok(None);
             }
             Fetched::Body(body) => body,
         };
@@ -183,7 +229,7 @@ async fn fill(
         )
         .await?
         {
-            Outcome::Done => return Ok(()),
+            Outcome::Done(landing) => return Ok(landing),
             Outcome::Refused {
                 mirror_idx,
                 error,
@@ -228,5 +274,53 @@ async fn wait_for_peer(
         // the lock is released.
         peer_done = !cluster.is_locked(path.key()).await;
         tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::Config;
+    use crate::proxy::Proxy;
+
+    /// The task of a fill whose commit waits holds its end, not the whole
+    /// fill: the end's future is under a quarter of the fill's (872 against
+    /// 4,688 bytes when written; hundreds of fills may wait behind the
+    /// group commit at once).
+    #[tokio::test]
+    async fn a_fill_waiting_for_its_commit_holds_a_small_part_of_the_fill() {
+        let dir = tempfile::tempdir().unwrap();
+        let text = format!(
+            "[storage]\npath = \"{d}/store\"\n\n[metadata]\nurl = \"sqlite://{d}/meta.db\"\n\n\
+             [[remote]]\nname = \"r\"\nmirrors = [\"http://127.0.0.1:9/\"]\n",
+            d = dir.path().display()
+        );
+        let proxy = Proxy::build(&Config::parse(&text, "test").unwrap())
+            .await
+            .unwrap();
+        let (path, me) = (
+            ArtifactPath::parse("/r/a/b").unwrap(),
+            Me {
+                ticket: proxy.cache.meta.memory.purges.ticket(),
+                id: 0,
+            },
+        );
+        let (tx, _rx) = watch::channel(FillState::Connecting);
+        let fill = run(
+            proxy.fills.clone(),
+            proxy.remote("r").unwrap(),
+            path.clone(),
+            None,
+            None,
+            tx.clone(),
+            (Slot(None), me),
+        );
+        let end = End::new(path, tx, me);
+        let ending = end.run(&proxy.fills);
+        let (fill, ending) = (std::mem::size_of_val(&fill), std::mem::size_of_val(&ending));
+        assert!(
+            ending * 4 < fill,
+            "the end's {ending} bytes, the fill's {fill}"
+        );
     }
 }
