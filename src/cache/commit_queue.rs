@@ -169,10 +169,9 @@ impl CommitSlot {
 }
 
 impl Committing {
-    /// The committed entry once durable; `None` if purged. By reference:
-    /// a waiting fill's future holds no second copy of this.
-    pub async fn durable(&mut self) -> Answer {
-        (&mut self.answer)
+    /// The committed entry once durable; `None` if purged.
+    pub async fn durable(self) -> Answer {
+        self.answer
             .await
             .unwrap_or_else(|_| Err(ProxyError::Store("the committer stopped".into())))
     }

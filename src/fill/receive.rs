@@ -36,7 +36,8 @@ pub(super) enum Outcome {
 }
 
 /// Reads one mirror's body (a small one that comes whole kept in memory,
-/// any other into a temp file), checks it, publishes it and commits it. A
+/// any other into a temp file), checks it, publishes it and hands it to
+/// the group commit. A
 /// body whose digest is declared and that is small enough for the
 /// in-memory tier is held back until checked, so a refused one costs its
 /// readers nothing; a larger one streams to its readers as it arrives.
@@ -413,7 +414,7 @@ async fn settle(
     let learning = learning.map(|learning| (learning, spool.blob(), written));
     let committing = queued.send(spool.into_body(), path, (entry, pin), me.ticket);
     Ok(Outcome::Done(Some(Landing {
-        committing,
+        committing: Some(committing),
         digest,
         stale: stale.map(|old| old.digest),
         pinned,
@@ -428,7 +429,9 @@ async fn settle(
 /// (`FillRegistry::join_or_start`): a fill waiting behind hundreds of
 /// commits holds this, not the whole fill.
 pub(super) struct Landing {
-    committing: Committing,
+    /// Taken when waited for: once answered, it no longer counts in
+    /// `commits_queued`.
+    committing: Option<Committing>,
     digest: Digest,
     /// The digest of the entry this fill revalidated, if it did.
     stale: Option<Digest>,
@@ -446,13 +449,19 @@ impl Landing {
     pub(super) async fn land(&mut self, cache: &Cache, remote: &Remote, path: &ArtifactPath) {
         // By reference: the task's end holds the landing, and an async fn's
         // argument moved in would take room in the future a second time.
-        let committed = matches!(self.committing.durable().await, Ok(Some(_)));
+        let committed = match self.committing.take() {
+            Some(committing) => matches!(committing.durable().await, Ok(Some(_))),
+            None => false,
+        };
         if let Some(old) = self.stale.filter(|old| *old != self.digest) {
             // The entry was replaced (or purged): its old blob may now be
             // unreferenced.
             Box::pin(cache.release_blob(&old)).await;
         }
         if !committed {
+            // Nothing is kept: nothing is pinned or learned, and the
+            // remote's artifact fills need not wait for this document.
+            self.learning = None;
             return;
         }
         if let Some(pinned) = self.pinned.take() {
