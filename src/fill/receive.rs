@@ -37,10 +37,10 @@ pub(super) enum Outcome {
 
 /// Reads one mirror's body (a small one that comes whole kept in memory,
 /// any other into a temp file), checks it, publishes it and hands it to
-/// the group commit. A
-/// body whose digest is declared and that is small enough for the
-/// in-memory tier is held back until checked, so a refused one costs its
-/// readers nothing; a larger one streams to its readers as it arrives.
+/// the group commit. A body whose digest is declared and that is small
+/// enough for the in-memory tier is held back until checked, so a refused
+/// one costs its readers nothing; a larger one streams to its readers as
+/// it arrives.
 #[allow(clippy::too_many_arguments)]
 pub(super) async fn receive(
     fills: &Arc<FillRegistry>,
