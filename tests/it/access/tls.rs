@@ -345,8 +345,8 @@ async fn a_tls_mirror_needs_a_trusted_root() {
     for i in 0..4 {
         get(&proxy, i).await;
     }
-    let addr = proxy.base.trim_start_matches("http://").to_string();
-    let idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let addr = proxy.addr();
+    let idle = tokio::net::TcpStream::connect(addr).await.unwrap();
     for i in 4..8 {
         get(&proxy, i).await;
     }
@@ -383,8 +383,8 @@ async fn a_tls_mirror_speaking_h2_is_fetched_over_h2() {
     let proxy = proxy_trusting(dir.path(), "h2", &ca, &remote).await;
     // One connection to the proxy for every request (a pooling client may
     // open a second, which could go to the other connection thread).
-    let addr = proxy.base.trim_start_matches("http://").to_string();
-    let stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let addr = proxy.addr();
+    let stream = tokio::net::TcpStream::connect(addr).await.unwrap();
     let io = hyper_util::rt::TokioIo::new(stream);
     let (mut sender, connection) = hyper::client::conn::http1::handshake(io).await.unwrap();
     tokio::spawn(connection);
@@ -392,7 +392,7 @@ async fn a_tls_mirror_speaking_h2_is_fetched_over_h2() {
         for (i, body) in bodies.iter().enumerate() {
             sender.ready().await.unwrap();
             let request = axum::http::Request::get(format!("/r/f{i}"))
-                .header("host", &addr)
+                .header("host", addr)
                 .body(axum::body::Body::empty())
                 .unwrap();
             let response = sender.send_request(request).await.unwrap();

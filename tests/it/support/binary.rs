@@ -69,6 +69,11 @@ impl BinaryProxy {
         format!("{}{}", self.base, path)
     }
 
+    /// `127.0.0.1:port`, for a connection made by hand.
+    pub fn addr(&self) -> &str {
+        self.base.trim_start_matches("http://")
+    }
+
     pub fn pid(&self) -> u32 {
         self.child.id()
     }
